@@ -1,0 +1,37 @@
+// Device discovery through the CUDA runtime.
+#include "backend/cuda/device_query.h"
+
+#include <cuda_runtime.h>
+
+namespace dsinfer::cuda {
+
+std::vector<DeviceInfo> query_devices(std::string* why_none) {
+  std::vector<DeviceInfo> devices;
+  int count = 0;
+  cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) {
+    if (why_none) *why_none = cudaGetErrorString(err);
+    cudaGetLastError();
+    return devices;
+  }
+  for (int i = 0; i < count; ++i) {
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, i) != cudaSuccess) continue;
+    DeviceInfo info;
+    info.index = i;
+    info.name = prop.name;
+    info.major = prop.major;
+    info.minor = prop.minor;
+    info.total_memory = prop.totalGlobalMem;
+    info.multiprocessors = prop.multiProcessorCount;
+    size_t free_b = 0, total_b = 0;
+    if (cudaSetDevice(i) == cudaSuccess && cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) {
+      info.free_memory = free_b;
+    }
+    devices.push_back(info);
+  }
+  if (devices.empty() && why_none) *why_none = "no CUDA device visible";
+  return devices;
+}
+
+}  // namespace dsinfer::cuda

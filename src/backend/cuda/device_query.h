@@ -1,0 +1,21 @@
+// Device discovery for the CUDA backend: lists GPUs and their compute capability.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace dsinfer::cuda {
+
+struct DeviceInfo {
+  int index = 0;
+  std::string name;
+  int major = 0;  // compute capability
+  int minor = 0;
+  size_t total_memory = 0;
+  size_t free_memory = 0;
+  int multiprocessors = 0;
+};
+
+// Returns the visible CUDA devices; empty (never throws) when there is no driver or no GPU.
+std::vector<DeviceInfo> query_devices(std::string* why_none = nullptr);
+
+}  // namespace dsinfer::cuda
