@@ -1,0 +1,90 @@
+// The backend op interface: everything a model's forward pass computes goes through these ops, so that the
+// CPU reference and the CUDA backend run the same model code. Tensors are row-major; shapes in comments.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "backend/batch_plan.h"
+#include "core/tensor.h"
+#include "kv/kv_cache.h"
+#include "model/rope.h"
+
+namespace dsinfer {
+
+// A Linear layer y = x W^T + b as Hugging Face stores it.
+struct Linear {
+  Tensor weight;  // [out, in]
+  Tensor bias;    // [out] or empty
+  int64_t out_features() const { return weight.dim(0); }
+  int64_t in_features() const { return weight.dim(1); }
+};
+
+// One SwiGLU feed-forward block: down(silu(gate(x)) * up(x)).
+struct MlpWeights {
+  Linear gate;
+  Linear up;
+  Linear down;
+  float swiglu_limit = 0.0f;  // > 0: clamp gate (above) and up (both sides) as DeepSeek-V4 does
+};
+
+enum class RopeLayout {
+  kHalf,         // pairs (i, i + d/2): Llama/Qwen2 rotate_half
+  kInterleaved,  // pairs (2i, 2i + 1): DeepSeek
+};
+
+// How a DeepSeekMoE router picks experts.
+struct RoutingParams {
+  std::string scoring;  // softmax | sigmoid
+  std::string method;   // greedy | group_limited_greedy | noaux_tc
+  int64_t top_k = 1;
+  int64_t n_group = 1;
+  int64_t topk_group = 1;
+  bool norm_topk_prob = false;
+  float routed_scaling_factor = 1.0f;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+
+  // [T, H] rows of table [V, H] for ids [T].
+  virtual Tensor embed(const Tensor& table, const std::vector<int32_t>& ids) = 0;
+  // x [T, H] -> [T, H], y = x / rms(x) * w.
+  virtual Tensor rms_norm(const Tensor& x, const Tensor& weight, float eps) = 0;
+  // x [T, in] -> [T, out].
+  virtual Tensor linear(const Tensor& x, const Linear& w) = 0;
+  // a += b (same shape).
+  virtual void add_inplace(Tensor& a, const Tensor& b) = 0;
+  // Rotates dims [offset, offset + table.rope_dim) of every head of x [T, heads, head_dim] in place.
+  virtual void rope(Tensor& x, const std::vector<int32_t>& positions, const RopeTable& table, int64_t offset,
+                    RopeLayout layout, bool inverse = false) = 0;
+  // SwiGLU block over x [T, H] -> [T, H].
+  virtual Tensor mlp(const Tensor& x, const MlpWeights& w) = 0;
+
+  // Writes the new tokens' cache rows: slot s of layer gets [a[t] | b[t]] (b may be empty).
+  virtual void write_kv(KvCache& cache, int64_t layer, const BatchPlan& plan, const Tensor& a, const Tensor& b) = 0;
+  // GQA over the paged cache. q [T, Hq, D]; slot rows [K (Hkv*D) | V (Hkv*Dv)]. Returns [T, Hq * Dv].
+  virtual Tensor attention_gqa(const Tensor& q, const KvCache& cache, int64_t layer, const BatchPlan& plan,
+                               int64_t kv_heads, int64_t head_dim, int64_t v_head_dim, float scale) = 0;
+  // MLA in the absorbed form. q_lat [T, H, R] (q_nope through W_UK), q_pe [T, H, P]; slot rows
+  // [latent (R) | rope key (P)]. Returns the attention-weighted latent [T, H, R].
+  virtual Tensor attention_mla(const Tensor& q_lat, const Tensor& q_pe, const KvCache& cache, int64_t layer,
+                               const BatchPlan& plan, float scale) = 0;
+  // Per-head matmul: x [T, H, A], w [H, B, A] -> [T, H, B] (transpose_w false: y = w x);
+  // with transpose_w, w is [H, A, B] and y = w^T x.
+  virtual Tensor head_matmul(const Tensor& x, const Tensor& w, bool transpose_w) = 0;
+
+  // DeepSeekMoE routing: x [T, H], router weight [E, H], optional selection bias [E].
+  // Outputs expert ids [T, k] (I32) and weights [T, k] (F32).
+  virtual void moe_route(const Tensor& x, const Tensor& router, const Tensor& bias, const RoutingParams& p,
+                         Tensor* ids, Tensor* weights) = 0;
+  // sum_k weights[t, k] * expert_{ids[t, k]}(x[t]) -> [T, H].
+  virtual Tensor moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
+                             const std::vector<MlpWeights>& experts) = 0;
+  // Selected rows of x [T, H] -> [rows, H].
+  virtual Tensor gather_rows(const Tensor& x, const std::vector<int32_t>& rows) = 0;
+};
+
+}  // namespace dsinfer

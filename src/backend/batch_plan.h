@@ -1,0 +1,33 @@
+// BatchPlan: everything one forward step needs besides the weights, built by the scheduler (or a simple
+// runner) and consumed by every backend. Flat arrays, ready to copy to a device.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+namespace dsinfer {
+
+struct BatchPlan {
+  std::vector<int32_t> token_ids;  // [num_tokens] all sequences' new tokens, sequence after sequence
+  std::vector<int32_t> positions;  // [num_tokens] absolute position of each token in its sequence
+  std::vector<int32_t> cu_seqlens;  // [num_seqs + 1] offsets of each sequence's tokens in token_ids
+  std::vector<int32_t> context_lens;  // [num_seqs] tokens in the cache after this step (cached prefix + new)
+  std::vector<int32_t> block_table_indptr;  // [num_seqs + 1] offsets into block_table
+  std::vector<int32_t> block_table;         // block ids of each sequence, in order
+  std::vector<int64_t> slot_mapping;  // [num_tokens] cache slot (block * block_size + offset) of each new token
+  std::vector<int32_t> logits_rows;   // token indices whose logits are wanted, in output order
+  std::vector<int64_t> seq_ids;       // [num_seqs] sequence ids (for per-sequence cache state)
+  int32_t block_size = 64;
+
+  int32_t num_tokens() const { return static_cast<int32_t>(token_ids.size()); }
+  int32_t num_seqs() const { return static_cast<int32_t>(context_lens.size()); }
+  int32_t query_len(int32_t seq) const { return cu_seqlens[seq + 1] - cu_seqlens[seq]; }
+  // Cache slot holding position `pos` of sequence `seq`.
+  int64_t slot_of(int32_t seq, int64_t pos) const {
+    return static_cast<int64_t>(block_table[block_table_indptr[seq] + pos / block_size]) * block_size +
+           pos % block_size;
+  }
+  // Throws dsinfer::Error when the arrays are inconsistent with each other or with the cache.
+  void validate(int64_t num_cache_blocks) const;
+};
+
+}  // namespace dsinfer

@@ -1,0 +1,135 @@
+// Blocked fp32 GEMM (A * B^T) with 4x4 register tiles of 8-wide FMA accumulators.
+#include "backend/cpu/gemm.h"
+
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+
+namespace dsinfer::cpu {
+
+namespace {
+
+inline float hsum(__m256 v) {
+  __m128 lo = _mm256_castps256_ps128(v);
+  __m128 hi = _mm256_extractf128_ps(v, 1);
+  lo = _mm_add_ps(lo, hi);
+  __m128 shuf = _mm_movehdup_ps(lo);
+  __m128 sums = _mm_add_ps(lo, shuf);
+  shuf = _mm_movehl_ps(shuf, sums);
+  sums = _mm_add_ss(sums, shuf);
+  return _mm_cvtss_f32(sums);
+}
+
+// RM rows of A against RN rows of B over K; results into out[RM][RN].
+template <int RM, int RN>
+inline void tile(int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb, float out[RM][RN]) {
+  __m256 acc[RM][RN];
+  for (int i = 0; i < RM; ++i)
+    for (int j = 0; j < RN; ++j) acc[i][j] = _mm256_setzero_ps();
+  int64_t k = 0;
+  for (; k + 8 <= K; k += 8) {
+    __m256 b[RN];
+    for (int j = 0; j < RN; ++j) b[j] = _mm256_loadu_ps(B + j * ldb + k);
+    for (int i = 0; i < RM; ++i) {
+      __m256 a = _mm256_loadu_ps(A + i * lda + k);
+      for (int j = 0; j < RN; ++j) acc[i][j] = _mm256_fmadd_ps(a, b[j], acc[i][j]);
+    }
+  }
+  for (int i = 0; i < RM; ++i) {
+    for (int j = 0; j < RN; ++j) {
+      float s = hsum(acc[i][j]);
+      for (int64_t kk = k; kk < K; ++kk) s += A[i * lda + kk] * B[j * ldb + kk];
+      out[i][j] = s;
+    }
+  }
+}
+
+template <int RM, int RN>
+inline void store(float out[RM][RN], float* C, int64_t ldc, const float* bias, bool accumulate, int rows,
+                  int cols) {
+  for (int i = 0; i < rows; ++i) {
+    for (int j = 0; j < cols; ++j) {
+      float v = out[i][j] + (bias ? bias[j] : 0.0f);
+      C[i * ldc + j] = accumulate ? C[i * ldc + j] + v : v;
+    }
+  }
+}
+
+// Computes the output block rows [m0, m1) x cols [n0, n1).
+void block(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const float* B,
+           int64_t ldb, float* C, int64_t ldc, const float* bias, bool accumulate) {
+  int64_t n = n0;
+  for (; n + 4 <= n1; n += 4) {
+    int64_t m = m0;
+    for (; m + 4 <= m1; m += 4) {
+      float out[4][4];
+      tile<4, 4>(K, A + m * lda, lda, B + n * ldb, ldb, out);
+      store<4, 4>(out, C + m * ldc + n, ldc, bias ? bias + n : nullptr, accumulate, 4, 4);
+    }
+    for (; m < m1; ++m) {
+      float out[1][4];
+      tile<1, 4>(K, A + m * lda, lda, B + n * ldb, ldb, out);
+      store<1, 4>(out, C + m * ldc + n, ldc, bias ? bias + n : nullptr, accumulate, 1, 4);
+    }
+  }
+  for (; n < n1; ++n) {
+    int64_t m = m0;
+    for (; m + 4 <= m1; m += 4) {
+      float out[4][1];
+      tile<4, 1>(K, A + m * lda, lda, B + n * ldb, ldb, out);
+      store<4, 1>(out, C + m * ldc + n, ldc, bias ? bias + n : nullptr, accumulate, 4, 1);
+    }
+    for (; m < m1; ++m) {
+      float out[1][1];
+      tile<1, 1>(K, A + m * lda, lda, B + n * ldb, ldb, out);
+      store<1, 1>(out, C + m * ldc + n, ldc, bias ? bias + n : nullptr, accumulate, 1, 1);
+    }
+  }
+}
+
+constexpr int64_t kBlockM = 64;
+constexpr int64_t kBlockN = 64;
+
+}  // namespace
+
+float dot(const float* a, const float* b, int64_t n) {
+  float out[1][1];
+  tile<1, 1>(n, a, n, b, n, out);
+  return out[0][0];
+}
+
+void gemm_nt_serial(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb,
+                    float* C, int64_t ldc, const float* bias, bool accumulate) {
+  for (int64_t n0 = 0; n0 < N; n0 += kBlockN) {
+    for (int64_t m0 = 0; m0 < M; m0 += kBlockM) {
+      block(m0, std::min(M, m0 + kBlockM), n0, std::min(N, n0 + kBlockN), K, A, lda, B, ldb, C, ldc, bias,
+            accumulate);
+    }
+  }
+}
+
+void gemm_nt(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb, float* C,
+             int64_t ldc, const float* bias, bool accumulate) {
+  if (M == 0 || N == 0) return;
+  const int64_t blocks_m = (M + kBlockM - 1) / kBlockM;
+  // Narrow column blocks when M is small so that both cores get work on GEMV-like shapes.
+  const int64_t block_n = M <= 16 ? 16 : kBlockN;
+  const int64_t blocks_n = (N + block_n - 1) / block_n;
+  const int64_t total = blocks_m * blocks_n;
+  const double work = static_cast<double>(M) * N * K;
+  if (work < 1 << 16 || omp_in_parallel()) {
+    gemm_nt_serial(M, N, K, A, lda, B, ldb, C, ldc, bias, accumulate);
+    return;
+  }
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < total; ++t) {
+    int64_t bn = t / blocks_m;
+    int64_t bm = t % blocks_m;
+    int64_t m0 = bm * kBlockM, n0 = bn * block_n;
+    block(m0, std::min(M, m0 + kBlockM), n0, std::min(N, n0 + block_n), K, A, lda, B, ldb, C, ldc, bias,
+          accumulate);
+  }
+}
+
+}  // namespace dsinfer::cpu

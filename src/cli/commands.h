@@ -1,0 +1,19 @@
+// Registration of the dsinfer subcommands (one file per subcommand) and their shared helpers.
+#pragma once
+#include <CLI/CLI.hpp>
+#include <functional>
+
+namespace dsinfer::cli {
+
+// Subcommands set this to their exit status.
+int& exit_code();
+
+// Runs `body`, turning dsinfer::Error and other exceptions into "error: ..." on stderr and exit status 1.
+void run_guarded(const std::function<int()>& body);
+
+void add_eval_command(CLI::App& app);
+void add_generate_command(CLI::App& app);
+void add_tokenize_command(CLI::App& app);
+void add_info_command(CLI::App& app);
+
+}  // namespace dsinfer::cli

@@ -1,0 +1,142 @@
+// Golden evaluation: logits error metrics and greedy continuation agreement.
+#include "engine/golden_eval.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "engine/sequence_runner.h"
+#include "model/safetensors.h"
+
+namespace dsinfer {
+
+namespace {
+
+std::vector<int32_t> read_ids(const SafetensorsFile& file, const std::string& name) {
+  Tensor t = file.get(name);
+  std::vector<int32_t> ids(t.numel());
+  if (t.dtype() == DType::I32) {
+    std::copy(t.data<int32_t>(), t.data<int32_t>() + t.numel(), ids.begin());
+  } else if (t.dtype() == DType::I64) {
+    for (int64_t i = 0; i < t.numel(); ++i) ids[i] = static_cast<int32_t>(t.data<int64_t>()[i]);
+  } else {
+    fail(file.path(), ": tensor \"", name, "\" must be I32 or I64");
+  }
+  return ids;
+}
+
+int32_t argmax(const float* v, int64_t n) {
+  int32_t best = 0;
+  for (int64_t i = 1; i < n; ++i) {
+    if (v[i] > v[best]) best = static_cast<int32_t>(i);
+  }
+  return best;
+}
+
+double top2_gap(const float* v, int64_t n) {
+  float a = -INFINITY, b = -INFINITY;
+  for (int64_t i = 0; i < n; ++i) {
+    if (v[i] > a) {
+      b = a;
+      a = v[i];
+    } else if (v[i] > b) {
+      b = v[i];
+    }
+  }
+  return static_cast<double>(a) - b;
+}
+
+}  // namespace
+
+nlohmann::json GoldenReport::to_json() const {
+  nlohmann::json j;
+  j["pass"] = pass;
+  j["cases"] = nlohmann::json::array();
+  for (const GoldenCase& c : cases) {
+    nlohmann::json cj = {{"case", c.index},          {"tokens", c.tokens},
+                         {"max_abs_err", c.max_abs_err}, {"rel_l2_err", c.rel_l2_err},
+                         {"greedy_match", c.greedy_match}};
+    if (!c.greedy_match) {
+      cj["greedy"] = c.greedy;
+      cj["expected_greedy"] = c.expected_greedy;
+      cj["first_mismatch"] = c.first_mismatch;
+      cj["mismatch_top2_margin"] = c.mismatch_margin;
+    }
+    j["cases"].push_back(cj);
+  }
+  return j;
+}
+
+GoldenReport run_golden(Model& model, const std::string& golden_path, const GoldenOptions& options) {
+  SafetensorsFile golden(golden_path);
+  int cases = 0;
+  auto meta = golden.metadata().find("cases");
+  if (meta != golden.metadata().end()) {
+    try {
+      cases = std::stoi(meta->second);
+    } catch (const std::exception&) {
+      fail(golden_path, ": metadata \"cases\" is not a number");
+    }
+  } else {
+    while (golden.contains("input_ids." + std::to_string(cases))) ++cases;
+  }
+  DSI_CHECK(cases > 0, golden_path, ": no golden cases (input_ids.0 missing)");
+  const int64_t V = model.config().vocab_size;
+  GoldenReport report;
+  report.tolerance = options.rel_l2_tolerance;
+  report.pass = true;
+  for (int i = 0; i < cases; ++i) {
+    const std::string n = std::to_string(i);
+    std::vector<int32_t> ids = read_ids(golden, "input_ids." + n);
+    Tensor ref = golden.get("logits." + n).to_f32();  // [kept, V]
+    DSI_CHECK(ref.ndim() == 2 && ref.dim(1) == V, golden_path, ": logits.", n, " has shape ", shape_str(ref.shape()),
+              ", expected [*, ", V, "]");
+    int64_t start = 0;
+    if (golden.contains("logits_start." + n)) start = read_ids(golden, "logits_start." + n).at(0);
+    DSI_CHECK(start + ref.dim(0) == static_cast<int64_t>(ids.size()), golden_path, ": logits.", n,
+              " rows do not match input_ids.", n);
+    std::vector<int32_t> expected = read_ids(golden, "greedy." + n);
+
+    SequenceRunner runner(model, static_cast<int64_t>(ids.size() + expected.size() + 1));
+    Tensor logits = runner.append(ids, /*all_logits=*/true, options.prefill_chunk);  // [tokens, V]
+    GoldenCase c;
+    c.index = i;
+    c.tokens = static_cast<int64_t>(ids.size());
+    double diff2 = 0.0, ref2 = 0.0;
+    for (int64_t r = 0; r < ref.dim(0); ++r) {
+      const float* ours = logits.f32() + (start + r) * V;
+      const float* theirs = ref.f32() + r * V;
+      for (int64_t v = 0; v < V; ++v) {
+        const double d = static_cast<double>(ours[v]) - theirs[v];
+        c.max_abs_err = std::max(c.max_abs_err, std::abs(d));
+        diff2 += d * d;
+        ref2 += static_cast<double>(theirs[v]) * theirs[v];
+      }
+    }
+    c.rel_l2_err = ref2 > 0 ? std::sqrt(diff2 / ref2) : std::sqrt(diff2);
+    // Greedy continuation from the prompt, token by token through the cache.
+    const float* last = logits.f32() + (logits.dim(0) - 1) * V;
+    c.expected_greedy = expected;
+    for (size_t g = 0; g < expected.size(); ++g) {
+      const int32_t next = argmax(last, V);
+      if (c.first_mismatch < 0 && next != expected[g]) {
+        c.first_mismatch = static_cast<int>(g);
+        c.mismatch_margin = top2_gap(last, V);
+      }
+      c.greedy.push_back(next);
+      if (g + 1 < expected.size()) {
+        Tensor step = runner.append({next});
+        last = nullptr;
+        logits = step;
+        last = logits.f32();
+      }
+    }
+    c.greedy_match = c.first_mismatch < 0;
+    c.pass = c.greedy_match && c.rel_l2_err <= options.rel_l2_tolerance && std::isfinite(c.rel_l2_err);
+    report.pass = report.pass && c.pass;
+    report.cases.push_back(std::move(c));
+  }
+  return report;
+}
+
+}  // namespace dsinfer

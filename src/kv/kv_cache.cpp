@@ -1,0 +1,23 @@
+// KvCache storage allocation.
+#include "kv/kv_cache.h"
+
+#include "core/error.h"
+
+namespace dsinfer {
+
+KvCache::KvCache(std::vector<KvLayerSpec> layers, int64_t num_blocks, int64_t block_size)
+    : layers_(std::move(layers)), num_blocks_(num_blocks), block_size_(block_size) {
+  DSI_CHECK(num_blocks > 0 && block_size > 0, "KvCache needs positive num_blocks and block_size");
+  for (const KvLayerSpec& spec : layers_) {
+    DSI_CHECK(spec.width >= 0, "KvCache: negative layer width");
+    storage_.push_back(Tensor::zeros(DType::F32, {num_blocks * block_size, spec.width}));
+  }
+}
+
+size_t KvCache::bytes() const {
+  size_t n = 0;
+  for (const Tensor& t : storage_) n += t.nbytes();
+  return n;
+}
+
+}  // namespace dsinfer

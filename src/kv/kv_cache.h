@@ -1,0 +1,50 @@
+// KvCache: paged storage for every layer's cached per-token values (host float32 for the CPU backend).
+// A slot is one token position of one block; each layer stores `width` values per slot.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace dsinfer {
+
+// What a layer keeps per sequence (see docs/architecture.md, "KV cache kinds").
+enum class KvKind {
+  kFullHistory,    // one row per token, kept for the whole sequence (GQA K/V, MLA latent)
+  kSlidingWindow,  // one row per token, only the last `window` tokens are read
+  kCompressed,     // one row per `ratio` tokens
+};
+
+struct KvLayerSpec {
+  KvKind kind = KvKind::kFullHistory;
+  int64_t width = 0;   // float values per row
+  int64_t window = 0;  // kSlidingWindow
+  int64_t ratio = 1;   // kCompressed: tokens per row
+};
+
+class KvCache {
+ public:
+  KvCache(std::vector<KvLayerSpec> layers, int64_t num_blocks, int64_t block_size);
+
+  int64_t num_layers() const { return static_cast<int64_t>(layers_.size()); }
+  int64_t num_blocks() const { return num_blocks_; }
+  int64_t block_size() const { return block_size_; }
+  const KvLayerSpec& layer(int64_t i) const { return layers_[i]; }
+  int64_t width(int64_t layer) const { return layers_[layer].width; }
+  size_t bytes() const;
+
+  // The `width` values of one slot in one layer.
+  float* slot(int64_t layer, int64_t slot) { return storage_[layer].f32() + slot * layers_[layer].width; }
+  const float* slot(int64_t layer, int64_t slot) const {
+    return storage_[layer].f32() + slot * layers_[layer].width;
+  }
+
+ private:
+  std::vector<KvLayerSpec> layers_;
+  int64_t num_blocks_;
+  int64_t block_size_;
+  std::vector<Tensor> storage_;  // per layer [num_blocks * block_size, width]
+};
+
+}  // namespace dsinfer

@@ -1,0 +1,64 @@
+// DeepSeekMoE loading and evaluation.
+#include "model/arch/deepseek_moe.h"
+
+#include <cstring>
+
+namespace dsinfer {
+
+namespace {
+
+// Rows [begin, begin + rows) of a [*, cols] matrix, copied.
+Tensor slice_rows(const Tensor& m, int64_t begin, int64_t rows) { return m.rows(begin, begin + rows).clone(); }
+
+}  // namespace
+
+MoeWeights load_deepseek_moe(const ModelConfig& c, WeightLoader& w, const std::string& prefix) {
+  MoeWeights moe;
+  const int64_t H = c.hidden_size, I = c.moe_intermediate_size, E = c.n_routed_experts;
+  moe.router = w.get(prefix + ".gate.weight", {E, H});
+  if (w.has(prefix + ".gate.e_score_correction_bias")) {
+    moe.router_bias = w.get(prefix + ".gate.e_score_correction_bias", {E});
+  }
+  if (w.has(prefix + ".experts.gate_up_proj")) {
+    Tensor gate_up = w.get(prefix + ".experts.gate_up_proj", {E, 2 * I, H});
+    Tensor down = w.get(prefix + ".experts.down_proj", {E, H, I});
+    for (int64_t e = 0; e < E; ++e) {
+      MlpWeights m;
+      Tensor ge = gate_up.rows(e, e + 1).reshape({2 * I, H});
+      m.gate.weight = slice_rows(ge, 0, I);
+      m.up.weight = slice_rows(ge, I, I);
+      m.down.weight = down.rows(e, e + 1).reshape({H, I}).clone();
+      moe.experts.push_back(std::move(m));
+    }
+  } else {
+    for (int64_t e = 0; e < E; ++e) {
+      moe.experts.push_back(w.mlp(prefix + ".experts." + std::to_string(e), H, I));
+    }
+  }
+  if (c.n_shared_experts > 0) {
+    moe.has_shared = true;
+    moe.shared = w.mlp(prefix + ".shared_experts", H, I * c.n_shared_experts);
+  }
+  moe.routing.scoring = c.scoring_func;
+  moe.routing.method = c.topk_method;
+  moe.routing.top_k = c.num_experts_per_tok;
+  moe.routing.n_group = c.n_group;
+  moe.routing.topk_group = c.topk_group;
+  moe.routing.norm_topk_prob = c.norm_topk_prob;
+  moe.routing.routed_scaling_factor = static_cast<float>(c.routed_scaling_factor);
+  if (moe.routing.method == "noaux_tc" && !moe.router_bias) {
+    // transformers registers a zero buffer when the checkpoint has none.
+    moe.router_bias = Tensor::zeros(DType::F32, {E});
+  }
+  return moe;
+}
+
+Tensor run_moe(Backend& b, const MoeWeights& moe, const Tensor& x) {
+  Tensor ids, weights;
+  b.moe_route(x, moe.router, moe.router_bias, moe.routing, &ids, &weights);  // [T, k], [T, k]
+  Tensor y = b.moe_experts(x, ids, weights, moe.experts);                    // [T, H]
+  if (moe.has_shared) b.add_inplace(y, b.mlp(x, moe.shared));
+  return y;
+}
+
+}  // namespace dsinfer

@@ -1,0 +1,28 @@
+// DeepSeekMoE weights and evaluation shared by the DeepSeek architectures.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/model_config.h"
+#include "model/weight_loader.h"
+
+namespace dsinfer {
+
+struct MoeWeights {
+  Tensor router;       // [E, H]
+  Tensor router_bias;  // [E] e_score_correction_bias (V3) or empty
+  std::vector<MlpWeights> experts;
+  bool has_shared = false;
+  MlpWeights shared;
+  RoutingParams routing;
+};
+
+// Reads `prefix`.gate, .experts (per-expert tensors as on the Hub, or transformers' fused gate_up_proj /
+// down_proj), .shared_experts.
+MoeWeights load_deepseek_moe(const ModelConfig& config, WeightLoader& w, const std::string& prefix);
+
+// x [T, H] -> routed experts + shared experts [T, H].
+Tensor run_moe(Backend& backend, const MoeWeights& moe, const Tensor& x);
+
+}  // namespace dsinfer

@@ -1,0 +1,33 @@
+// Model: a loaded checkpoint that runs forward steps through a Backend over a paged KV cache.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/model_config.h"
+
+namespace dsinfer {
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  virtual const ModelConfig& config() const = 0;
+  // What every layer caches per token (the KV cache is allocated from this).
+  virtual std::vector<KvLayerSpec> kv_layout() const = 0;
+  // Runs plan's tokens (writing their cache rows) and returns logits [plan.logits_rows.size(), vocab].
+  virtual Tensor forward(const BatchPlan& plan, KvCache& cache) = 0;
+  // Drops per-sequence state kept outside the paged cache (none for most models).
+  virtual void release_sequence(int64_t seq_id) {}
+};
+
+struct LoadOptions {
+  bool progress = true;        // progress bar on a terminal
+  bool dummy_weights = false;  // random weights from config.json alone (benchmarks)
+  uint64_t dummy_seed = 0;
+};
+
+// Reads DIR/config.json and DIR's safetensors and builds the model for `backend`.
+std::unique_ptr<Model> load_model(const std::string& dir, Backend& backend, const LoadOptions& options = {});
+
+}  // namespace dsinfer

@@ -1,0 +1,52 @@
+// load_model: config + checkpoint -> the architecture's Model, with a progress bar on a terminal.
+#include <unistd.h>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "core/progress_bar.h"
+#include "model/arch/deepseek.h"
+#include "model/arch/llama.h"
+#include "model/model.h"
+#include "model/safetensors.h"
+#include "model/weight_loader.h"
+
+namespace dsinfer {
+
+std::unique_ptr<Model> make_deepseek_v4_model(const ModelConfig& config, WeightLoader& weights, Backend& backend);
+std::unique_ptr<Model> make_deepseek_v32_model(const ModelConfig& config, WeightLoader& weights, Backend& backend);
+
+std::unique_ptr<Model> load_model(const std::string& dir, Backend& backend, const LoadOptions& options) {
+  ModelConfig config = load_model_config(dir);
+  DSI_CHECK(!options.dummy_weights, "dummy weights are not supported by this loader yet");
+  SafetensorsArchive archive = SafetensorsArchive::open_dir(dir);
+  const bool show = options.progress && ::isatty(STDERR_FILENO) && archive.total_bytes() > (64u << 20);
+  ProgressBar progress("loading weights", static_cast<int64_t>(archive.total_bytes()), show, ProgressUnit::kBytes);
+  WeightLoader weights(archive, config, &progress);
+  std::unique_ptr<Model> model;
+  switch (config.arch) {
+    case Arch::kLlama:
+    case Arch::kQwen2:
+      model = make_llama_model(config, weights, backend);
+      break;
+    case Arch::kDeepseekV2:
+    case Arch::kDeepseekV3:
+      model = make_deepseek_model(config, weights, backend);
+      break;
+    case Arch::kDeepseekV32:
+      model = make_deepseek_v32_model(config, weights, backend);
+      break;
+    case Arch::kDeepseekV4:
+      model = make_deepseek_v4_model(config, weights, backend);
+      break;
+  }
+  progress.finish();
+  // Multi-token-prediction layers (model.layers.{num_hidden_layers}+ / mtp.*) are not used for decoding.
+  std::vector<std::string> ignored = {"mtp."};
+  for (int64_t i = 0; i < config.num_nextn_predict_layers; ++i) {
+    ignored.push_back("model.layers." + std::to_string(config.num_layers + i) + ".");
+  }
+  for (const std::string& name : weights.unused(ignored)) log_debug("checkpoint tensor not used: ", name);
+  return model;
+}
+
+}  // namespace dsinfer

@@ -1,0 +1,96 @@
+// Weight reading, shape checks and FP8 block dequantization.
+#include "model/weight_loader.h"
+
+#include "core/error.h"
+#include "core/progress_bar.h"
+
+namespace dsinfer {
+
+Tensor dequantize_fp8_blocks(const Tensor& w8, const Tensor& scale_inv, int64_t block_n, int64_t block_k) {
+  DSI_CHECK(w8.ndim() == 2 && w8.dtype() == DType::F8_E4M3, "dequantize_fp8_blocks: expected a 2-D F8_E4M3 tensor");
+  const int64_t N = w8.dim(0), K = w8.dim(1);
+  const int64_t bn = (N + block_n - 1) / block_n, bk = (K + block_k - 1) / block_k;
+  DSI_CHECK(scale_inv.ndim() == 2 && scale_inv.dim(0) == bn && scale_inv.dim(1) == bk, "scale_inv has shape ",
+            shape_str(scale_inv.shape()), ", expected [", bn, ", ", bk, "] for weight ", shape_str(w8.shape()),
+            " with ", block_n, "x", block_k, " blocks");
+  Tensor scales = scale_inv.to_f32();
+  Tensor out = Tensor::empty(DType::F32, {N, K});
+  const uint8_t* src = w8.data<uint8_t>();
+  float lut[256];
+  for (int i = 0; i < 256; ++i) lut[i] = f8e4m3_to_f32(static_cast<uint8_t>(i));
+  for (int64_t n = 0; n < N; ++n) {
+    const float* srow = scales.f32() + (n / block_n) * bk;
+    float* o = out.f32() + n * K;
+    for (int64_t k = 0; k < K; ++k) o[k] = lut[src[n * K + k]] * srow[k / block_k];
+  }
+  return out;
+}
+
+WeightLoader::WeightLoader(const SafetensorsArchive& archive, const ModelConfig& config, ProgressBar* progress)
+    : archive_(archive), config_(config), progress_(progress) {}
+
+Tensor WeightLoader::dequantize_fp8(const std::string& name, const Tensor& w8) {
+  std::string scale_name = name + "_scale_inv";
+  DSI_CHECK(archive_.contains(scale_name), archive_.file_of(name), ": FP8 tensor \"", name, "\" has no \"",
+            scale_name, "\"");
+  used_.insert(scale_name);
+  try {
+    return dequantize_fp8_blocks(w8, archive_.get(scale_name), config_.quant.block_n, config_.quant.block_k);
+  } catch (const Error& e) {
+    fail(archive_.file_of(name), ": tensor \"", name, "\": ", e.what());
+  }
+}
+
+Tensor WeightLoader::get(const std::string& name, const Shape& shape) {
+  DSI_CHECK(archive_.contains(name), "checkpoint is missing tensor \"", name, "\" (expected ", shape_str(shape),
+            ")");
+  const TensorInfo& info = archive_.info(name);
+  DSI_CHECK(info.shape == shape, archive_.file_of(name), ": tensor \"", name, "\" has shape ", shape_str(info.shape),
+            " but the config implies ", shape_str(shape));
+  used_.insert(name);
+  Tensor raw = archive_.get(name);
+  Tensor out;
+  switch (info.dtype) {
+    case DType::F32:
+    case DType::BF16:
+    case DType::F16:
+      out = raw.to_f32();
+      break;
+    case DType::F8_E4M3:
+      out = dequantize_fp8(name, raw);
+      break;
+    default:
+      fail(archive_.file_of(name), ": tensor \"", name, "\" has dtype ", dtype_name(info.dtype),
+           ", expected a floating point type");
+  }
+  if (progress_) progress_->advance(static_cast<int64_t>(info.nbytes));
+  return out;
+}
+
+Linear WeightLoader::linear(const std::string& prefix, int64_t out, int64_t in, bool bias) {
+  Linear l;
+  l.weight = get(prefix + ".weight", {out, in});
+  if (bias) l.bias = get(prefix + ".bias", {out});
+  return l;
+}
+
+MlpWeights WeightLoader::mlp(const std::string& prefix, int64_t hidden, int64_t intermediate, bool bias) {
+  MlpWeights m;
+  m.gate = linear(prefix + ".gate_proj", intermediate, hidden, bias);
+  m.up = linear(prefix + ".up_proj", intermediate, hidden, bias);
+  m.down = linear(prefix + ".down_proj", hidden, intermediate, bias);
+  return m;
+}
+
+std::vector<std::string> WeightLoader::unused(const std::vector<std::string>& ignored) const {
+  std::vector<std::string> out;
+  for (const std::string& name : archive_.names()) {
+    if (used_.count(name)) continue;
+    bool skip = false;
+    for (const std::string& pattern : ignored) skip = skip || name.find(pattern) != std::string::npos;
+    if (!skip) out.push_back(name);
+  }
+  return out;
+}
+
+}  // namespace dsinfer

@@ -1,0 +1,39 @@
+// WeightLoader: reads named checkpoint tensors as float32 for the reference backend, checking each shape
+// against the config and dequantizing DeepSeek-V3 FP8 block-scaled weights (w8 * scale_inv per block).
+#pragma once
+#include <set>
+#include <string>
+
+#include "backend/backend.h"
+#include "model/model_config.h"
+#include "model/safetensors.h"
+
+namespace dsinfer {
+
+class ProgressBar;
+
+class WeightLoader {
+ public:
+  WeightLoader(const SafetensorsArchive& archive, const ModelConfig& config, ProgressBar* progress = nullptr);
+
+  bool has(const std::string& name) const { return archive_.contains(name); }
+  // Float32 copy of `name`, which must have `shape`.
+  Tensor get(const std::string& name, const Shape& shape);
+  // `prefix`.weight [out, in] (+ `prefix`.bias [out] when `bias`).
+  Linear linear(const std::string& prefix, int64_t out, int64_t in, bool bias = false);
+  MlpWeights mlp(const std::string& prefix, int64_t hidden, int64_t intermediate, bool bias = false);
+  // Names of checkpoint tensors that were never read, excluding those matching `ignored` substrings.
+  std::vector<std::string> unused(const std::vector<std::string>& ignored) const;
+
+ private:
+  Tensor dequantize_fp8(const std::string& name, const Tensor& w8);
+  const SafetensorsArchive& archive_;
+  const ModelConfig& config_;
+  ProgressBar* progress_;
+  std::set<std::string> used_;
+};
+
+// Float32 copy of an FP8 E4M3 weight [N, K] with per-block float scales [ceil(N/bn), ceil(K/bk)].
+Tensor dequantize_fp8_blocks(const Tensor& w8, const Tensor& scale_inv, int64_t block_n, int64_t block_k);
+
+}  // namespace dsinfer
