@@ -119,6 +119,16 @@ void Sampler::keep_top_p(float top_p) {
     return sum;
   };
   const double target = static_cast<double>(top_p) * mass(0, candidates_.size());
+  // Cheap exact pre-filter: the tokens with weight >= cut are a best-first prefix, so when they already
+  // hold the target mass the nucleus lies among them. Peaked distributions shrink to a few hundred tokens.
+  for (const float cut : {1e-3f, 1e-6f}) {
+    double head = 0.0;
+    for (const Candidate& c : candidates_) head += c.weight >= cut ? c.weight : 0.0f;
+    if (head >= target) {
+      std::erase_if(candidates_, [cut](const Candidate& c) { return c.weight < cut; });
+      break;
+    }
+  }
   // Bisect on the nucleus size with nth_element (expected O(n) overall, no full sort). Invariant:
   // [0, lo) holds the lo best candidates with total mass `before` < target, everything from hi on ranks
   // below [0, hi), and the nucleus size is in (lo, hi].
