@@ -1,0 +1,28 @@
+// Why a generated sequence ended, and its OpenAI-API spelling.
+#pragma once
+#include <string_view>
+
+namespace dsinfer {
+
+enum class FinishReason {
+  kNone,    // still running, or the stream ended without a stop condition
+  kStop,    // a stop string or a stop token id
+  kLength,  // max_tokens reached
+  kEos,     // the model's end-of-sequence token (reported to API clients as "stop")
+};
+
+// "stop" for kStop and kEos, "length" for kLength, "none" for kNone (API layers send null for kNone).
+constexpr std::string_view to_string(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kStop:
+    case FinishReason::kEos:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kNone:
+      break;
+  }
+  return "none";
+}
+
+}  // namespace dsinfer

@@ -1,0 +1,34 @@
+// Validation of SamplingParams: every field is checked against its documented range.
+#include "engine/sampling_params.h"
+
+#include <cmath>
+
+#include "core/error.h"
+
+namespace dsinfer {
+
+void SamplingParams::validate(int32_t vocab_size) const {
+  DSI_CHECK(vocab_size > 0, "sampling: vocab_size must be > 0, got ", vocab_size);
+  DSI_CHECK(std::isfinite(temperature) && temperature >= 0.0f,
+            "sampling: temperature must be a finite value >= 0 (0 = greedy), got ", temperature);
+  DSI_CHECK(top_p > 0.0f && top_p <= 1.0f, "sampling: top_p must be in (0, 1], got ", top_p);
+  DSI_CHECK(min_p >= 0.0f && min_p <= 1.0f, "sampling: min_p must be in [0, 1], got ", min_p);
+  DSI_CHECK(std::isfinite(repetition_penalty) && repetition_penalty > 0.0f,
+            "sampling: repetition_penalty must be a finite value > 0 (1 = off), got ", repetition_penalty);
+  DSI_CHECK(presence_penalty >= -2.0f && presence_penalty <= 2.0f,
+            "sampling: presence_penalty must be in [-2, 2], got ", presence_penalty);
+  DSI_CHECK(frequency_penalty >= -2.0f && frequency_penalty <= 2.0f,
+            "sampling: frequency_penalty must be in [-2, 2], got ", frequency_penalty);
+  DSI_CHECK(max_tokens >= 1, "sampling: max_tokens must be >= 1, got ", max_tokens);
+  for (size_t i = 0; i < stop.size(); ++i) {
+    DSI_CHECK(!stop[i].empty(), "sampling: stop[", i, "] must be a non-empty string");
+  }
+  for (size_t i = 0; i < stop_token_ids.size(); ++i) {
+    DSI_CHECK(stop_token_ids[i] >= 0 && stop_token_ids[i] < vocab_size, "sampling: stop_token_ids[", i,
+              "] must be in [0, ", vocab_size, "), got ", stop_token_ids[i]);
+  }
+  DSI_CHECK(logprobs >= 0 && logprobs <= kMaxLogprobs, "sampling: logprobs must be in [0, ", kMaxLogprobs,
+            "], got ", logprobs);
+}
+
+}  // namespace dsinfer
