@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Sets up, builds and runs every test (CTest + GoogleTest). This is what CI runs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+bash scripts/build.sh
+cd build
+ctest --output-on-failure -j"$(nproc)" --timeout 900
