@@ -7,6 +7,9 @@ find_path(CLI11_INCLUDE_DIR CLI/CLI.hpp REQUIRED)
 find_path(PCRE2_INCLUDE_DIR pcre2.h REQUIRED)
 # Static PCRE2 so that binaries carried to the GPU machine need no Debian package there.
 find_library(PCRE2_LIBRARY NAMES libpcre2-8.a pcre2-8 REQUIRED)
+# Static zlib for tokenizer.json.gz.
+find_path(ZLIB_INCLUDE_DIR zlib.h REQUIRED)
+find_library(ZLIB_STATIC_LIBRARY NAMES libz.a z REQUIRED)
 find_package(GTest QUIET)
 find_package(benchmark QUIET)
 

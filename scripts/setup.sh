@@ -4,7 +4,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config git
   nlohmann-json3-dev libpcre2-dev libyaml-cpp-dev libcli11-dev libboost1.81-dev
-  libgtest-dev libgmock-dev libbenchmark-dev libomp-dev clang-format
+  libgtest-dev libgmock-dev libbenchmark-dev libomp-dev clang-format zlib1g-dev
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -1,0 +1,320 @@
+// BPE model: loading vocab and merges (string "a b" or pair ["a", "b"] form) and encoding words.
+#include "tokenizer/bpe.h"
+
+#include <algorithm>
+#include <climits>
+#include <cstdio>
+#include <queue>
+
+#include "core/error.h"
+#include "tokenizer/byte_level.h"
+#include "tokenizer/utf8.h"
+
+namespace dsinfer {
+
+void MergeTable::build(const std::vector<Entry>& entries) {
+  size_t capacity = 16;
+  shift_ = 60;
+  while (capacity < entries.size() * 2) {
+    capacity *= 2;
+    --shift_;
+  }
+  slots_.assign(capacity, Entry{kEmpty, 0, 0});
+  mask_ = capacity - 1;
+  for (const Entry& e : entries) {
+    size_t i = slot(e.key);
+    while (slots_[i].key != kEmpty && slots_[i].key != e.key) i = (i + 1) & mask_;
+    slots_[i] = e;  // a repeated pair keeps the later merge, as a hash map insert would
+  }
+}
+
+namespace {
+
+bool get_bool(const nlohmann::json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_boolean() && it->get<bool>();
+}
+
+}  // namespace
+
+std::unique_ptr<BpeModel> BpeModel::from_json(const nlohmann::json& j) {
+  DSI_CHECK(j.is_object(), "tokenizer: 'model' must be an object");
+  const std::string type = j.value("type", std::string("BPE"));
+  DSI_CHECK(type == "BPE", "tokenizer: unsupported model type '", type, "' (only BPE)");
+  for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
+    auto it = j.find(key);
+    DSI_CHECK(it == j.end() || it->is_null() || (it->is_string() && it->get<std::string>().empty()),
+              "tokenizer: BPE '", key, "' is not supported");
+  }
+  if (auto it = j.find("dropout"); it != j.end() && !it->is_null()) {
+    DSI_CHECK(it->is_number() && it->get<double>() == 0.0, "tokenizer: BPE dropout is not supported");
+  }
+
+  std::unique_ptr<BpeModel> m(new BpeModel());
+  auto vit = j.find("vocab");
+  DSI_CHECK(vit != j.end() && vit->is_object(), "tokenizer: BPE model needs a 'vocab' object");
+  m->vocab_.reserve(vit->size() * 2);
+  int32_t max_id = -1;
+  for (auto it = vit->begin(); it != vit->end(); ++it) {
+    DSI_CHECK(it.value().is_number_integer(), "tokenizer: vocab id of '", it.key(), "' is not an integer");
+    const int64_t id = it.value().get<int64_t>();
+    DSI_CHECK(id >= 0 && id < INT32_MAX, "tokenizer: vocab id ", id, " of '", it.key(), "' is out of range");
+    m->vocab_.emplace(it.key(), static_cast<int32_t>(id));
+    max_id = std::max(max_id, static_cast<int32_t>(id));
+  }
+  m->id_to_token_.resize(static_cast<size_t>(max_id + 1));
+  m->has_id_.assign(static_cast<size_t>(max_id + 1), 0);
+  for (const auto& [token, id] : m->vocab_) {
+    m->id_to_token_[id] = token;
+    m->has_id_[id] = 1;
+  }
+
+  auto lookup = [&](std::string_view token, size_t rank) {
+    auto it = m->vocab_.find(token);
+    if (it == m->vocab_.end())
+      fail("tokenizer: merge ", rank + 1, " uses '", token, "' which is not in the vocab");
+    return it->second;
+  };
+  std::vector<MergeTable::Entry> entries;
+  if (auto mit = j.find("merges"); mit != j.end() && !mit->is_null()) {
+    DSI_CHECK(mit->is_array(), "tokenizer: BPE 'merges' must be an array");
+    entries.reserve(mit->size());
+    std::string joined;
+    size_t rank = 0;
+    for (const auto& merge : *mit) {
+      std::string_view a, b;
+      std::string first, second;
+      if (merge.is_string()) {
+        const std::string& s = merge.get_ref<const std::string&>();
+        const size_t space = s.find(' ');
+        DSI_CHECK(space != std::string::npos && s.find(' ', space + 1) == std::string::npos,
+                  "tokenizer: merge ", rank + 1, " '", s, "' is not two tokens separated by one space");
+        first = s.substr(0, space);
+        second = s.substr(space + 1);
+      } else {
+        DSI_CHECK(merge.is_array() && merge.size() == 2 && merge[0].is_string() && merge[1].is_string(),
+                  "tokenizer: merge ", rank + 1, " must be \"a b\" or [\"a\", \"b\"]");
+        first = merge[0].get<std::string>();
+        second = merge[1].get<std::string>();
+      }
+      joined = first;
+      joined += second;
+      const int32_t ia = lookup(first, rank), ib = lookup(second, rank);
+      auto nit = m->vocab_.find(joined);
+      if (nit == m->vocab_.end())
+        fail("tokenizer: merge ", rank + 1, " result '", joined, "' is not in the vocab");
+      entries.push_back({MergeTable::pack(ia, ib), static_cast<int32_t>(rank), nit->second});
+      ++rank;
+    }
+  }
+  m->merges_.build(entries);
+
+  m->all_bytes_in_vocab_ = true;
+  for (int b = 0; b < 256; ++b) {
+    auto it = m->vocab_.find(byte_level::char_for_byte(static_cast<uint8_t>(b)));
+    m->byte_ids_[b] = it == m->vocab_.end() ? -1 : it->second;
+    if (it == m->vocab_.end()) m->all_bytes_in_vocab_ = false;
+  }
+  if (auto uit = j.find("unk_token"); uit != j.end() && !uit->is_null()) {
+    const std::string unk = uit->get<std::string>();
+    auto it = m->vocab_.find(unk);
+    DSI_CHECK(it != m->vocab_.end(), "tokenizer: unk_token '", unk, "' is not in the vocab");
+    m->unk_id_ = it->second;
+  }
+  m->fuse_unk_ = get_bool(j, "fuse_unk");
+  m->byte_fallback_ = get_bool(j, "byte_fallback");
+  m->ignore_merges_ = get_bool(j, "ignore_merges");
+  return m;
+}
+
+std::optional<int32_t> BpeModel::token_to_id(std::string_view token) const {
+  auto it = vocab_.find(token);
+  if (it == vocab_.end()) return std::nullopt;
+  return it->second;
+}
+
+const std::string* BpeModel::id_to_token(int32_t id) const {
+  if (id < 0 || static_cast<size_t>(id) >= has_id_.size() || !has_id_[id]) return nullptr;
+  return &id_to_token_[id];
+}
+
+void BpeModel::merge(std::vector<int32_t>& syms) const {
+  if (syms.size() < 2) return;
+  if (syms.size() <= 32) {
+    merge_small(syms);
+  } else {
+    merge_large(syms);
+  }
+}
+
+// Repeatedly merges the lowest-ranked adjacent pair (leftmost on ties); fine for short words.
+void BpeModel::merge_small(std::vector<int32_t>& syms) const {
+  std::array<const MergeTable::Entry*, 32> pair{};
+  size_t n = syms.size();
+  for (size_t i = 0; i + 1 < n; ++i) pair[i] = merges_.find(syms[i], syms[i + 1]);
+  while (true) {
+    size_t best = n;
+    int32_t best_rank = INT32_MAX;
+    for (size_t i = 0; i + 1 < n; ++i) {
+      if (pair[i] && pair[i]->rank < best_rank) {
+        best_rank = pair[i]->rank;
+        best = i;
+      }
+    }
+    if (best == n) break;
+    syms[best] = pair[best]->new_id;
+    for (size_t i = best + 1; i + 1 < n; ++i) {
+      syms[i] = syms[i + 1];
+      pair[i] = pair[i + 1];
+    }
+    --n;
+    if (best > 0) pair[best - 1] = merges_.find(syms[best - 1], syms[best]);
+    pair[best] = best + 1 < n ? merges_.find(syms[best], syms[best + 1]) : nullptr;
+  }
+  syms.resize(n);
+}
+
+// Linked list of symbols plus a min-heap of candidate merges; stale entries are skipped.
+void BpeModel::merge_large(std::vector<int32_t>& syms) const {
+  const int n = static_cast<int>(syms.size());
+  std::vector<int> prev(n), next(n);
+  std::vector<uint8_t> alive(n, 1);
+  for (int i = 0; i < n; ++i) {
+    prev[i] = i - 1;
+    next[i] = i + 1 < n ? i + 1 : -1;
+  }
+  struct Cand {
+    int32_t rank;
+    int32_t pos;
+    int32_t new_id;
+    bool operator>(const Cand& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
+  };
+  std::vector<Cand> heap_storage;
+  heap_storage.reserve(n);
+  std::priority_queue<Cand, std::vector<Cand>, std::greater<Cand>> heap(std::greater<Cand>(),
+                                                                        std::move(heap_storage));
+  for (int i = 0; i + 1 < n; ++i) {
+    if (const auto* e = merges_.find(syms[i], syms[i + 1])) heap.push({e->rank, i, e->new_id});
+  }
+  while (!heap.empty()) {
+    const Cand top = heap.top();
+    heap.pop();
+    const int pos = top.pos;
+    if (!alive[pos] || next[pos] < 0) continue;
+    const int right = next[pos];
+    const auto* current = merges_.find(syms[pos], syms[right]);
+    if (!current || current->new_id != top.new_id) continue;  // stale entry
+    syms[pos] = top.new_id;
+    alive[right] = 0;
+    next[pos] = next[right];
+    if (next[right] >= 0) prev[next[right]] = pos;
+    if (prev[pos] >= 0) {
+      if (const auto* e = merges_.find(syms[prev[pos]], syms[pos]))
+        heap.push({e->rank, prev[pos], e->new_id});
+    }
+    if (next[pos] >= 0) {
+      if (const auto* e = merges_.find(syms[pos], syms[next[pos]])) heap.push({e->rank, pos, e->new_id});
+    }
+  }
+  size_t w = 0;
+  for (int i = 0; i < n; ++i)
+    if (alive[i]) syms[w++] = syms[i];
+  syms.resize(w);
+}
+
+bool BpeModel::cache_get(std::string_view key, size_t hash, std::vector<int32_t>& out) const {
+  CacheShard& shard = cache_[hash % kCacheShards];
+  std::lock_guard<std::mutex> lock(shard.mu);
+  auto it = shard.map.find(key);
+  if (it == shard.map.end()) return false;
+  out.insert(out.end(), it->second.begin(), it->second.end());
+  return true;
+}
+
+void BpeModel::cache_put(std::string_view key, size_t hash, const std::vector<int32_t>& ids) const {
+  CacheShard& shard = cache_[hash % kCacheShards];
+  std::lock_guard<std::mutex> lock(shard.mu);
+  if (shard.map.size() >= kCacheShardCapacity) return;  // a full cache stops growing
+  shard.map.emplace(std::string(key), ids);
+}
+
+void BpeModel::encode_bytes(std::string_view raw, std::vector<int32_t>& out) const {
+  if (raw.empty()) return;
+  if (!all_bytes_in_vocab_) {
+    std::string mapped;
+    byte_level::map_bytes(raw, mapped);
+    encode_chars(mapped, out);
+    return;
+  }
+  if (raw.size() == 1) {
+    out.push_back(byte_ids_[static_cast<uint8_t>(raw[0])]);
+    return;
+  }
+  if (ignore_merges_) {
+    std::string mapped;
+    byte_level::map_bytes(raw, mapped);
+    if (auto it = vocab_.find(mapped); it != vocab_.end()) {
+      out.push_back(it->second);
+      return;
+    }
+  }
+  const bool cacheable = raw.size() <= kCacheMaxWordBytes;
+  size_t hash = 0;
+  if (cacheable) {
+    hash = StringHash{}(raw);
+    if (cache_get(raw, hash, out)) return;
+  }
+  thread_local std::vector<int32_t> syms;
+  syms.resize(raw.size());
+  for (size_t i = 0; i < raw.size(); ++i) syms[i] = byte_ids_[static_cast<uint8_t>(raw[i])];
+  merge(syms);
+  out.insert(out.end(), syms.begin(), syms.end());
+  if (cacheable) cache_put(raw, hash, syms);
+}
+
+void BpeModel::encode_chars(std::string_view word, std::vector<int32_t>& out) const {
+  if (word.empty()) return;
+  if (ignore_merges_) {
+    if (auto it = vocab_.find(word); it != vocab_.end()) {
+      out.push_back(it->second);
+      return;
+    }
+  }
+  std::vector<int32_t> syms;
+  bool previous_unk = false;
+  size_t i = 0;
+  while (i < word.size()) {
+    const size_t start = i;
+    i += utf8::seq_len(static_cast<unsigned char>(word[i]));
+    const std::string_view ch = word.substr(start, i - start);
+    if (auto it = vocab_.find(ch); it != vocab_.end()) {
+      syms.push_back(it->second);
+      previous_unk = false;
+      continue;
+    }
+    if (byte_fallback_) {
+      std::vector<int32_t> bytes;
+      for (char c : ch) {
+        char name[8];
+        std::snprintf(name, sizeof(name), "<0x%02X>", static_cast<unsigned>(static_cast<uint8_t>(c)));
+        auto it = vocab_.find(std::string_view(name));
+        if (it == vocab_.end()) break;
+        bytes.push_back(it->second);
+      }
+      if (bytes.size() == ch.size()) {
+        syms.insert(syms.end(), bytes.begin(), bytes.end());
+        previous_unk = false;
+        continue;
+      }
+    }
+    if (unk_id_) {
+      if (!(fuse_unk_ && previous_unk)) syms.push_back(*unk_id_);
+      previous_unk = true;
+    }
+    // Without an unk token the character is dropped, as Hugging Face does.
+  }
+  merge(syms);
+  out.insert(out.end(), syms.begin(), syms.end());
+}
+
+}  // namespace dsinfer
