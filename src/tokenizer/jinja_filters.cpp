@@ -208,7 +208,7 @@ Value f_round(const Value& v, const CallArgs& a) {
   double scale = std::pow(10.0, static_cast<double>(precision));
   double x = v.as_double() * scale;
   if (method == "common") {
-    x = std::round(x);
+    x = std::nearbyint(x);  // Python's round(): half to even
   } else if (method == "ceil") {
     x = std::ceil(x);
   } else if (method == "floor") {
