@@ -49,6 +49,18 @@ uint32_t to_lower(uint32_t c) {
   return c;
 }
 
+// Python's str.isprintable() for repr(): control, format, separator (except ' '), surrogate and
+// private-use characters are escaped. Unassigned code points are not tracked.
+bool is_repr_printable(uint32_t c) {
+  if (c < 0x20 || c == 0x7F || (c >= 0x80 && c <= 0xA0) || c == 0xAD) return false;
+  if (c == 0x1680 || (c >= 0x2000 && c <= 0x200F) || (c >= 0x2028 && c <= 0x202F) ||
+      (c >= 0x205F && c <= 0x2064) || (c >= 0x2066 && c <= 0x206F) || c == 0x3000 || c == 0xFEFF)
+    return false;
+  if (c == 0x061C || c == 0x180E || (c >= 0xFFF9 && c <= 0xFFFB)) return false;
+  if ((c >= 0xD800 && c <= 0xF8FF) || (c >= 0xF0000)) return false;
+  return true;
+}
+
 bool is_cased_letter(uint32_t c) {
   return to_upper(c) != c || to_lower(c) != c;
 }
@@ -122,7 +134,16 @@ bool is_py_space(uint32_t c) {
 }
 
 std::string py_upper(std::string_view s) {
-  return map_chars(s, to_upper);
+  std::string out;
+  out.reserve(s.size());
+  for (uint32_t cp : utf8_decode(s)) {
+    if (cp == 0xDF) {  // German sharp s upper-cases to "SS"
+      out += "SS";
+    } else {
+      utf8_append(out, to_upper(cp));
+    }
+  }
+  return out;
 }
 std::string py_lower(std::string_view s) {
   return map_chars(s, to_lower);
@@ -310,11 +331,11 @@ std::string py_str_repr(std::string_view s) {
       out += "\\r";
     } else if (cp == '\t') {
       out += "\\t";
-    } else if (cp < 0x20 || cp == 0x7F || (cp >= 0x80 && cp < 0xA0) || cp == 0xAD) {
+    } else if (!is_repr_printable(cp)) {
       static const char* hex = "0123456789abcdef";
-      out += "\\x";
-      out += hex[cp >> 4];
-      out += hex[cp & 0xF];
+      int digits = cp < 0x100 ? 2 : cp < 0x10000 ? 4 : 8;
+      out += digits == 2 ? "\\x" : digits == 4 ? "\\u" : "\\U";
+      for (int shift = (digits - 1) * 4; shift >= 0; shift -= 4) out += hex[(cp >> shift) & 0xF];
     } else {
       utf8_append(out, cp);
     }

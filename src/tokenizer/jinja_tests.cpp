@@ -28,8 +28,9 @@ bool t_mapping(const Value& v, const CallArgs&) {
 bool t_iterable(const Value& v, const CallArgs&) {
   return v.is_list() || v.is_dict() || v.is_string() || v.is_undefined();
 }
+// Jinja's sequence test (has len() and __getitem__) also holds for Undefined.
 bool t_sequence(const Value& v, const CallArgs&) {
-  return v.is_list() || v.is_dict() || v.is_string();
+  return v.is_list() || v.is_dict() || v.is_string() || v.is_undefined();
 }
 bool t_number(const Value& v, const CallArgs&) {
   return v.is_number();
