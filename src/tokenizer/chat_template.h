@@ -1,5 +1,14 @@
 // ChatTemplate: renders a Hugging Face chat_template (Jinja) into a prompt string, matching transformers'
 // apply_chat_template (trim_blocks, lstrip_blocks, its tojson and raise_exception).
+//
+// The engine (jinja_*.h) covers the Jinja subset chat templates use. Not supported, and rejected at load
+// time where it is syntax: include/import/extends/block, {% call %}, recursive loops, filtered block
+// set, *args/**kwargs, macro varargs/kwargs/caller, loop.changed, the globals lipsum/cycler/joiner, and
+// filters/tests/methods outside the lists in jinja_filters.cpp, jinja_tests.cpp and jinja_methods.cpp.
+// Differences at render time: printf-style '%' on strings fails; dict literal keys must be strings;
+// integers are 64-bit; methods must be called (d.items without () is an item lookup); |safe and
+// |escape return plain strings (no Markup escaping on concatenation); case mapping covers Latin,
+// Greek and Cyrillic only.
 #pragma once
 #include <memory>
 #include <nlohmann/json.hpp>
