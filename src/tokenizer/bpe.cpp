@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdio>
-#include <queue>
+#include <functional>
 
 #include "core/error.h"
 #include "tokenizer/byte_level.h"
@@ -183,37 +183,39 @@ void BpeModel::merge_large(std::vector<int32_t>& syms) const {
     prev[i] = i - 1;
     next[i] = i + 1 < n ? i + 1 : -1;
   }
-  struct Cand {
-    int32_t rank;
-    int32_t pos;
-    int32_t new_id;
-    bool operator>(const Cand& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
+  // Candidates are (rank << 32 | position): the lowest rank first, the leftmost on ties.
+  // A candidate is stale when its pair no longer exists at that position (same pair = same rank).
+  std::vector<uint64_t> heap;
+  heap.reserve(static_cast<size_t>(n));
+  auto push = [&](int32_t rank, int pos) {
+    heap.push_back((static_cast<uint64_t>(rank) << 32) | static_cast<uint32_t>(pos));
+    std::push_heap(heap.begin(), heap.end(), std::greater<uint64_t>());
   };
-  std::vector<Cand> heap_storage;
-  heap_storage.reserve(n);
-  std::priority_queue<Cand, std::vector<Cand>, std::greater<Cand>> heap(std::greater<Cand>(),
-                                                                        std::move(heap_storage));
   for (int i = 0; i + 1 < n; ++i) {
-    if (const auto* e = merges_.find(syms[i], syms[i + 1])) heap.push({e->rank, i, e->new_id});
+    if (const auto* e = merges_.find(syms[i], syms[i + 1])) {
+      heap.push_back((static_cast<uint64_t>(e->rank) << 32) | static_cast<uint32_t>(i));
+    }
   }
+  std::make_heap(heap.begin(), heap.end(), std::greater<uint64_t>());
   while (!heap.empty()) {
-    const Cand top = heap.top();
-    heap.pop();
-    const int pos = top.pos;
+    std::pop_heap(heap.begin(), heap.end(), std::greater<uint64_t>());
+    const uint64_t top = heap.back();
+    heap.pop_back();
+    const int pos = static_cast<int>(top & 0xFFFFFFFFu);
+    const auto rank = static_cast<int32_t>(top >> 32);
     if (!alive[pos] || next[pos] < 0) continue;
     const int right = next[pos];
     const auto* current = merges_.find(syms[pos], syms[right]);
-    if (!current || current->new_id != top.new_id) continue;  // stale entry
-    syms[pos] = top.new_id;
+    if (!current || current->rank != rank) continue;  // stale entry
+    syms[pos] = current->new_id;
     alive[right] = 0;
     next[pos] = next[right];
     if (next[right] >= 0) prev[next[right]] = pos;
     if (prev[pos] >= 0) {
-      if (const auto* e = merges_.find(syms[prev[pos]], syms[pos]))
-        heap.push({e->rank, prev[pos], e->new_id});
+      if (const auto* e = merges_.find(syms[prev[pos]], syms[pos])) push(e->rank, prev[pos]);
     }
     if (next[pos] >= 0) {
-      if (const auto* e = merges_.find(syms[pos], syms[next[pos]])) heap.push({e->rank, pos, e->new_id});
+      if (const auto* e = merges_.find(syms[pos], syms[next[pos]])) push(e->rank, pos);
     }
   }
   size_t w = 0;
