@@ -108,6 +108,7 @@ std::unique_ptr<BpeModel> BpeModel::from_json(const nlohmann::json& j) {
     }
   }
   m->merges_.build(entries);
+  m->num_merges_ = static_cast<int32_t>(entries.size());
 
   m->all_bytes_in_vocab_ = true;
   for (int b = 0; b < 256; ++b) {
@@ -174,54 +175,89 @@ void BpeModel::merge_small(std::vector<int32_t>& syms) const {
   syms.resize(n);
 }
 
-// Linked list of symbols plus a min-heap of candidate merges; stale entries are skipped.
+// Linked list of symbols and candidate merges bucketed by rank. Merges happen in the order
+// (rank, position), exactly as a min-heap of (rank, position) would give them (Hugging Face's
+// algorithm), but in O(n) for the usual case: ranks are visited in increasing order and each
+// bucket's positions left to right. A merge creating a pair whose rank is not above the rank
+// being processed (possible only with unusual merge lists) interrupts the bucket, which goes back
+// to the queue, so the global order is kept. Stale candidates are skipped on validation.
 void BpeModel::merge_large(std::vector<int32_t>& syms) const {
   const int n = static_cast<int>(syms.size());
-  std::vector<int> prev(n), next(n);
-  std::vector<uint8_t> alive(n, 1);
+  thread_local std::vector<int> prev, next;
+  thread_local std::vector<std::vector<int32_t>> buckets;  // rank -> positions; all empty between calls
+  thread_local std::vector<int32_t> ranks;                 // min-heap of ranks with a non-empty bucket
+  thread_local std::vector<int32_t> work;
+  prev.resize(n);
+  next.resize(n);
+  if (buckets.size() < static_cast<size_t>(num_merges_)) buckets.resize(num_merges_);
+  ranks.clear();
   for (int i = 0; i < n; ++i) {
     prev[i] = i - 1;
     next[i] = i + 1 < n ? i + 1 : -1;
   }
-  // Candidates are (rank << 32 | position): the lowest rank first, the leftmost on ties.
-  // A candidate is stale when its pair no longer exists at that position (same pair = same rank).
-  std::vector<uint64_t> heap;
-  heap.reserve(static_cast<size_t>(n));
+  int32_t current = -1;
+  bool interrupted = false;
   auto push = [&](int32_t rank, int pos) {
-    heap.push_back((static_cast<uint64_t>(rank) << 32) | static_cast<uint32_t>(pos));
-    std::push_heap(heap.begin(), heap.end(), std::greater<uint64_t>());
+    std::vector<int32_t>& bucket = buckets[rank];
+    if (bucket.empty()) {
+      ranks.push_back(rank);
+      std::push_heap(ranks.begin(), ranks.end(), std::greater<int32_t>());
+    }
+    bucket.push_back(pos);
+    if (rank <= current) interrupted = true;
   };
   for (int i = 0; i + 1 < n; ++i) {
-    if (const auto* e = merges_.find(syms[i], syms[i + 1])) {
-      heap.push_back((static_cast<uint64_t>(e->rank) << 32) | static_cast<uint32_t>(i));
-    }
+    if (const auto* e = merges_.find(syms[i], syms[i + 1])) push(e->rank, i);
   }
-  std::make_heap(heap.begin(), heap.end(), std::greater<uint64_t>());
-  while (!heap.empty()) {
-    std::pop_heap(heap.begin(), heap.end(), std::greater<uint64_t>());
-    const uint64_t top = heap.back();
-    heap.pop_back();
-    const int pos = static_cast<int>(top & 0xFFFFFFFFu);
-    const auto rank = static_cast<int32_t>(top >> 32);
-    if (!alive[pos] || next[pos] < 0) continue;
-    const int right = next[pos];
-    const auto* current = merges_.find(syms[pos], syms[right]);
-    if (!current || current->rank != rank) continue;  // stale entry
-    syms[pos] = current->new_id;
-    alive[right] = 0;
-    next[pos] = next[right];
-    if (next[right] >= 0) prev[next[right]] = pos;
-    if (prev[pos] >= 0) {
-      if (const auto* e = merges_.find(syms[prev[pos]], syms[pos])) push(e->rank, prev[pos]);
+  while (!ranks.empty()) {
+    std::pop_heap(ranks.begin(), ranks.end(), std::greater<int32_t>());
+    current = ranks.back();
+    ranks.pop_back();
+    work.swap(buckets[current]);
+    buckets[current].clear();
+    if (!std::is_sorted(work.begin(), work.end())) std::sort(work.begin(), work.end());
+    interrupted = false;
+    for (size_t k = 0; k < work.size(); ++k) {
+      const int pos = work[k];
+      if (next[pos] < 0 || prev[pos] == -2) continue;  // merged away or last symbol
+      const int right = next[pos];
+      const auto* pair = merges_.find(syms[pos], syms[right]);
+      if (!pair || pair->rank != current) continue;  // stale candidate
+      syms[pos] = pair->new_id;
+      prev[right] = -2;  // marks a removed symbol
+      next[pos] = next[right];
+      if (next[right] >= 0) prev[next[right]] = pos;
+      if (prev[pos] >= 0) {
+        if (const auto* e = merges_.find(syms[prev[pos]], syms[pos])) push(e->rank, prev[pos]);
+      }
+      if (next[pos] >= 0) {
+        if (const auto* e = merges_.find(syms[pos], syms[next[pos]])) push(e->rank, pos);
+      }
+      if (interrupted && k + 1 < work.size()) {
+        // Something at or below this rank appeared: requeue the rest of this bucket.
+        push(current, work[k + 1]);
+        std::vector<int32_t>& bucket = buckets[current];
+        bucket.insert(bucket.end(), work.begin() + static_cast<std::ptrdiff_t>(k) + 2, work.end());
+        break;
+      }
     }
-    if (next[pos] >= 0) {
-      if (const auto* e = merges_.find(syms[pos], syms[next[pos]])) push(e->rank, pos);
-    }
+    work.clear();
   }
   size_t w = 0;
   for (int i = 0; i < n; ++i)
-    if (alive[i]) syms[w++] = syms[i];
+    if (prev[i] != -2) syms[w++] = syms[i];
   syms.resize(w);
+}
+
+std::vector<int32_t> BpeModel::merge_for_testing(std::vector<int32_t> syms, bool large) const {
+  if (syms.size() >= 2) {
+    if (large) {
+      merge_large(syms);
+    } else {
+      merge_small(syms);
+    }
+  }
+  return syms;
 }
 
 bool BpeModel::cache_get(std::string_view key, size_t hash, std::vector<int32_t>& out) const {
