@@ -82,20 +82,19 @@ std::unique_ptr<BpeModel> BpeModel::from_json(const nlohmann::json& j) {
     std::string joined;
     size_t rank = 0;
     for (const auto& merge : *mit) {
-      std::string_view a, b;
-      std::string first, second;
+      std::string_view first, second;
       if (merge.is_string()) {
-        const std::string& s = merge.get_ref<const std::string&>();
-        const size_t space = s.find(' ');
-        DSI_CHECK(space != std::string::npos && s.find(' ', space + 1) == std::string::npos,
-                  "tokenizer: merge ", rank + 1, " '", s, "' is not two tokens separated by one space");
-        first = s.substr(0, space);
-        second = s.substr(space + 1);
+        const std::string& line = merge.get_ref<const std::string&>();
+        const size_t space = line.find(' ');
+        DSI_CHECK(space != std::string::npos && line.find(' ', space + 1) == std::string::npos,
+                  "tokenizer: merge ", rank + 1, " '", line, "' is not two tokens separated by one space");
+        first = std::string_view(line).substr(0, space);
+        second = std::string_view(line).substr(space + 1);
       } else {
         DSI_CHECK(merge.is_array() && merge.size() == 2 && merge[0].is_string() && merge[1].is_string(),
                   "tokenizer: merge ", rank + 1, " must be \"a b\" or [\"a\", \"b\"]");
-        first = merge[0].get<std::string>();
-        second = merge[1].get<std::string>();
+        first = merge[0].get_ref<const std::string&>();
+        second = merge[1].get_ref<const std::string&>();
       }
       joined = first;
       joined += second;
@@ -247,6 +246,13 @@ void BpeModel::merge_large(std::vector<int32_t>& syms) const {
   for (int i = 0; i < n; ++i)
     if (prev[i] != -2) syms[w++] = syms[i];
   syms.resize(w);
+  if (n > (1 << 16)) {
+    // Do not keep a huge word's scratch memory alive in this thread (all buckets are empty now).
+    std::vector<std::vector<int32_t>>().swap(buckets);
+    std::vector<int32_t>().swap(work);
+    std::vector<int>().swap(prev);
+    std::vector<int>().swap(next);
+  }
 }
 
 std::vector<int32_t> BpeModel::merge_for_testing(std::vector<int32_t> syms, bool large) const {
