@@ -37,7 +37,7 @@ bool get_bool(const nlohmann::json& j, const char* key) {
 
 }  // namespace
 
-std::unique_ptr<BpeModel> BpeModel::from_json(const nlohmann::json& j) {
+std::unique_ptr<BpeModel> BpeModel::from_json(const nlohmann::json& j, const BpeTables* tables) {
   DSI_CHECK(j.is_object(), "tokenizer: 'model' must be an object");
   const std::string type = j.value("type", std::string("BPE"));
   DSI_CHECK(type == "BPE", "tokenizer: unsupported model type '", type, "' (only BPE)");
@@ -51,16 +51,24 @@ std::unique_ptr<BpeModel> BpeModel::from_json(const nlohmann::json& j) {
   }
 
   std::unique_ptr<BpeModel> m(new BpeModel());
-  auto vit = j.find("vocab");
-  DSI_CHECK(vit != j.end() && vit->is_object(), "tokenizer: BPE model needs a 'vocab' object");
-  m->vocab_.reserve(vit->size() * 2);
+  // Vocabulary: from `tables` (fast loader) or the JSON object.
   int32_t max_id = -1;
-  for (auto it = vit->begin(); it != vit->end(); ++it) {
-    DSI_CHECK(it.value().is_number_integer(), "tokenizer: vocab id of '", it.key(), "' is not an integer");
-    const int64_t id = it.value().get<int64_t>();
-    DSI_CHECK(id >= 0 && id < INT32_MAX, "tokenizer: vocab id ", id, " of '", it.key(), "' is out of range");
-    m->vocab_.emplace(it.key(), static_cast<int32_t>(id));
+  auto add_token = [&](const std::string& token, int64_t id) {
+    DSI_CHECK(id >= 0 && id < INT32_MAX, "tokenizer: vocab id ", id, " of '", token, "' is out of range");
+    m->vocab_.insert_or_assign(token, static_cast<int32_t>(id));
     max_id = std::max(max_id, static_cast<int32_t>(id));
+  };
+  if (tables) {
+    m->vocab_.reserve(tables->vocab.size());
+    for (const auto& [token, id] : tables->vocab) add_token(token, id);
+  } else {
+    auto vit = j.find("vocab");
+    DSI_CHECK(vit != j.end() && vit->is_object(), "tokenizer: BPE model needs a 'vocab' object");
+    m->vocab_.reserve(vit->size());
+    for (auto it = vit->begin(); it != vit->end(); ++it) {
+      DSI_CHECK(it.value().is_number_integer(), "tokenizer: vocab id of '", it.key(), "' is not an integer");
+      add_token(it.key(), it.value().get<int64_t>());
+    }
   }
   m->id_to_token_.resize(static_cast<size_t>(max_id + 1));
   m->has_id_.assign(static_cast<size_t>(max_id + 1), 0);
@@ -69,6 +77,7 @@ std::unique_ptr<BpeModel> BpeModel::from_json(const nlohmann::json& j) {
     m->has_id_[id] = 1;
   }
 
+  // Merges, in rank order.
   auto lookup = [&](std::string_view token, size_t rank) {
     auto it = m->vocab_.find(token);
     if (it == m->vocab_.end())
@@ -76,34 +85,36 @@ std::unique_ptr<BpeModel> BpeModel::from_json(const nlohmann::json& j) {
     return it->second;
   };
   std::vector<MergeTable::Entry> entries;
-  if (auto mit = j.find("merges"); mit != j.end() && !mit->is_null()) {
+  std::string joined;
+  auto add_merge = [&](std::string_view first, std::string_view second) {
+    const size_t rank = entries.size();
+    joined = first;
+    joined += second;
+    const int32_t ia = lookup(first, rank), ib = lookup(second, rank);
+    auto nit = m->vocab_.find(joined);
+    if (nit == m->vocab_.end())
+      fail("tokenizer: merge ", rank + 1, " result '", joined, "' is not in the vocab");
+    entries.push_back({MergeTable::pack(ia, ib), static_cast<int32_t>(rank), nit->second});
+  };
+  if (tables) {
+    entries.reserve(tables->merges.size());
+    for (const auto& [a, b] : tables->merges) add_merge(a, b);
+  } else if (auto mit = j.find("merges"); mit != j.end() && !mit->is_null()) {
     DSI_CHECK(mit->is_array(), "tokenizer: BPE 'merges' must be an array");
     entries.reserve(mit->size());
-    std::string joined;
-    size_t rank = 0;
     for (const auto& merge : *mit) {
-      std::string_view first, second;
+      const size_t rank = entries.size();
       if (merge.is_string()) {
         const std::string& line = merge.get_ref<const std::string&>();
         const size_t space = line.find(' ');
         DSI_CHECK(space != std::string::npos && line.find(' ', space + 1) == std::string::npos,
                   "tokenizer: merge ", rank + 1, " '", line, "' is not two tokens separated by one space");
-        first = std::string_view(line).substr(0, space);
-        second = std::string_view(line).substr(space + 1);
+        add_merge(std::string_view(line).substr(0, space), std::string_view(line).substr(space + 1));
       } else {
         DSI_CHECK(merge.is_array() && merge.size() == 2 && merge[0].is_string() && merge[1].is_string(),
                   "tokenizer: merge ", rank + 1, " must be \"a b\" or [\"a\", \"b\"]");
-        first = merge[0].get_ref<const std::string&>();
-        second = merge[1].get_ref<const std::string&>();
+        add_merge(merge[0].get_ref<const std::string&>(), merge[1].get_ref<const std::string&>());
       }
-      joined = first;
-      joined += second;
-      const int32_t ia = lookup(first, rank), ib = lookup(second, rank);
-      auto nit = m->vocab_.find(joined);
-      if (nit == m->vocab_.end())
-        fail("tokenizer: merge ", rank + 1, " result '", joined, "' is not in the vocab");
-      entries.push_back({MergeTable::pack(ia, ib), static_cast<int32_t>(rank), nit->second});
-      ++rank;
     }
   }
   m->merges_.build(entries);

@@ -13,6 +13,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "tokenizer/json_fast.h"
+
 namespace dsinfer {
 
 struct StringHash {
@@ -53,7 +55,8 @@ class MergeTable {
 class BpeModel {
  public:
   // Parses the "model" object. Throws dsinfer::Error on malformed or unsupported settings.
-  static std::unique_ptr<BpeModel> from_json(const nlohmann::json& model);
+  // With `tables`, the vocab and merges come from there instead of the JSON object.
+  static std::unique_ptr<BpeModel> from_json(const nlohmann::json& model, const BpeTables* tables = nullptr);
 
   // Encodes one piece of raw bytes whose characters are the byte-level alphabet of each byte.
   void encode_bytes(std::string_view raw, std::vector<int32_t>& out) const;

@@ -5,8 +5,10 @@
 #include <random>
 #include <thread>
 
+#include "core/error.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/file_io.h"
+#include "tokenizer/json_fast.h"
 #include "tokenizer/regex.h"
 #include "tokenizer/utf8.h"
 #include "tokenizer_test_util.h"
@@ -45,6 +47,44 @@ TEST(TokenizerInternals, MergeStrategiesAgreeWhenRanksAreOutOfOrder) {
     "merges": ["ab a", "ab c", "a b", "c c", "b cc", "cc c", "ab ab"]})"));
   EXPECT_EQ(model->merge_for_testing({0, 1, 0, 1}, true), (std::vector<int32_t>{9, 1}));
   expect_strategies_agree(*model, {0, 1, 2}, 5000, 32);
+}
+
+TEST(TokenizerInternals, FastLoaderAgreesWithNlohmann) {
+  for (const std::string& text :
+       {read_gzip_file(testing::data_path("tokenizer/deepseek-v3/tokenizer.json.gz")),
+        testing::read_json(testing::data_path("tokenizer/deepseek-v3-tiny-code/tokenizer.json")).dump(1),
+        std::string(R"({"merges_first": 1, "model": {"merges": [["\u0041", "\n"], "\" \\"], "type": "BPE",
+                        "vocab": {"\u0041": 0, "\n": 1, "A\n": 2, "\ud83d\ude00\t\/": 3, "\"": 4, "\\": 5}}})")}) {
+    const nlohmann::json full = nlohmann::json::parse(text);
+    const auto fast = extract_bpe_tables(text);
+    ASSERT_TRUE(fast.has_value());
+    ASSERT_EQ(fast->tables.vocab.size(), full["model"]["vocab"].size());
+    for (const auto& [token, id] : fast->tables.vocab) EXPECT_EQ(full["model"]["vocab"].at(token), id);
+    const auto& merges = full["model"]["merges"];
+    ASSERT_EQ(fast->tables.merges.size(), merges.size());
+    for (size_t i = 0; i < merges.size(); ++i) {
+      const auto& [a, b] = fast->tables.merges[i];
+      if (merges[i].is_string()) {
+        EXPECT_EQ(a + " " + b, merges[i].get<std::string>());
+      } else {
+        EXPECT_EQ(a, merges[i][0].get<std::string>());
+        EXPECT_EQ(b, merges[i][1].get<std::string>());
+      }
+    }
+    nlohmann::json rest = nlohmann::json::parse(fast->rest);
+    nlohmann::json expected = full;
+    expected["model"]["vocab"] = nlohmann::json::object();
+    expected["model"]["merges"] = nlohmann::json::array();
+    EXPECT_EQ(rest, expected);
+  }
+  EXPECT_EQ(extract_bpe_tables(R"({"model": {"vocab": {"a": 1.5}}})"), std::nullopt);
+  EXPECT_EQ(extract_bpe_tables(R"({"model": {"vocab": {"\ud800": 1}}})"), std::nullopt);
+  EXPECT_EQ(extract_bpe_tables(R"({"model": {"vocab": {}, "merges": ["a b c"]}})"), std::nullopt);
+  EXPECT_EQ(extract_bpe_tables(R"({"model": {"vocab": {"a": 1})"), std::nullopt);
+  // The rest still goes through nlohmann, so errors outside the tables are reported.
+  EXPECT_THROW(
+      Tokenizer::from_json(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}, "x": tru})"),
+      Error);
 }
 
 TEST(TokenizerInternals, WhitespaceFollowsOniguruma) {
