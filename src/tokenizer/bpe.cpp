@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdio>
-#include <queue>
+#include <functional>
 
 #include "core/error.h"
 #include "tokenizer/byte_level.h"
@@ -37,7 +37,7 @@ bool get_bool(const nlohmann::json& j, const char* key) {
 
 }  // namespace
 
-std::unique_ptr<BpeModel> BpeModel::from_json(const nlohmann::json& j) {
+std::unique_ptr<BpeModel> BpeModel::from_json(const nlohmann::json& j, const BpeTables* tables) {
   DSI_CHECK(j.is_object(), "tokenizer: 'model' must be an object");
   const std::string type = j.value("type", std::string("BPE"));
   DSI_CHECK(type == "BPE", "tokenizer: unsupported model type '", type, "' (only BPE)");
@@ -51,16 +51,24 @@ std::unique_ptr<BpeModel> BpeModel::from_json(const nlohmann::json& j) {
   }
 
   std::unique_ptr<BpeModel> m(new BpeModel());
-  auto vit = j.find("vocab");
-  DSI_CHECK(vit != j.end() && vit->is_object(), "tokenizer: BPE model needs a 'vocab' object");
-  m->vocab_.reserve(vit->size() * 2);
+  // Vocabulary: from `tables` (fast loader) or the JSON object.
   int32_t max_id = -1;
-  for (auto it = vit->begin(); it != vit->end(); ++it) {
-    DSI_CHECK(it.value().is_number_integer(), "tokenizer: vocab id of '", it.key(), "' is not an integer");
-    const int64_t id = it.value().get<int64_t>();
-    DSI_CHECK(id >= 0 && id < INT32_MAX, "tokenizer: vocab id ", id, " of '", it.key(), "' is out of range");
-    m->vocab_.emplace(it.key(), static_cast<int32_t>(id));
+  auto add_token = [&](const std::string& token, int64_t id) {
+    DSI_CHECK(id >= 0 && id < INT32_MAX, "tokenizer: vocab id ", id, " of '", token, "' is out of range");
+    m->vocab_.insert_or_assign(token, static_cast<int32_t>(id));
     max_id = std::max(max_id, static_cast<int32_t>(id));
+  };
+  if (tables) {
+    m->vocab_.reserve(tables->vocab.size());
+    for (const auto& [token, id] : tables->vocab) add_token(token, id);
+  } else {
+    auto vit = j.find("vocab");
+    DSI_CHECK(vit != j.end() && vit->is_object(), "tokenizer: BPE model needs a 'vocab' object");
+    m->vocab_.reserve(vit->size());
+    for (auto it = vit->begin(); it != vit->end(); ++it) {
+      DSI_CHECK(it.value().is_number_integer(), "tokenizer: vocab id of '", it.key(), "' is not an integer");
+      add_token(it.key(), it.value().get<int64_t>());
+    }
   }
   m->id_to_token_.resize(static_cast<size_t>(max_id + 1));
   m->has_id_.assign(static_cast<size_t>(max_id + 1), 0);
@@ -69,6 +77,7 @@ std::unique_ptr<BpeModel> BpeModel::from_json(const nlohmann::json& j) {
     m->has_id_[id] = 1;
   }
 
+  // Merges, in rank order.
   auto lookup = [&](std::string_view token, size_t rank) {
     auto it = m->vocab_.find(token);
     if (it == m->vocab_.end())
@@ -76,38 +85,40 @@ std::unique_ptr<BpeModel> BpeModel::from_json(const nlohmann::json& j) {
     return it->second;
   };
   std::vector<MergeTable::Entry> entries;
-  if (auto mit = j.find("merges"); mit != j.end() && !mit->is_null()) {
+  std::string joined;
+  auto add_merge = [&](std::string_view first, std::string_view second) {
+    const size_t rank = entries.size();
+    joined = first;
+    joined += second;
+    const int32_t ia = lookup(first, rank), ib = lookup(second, rank);
+    auto nit = m->vocab_.find(joined);
+    if (nit == m->vocab_.end())
+      fail("tokenizer: merge ", rank + 1, " result '", joined, "' is not in the vocab");
+    entries.push_back({MergeTable::pack(ia, ib), static_cast<int32_t>(rank), nit->second});
+  };
+  if (tables) {
+    entries.reserve(tables->merges.size());
+    for (const auto& [a, b] : tables->merges) add_merge(a, b);
+  } else if (auto mit = j.find("merges"); mit != j.end() && !mit->is_null()) {
     DSI_CHECK(mit->is_array(), "tokenizer: BPE 'merges' must be an array");
     entries.reserve(mit->size());
-    std::string joined;
-    size_t rank = 0;
     for (const auto& merge : *mit) {
-      std::string_view a, b;
-      std::string first, second;
+      const size_t rank = entries.size();
       if (merge.is_string()) {
-        const std::string& s = merge.get_ref<const std::string&>();
-        const size_t space = s.find(' ');
-        DSI_CHECK(space != std::string::npos && s.find(' ', space + 1) == std::string::npos,
-                  "tokenizer: merge ", rank + 1, " '", s, "' is not two tokens separated by one space");
-        first = s.substr(0, space);
-        second = s.substr(space + 1);
+        const std::string& line = merge.get_ref<const std::string&>();
+        const size_t space = line.find(' ');
+        DSI_CHECK(space != std::string::npos && line.find(' ', space + 1) == std::string::npos,
+                  "tokenizer: merge ", rank + 1, " '", line, "' is not two tokens separated by one space");
+        add_merge(std::string_view(line).substr(0, space), std::string_view(line).substr(space + 1));
       } else {
         DSI_CHECK(merge.is_array() && merge.size() == 2 && merge[0].is_string() && merge[1].is_string(),
                   "tokenizer: merge ", rank + 1, " must be \"a b\" or [\"a\", \"b\"]");
-        first = merge[0].get<std::string>();
-        second = merge[1].get<std::string>();
+        add_merge(merge[0].get_ref<const std::string&>(), merge[1].get_ref<const std::string&>());
       }
-      joined = first;
-      joined += second;
-      const int32_t ia = lookup(first, rank), ib = lookup(second, rank);
-      auto nit = m->vocab_.find(joined);
-      if (nit == m->vocab_.end())
-        fail("tokenizer: merge ", rank + 1, " result '", joined, "' is not in the vocab");
-      entries.push_back({MergeTable::pack(ia, ib), static_cast<int32_t>(rank), nit->second});
-      ++rank;
     }
   }
   m->merges_.build(entries);
+  m->num_merges_ = static_cast<int32_t>(entries.size());
 
   m->all_bytes_in_vocab_ = true;
   for (int b = 0; b < 256; ++b) {
@@ -174,52 +185,96 @@ void BpeModel::merge_small(std::vector<int32_t>& syms) const {
   syms.resize(n);
 }
 
-// Linked list of symbols plus a min-heap of candidate merges; stale entries are skipped.
+// Linked list of symbols and candidate merges bucketed by rank. Merges happen in the order
+// (rank, position), exactly as a min-heap of (rank, position) would give them (Hugging Face's
+// algorithm), but in O(n) for the usual case: ranks are visited in increasing order and each
+// bucket's positions left to right. A merge creating a pair whose rank is not above the rank
+// being processed (possible only with unusual merge lists) interrupts the bucket, which goes back
+// to the queue, so the global order is kept. Stale candidates are skipped on validation.
 void BpeModel::merge_large(std::vector<int32_t>& syms) const {
   const int n = static_cast<int>(syms.size());
-  std::vector<int> prev(n), next(n);
-  std::vector<uint8_t> alive(n, 1);
+  thread_local std::vector<int> prev, next;
+  thread_local std::vector<std::vector<int32_t>> buckets;  // rank -> positions; all empty between calls
+  thread_local std::vector<int32_t> ranks;                 // min-heap of ranks with a non-empty bucket
+  thread_local std::vector<int32_t> work;
+  prev.resize(n);
+  next.resize(n);
+  if (buckets.size() < static_cast<size_t>(num_merges_)) buckets.resize(num_merges_);
+  ranks.clear();
   for (int i = 0; i < n; ++i) {
     prev[i] = i - 1;
     next[i] = i + 1 < n ? i + 1 : -1;
   }
-  struct Cand {
-    int32_t rank;
-    int32_t pos;
-    int32_t new_id;
-    bool operator>(const Cand& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
+  int32_t current = -1;
+  bool interrupted = false;
+  auto push = [&](int32_t rank, int pos) {
+    std::vector<int32_t>& bucket = buckets[rank];
+    if (bucket.empty()) {
+      ranks.push_back(rank);
+      std::push_heap(ranks.begin(), ranks.end(), std::greater<int32_t>());
+    }
+    bucket.push_back(pos);
+    if (rank <= current) interrupted = true;
   };
-  std::vector<Cand> heap_storage;
-  heap_storage.reserve(n);
-  std::priority_queue<Cand, std::vector<Cand>, std::greater<Cand>> heap(std::greater<Cand>(),
-                                                                        std::move(heap_storage));
   for (int i = 0; i + 1 < n; ++i) {
-    if (const auto* e = merges_.find(syms[i], syms[i + 1])) heap.push({e->rank, i, e->new_id});
+    if (const auto* e = merges_.find(syms[i], syms[i + 1])) push(e->rank, i);
   }
-  while (!heap.empty()) {
-    const Cand top = heap.top();
-    heap.pop();
-    const int pos = top.pos;
-    if (!alive[pos] || next[pos] < 0) continue;
-    const int right = next[pos];
-    const auto* current = merges_.find(syms[pos], syms[right]);
-    if (!current || current->new_id != top.new_id) continue;  // stale entry
-    syms[pos] = top.new_id;
-    alive[right] = 0;
-    next[pos] = next[right];
-    if (next[right] >= 0) prev[next[right]] = pos;
-    if (prev[pos] >= 0) {
-      if (const auto* e = merges_.find(syms[prev[pos]], syms[pos]))
-        heap.push({e->rank, prev[pos], e->new_id});
+  while (!ranks.empty()) {
+    std::pop_heap(ranks.begin(), ranks.end(), std::greater<int32_t>());
+    current = ranks.back();
+    ranks.pop_back();
+    work.swap(buckets[current]);
+    buckets[current].clear();
+    if (!std::is_sorted(work.begin(), work.end())) std::sort(work.begin(), work.end());
+    interrupted = false;
+    for (size_t k = 0; k < work.size(); ++k) {
+      const int pos = work[k];
+      if (next[pos] < 0 || prev[pos] == -2) continue;  // merged away or last symbol
+      const int right = next[pos];
+      const auto* pair = merges_.find(syms[pos], syms[right]);
+      if (!pair || pair->rank != current) continue;  // stale candidate
+      syms[pos] = pair->new_id;
+      prev[right] = -2;  // marks a removed symbol
+      next[pos] = next[right];
+      if (next[right] >= 0) prev[next[right]] = pos;
+      if (prev[pos] >= 0) {
+        if (const auto* e = merges_.find(syms[prev[pos]], syms[pos])) push(e->rank, prev[pos]);
+      }
+      if (next[pos] >= 0) {
+        if (const auto* e = merges_.find(syms[pos], syms[next[pos]])) push(e->rank, pos);
+      }
+      if (interrupted && k + 1 < work.size()) {
+        // Something at or below this rank appeared: requeue the rest of this bucket.
+        push(current, work[k + 1]);
+        std::vector<int32_t>& bucket = buckets[current];
+        bucket.insert(bucket.end(), work.begin() + static_cast<std::ptrdiff_t>(k) + 2, work.end());
+        break;
+      }
     }
-    if (next[pos] >= 0) {
-      if (const auto* e = merges_.find(syms[pos], syms[next[pos]])) heap.push({e->rank, pos, e->new_id});
-    }
+    work.clear();
   }
   size_t w = 0;
   for (int i = 0; i < n; ++i)
-    if (alive[i]) syms[w++] = syms[i];
+    if (prev[i] != -2) syms[w++] = syms[i];
   syms.resize(w);
+  if (n > (1 << 16)) {
+    // Do not keep a huge word's scratch memory alive in this thread (all buckets are empty now).
+    std::vector<std::vector<int32_t>>().swap(buckets);
+    std::vector<int32_t>().swap(work);
+    std::vector<int>().swap(prev);
+    std::vector<int>().swap(next);
+  }
+}
+
+std::vector<int32_t> BpeModel::merge_for_testing(std::vector<int32_t> syms, bool large) const {
+  if (syms.size() >= 2) {
+    if (large) {
+      merge_large(syms);
+    } else {
+      merge_small(syms);
+    }
+  }
+  return syms;
 }
 
 bool BpeModel::cache_get(std::string_view key, size_t hash, std::vector<int32_t>& out) const {

@@ -1,6 +1,6 @@
 // The BPE model of tokenizer.json: vocabulary, ranked merges and a word cache.
-// Merging uses a linked list and a priority queue (rank, position), like Hugging Face's, so
-// long words stay O(n log n).
+// Long words merge through rank buckets over a linked list, in Hugging Face's (rank, position)
+// order, so they stay near O(n).
 #pragma once
 #include <array>
 #include <cstdint>
@@ -12,6 +12,8 @@
 #include <string_view>
 #include <unordered_map>
 #include <vector>
+
+#include "tokenizer/json_fast.h"
 
 namespace dsinfer {
 
@@ -53,7 +55,8 @@ class MergeTable {
 class BpeModel {
  public:
   // Parses the "model" object. Throws dsinfer::Error on malformed or unsupported settings.
-  static std::unique_ptr<BpeModel> from_json(const nlohmann::json& model);
+  // With `tables`, the vocab and merges come from there instead of the JSON object.
+  static std::unique_ptr<BpeModel> from_json(const nlohmann::json& model, const BpeTables* tables = nullptr);
 
   // Encodes one piece of raw bytes whose characters are the byte-level alphabet of each byte.
   void encode_bytes(std::string_view raw, std::vector<int32_t>& out) const;
@@ -64,6 +67,9 @@ class BpeModel {
   // nullptr when the id is not in the vocabulary.
   const std::string* id_to_token(int32_t id) const;
   int32_t max_id() const { return static_cast<int32_t>(id_to_token_.size()) - 1; }
+
+  // Runs one of the two merge strategies on initial symbol ids (for tests: they must agree).
+  std::vector<int32_t> merge_for_testing(std::vector<int32_t> syms, bool large) const;
 
  private:
   BpeModel() = default;
@@ -78,6 +84,7 @@ class BpeModel {
   std::vector<std::string> id_to_token_;
   std::vector<uint8_t> has_id_;
   MergeTable merges_;
+  int32_t num_merges_ = 0;
   std::array<int32_t, 256> byte_ids_{};  // id of each byte's byte-level character, -1 if absent
   bool all_bytes_in_vocab_ = false;
   std::optional<int32_t> unk_id_;

@@ -104,8 +104,8 @@ Regex::Regex(std::string_view pattern, bool literal) : pattern_(pattern) {
   const std::string compiled = literal ? std::string(pattern) : oniguruma_compatible_pattern(pattern);
   int error = 0;
   PCRE2_SIZE offset = 0;
-  uint32_t options = PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK;
-  if (literal) options |= PCRE2_LITERAL;
+  // PCRE2_LITERAL does not combine with PCRE2_UCP (which a literal does not need).
+  const uint32_t options = PCRE2_UTF | PCRE2_NO_UTF_CHECK | (literal ? PCRE2_LITERAL : PCRE2_UCP);
   pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(compiled.data()), compiled.size(), options,
                                    &error, &offset, nullptr);
   if (!code)

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "tokenizer/file_io.h"
+#include "tokenizer/json_fast.h"
 #include "tokenizer/normalizer.h"
 #include "tokenizer/tokenizer_impl.h"
 #include "tokenizer/utf8.h"
@@ -29,12 +30,12 @@ const nlohmann::json& field(const nlohmann::json& j, const char* key) {
 }
 
 std::shared_ptr<TokenizerImpl> build(const nlohmann::json& tj, const nlohmann::json* cj,
-                                     const std::string& source) {
+                                     const std::string& source, const BpeTables* tables) {
   DSI_CHECK(tj.is_object(), source, ": expected a JSON object");
   auto impl = std::make_shared<TokenizerImpl>();
   check_normalizer_is_identity(field(tj, "normalizer"));
   DSI_CHECK(tj.contains("model"), source, ": no 'model' section");
-  impl->model = BpeModel::from_json(tj["model"]);
+  impl->model = BpeModel::from_json(tj["model"], tables);
   impl->pre_tokenizer = PreTokenizer::from_json(field(tj, "pre_tokenizer"));
   impl->decoder = parse_decoder(field(tj, "decoder"));
   impl->added_tokens = parse_added_tokens(field(tj, "added_tokens"));
@@ -106,11 +107,14 @@ std::shared_ptr<TokenizerImpl> build(const nlohmann::json& tj, const nlohmann::j
 std::shared_ptr<TokenizerImpl> build_guarded(const std::string& tokenizer_json,
                                              const std::string& config_json, const std::string& source,
                                              const std::string& config_source) {
-  const nlohmann::json tj = parse_json(tokenizer_json, source);
+  // The vocab and merges are most of the file: take them out with the fast scanner when it
+  // understands the text, and parse the rest (or, failing that, everything) with nlohmann.
+  std::optional<ExtractedTokenizerJson> fast = extract_bpe_tables(tokenizer_json);
+  const nlohmann::json tj = parse_json(fast ? fast->rest : tokenizer_json, source);
   nlohmann::json cj;
   if (!config_json.empty()) cj = parse_json(config_json, config_source);
   try {
-    return build(tj, config_json.empty() ? nullptr : &cj, source);
+    return build(tj, config_json.empty() ? nullptr : &cj, source, fast ? &fast->tables : nullptr);
   } catch (const nlohmann::json::exception& e) {
     fail(source, ": unexpected structure: ", e.what());
   }
