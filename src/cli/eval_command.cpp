@@ -5,6 +5,7 @@
 #include "backend/backend_factory.h"
 #include "cli/commands.h"
 #include "engine/golden_eval.h"
+#include "engine/perplexity.h"
 #include "model/model.h"
 
 namespace dsinfer::cli {
@@ -46,6 +47,36 @@ int run_golden_command(const GoldenArgs& a) {
   return report.pass ? 0 : 1;
 }
 
+struct PplArgs {
+  std::string model;
+  std::string corpus;
+  std::string device = "cpu";
+  std::string precision = "fp32";
+  int64_t window = 256;
+  int64_t max_windows = 0;
+  bool json = false;
+};
+
+int run_ppl_command(const PplArgs& a) {
+  DSI_CHECK(a.precision == "fp32" || a.precision == "auto", "--precision ", a.precision,
+            " is not available on this backend (fp32 only until the CUDA backend lands)");
+  auto backend = make_backend(a.device);
+  auto model = load_model(a.model, *backend);
+  PerplexityOptions options;
+  options.window = a.window;
+  options.max_windows = a.max_windows;
+  options.progress = true;
+  PerplexityResult r = evaluate_perplexity(*model, a.model, a.corpus, options);
+  if (a.json) {
+    std::cout << r.to_json().dump() << std::endl;
+  } else {
+    std::printf("perplexity %.4f  mean NLL %.6f  over %lld tokens in %lld windows of %lld\n", r.ppl, r.mean_nll,
+                static_cast<long long>(r.scored_tokens), static_cast<long long>(r.windows),
+                static_cast<long long>(a.window));
+  }
+  return 0;
+}
+
 }  // namespace
 
 void add_eval_command(CLI::App& app) {
@@ -63,6 +94,16 @@ void add_eval_command(CLI::App& app) {
   golden->add_flag("--json", golden_args->json, "Print one JSON object");
   golden->callback([golden_args]() { run_guarded([&]() { return run_golden_command(*golden_args); }); });
 
+  auto ppl_args = std::make_shared<PplArgs>();
+  CLI::App* ppl = eval->add_subcommand("ppl", "Perplexity over a corpus (documents separated by NUL)");
+  ppl->add_option("--model", ppl_args->model, "Model directory")->required();
+  ppl->add_option("--corpus", ppl_args->corpus, "Text file, documents separated by NUL characters")->required();
+  ppl->add_option("--window", ppl_args->window, "Tokens per window (256)")->check(CLI::Range(2, 1 << 20));
+  ppl->add_option("--max-windows", ppl_args->max_windows, "Score only the first N windows (0: all)");
+  ppl->add_option("--device", ppl_args->device, "auto, cpu or cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  ppl->add_option("--precision", ppl_args->precision, "Weight precision (fp32 on the CPU backend)");
+  ppl->add_flag("--json", ppl_args->json, "Print one JSON object");
+  ppl->callback([ppl_args]() { run_guarded([&]() { return run_ppl_command(*ppl_args); }); });
 }
 
 }  // namespace dsinfer::cli

@@ -1,0 +1,155 @@
+// `dsinfer generate`: text generation from a prompt, a chat message or a JSON-lines file, streamed to the
+// terminal as it is produced (or one JSON object per request with --json).
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+
+#include "backend/backend_factory.h"
+#include "cli/cli_util.h"
+#include "cli/commands.h"
+#include "core/error.h"
+#include "engine/generator.h"
+#include "engine/prompt.h"
+#include "model/model.h"
+
+namespace dsinfer::cli {
+
+namespace {
+
+struct GenerateArgs {
+  std::string model;
+  std::string prompt;
+  std::string chat;
+  std::string system;
+  std::string input;
+  std::string device = "auto";
+  SamplingParams params;
+  int64_t seed = -1;
+  bool json = false;
+};
+
+// Per-line overrides of the sampling parameters in --input files.
+SamplingParams line_params(const SamplingParams& base, const nlohmann::json& line, size_t number) {
+  SamplingParams p = base;
+  auto number_field = [&](const char* key, auto* out) {
+    if (!line.contains(key) || line[key].is_null()) return;
+    DSI_CHECK(line[key].is_number(), "--input line ", number, ": \"", key, "\" must be a number");
+    *out = line[key].get<std::remove_reference_t<decltype(*out)>>();
+  };
+  number_field("max_tokens", &p.max_tokens);
+  number_field("temperature", &p.temperature);
+  number_field("top_p", &p.top_p);
+  number_field("top_k", &p.top_k);
+  number_field("min_p", &p.min_p);
+  if (line.contains("seed") && !line["seed"].is_null()) {
+    DSI_CHECK(line["seed"].is_number_integer(), "--input line ", number, ": \"seed\" must be an integer");
+    p.seed = line["seed"].get<uint64_t>();
+  }
+  if (line.contains("stop")) {
+    p.stop.clear();
+    const auto& s = line["stop"];
+    if (s.is_string()) {
+      p.stop.push_back(s.get<std::string>());
+    } else {
+      DSI_CHECK(s.is_array(), "--input line ", number, ": \"stop\" must be a string or a list of strings");
+      for (const auto& e : s) {
+        DSI_CHECK(e.is_string(), "--input line ", number, ": \"stop\" entries must be strings");
+        p.stop.push_back(e.get<std::string>());
+      }
+    }
+  }
+  return p;
+}
+
+std::vector<int32_t> chat_ids(const Tokenizer& tok, const std::string& system, const std::string& user) {
+  nlohmann::json messages = nlohmann::json::array();
+  if (!system.empty()) messages.push_back({{"role", "system"}, {"content", system}});
+  messages.push_back({{"role", "user"}, {"content", user}});
+  return encode_chat_prompt(tok, messages, true);
+}
+
+int run_generate(GenerateArgs& a) {
+  const int sources = (a.prompt.empty() ? 0 : 1) + (a.chat.empty() ? 0 : 1) + (a.input.empty() ? 0 : 1);
+  DSI_CHECK(sources == 1, "give exactly one of --prompt, --chat or --input (and it must not be empty)");
+  if (a.seed >= 0) a.params.seed = static_cast<uint64_t>(a.seed);
+  std::unique_ptr<Backend> backend = make_backend(a.device);
+  Tokenizer tok = Tokenizer::load(a.model);
+  std::unique_ptr<Model> model = load_model(a.model, *backend);
+  a.params.validate(static_cast<int32_t>(model->config().vocab_size));
+
+  if (!a.input.empty()) {
+    std::vector<nlohmann::json> lines = read_json_lines(a.input);
+    for (size_t i = 0; i < lines.size(); ++i) {
+      const nlohmann::json& line = lines[i];
+      std::vector<int32_t> ids;
+      if (line.contains("messages")) {
+        ids = encode_chat_prompt(tok, line["messages"], true);
+      } else {
+        const char* key = line.contains("prompt") ? "prompt" : "text";
+        DSI_CHECK(line.contains(key) && line[key].is_string(), a.input, ": line ", i + 1,
+                  " needs a string \"prompt\" (or \"messages\")");
+        ids = encode_text_prompt(tok, line[key].get<std::string>());
+      }
+      SamplingParams p = line_params(a.params, line, i + 1);
+      p.validate(static_cast<int32_t>(model->config().vocab_size));
+      GenerationResult r = generate(*model, tok, ids, p);
+      if (a.json) {
+        std::cout << r.to_json().dump() << std::endl;
+      } else {
+        std::cout << r.text << "\n---\n" << std::flush;
+      }
+    }
+    return 0;
+  }
+
+  std::vector<int32_t> ids = a.chat.empty() ? encode_text_prompt(tok, a.prompt) : chat_ids(tok, a.system, a.chat);
+  const auto start = std::chrono::steady_clock::now();
+  GenerationResult r;
+  if (a.json) {
+    r = generate(*model, tok, ids, a.params);
+    std::cout << r.to_json().dump() << std::endl;
+  } else {
+    if (!a.prompt.empty()) std::cout << a.prompt << std::flush;
+    r = generate(*model, tok, ids, a.params, [](std::string_view text) { std::cout << text << std::flush; });
+    std::cout << std::endl;
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (::isatty(STDERR_FILENO)) {
+      std::fprintf(stderr, "[%s: %d prompt + %d generated tokens, %.1f tokens/s, %s backend]\n",
+                   std::string(to_string(r.finish_reason)).c_str(), r.prompt_tokens, r.completion_tokens,
+                   r.completion_tokens / std::max(secs, 1e-9), backend->name().c_str());
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+void add_generate_command(CLI::App& app) {
+  auto a = std::make_shared<GenerateArgs>();
+  a->params.temperature = 0.0f;
+  a->params.max_tokens = 128;
+  CLI::App* cmd = app.add_subcommand("generate", "Generate text with a model");
+  cmd->add_option("--model", a->model, "Model directory (config.json, safetensors, tokenizer)")->required();
+  cmd->add_option("--prompt", a->prompt, "Plain-text prompt (BOS added as tokenizer_config.json says)");
+  cmd->add_option("--chat", a->chat, "A user message, rendered with the model's chat template");
+  cmd->add_option("--system", a->system, "With --chat: a system message");
+  cmd->add_option("--input", a->input, "JSON lines: {\"prompt\"} or {\"messages\"} (+ sampling fields) per line");
+  cmd->add_option("--max-tokens", a->params.max_tokens, "Most tokens to generate (128)");
+  cmd->add_option("--temperature", a->params.temperature, "0 = greedy (default)");
+  cmd->add_option("--top-p", a->params.top_p, "Nucleus sampling mass (1.0)");
+  cmd->add_option("--top-k", a->params.top_k, "Keep the k most likely tokens (0: off)");
+  cmd->add_option("--min-p", a->params.min_p, "Drop tokens below min_p x the top probability (0: off)");
+  cmd->add_option("--repetition-penalty", a->params.repetition_penalty, "HF-style repetition penalty (1.0)");
+  cmd->add_option("--presence-penalty", a->params.presence_penalty, "OpenAI presence penalty (0)");
+  cmd->add_option("--frequency-penalty", a->params.frequency_penalty, "OpenAI frequency penalty (0)");
+  cmd->add_option("--stop", a->params.stop, "Stop string (repeatable)");
+  cmd->add_flag("--ignore-eos", a->params.ignore_eos, "Keep generating after EOS");
+  cmd->add_option("--seed", a->seed, "Sampling seed (same seed and inputs give the same text)");
+  cmd->add_option("--device", a->device, "auto, cpu or cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  cmd->add_flag("--json", a->json, "Print {\"text\", \"ids\", \"finish_reason\", \"usage\"}");
+  cmd->callback([a]() { run_guarded([&]() { return run_generate(*a); }); });
+}
+
+}  // namespace dsinfer::cli
