@@ -186,10 +186,10 @@ void parse_quantization(const json& j, ModelConfig& c) {
   if (!present(j, "quantization_config")) return;
   const json& q = j.at("quantization_config");
   DSI_CHECK(q.is_object(), "config.json: field \"quantization_config\" must be an object");
-  std::string method = q.value("quant_method", "");
+  std::string method = get_str_or(q, "quant_method", "");
   DSI_CHECK(method == "fp8", "config.json: quantization_config.quant_method \"", method,
             "\" is not supported (supported: fp8)");
-  std::string fmt = q.value("fmt", "e4m3");
+  std::string fmt = get_str_or(q, "fmt", "e4m3");
   DSI_CHECK(fmt == "e4m3", "config.json: quantization_config.fmt \"", fmt, "\" is not supported (e4m3 only)");
   c.quant.fp8_block = true;
   if (present(q, "weight_block_size")) {

@@ -115,14 +115,20 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     info.nbytes = end - begin;
     tensors_.emplace(name, std::move(info));
   }
-  // Tensors must not overlap.
+  // Non-empty tensors must not overlap. Each is compared with the furthest-reaching one before it in offset
+  // order (not merely its neighbour, which may be an empty tensor or a short one nested in a long one).
   std::vector<const TensorInfo*> sorted;
-  for (const auto& [_, info] : tensors_) sorted.push_back(&info);
+  for (const auto& [_, info] : tensors_) {
+    if (info.nbytes != 0) sorted.push_back(&info);
+  }
   std::sort(sorted.begin(), sorted.end(), [](auto* a, auto* b) { return a->offset < b->offset; });
-  for (size_t i = 1; i < sorted.size(); ++i) {
-    DSI_CHECK(sorted[i]->offset >= sorted[i - 1]->offset + sorted[i - 1]->nbytes || sorted[i]->nbytes == 0 ||
-                  sorted[i - 1]->nbytes == 0,
-              path, ": tensors \"", sorted[i - 1]->name, "\" and \"", sorted[i]->name, "\" overlap (corrupt header)");
+  const TensorInfo* reach = nullptr;  // the tensor with the largest end so far
+  for (const TensorInfo* t : sorted) {
+    if (reach) {
+      DSI_CHECK(t->offset >= reach->offset + reach->nbytes, path, ": tensors \"", reach->name, "\" and \"",
+                t->name, "\" overlap (corrupt header)");
+    }
+    if (!reach || t->offset + t->nbytes > reach->offset + reach->nbytes) reach = t;
   }
 }
 

@@ -8,6 +8,8 @@ namespace dsinfer {
 
 Tensor dequantize_fp8_blocks(const Tensor& w8, const Tensor& scale_inv, int64_t block_n, int64_t block_k) {
   DSI_CHECK(w8.ndim() == 2 && w8.dtype() == DType::F8_E4M3, "dequantize_fp8_blocks: expected a 2-D F8_E4M3 tensor");
+  DSI_CHECK(block_n > 0 && block_k > 0, "dequantize_fp8_blocks: block size must be positive, got ", block_n, "x",
+            block_k);
   const int64_t N = w8.dim(0), K = w8.dim(1);
   const int64_t bn = (N + block_n - 1) / block_n, bk = (K + block_k - 1) / block_k;
   DSI_CHECK(scale_inv.ndim() == 2 && scale_inv.dim(0) == bn && scale_inv.dim(1) == bk, "scale_inv has shape ",
