@@ -1,0 +1,104 @@
+// The public engine API: configure and start an Engine, submit generation requests from any thread, and
+// receive each request's events (token/text deltas, finish, usage, errors) through a callback.
+// The engine thread alone owns the scheduler, the KV cache and the backend.
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/finish_reason.h"
+#include "engine/sampling_params.h"
+
+namespace dsinfer {
+
+class Tokenizer;
+struct ModelConfig;
+
+struct EngineConfig {
+  std::string model_dir;
+  std::string device = "auto";         // auto | cpu | cuda
+  bool dummy_weights = false;          // random weights from config.json alone (benchmarks)
+  int32_t max_batch_size = 64;         // sequences per step
+  int32_t max_num_tokens = 2048;       // tokens per step (decode tokens + prefill chunks)
+  bool enable_chunked_context = true;  // split long prompts across steps
+  int32_t context_chunk_size = 512;    // tokens per prefill chunk (a multiple of kv_block_size is best)
+  int32_t kv_block_size = 64;          // tokens per KV block
+  int64_t max_tokens_in_paged_kv_cache = 0;     // > 0: KV capacity in tokens
+  double kv_cache_free_gpu_mem_fraction = 0.9;  // GPU: share of the memory left after weights + workspace
+  int64_t cpu_kv_cache_bytes = int64_t{1} << 30;  // CPU backend: KV byte budget
+  bool enable_prefix_caching = true;
+  int32_t max_queue_length = 1024;     // waiting requests beyond this are rejected
+};
+
+struct Usage {
+  int32_t prompt_tokens = 0;
+  int32_t completion_tokens = 0;
+  int32_t cached_tokens = 0;  // prompt tokens served from the prefix cache
+};
+
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0.0f;
+  std::vector<std::pair<int32_t, float>> top;  // the request's top_logprobs alternatives
+};
+
+// One event of a request's stream. The last event has finished == true (and carries usage).
+struct RequestEvent {
+  uint64_t request_id = 0;
+  std::vector<int32_t> token_ids;  // new tokens since the previous event
+  std::string text;                // new text (never a partial UTF-8 character, never part of a stop string)
+  std::vector<TokenLogprob> logprobs;  // when requested, one per new token
+  bool finished = false;
+  FinishReason finish_reason = FinishReason::kNone;
+  std::string error;  // non-empty: the request failed (finished is true)
+  Usage usage;
+  // Timing for metrics.
+  std::chrono::steady_clock::time_point arrival;
+  std::chrono::steady_clock::time_point first_scheduled;
+  std::chrono::steady_clock::time_point first_token;
+};
+
+struct GenerationRequest {
+  std::vector<int32_t> prompt_ids;
+  SamplingParams sampling;
+  int32_t priority = 0;  // higher runs first; FCFS within a priority
+  // Called on the engine thread for every event; must not block.
+  std::function<void(const RequestEvent&)> on_event;
+};
+
+struct EngineStats {
+  int32_t running = 0;
+  int32_t waiting = 0;
+  int64_t kv_blocks_total = 0;
+  int64_t kv_blocks_used = 0;    // held by live requests
+  int64_t kv_blocks_cached = 0;  // prefix-cache blocks no request holds
+  double kv_utilization = 0.0;
+  double fragmentation = 0.0;  // allocated-but-unused token slots / allocated token slots
+  int64_t preemptions = 0;
+  int64_t steps = 0;
+  int64_t prefix_cache_hit_tokens = 0;
+};
+
+class Engine {
+ public:
+  virtual ~Engine() = default;
+  // Loads the model and tokenizer and starts the engine thread.
+  static std::unique_ptr<Engine> create(const EngineConfig& config);
+
+  // Validates and enqueues; returns the request id. Throws dsinfer::Error for invalid requests
+  // (bad sampling values, prompt + max_tokens beyond the context, queue full).
+  virtual uint64_t submit(GenerationRequest request) = 0;
+  // Cancels a request in any state; its blocks are freed at once and it gets a final event
+  // (finish_reason kAbort / error "cancelled"). Unknown or finished ids are ignored.
+  virtual void cancel(uint64_t request_id) = 0;
+  virtual EngineStats stats() const = 0;
+  virtual const Tokenizer& tokenizer() const = 0;
+  virtual const ModelConfig& model_config() const = 0;
+  // Stops accepting work, finishes what is running (cancels what remains after `timeout`), joins.
+  virtual void shutdown(std::chrono::milliseconds timeout = std::chrono::milliseconds(30000)) = 0;
+};
+
+}  // namespace dsinfer
