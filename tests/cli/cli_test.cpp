@@ -1,0 +1,221 @@
+// End-to-end tests of the dsinfer binary: generate (greedy equals transformers), tokenize, eval golden /
+// ppl output shapes, and clear errors with a non-zero exit for bad input.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace {
+
+struct CliRun {
+  int status = -1;
+  std::string out;  // stdout
+  std::string err;  // stderr
+};
+
+std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+CliRun run(const std::string& args) {
+  static int counter = 0;
+  const std::string err_path =
+      (std::filesystem::temp_directory_path() / ("dsinfer_cli_err_" + std::to_string(getpid()) + "_" +
+                                                 std::to_string(counter++)))
+          .string();
+  const std::string cmd = std::string(DSINFER_BINARY) + " " + args + " 2>" + err_path;
+  CliRun r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return r;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  int status = pclose(p);
+  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream e(err_path);
+  r.err.assign(std::istreambuf_iterator<char>(e), {});
+  std::filesystem::remove(err_path);
+  return r;
+}
+
+const std::string kModel = std::string(DSINFER_SOURCE_DIR) + "/models/deepseek-v3-tiny-code";
+const std::string kV3Tokenizer = std::string(DSINFER_TEST_DATA) + "/tokenizer/deepseek-v3";
+
+std::string temp_file(const std::string& name, const std::string& content) {
+  auto path = std::filesystem::temp_directory_path() / ("dsinfer_cli_" + std::to_string(getpid()) + "_" + name);
+  std::ofstream(path, std::ios::binary) << content;
+  return path.string();
+}
+
+TEST(GenerateCli, GreedyMatchesTransformersTokenForToken) {
+  std::ifstream in(kModel + "/greedy_cases.json");
+  nlohmann::json cases = nlohmann::json::parse(in)["cases"];
+  ASSERT_FALSE(cases.empty());
+  for (const auto& c : cases) {
+    CliRun r = run("generate --model " + kModel + " --device cpu --temperature 0 --max-tokens 48 --json --prompt " +
+                shell_quote(c["prompt"].get<std::string>()));
+    ASSERT_EQ(r.status, 0) << r.err;
+    nlohmann::json j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["ids"], c["greedy_ids"]) << c["prompt"];
+    EXPECT_EQ(j["text"], c["greedy_text"]) << c["prompt"];
+    EXPECT_EQ(j["usage"]["prompt_tokens"], c["prompt_ids"].size());
+    EXPECT_EQ(j["usage"]["completion_tokens"], c["greedy_ids"].size());
+    EXPECT_TRUE(j["finish_reason"] == "length" || j["finish_reason"] == "stop");
+  }
+}
+
+TEST(GenerateCli, StreamsPromptAndCompletionToStdout) {
+  CliRun r = run("generate --model " + kModel + " --device cpu --max-tokens 8 --prompt 'import os'");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out.rfind("import os", 0), 0u);
+  EXPECT_GT(r.out.size(), std::string("import os").size());
+}
+
+TEST(GenerateCli, SeededSamplingIsReproducible) {
+  const std::string args = "generate --model " + kModel +
+                           " --device cpu --temperature 0.9 --top-p 0.95 --top-k 50 --seed 7 --max-tokens 24 --json "
+                           "--prompt 'class Foo:'";
+  CliRun a = run(args), b = run(args);
+  ASSERT_EQ(a.status, 0) << a.err;
+  EXPECT_EQ(nlohmann::json::parse(a.out)["ids"], nlohmann::json::parse(b.out)["ids"]);
+  CliRun c = run("generate --model " + kModel +
+              " --device cpu --temperature 0.9 --seed 8 --max-tokens 24 --json --prompt 'class Foo:'");
+  ASSERT_EQ(c.status, 0);
+}
+
+TEST(GenerateCli, StopStringEndsGenerationWithoutIt) {
+  CliRun r = run("generate --model " + kModel + " --device cpu --max-tokens 48 --json --stop '\"\"\"' --prompt " +
+              shell_quote("def fibonacci(n):\n"));
+  ASSERT_EQ(r.status, 0) << r.err;
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["finish_reason"], "stop");
+  EXPECT_EQ(j["text"].get<std::string>().find("\"\"\""), std::string::npos);
+}
+
+TEST(GenerateCli, InputFileRunsEveryLineInOrder) {
+  std::string path = temp_file("gen.jsonl",
+                               "{\"prompt\": \"def fibonacci(n):\\n\", \"max_tokens\": 5}\n\n"
+                               "{\"prompt\": \"# Copyright\", \"max_tokens\": 3}\n");
+  CliRun r = run("generate --model " + kModel + " --device cpu --json --input " + path);
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::istringstream lines(r.out);
+  std::string l1, l2;
+  std::getline(lines, l1);
+  std::getline(lines, l2);
+  EXPECT_EQ(nlohmann::json::parse(l1)["ids"], nlohmann::json({263, 394, 44, 72, 80}));
+  EXPECT_EQ(nlohmann::json::parse(l2)["usage"]["completion_tokens"], 3);
+  std::filesystem::remove(path);
+}
+
+TEST(GenerateCli, BadInputIsAClearErrorWithNonZeroExit) {
+  struct Case {
+    std::string args;
+    std::string message;
+  };
+  const std::string bad_jsonl = temp_file("bad.jsonl", "{\"prompt\": \"x\"}\n{not json\n");
+  const std::string long_prompt(20000, 'x');
+  std::vector<Case> cases = {
+      {"generate --model /nonexistent/model --prompt hi", "/nonexistent/model"},
+      {"generate --model " + kModel + " --prompt ''", "exactly one of"},
+      {"generate --model " + kModel, "exactly one of"},
+      {"generate --model " + kModel + " --prompt hi --chat hi", "exactly one of"},
+      {"generate --model " + kModel + " --input /nonexistent.jsonl", "/nonexistent.jsonl"},
+      {"generate --model " + kModel + " --input " + bad_jsonl, ":2: invalid JSON"},
+      {"generate --model " + kModel + " --prompt \"$(printf '\\377\\376')\"", "UTF-8"},
+      {"generate --model " + kModel + " --prompt hi --top-p 0", "top_p"},
+      {"generate --model " + kModel + " --prompt hi --temperature -1", "temperature"},
+      {"generate --model " + kModel + " --prompt " + long_prompt, "context"},
+      {"generate --model " + kModel + " --prompt hi --device tpu", "device"},
+  };
+  for (const Case& c : cases) {
+    CliRun r = run(c.args);
+    EXPECT_NE(r.status, 0) << c.args;
+    EXPECT_NE(r.err.find(c.message), std::string::npos) << c.args.substr(0, 120) << "\nstderr: " << r.err;
+    EXPECT_EQ(r.err.find("terminate called"), std::string::npos) << r.err;
+  }
+  std::filesystem::remove(bad_jsonl);
+}
+
+TEST(TokenizeCli, TextAndInputAndMessagesMatchTransformers) {
+  CliRun r = run("tokenize --model " + kV3Tokenizer + " --json --text " +
+              shell_quote("Hello, world! This is a test of the DeepSeek tokenizer."));
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["ids"],
+            nlohmann::json({19923, 14, 2058, 3, 1162, 344, 260, 1950, 294, 270, 22651, 4374, 1465, 17840, 9160, 16}));
+
+  std::string jsonl = temp_file("tok.jsonl", "{\"text\": \"Hello\"}\n{\"text\": \"\"}\n");
+  r = run("tokenize --model " + kV3Tokenizer + " --input " + jsonl);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "{\"ids\":[19923]}\n{\"ids\":[]}\n");
+  std::filesystem::remove(jsonl);
+
+  std::ifstream in(kV3Tokenizer + "/chat_cases.json");
+  nlohmann::json chat = nlohmann::json::parse(in);
+  ASSERT_TRUE(chat.contains("cases"));
+  int checked = 0;
+  for (const auto& c : chat["cases"]) {
+    const bool gen = c.value("add_generation_prompt", false);
+    std::string msgs = temp_file("msgs.json", c["messages"].dump());
+    r = run("tokenize --model " + kV3Tokenizer + " --messages " + msgs + (gen ? " --add-generation-prompt" : ""));
+    ASSERT_EQ(r.status, 0) << r.err;
+    nlohmann::json j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["prompt"], c["rendered"]);
+    EXPECT_EQ(j["ids"], c["ids"]);
+    std::filesystem::remove(msgs);
+    ++checked;
+  }
+  EXPECT_GT(checked, 0) << "chat_cases.json layout not understood";
+}
+
+TEST(TokenizeCli, Errors) {
+  CliRun r = run("tokenize --model /nonexistent --text hi");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.err.find("/nonexistent"), std::string::npos) << r.err;
+  r = run("tokenize --model " + kV3Tokenizer);
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.err.find("exactly one of"), std::string::npos) << r.err;
+  std::string bad = temp_file("bad.json", "[{\"role\": 3}]");
+  r = run("tokenize --model " + kV3Tokenizer + " --messages " + bad);
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.err.find("role"), std::string::npos) << r.err;
+  std::filesystem::remove(bad);
+}
+
+TEST(EvalCli, GoldenJsonShapeAndExitStatus) {
+  CliRun r = run("eval golden --model " + kModel + " --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["pass"], true);
+  ASSERT_EQ(j["cases"].size(), 2u);
+  for (const auto& c : j["cases"]) {
+    for (const char* key : {"case", "tokens", "max_abs_err", "rel_l2_err", "greedy_match"}) {
+      EXPECT_TRUE(c.contains(key)) << key;
+    }
+  }
+  // A golden for another model fails cleanly (shape mismatch), never crashes.
+  r = run("eval golden --model " + kModel + " --golden " + std::string(DSINFER_TEST_DATA) +
+          "/models/tiny-llama/golden.safetensors");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.err.find("logits.0"), std::string::npos) << r.err;
+}
+
+TEST(EvalCli, PerplexityOnTheFirstWindows) {
+  CliRun r = run("eval ppl --model " + kModel + " --corpus " + kModel + "/eval_corpus.txt --max-windows 4 --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["windows"], 4);
+  EXPECT_EQ(j["scored_tokens"], 4 * 255);
+  EXPECT_GT(j["ppl"].get<double>(), 1.0);
+  EXPECT_NEAR(std::exp(j["mean_nll"].get<double>()), j["ppl"].get<double>(), 1e-9 * j["ppl"].get<double>());
+  r = run("eval ppl --model " + kModel + " --corpus /nonexistent.txt");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.err.find("/nonexistent.txt"), std::string::npos);
+}
+
+}  // namespace
