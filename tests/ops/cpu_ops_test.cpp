@@ -7,7 +7,10 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <omp.h>
+
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "backend/batch_plan.h"
@@ -900,3 +903,20 @@ TEST(MoeRouteTest, Errors) {
 
 }  // namespace
 }  // namespace dsinfer
+
+// The OpenMP paths of gemm_nt (packed panels for M >= 8, row tiles below) agree with the serial kernel even
+// when the test runner limits threads (CI runs tests with OMP_NUM_THREADS=1).
+TEST(CpuGemmThreads, ParallelEqualsSerial) {
+  omp_set_num_threads(2);
+  std::mt19937 rng(123);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  for (auto [M, N, K] : {std::tuple<int64_t, int64_t, int64_t>{300, 190, 77}, {5, 333, 129}, {64, 64, 64}}) {
+    std::vector<float> A(M * K), B(N * K), bias(N), C1(M * N), C2(M * N);
+    for (float& v : A) v = dist(rng);
+    for (float& v : B) v = dist(rng);
+    for (float& v : bias) v = dist(rng);
+    dsinfer::cpu::gemm_nt(M, N, K, A.data(), K, B.data(), K, C1.data(), N, bias.data());
+    dsinfer::cpu::gemm_nt_serial(M, N, K, A.data(), K, B.data(), K, C2.data(), N, bias.data());
+    for (int64_t i = 0; i < M * N; ++i) ASSERT_NEAR(C1[i], C2[i], 1e-4f) << M << "x" << N << "x" << K << " at " << i;
+  }
+}

@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <vector>
 
 namespace dsinfer::cpu {
 
@@ -88,6 +89,52 @@ void block(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t K, const floa
   }
 }
 
+
+// Outer-product kernel for larger M: B is packed per call into panels of 16 columns ([K][16], zero padded),
+// and RM rows of A are broadcast against them: 2 * RM accumulators of 8 floats, 2 loads per 2 * RM FMAs.
+constexpr int64_t kPanel = 16;
+
+template <int RM>
+inline void panel_tile(int64_t K, const float* A, int64_t lda, const float* Bp, float* C, int64_t ldc,
+                       const float* bias, bool accumulate, int64_t cols) {
+  __m256 acc[RM][2];
+  for (int i = 0; i < RM; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+  for (int64_t k = 0; k < K; ++k) {
+    const __m256 b0 = _mm256_loadu_ps(Bp + k * kPanel);
+    const __m256 b1 = _mm256_loadu_ps(Bp + k * kPanel + 8);
+    for (int i = 0; i < RM; ++i) {
+      const __m256 a = _mm256_broadcast_ss(A + i * lda + k);
+      acc[i][0] = _mm256_fmadd_ps(a, b0, acc[i][0]);
+      acc[i][1] = _mm256_fmadd_ps(a, b1, acc[i][1]);
+    }
+  }
+  alignas(32) float row[kPanel];
+  for (int i = 0; i < RM; ++i) {
+    _mm256_store_ps(row, acc[i][0]);
+    _mm256_store_ps(row + 8, acc[i][1]);
+    float* c = C + i * ldc;
+    for (int64_t j = 0; j < cols; ++j) {
+      const float v = row[j] + (bias ? bias[j] : 0.0f);
+      c[j] = accumulate ? c[j] + v : v;
+    }
+  }
+}
+
+// Columns [n0, n0 + cols) for all M rows through one packed panel.
+void panel_columns(int64_t M, int64_t n0, int64_t cols, int64_t K, const float* A, int64_t lda, const float* B,
+                   int64_t ldb, float* C, int64_t ldc, const float* bias, bool accumulate, float* Bp) {
+  for (int64_t k = 0; k < K; ++k) {
+    for (int64_t j = 0; j < kPanel; ++j) Bp[k * kPanel + j] = j < cols ? B[(n0 + j) * ldb + k] : 0.0f;
+  }
+  const float* bb = bias ? bias + n0 : nullptr;
+  int64_t m = 0;
+  for (; m + 6 <= M; m += 6) panel_tile<6>(K, A + m * lda, lda, Bp, C + m * ldc + n0, ldc, bb, accumulate, cols);
+  for (; m < M; ++m) panel_tile<1>(K, A + m * lda, lda, Bp, C + m * ldc + n0, ldc, bb, accumulate, cols);
+}
+
+// M at or above this uses the packed outer-product path.
+constexpr int64_t kPackedMinM = 8;
+
 constexpr int64_t kBlockM = 64;
 constexpr int64_t kBlockN = 64;
 
@@ -101,6 +148,13 @@ float dot(const float* a, const float* b, int64_t n) {
 
 void gemm_nt_serial(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb,
                     float* C, int64_t ldc, const float* bias, bool accumulate) {
+  if (M >= kPackedMinM) {
+    std::vector<float> Bp(static_cast<size_t>(K * kPanel));
+    for (int64_t n0 = 0; n0 < N; n0 += kPanel) {
+      panel_columns(M, n0, std::min(kPanel, N - n0), K, A, lda, B, ldb, C, ldc, bias, accumulate, Bp.data());
+    }
+    return;
+  }
   for (int64_t n0 = 0; n0 < N; n0 += kBlockN) {
     for (int64_t m0 = 0; m0 < M; m0 += kBlockM) {
       block(m0, std::min(M, m0 + kBlockM), n0, std::min(N, n0 + kBlockN), K, A, lda, B, ldb, C, ldc, bias,
@@ -118,8 +172,21 @@ void gemm_nt(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const
   const int64_t blocks_n = (N + block_n - 1) / block_n;
   const int64_t total = blocks_m * blocks_n;
   const double work = static_cast<double>(M) * N * K;
-  if (work < 1 << 16 || omp_in_parallel()) {
+  if (work < (1 << 18) || omp_in_parallel() || omp_get_max_threads() == 1) {
     gemm_nt_serial(M, N, K, A, lda, B, ldb, C, ldc, bias, accumulate);
+    return;
+  }
+  if (M >= kPackedMinM) {
+    const int64_t panels = (N + kPanel - 1) / kPanel;
+#pragma omp parallel
+    {
+      std::vector<float> Bp(static_cast<size_t>(K * kPanel));
+#pragma omp for schedule(static)
+      for (int64_t p = 0; p < panels; ++p) {
+        const int64_t n0 = p * kPanel;
+        panel_columns(M, n0, std::min(kPanel, N - n0), K, A, lda, B, ldb, C, ldc, bias, accumulate, Bp.data());
+      }
+    }
     return;
   }
 #pragma omp parallel for schedule(static)
