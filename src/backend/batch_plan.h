@@ -13,10 +13,9 @@ struct BatchPlan {
   std::vector<int32_t> context_lens;  // [num_seqs] tokens in the cache after this step (cached prefix + new)
   std::vector<int32_t> block_table_indptr;  // [num_seqs + 1] offsets into block_table
   std::vector<int32_t> block_table;         // block ids of each sequence, in order
-  std::vector<int64_t>
-      slot_mapping;  // [num_tokens] cache slot (block * block_size + offset) of each new token
-  std::vector<int32_t> logits_rows;  // token indices whose logits are wanted, in output order
-  std::vector<int64_t> seq_ids;      // [num_seqs] sequence ids (for per-sequence cache state)
+  std::vector<int64_t> slot_mapping;  // [num_tokens] cache slot (block * block_size + offset) of each new token
+  std::vector<int32_t> logits_rows;   // token indices whose logits are wanted, in output order
+  std::vector<int64_t> seq_ids;       // [num_seqs] sequence ids (for per-sequence cache state)
   // [num_seqs] or empty: the context length each sequence reaches once its current prompt is fully prefilled
   // (larger than context_lens while a prompt arrives in chunks). Only used to break exact top-k ties the way
   // a one-shot prefill does (DeepSeek-V4's indexer, see docs/deepseek_v4_kv.md); empty = context_lens.

@@ -351,7 +351,10 @@ void count_expert(Counter& c, const DeepseekV4Config& cfg, int64_t inter, bool r
   const int64_t H = cfg.hidden_size;
   for (int m = 0; m < 3; ++m) {
     const int64_t rows = m == 1 ? H : inter, cols = m == 1 ? inter : H;
-    if (routed && cfg.expert_dtype == "fp4") {
+    // Routed experts ship as FP4 in the published quantized checkpoints (V4-Flash declares expert_dtype
+    // "fp4"; configs that leave it out but are FP8-quantized are counted the same way).
+    const bool fp4 = cfg.expert_dtype == "fp4" || (cfg.expert_dtype.empty() && cfg.fp8_weights);
+    if (routed && fp4) {
       c.fp4(rows, cols);
     } else {
       c.fp8(rows, cols, cfg.fp8_weights);

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "model/arch/deepseek_v4_compressor.h"
 #include "model/arch/deepseek_v4_weights.h"
 #include "model/rope.h"
 
@@ -100,35 +101,16 @@ class DeepseekV4Model : public Model {
   }
 
  private:
-  // Rows of a ratio-`ratio` compressor that close in this step: row j of sequence s closes when its last
-  // token (j + 1) * ratio - 1 is among the step's new tokens.
-  static CompressedRows closing_rows(const BatchPlan& plan, int64_t ratio) {
-    CompressedRows rows;
-    for (int32_t s = 0; s < plan.num_seqs(); ++s) {
-      const int64_t end = plan.context_lens[s], begin = end - plan.query_len(s);
-      for (int64_t j = begin / ratio; j < end / ratio; ++j) {
-        rows.seqs.push_back(s);
-        rows.rows.push_back(static_cast<int32_t>(j));
-      }
-    }
-    return rows;
-  }
-
-  // Projects the new tokens' compressor inputs into `in_layer`, pools every window that closes, normalises
-  // and ropes the rows at their window's first position and stores them in `out_layer`.
   void compress(const V4CompressorWeights& w, const Tensor& x, int64_t ratio, bool overlap, int64_t in_layer,
                 int64_t out_layer, const BatchPlan& plan, KvCache& cache) {
-    Backend& b = backend_;
-    b.write_kv(cache, in_layer, plan, b.linear(x, w.wkv), b.linear(x, w.wgate));  // rows [kv | gate]
-    const CompressedRows rows = closing_rows(plan, ratio);
-    if (rows.size() == 0) return;
-    Tensor pooled = b.compress_rows(cache, in_layer, plan, rows, w.ape, ratio, overlap);  // [R, dim]
-    const int64_t R = pooled.dim(0), dim = pooled.dim(1);
-    pooled = b.rms_norm(pooled, w.norm, static_cast<float>(c_.rms_norm_eps)).reshape({R, 1, dim});
-    std::vector<int32_t> starts(R);
-    for (int64_t k = 0; k < R; ++k) starts[k] = static_cast<int32_t>(rows.rows[k] * ratio);
-    b.rope(pooled, starts, compress_rope_, dim - c_.rope_dim, RopeLayout::kInterleaved);
-    b.write_compressed(cache, out_layer, plan, rows, pooled);
+    V4CompressorStep step;
+    step.ratio = ratio;
+    step.overlap = overlap;
+    step.in_layer = in_layer;
+    step.out_layer = out_layer;
+    step.rope_dim = c_.rope_dim;
+    step.rms_eps = static_cast<float>(c_.rms_norm_eps);
+    run_v4_compressor(backend_, w, step, compress_rope_, x, plan, cache);
   }
 
   Tensor attention(int64_t layer, const Tensor& x, const BatchPlan& plan, KvCache& cache) {
