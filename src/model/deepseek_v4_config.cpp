@@ -131,15 +131,15 @@ void parse_layer_kinds(const json& j, DeepseekV4Config& c) {
     for (int64_t i = 0; i < static_cast<int64_t>(types.size()); ++i) {
       DSI_CHECK(types[i].is_string(), kWhere, ": layer_types[", i, "] must be a string");
       const std::string t = types[i].get<std::string>();
-      V4AttnKind kind;
-      int64_t ratio;
-      if (t == "sliding_attention") {
-        kind = V4AttnKind::kSliding, ratio = 0;
-      } else if (t == "compressed_sparse_attention") {
-        kind = V4AttnKind::kCsa, ratio = csa;
+      V4AttnKind kind = V4AttnKind::kSliding;
+      int64_t ratio = 0;
+      if (t == "compressed_sparse_attention") {
+        kind = V4AttnKind::kCsa;
+        ratio = csa;
       } else if (t == "heavily_compressed_attention") {
-        kind = V4AttnKind::kHca, ratio = hca;
-      } else {
+        kind = V4AttnKind::kHca;
+        ratio = hca;
+      } else if (t != "sliding_attention") {
         fail(kWhere, ": layer_types[", i, "] \"", t,
              "\" is not one of sliding_attention, compressed_sparse_attention, heavily_compressed_attention");
       }
