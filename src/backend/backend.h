@@ -44,6 +44,22 @@ struct RoutingParams {
   float routed_scaling_factor = 1.0f;
 };
 
+// One manifold-constrained hyper-connection (DeepSeek-V4): fn [(2 + n) * n, n * H] (or [n, n * H] for the
+// head), base [(2 + n) * n] (or [n]), scale [3] (or [1]); n = hc_mult streams of H values.
+struct HyperConnWeights {
+  Tensor fn;
+  Tensor base;
+  Tensor scale;
+};
+
+// Which compressed rows a DeepSeek-V4 compressor closes in one step: row `rows[i]` of sequence `seqs[i]`
+// (plan index) pools the token window [rows[i] * ratio, (rows[i] + 1) * ratio).
+struct CompressedRows {
+  std::vector<int32_t> seqs;
+  std::vector<int32_t> rows;
+  size_t size() const { return rows.size(); }
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -85,6 +101,47 @@ class Backend {
                              const std::vector<MlpWeights>& experts) = 0;
   // Selected rows of x [T, H] -> [rows, H].
   virtual Tensor gather_rows(const Tensor& x, const std::vector<int32_t>& rows) = 0;
+
+  // ---- DeepSeek-V4 (cpu_v4_*.cpp) ----
+  // x [T, H] -> n identical residual streams [T, n, H].
+  virtual Tensor hc_expand(const Tensor& x, int64_t n) = 0;
+  // Hyper-connection mixing weights from the RMS-normalised flattened streams x [T, n, H]: returns the
+  // streams collapsed with `pre` [T, H]; post [T, n] and comb [T, n, n] (Sinkhorn-projected, `iters` steps).
+  virtual Tensor hc_pre(const Tensor& x, const HyperConnWeights& w, int64_t iters, float hc_eps,
+                        float norm_eps, Tensor* post, Tensor* comb) = 0;
+  // New streams [T, n, H]: out[k] = post[k] * y + sum_j comb[j, k] * x[j] for sublayer output y [T, H].
+  virtual Tensor hc_post(const Tensor& x, const Tensor& y, const Tensor& post, const Tensor& comb) = 0;
+  // Final collapse of x [T, n, H] -> [T, H] with the head's sigmoid weights.
+  virtual Tensor hc_head(const Tensor& x, const HyperConnWeights& w, float hc_eps, float norm_eps) = 0;
+  // Expert choice given by a table (V4 hash layers): ids [T, k] I32 chosen by the caller; weights [T, k] are
+  // the chosen experts' scores (p.scoring) normalised and scaled by p.routed_scaling_factor.
+  virtual Tensor moe_weights_for(const Tensor& x, const Tensor& router, const Tensor& ids,
+                                 const RoutingParams& p) = 0;
+  // Pools compressor windows from the per-token compressor inputs in cache layer `in_layer` (rows
+  // [kv (c * D) | gate (c * D)], c = 2 with `overlap`): row r of sequence s is
+  // sum_i softmax_i(gate_i + ape_i) * kv_i over its window's tokens (with overlap also the previous window's
+  // first halves). ape [ratio, c * D]. Returns [rows.size(), D] (before norm and rope).
+  virtual Tensor compress_rows(const KvCache& cache, int64_t in_layer, const BatchPlan& plan,
+                               const CompressedRows& rows, const Tensor& ape, int64_t ratio,
+                               bool overlap) = 0;
+  // Writes rows [R, width] to cache layer `layer`: row i goes to sequence seqs[i]'s slot of position rows[i]
+  // (compressed row j of a sequence lives in the slot of position j).
+  virtual void write_compressed(KvCache& cache, int64_t layer, const BatchPlan& plan,
+                                const CompressedRows& rows, const Tensor& values) = 0;
+  // Lightning indexer: q [T, h, d], weights [T, h]; score(t, j) =
+  // sum_h (relu(q[t, h] . K[j]) * scale) * (weights[t, h] * weights_scale) over compressed keys K (cache
+  // layer `layer`) visible to t (j < (pos + 1) / ratio). Returns the top `top_k` rows per token [T, top_k]
+  // I32, -1 padded.
+  virtual Tensor indexer_topk(const Tensor& q, const Tensor& weights, const KvCache& cache, int64_t layer,
+                              const BatchPlan& plan, int64_t ratio, int64_t top_k, float scale,
+                              float weights_scale) = 0;
+  // DeepSeek-V4 shared-KV attention with per-head sink logits [H]: q [T, H, D] attends to the last `window`
+  // raw rows (cache layer `window_layer`, width D) and, when comp_layer >= 0, compressed rows j < (pos + 1) /
+  // ratio of comp_layer: all of them, or only those listed in `selected` [T, k] (-1 = none) when given.
+  // K = V. Returns [T, H, D].
+  virtual Tensor attention_v4(const Tensor& q, const KvCache& cache, int64_t window_layer, int64_t window,
+                              int64_t comp_layer, int64_t ratio, const Tensor& selected,
+                              const BatchPlan& plan, const Tensor& sinks, float scale) = 0;
 };
 
 }  // namespace dsinfer

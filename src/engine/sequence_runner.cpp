@@ -39,6 +39,7 @@ Tensor SequenceRunner::run_chunk(const std::vector<int32_t>& tokens, size_t begi
   plan.block_table_indptr = {0, blocks};
   for (int32_t b = 0; b < blocks; ++b) plan.block_table.push_back(b);
   plan.seq_ids = {seq_id_};
+  plan.prefill_target_lens = {static_cast<int32_t>(target_)};
   if (all_logits) {
     for (int64_t i = 0; i < n; ++i) plan.logits_rows.push_back(static_cast<int32_t>(i));
   } else {
@@ -56,6 +57,7 @@ Tensor SequenceRunner::append(const std::vector<int32_t>& tokens, bool all_logit
             length_ + static_cast<int64_t>(tokens.size()), " tokens exceeds the context capacity of ", capacity_,
             " tokens");
   const size_t step = chunk > 0 ? static_cast<size_t>(chunk) : tokens.size();
+  target_ = length_ + static_cast<int64_t>(tokens.size());
   std::vector<Tensor> parts;
   for (size_t begin = 0; begin < tokens.size(); begin += step) {
     const size_t end = std::min(tokens.size(), begin + step);

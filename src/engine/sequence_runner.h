@@ -26,6 +26,7 @@ class SequenceRunner {
 
  private:
   Tensor run_chunk(const std::vector<int32_t>& tokens, size_t begin, size_t end, bool all_logits);
+  int64_t target_ = 0;  // length once the tokens of the current append() are all in
   Model& model_;
   int64_t capacity_;
   int64_t block_size_;

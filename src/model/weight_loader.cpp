@@ -1,5 +1,8 @@
-// Weight reading, shape checks and FP8 block dequantization.
+// Weight reading, shape checks, FP8 block dequantization (V3 `_scale_inv` and V4 e8m0 `.scale`) and FP4 E2M1
+// unpacking (V4 routed experts).
 #include "model/weight_loader.h"
+
+#include <cstdint>
 
 #include "core/error.h"
 #include "core/progress_bar.h"
@@ -28,11 +31,48 @@ Tensor dequantize_fp8_blocks(const Tensor& w8, const Tensor& scale_inv, int64_t 
   return out;
 }
 
-WeightLoader::WeightLoader(const SafetensorsArchive& archive, const ModelConfig& config, ProgressBar* progress)
+Tensor dequantize_fp4_blocks(const Tensor& packed, const Tensor& scale, int64_t block_k) {
+  DSI_CHECK(packed.ndim() == 2 && (packed.dtype() == DType::I8 || packed.dtype() == DType::U8),
+            "dequantize_fp4_blocks: expected a 2-D int8 tensor of packed FP4 pairs");
+  const int64_t N = packed.dim(0), K = packed.dim(1) * 2, bk = (K + block_k - 1) / block_k;
+  DSI_CHECK(scale.ndim() == 2 && scale.dim(0) == N && scale.dim(1) == bk, "FP4 scale has shape ",
+            shape_str(scale.shape()), ", expected [", N, ", ", bk, "] for ", K, " inputs in blocks of ",
+            block_k);
+  Tensor scales = scale.to_f32();
+  Tensor out = Tensor::empty(DType::F32, {N, K});  // [N, K]
+  const uint8_t* src = static_cast<const uint8_t*>(packed.raw());
+  for (int64_t n = 0; n < N; ++n) {
+    const float* srow = scales.f32() + n * bk;
+    float* o = out.f32() + n * K;
+    for (int64_t k = 0; k < K; k += 2) {
+      const uint8_t byte = src[n * (K / 2) + k / 2];
+      o[k] = fp4_e2m1_to_f32(byte & 0x0f) * srow[k / block_k];  // low nibble: even element
+      o[k + 1] = fp4_e2m1_to_f32(byte >> 4) * srow[(k + 1) / block_k];
+    }
+  }
+  return out;
+}
+
+namespace {
+
+// "X.weight" -> "X.scale" (DeepSeek-V4's block scales); "" for other names.
+std::string v4_scale_name(const std::string& name) {
+  const std::string suffix = ".weight";
+  if (name.size() < suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
+    return "";
+  return name.substr(0, name.size() - suffix.size()) + ".scale";
+}
+
+}  // namespace
+
+WeightLoader::WeightLoader(const SafetensorsArchive& archive, const ModelConfig& config,
+                           ProgressBar* progress)
     : archive_(archive), config_(config), progress_(progress) {}
 
 Tensor WeightLoader::dequantize_fp8(const std::string& name, const Tensor& w8) {
   std::string scale_name = name + "_scale_inv";
+  if (!archive_.contains(scale_name) && archive_.contains(v4_scale_name(name)))
+    scale_name = v4_scale_name(name);
   DSI_CHECK(archive_.contains(scale_name), archive_.file_of(name), ": FP8 tensor \"", name, "\" has no \"",
             scale_name, "\"");
   used_.insert(scale_name);
@@ -47,8 +87,14 @@ Tensor WeightLoader::get(const std::string& name, const Shape& shape) {
   DSI_CHECK(archive_.contains(name), "checkpoint is missing tensor \"", name, "\" (expected ", shape_str(shape),
             ")");
   const TensorInfo& info = archive_.info(name);
-  DSI_CHECK(info.shape == shape, archive_.file_of(name), ": tensor \"", name, "\" has shape ", shape_str(info.shape),
-            " but the config implies ", shape_str(shape));
+  const std::string fp4_scale = v4_scale_name(name);
+  const bool fp4 = (info.dtype == DType::I8 || info.dtype == DType::U8) && !fp4_scale.empty() &&
+                   archive_.contains(fp4_scale) && shape.size() == 2;
+  Shape stored = shape;
+  if (fp4) stored.back() = shape.back() / 2;  // two FP4 values per byte
+  DSI_CHECK(info.shape == stored && (!fp4 || shape.back() % 2 == 0), archive_.file_of(name), ": tensor \"",
+            name, "\" has shape ", shape_str(info.shape), " but the config implies ", shape_str(stored),
+            fp4 ? " (packed FP4)" : "");
   used_.insert(name);
   Tensor raw = archive_.get(name);
   Tensor out;
@@ -61,9 +107,52 @@ Tensor WeightLoader::get(const std::string& name, const Shape& shape) {
     case DType::F8_E4M3:
       out = dequantize_fp8(name, raw);
       break;
+    case DType::I8:
+    case DType::U8:
+      if (fp4) {
+        used_.insert(fp4_scale);
+        try {
+          out = dequantize_fp4_blocks(raw, archive_.get(fp4_scale), kFp4BlockK);
+        } catch (const Error& e) {
+          fail(archive_.file_of(name), ": tensor \"", name, "\": ", e.what());
+        }
+        break;
+      }
+      [[fallthrough]];
     default:
       fail(archive_.file_of(name), ": tensor \"", name, "\" has dtype ", dtype_name(info.dtype),
            ", expected a floating point type");
+  }
+  if (progress_) progress_->advance(static_cast<int64_t>(info.nbytes));
+  return out;
+}
+
+Tensor WeightLoader::get_ids(const std::string& name, const Shape& shape) {
+  DSI_CHECK(archive_.contains(name), "checkpoint is missing tensor \"", name, "\" (expected ",
+            shape_str(shape), ")");
+  const TensorInfo& info = archive_.info(name);
+  DSI_CHECK(info.shape == shape, archive_.file_of(name), ": tensor \"", name, "\" has shape ",
+            shape_str(info.shape), " but the config implies ", shape_str(shape));
+  used_.insert(name);
+  Tensor raw = archive_.get(name);
+  Tensor out = Tensor::empty(DType::I32, shape);
+  const int64_t n = raw.numel();
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t v;
+    switch (info.dtype) {
+      case DType::I64:
+        v = raw.data<int64_t>()[i];
+        break;
+      case DType::I32:
+        v = raw.data<int32_t>()[i];
+        break;
+      default:
+        fail(archive_.file_of(name), ": tensor \"", name, "\" has dtype ", dtype_name(info.dtype),
+             ", expected I64 or I32");
+    }
+    DSI_CHECK(v >= INT32_MIN && v <= INT32_MAX, archive_.file_of(name), ": tensor \"", name, "\" value ", v,
+              " does not fit in int32");
+    out.data<int32_t>()[i] = static_cast<int32_t>(v);
   }
   if (progress_) progress_->advance(static_cast<int64_t>(info.nbytes));
   return out;

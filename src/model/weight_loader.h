@@ -1,5 +1,6 @@
 // WeightLoader: reads named checkpoint tensors as float32 for the reference backend, checking each shape
-// against the config and dequantizing DeepSeek-V3 FP8 block-scaled weights (w8 * scale_inv per block).
+// against the config and dequantizing DeepSeek-V3 FP8 block-scaled weights (w8 * scale_inv per block),
+// DeepSeek-V4 FP8 weights with e8m0 `.scale` blocks and V4 FP4 E2M1 experts (int8 pairs + e8m0 `.scale`).
 #pragma once
 #include <set>
 #include <string>
@@ -17,8 +18,10 @@ class WeightLoader {
   WeightLoader(const SafetensorsArchive& archive, const ModelConfig& config, ProgressBar* progress = nullptr);
 
   bool has(const std::string& name) const { return archive_.contains(name); }
-  // Float32 copy of `name`, which must have `shape`.
+  // Float32 copy of `name`, which must have `shape` (for packed FP4 the unpacked shape).
   Tensor get(const std::string& name, const Shape& shape);
+  // Int32 copy of an integer table (I64 or I32 in the checkpoint), e.g. V4's tid2eid.
+  Tensor get_ids(const std::string& name, const Shape& shape);
   // `prefix`.weight [out, in] (+ `prefix`.bias [out] when `bias`).
   Linear linear(const std::string& prefix, int64_t out, int64_t in, bool bias = false);
   MlpWeights mlp(const std::string& prefix, int64_t hidden, int64_t intermediate, bool bias = false);
@@ -32,6 +35,13 @@ class WeightLoader {
   ProgressBar* progress_;
   std::set<std::string> used_;
 };
+
+// Inputs per e8m0 scale of DeepSeek-V4's FP4 expert weights.
+inline constexpr int64_t kFp4BlockK = 32;
+
+// Float32 copy of FP4 E2M1 weights packed two per byte (low nibble = even element) [N, K/2] with one
+// power-of-two scale per `block_k` inputs [N, ceil(K/block_k)]; returns [N, K].
+Tensor dequantize_fp4_blocks(const Tensor& packed, const Tensor& scale, int64_t block_k);
 
 // Float32 copy of an FP8 E4M3 weight [N, K] with per-block float scales [ceil(N/bn), ceil(K/bk)].
 Tensor dequantize_fp8_blocks(const Tensor& w8, const Tensor& scale_inv, int64_t block_n, int64_t block_k);

@@ -26,6 +26,26 @@ class CpuBackend : public Backend {
   Tensor moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
                      const std::vector<MlpWeights>& experts) override;
   Tensor gather_rows(const Tensor& x, const std::vector<int32_t>& rows) override;
+
+  // DeepSeek-V4: cpu_v4_hc.cpp (hyper-connections), cpu_v4_moe.cpp, cpu_v4_attention.cpp (compressors,
+  // indexer, sliding + compressed attention).
+  Tensor hc_expand(const Tensor& x, int64_t n) override;
+  Tensor hc_pre(const Tensor& x, const HyperConnWeights& w, int64_t iters, float hc_eps, float norm_eps,
+                Tensor* post, Tensor* comb) override;
+  Tensor hc_post(const Tensor& x, const Tensor& y, const Tensor& post, const Tensor& comb) override;
+  Tensor hc_head(const Tensor& x, const HyperConnWeights& w, float hc_eps, float norm_eps) override;
+  Tensor moe_weights_for(const Tensor& x, const Tensor& router, const Tensor& ids,
+                         const RoutingParams& p) override;
+  Tensor compress_rows(const KvCache& cache, int64_t in_layer, const BatchPlan& plan,
+                       const CompressedRows& rows, const Tensor& ape, int64_t ratio, bool overlap) override;
+  void write_compressed(KvCache& cache, int64_t layer, const BatchPlan& plan, const CompressedRows& rows,
+                        const Tensor& values) override;
+  Tensor indexer_topk(const Tensor& q, const Tensor& weights, const KvCache& cache, int64_t layer,
+                      const BatchPlan& plan, int64_t ratio, int64_t top_k, float scale,
+                      float weights_scale) override;
+  Tensor attention_v4(const Tensor& q, const KvCache& cache, int64_t window_layer, int64_t window,
+                      int64_t comp_layer, int64_t ratio, const Tensor& selected, const BatchPlan& plan,
+                      const Tensor& sinks, float scale) override;
 };
 
 }  // namespace dsinfer

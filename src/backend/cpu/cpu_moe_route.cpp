@@ -1,5 +1,6 @@
-// CPU reference DeepSeekMoE routing: softmax (greedy, group_limited_greedy) and sigmoid + correction bias
-// with group-limited top-k (noaux_tc), top-k normalisation and routed scaling, as transformers computes it.
+// CPU reference DeepSeekMoE routing: softmax (greedy, group_limited_greedy) and sigmoid or sqrt(softplus)
+// (DeepSeek-V4) + correction bias with group-limited top-k (noaux_tc), top-k normalisation and routed
+// scaling, as transformers computes it.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -55,6 +56,9 @@ void CpuBackend::moe_route(const Tensor& x, const Tensor& router, const Tensor& 
       for (float& s : scores) s /= sum;
     } else if (p.scoring == "sigmoid") {
       for (float& s : scores) s = 1.0f / (1.0f + std::exp(-s));
+    } else if (p.scoring == "sqrtsoftplus") {
+      // torch softplus (threshold 20), then sqrt.
+      for (float& s : scores) s = std::sqrt(s > 20.0f ? s : std::log1p(std::exp(s)));
     } else {
       fail("moe_route: unsupported scoring function ", p.scoring);
     }
@@ -89,7 +93,8 @@ void CpuBackend::moe_route(const Tensor& x, const Tensor& router, const Tensor& 
     for (int32_t e : chosen) denom += scores[e];
     for (int64_t k = 0; k < K; ++k) {
       float w = scores[chosen[k]];
-      if (p.norm_topk_prob && (K > 1 || p.scoring == "sigmoid")) w /= (denom + 1e-20f);
+      if (p.norm_topk_prob && (K > 1 || p.scoring == "sigmoid" || p.scoring == "sqrtsoftplus"))
+        w /= (denom + 1e-20f);
       ids->data<int32_t>()[t * K + k] = chosen[k];
       weights->f32()[t * K + k] = w * p.routed_scaling_factor;
     }

@@ -1,0 +1,202 @@
+// DeepSeek-V4 forward pass: hyper-connected residual streams around shared-KV attention (sliding window,
+// + Compressed Sparse Attention with a lightning indexer, or + Heavily Compressed Attention) and a MoE with
+// hash-routed first layers. Follows transformers' DeepseekV4ForCausalLM (see docs/deepseek_v4_kv.md for the
+// cache layout and for where DeepSeek's own inference code differs).
+#include "model/arch/deepseek_v4.h"
+
+#include <cmath>
+
+#include "core/error.h"
+#include "model/arch/deepseek_v4_compressor.h"
+#include "model/arch/deepseek_v4_weights.h"
+#include "model/rope.h"
+
+namespace dsinfer {
+
+namespace {
+
+// Cache layers (indices into kv_layout()) of one model layer; -1 where the layer has none.
+struct V4CacheLayers {
+  int64_t window = -1;   // raw K=V rows, sliding window
+  int64_t comp_in = -1;  // compressor inputs [kv | gate] per token, sliding window of the open window(s)
+  int64_t comp = -1;     // compressed rows
+  int64_t idx_in = -1;   // indexer compressor inputs
+  int64_t idx = -1;      // indexer keys
+};
+
+class DeepseekV4Model : public Model {
+ public:
+  DeepseekV4Model(const ModelConfig& mc, WeightLoader& w, Backend& backend)
+      : config_(mc), c_(parse_deepseek_v4_config(mc.raw)), backend_(backend) {
+    weights_ = load_deepseek_v4_weights(c_, w);
+    main_rope_ = make_rope_table(c_.main_rope, c_.rope_dim);
+    compress_rope_ = make_rope_table(c_.compress_rope, c_.rope_dim);
+    head_ones_ = Tensor::from_f32(std::vector<float>(c_.head_dim, 1.0f), {c_.head_dim});
+    // Cache layout: see kv_layout().
+    int64_t next = 0;
+    for (int64_t i = 0; i < c_.num_layers; ++i) {
+      V4CacheLayers L;
+      L.window = next++;
+      if (c_.attn_kinds[i] != V4AttnKind::kSliding) {
+        L.comp_in = next++;
+        L.comp = next++;
+      }
+      if (c_.attn_kinds[i] == V4AttnKind::kCsa) {
+        L.idx_in = next++;
+        L.idx = next++;
+      }
+      cache_layers_.push_back(L);
+    }
+  }
+
+  const ModelConfig& config() const override { return config_; }
+
+  // Per model layer, in order: the raw K=V window; for CSA/HCA the compressor inputs (a window of the
+  // last c * ratio tokens' [kv | gate] rows) and the compressed rows; for CSA the same pair for the indexer.
+  std::vector<KvLayerSpec> kv_layout() const override {
+    std::vector<KvLayerSpec> specs;
+    const int64_t D = c_.head_dim, ihd = c_.index_head_dim;
+    for (int64_t i = 0; i < c_.num_layers; ++i) {
+      const int64_t r = c_.compress_ratios[i], cf = c_.coff(i);
+      specs.push_back({KvKind::kSlidingWindow, D, c_.sliding_window, 1});
+      if (c_.attn_kinds[i] != V4AttnKind::kSliding) {
+        specs.push_back({KvKind::kSlidingWindow, 2 * cf * D, cf * r, 1});
+        specs.push_back({KvKind::kCompressed, D, 0, r});
+      }
+      if (c_.attn_kinds[i] == V4AttnKind::kCsa) {
+        specs.push_back({KvKind::kSlidingWindow, 2 * 2 * ihd, 2 * r, 1});
+        specs.push_back({KvKind::kCompressed, ihd, 0, r});
+      }
+    }
+    return specs;
+  }
+
+  Tensor forward(const BatchPlan& plan, KvCache& cache) override {
+    Backend& b = backend_;
+    DSI_CHECK(cache.num_layers() == static_cast<int64_t>(kv_layout().size()),
+              "deepseek_v4: the KV cache was not built from this model's kv_layout()");
+    for (int32_t s = 0; s < plan.num_seqs(); ++s) {
+      const int32_t first = plan.context_lens[s] - plan.query_len(s);
+      for (int32_t t = plan.cu_seqlens[s]; t < plan.cu_seqlens[s + 1]; ++t) {
+        DSI_CHECK(plan.positions[t] == first + (t - plan.cu_seqlens[s]), "deepseek_v4: sequence ", s,
+                  " positions must continue its cached prefix (the compressors close windows by position)");
+      }
+    }
+    const float eps = static_cast<float>(c_.rms_norm_eps), hc_eps = static_cast<float>(c_.hc_eps);
+    const int64_t iters = c_.hc_sinkhorn_iters;
+    Tensor h = b.hc_expand(b.embed(weights_.embed, plan.token_ids), c_.hc_mult);  // [T, n, hidden]
+    for (int64_t i = 0; i < c_.num_layers; ++i) {
+      const V4LayerWeights& L = weights_.layers[i];
+      Tensor post, comb;
+      Tensor x = b.hc_pre(h, L.hc_attn, iters, hc_eps, eps, &post, &comb);  // [T, hidden]
+      Tensor y = attention(i, b.rms_norm(x, L.attn_norm, eps), plan, cache);
+      h = b.hc_post(h, y, post, comb);
+      x = b.hc_pre(h, L.hc_ffn, iters, hc_eps, eps, &post, &comb);
+      y = moe(L.ffn, b.rms_norm(x, L.ffn_norm, eps), plan, c_.hash_layers[i]);
+      h = b.hc_post(h, y, post, comb);
+    }
+    Tensor last = b.gather_rows(h, plan.logits_rows);  // [rows, n, hidden]
+    Tensor collapsed = b.hc_head(last, weights_.hc_head, hc_eps, eps);
+    return b.linear(b.rms_norm(collapsed, weights_.norm, eps), weights_.head);  // [rows, vocab]
+  }
+
+ private:
+  void compress(const V4CompressorWeights& w, const Tensor& x, int64_t ratio, bool overlap, int64_t in_layer,
+                int64_t out_layer, const BatchPlan& plan, KvCache& cache) {
+    V4CompressorStep step;
+    step.ratio = ratio;
+    step.overlap = overlap;
+    step.in_layer = in_layer;
+    step.out_layer = out_layer;
+    step.rope_dim = c_.rope_dim;
+    step.rms_eps = static_cast<float>(c_.rms_norm_eps);
+    run_v4_compressor(backend_, w, step, compress_rope_, x, plan, cache);
+  }
+
+  Tensor attention(int64_t layer, const Tensor& x, const BatchPlan& plan, KvCache& cache) {
+    Backend& b = backend_;
+    const V4AttentionWeights& a = weights_.layers[layer].attn;
+    const V4CacheLayers& cl = cache_layers_[layer];
+    const int64_t T = plan.num_tokens(), H = c_.num_heads, D = c_.head_dim, rd = c_.rope_dim;
+    const float eps = static_cast<float>(c_.rms_norm_eps);
+    const int64_t ratio = c_.compress_ratios[layer];
+    const RopeTable& rope = c_.attn_kinds[layer] == V4AttnKind::kSliding ? main_rope_ : compress_rope_;
+
+    Tensor q_res = b.rms_norm(b.linear(x, a.wq_a), a.q_norm, eps);  // [T, q_lora]
+    Tensor q = b.linear(q_res, a.wq_b).reshape({T, H, D});          // [T, H, D]
+    q = b.rms_norm(q, head_ones_, eps);                             // per-head, unweighted
+    b.rope(q, plan.positions, rope, D - rd, RopeLayout::kInterleaved);
+    Tensor kv = b.rms_norm(b.linear(x, a.wkv), a.kv_norm, eps).reshape({T, 1, D});  // [T, 1, D], K = V
+    b.rope(kv, plan.positions, rope, D - rd, RopeLayout::kInterleaved);
+    b.write_kv(cache, cl.window, plan, kv, Tensor());
+
+    Tensor selected;  // [T, index_topk] on CSA layers
+    if (a.has_compressor) {
+      compress(a.compressor, x, ratio, a.has_indexer, cl.comp_in, cl.comp, plan, cache);
+    }
+    if (a.has_indexer) {
+      const V4IndexerWeights& ix = a.indexer;
+      const int64_t nh = c_.index_n_heads, ihd = c_.index_head_dim;
+      compress(ix.compressor, x, ratio, true, cl.idx_in, cl.idx, plan, cache);
+      Tensor qi = b.linear(q_res, ix.wq_b).reshape({T, nh, ihd});  // [T, nh, ihd]
+      b.rope(qi, plan.positions, compress_rope_, ihd - rd, RopeLayout::kInterleaved);
+      Tensor wts = b.linear(x, ix.weights_proj);  // [T, nh]
+      selected = b.indexer_topk(qi, wts, cache, cl.idx, plan, ratio, c_.index_topk,
+                                static_cast<float>(1.0 / std::sqrt(static_cast<double>(ihd))),
+                                static_cast<float>(1.0 / std::sqrt(static_cast<double>(nh))));
+    }
+    const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
+    Tensor o = b.attention_v4(q, cache, cl.window, c_.sliding_window, cl.comp, ratio, selected, plan, a.sinks,
+                              scale);  // [T, H, D]
+    // K = V carried rope on its trailing dims: rotate the output back to the query position.
+    b.rope(o, plan.positions, rope, D - rd, RopeLayout::kInterleaved, /*inverse=*/true);
+    const int64_t G = c_.o_groups;
+    Tensor g = b.head_matmul(o.reshape({T, G, H * D / G}), a.wo_a, /*transpose_w=*/false);  // [T, G, o_lora]
+    return b.linear(g.reshape({T, G * c_.o_lora_rank}), a.wo_b);                            // [T, hidden]
+  }
+
+  Tensor moe(const V4MoeWeights& f, const Tensor& x, const BatchPlan& plan, bool hash) {
+    Backend& b = backend_;
+    const int64_t T = x.dim(0), K = c_.num_experts_per_tok;
+    RoutingParams p;
+    p.scoring = c_.scoring_func;
+    p.method = "noaux_tc";
+    p.top_k = K;
+    p.norm_topk_prob = true;  // V4 always renormalises the chosen weights
+    p.routed_scaling_factor = static_cast<float>(c_.routed_scaling_factor);
+    Tensor ids, weights;
+    if (hash) {
+      ids = Tensor::empty(DType::I32, {T, K});  // [T, k] = tid2eid[token]
+      for (int64_t t = 0; t < T; ++t) {
+        const int32_t tok = plan.token_ids[t];
+        DSI_CHECK(tok >= 0 && tok < f.tid2eid.dim(0), "token id ", tok, " is outside the vocabulary");
+        std::copy(f.tid2eid.data<int32_t>() + tok * K, f.tid2eid.data<int32_t>() + (tok + 1) * K,
+                  ids.data<int32_t>() + t * K);
+      }
+      weights = b.moe_weights_for(x, f.router, ids, p);
+    } else {
+      b.moe_route(x, f.router, f.bias, p, &ids, &weights);
+    }
+    Tensor y = b.moe_experts(x, ids, weights, f.experts);  // [T, hidden]
+    if (f.has_shared) b.add_inplace(y, b.mlp(x, f.shared));
+    return y;
+  }
+
+  ModelConfig config_;
+  DeepseekV4Config c_;
+  Backend& backend_;
+  V4Weights weights_;
+  RopeTable main_rope_;
+  RopeTable compress_rope_;
+  Tensor head_ones_;
+  std::vector<V4CacheLayers> cache_layers_;
+};
+
+}  // namespace
+
+std::unique_ptr<Model> make_deepseek_v4_model(const ModelConfig& config, WeightLoader& weights,
+                                              Backend& backend) {
+  return std::make_unique<DeepseekV4Model>(config, weights, backend);
+}
+
+}  // namespace dsinfer
