@@ -1,6 +1,8 @@
 // KvCache storage allocation.
 #include "kv/kv_cache.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace dsinfer {
@@ -18,6 +20,16 @@ size_t KvCache::bytes() const {
   size_t n = 0;
   for (const Tensor& t : storage_) n += t.nbytes();
   return n;
+}
+
+size_t KvCache::bytes_per_block() const { return bytes() / static_cast<size_t>(num_blocks_); }
+
+void KvCache::copy_block(int64_t src, int64_t dst) {
+  DSI_CHECK(src >= 0 && src < num_blocks_ && dst >= 0 && dst < num_blocks_, "KvCache::copy_block: bad block");
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const int64_t rows = block_size_ * layers_[l].width;
+    std::copy(storage_[l].f32() + src * rows, storage_[l].f32() + (src + 1) * rows, storage_[l].f32() + dst * rows);
+  }
 }
 
 }  // namespace dsinfer
