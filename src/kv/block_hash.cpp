@@ -17,7 +17,8 @@ uint64_t mix(uint64_t x) {
 
 uint64_t hash_block(uint64_t parent, std::span<const int32_t> tokens) {
   uint64_t h = mix(parent ^ (0x2545f4914f6cdd1dull * (tokens.size() + 1)));
-  for (int32_t t : tokens) h = mix(h ^ (static_cast<uint64_t>(static_cast<uint32_t>(t)) + 0x9e3779b97f4a7c15ull));
+  for (int32_t t : tokens)
+    h = mix(h ^ (static_cast<uint64_t>(static_cast<uint32_t>(t)) + 0x9e3779b97f4a7c15ull));
   return h;
 }
 

@@ -100,13 +100,15 @@ int32_t BlockPool::lookup(uint64_t hash, uint64_t parent, std::span<const int32_
   if (it == by_hash_.end()) return kNoBlock;
   const int32_t block = it->second;
   if (parent_[block] != parent || static_cast<int32_t>(tokens.size()) != block_size_) return kNoBlock;
-  if (!std::equal(tokens.begin(), tokens.end(), tokens_.begin() + static_cast<int64_t>(block) * block_size_)) {
+  if (!std::equal(tokens.begin(), tokens.end(),
+                  tokens_.begin() + static_cast<int64_t>(block) * block_size_)) {
     return kNoBlock;  // a hash collision
   }
   return block;
 }
 
-bool BlockPool::register_block(int32_t block, uint64_t hash, uint64_t parent, std::span<const int32_t> tokens) {
+bool BlockPool::register_block(int32_t block, uint64_t hash, uint64_t parent,
+                               std::span<const int32_t> tokens) {
   DSI_CHECK(block >= 0 && block < num_blocks_ && ref_[block] > 0, "BlockPool::register_block: block ", block,
             " is not in use");
   DSI_CHECK(static_cast<int32_t>(tokens.size()) == block_size_, "BlockPool::register_block: a block holds ",
@@ -139,10 +141,12 @@ void BlockPool::check_invariants() const {
   DSI_CHECK(cached == num_cached_, "BlockPool: ", cached, " blocks on the LRU list, counted ", num_cached_);
   for (int32_t b = 0; b < num_blocks_; ++b) {
     DSI_CHECK(ref_[b] >= 0, "BlockPool: block ", b, " has a negative reference count");
-    if (ref_[b] == 0) DSI_CHECK(in_free[b] || in_lru[b], "BlockPool: block ", b, " is lost (no refs, not free)");
+    if (ref_[b] == 0)
+      DSI_CHECK(in_free[b] || in_lru[b], "BlockPool: block ", b, " is lost (no refs, not free)");
     if (has_hash_[b]) {
       auto it = by_hash_.find(hash_[b]);
-      DSI_CHECK(it != by_hash_.end() && it->second == b, "BlockPool: registered block ", b, " not in the map");
+      DSI_CHECK(it != by_hash_.end() && it->second == b, "BlockPool: registered block ", b,
+                " not in the map");
     }
   }
   for (const auto& [hash, b] : by_hash_) {

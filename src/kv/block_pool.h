@@ -57,12 +57,12 @@ class BlockPool {
   int32_t num_blocks_;
   int32_t block_size_;
   bool prefix_caching_;
-  std::vector<int32_t> ref_;        // [num_blocks]
-  std::vector<int32_t> free_;       // unregistered blocks with ref 0 (a stack)
-  std::vector<uint64_t> hash_;      // [num_blocks] hash of a registered block
-  std::vector<uint64_t> parent_;    // [num_blocks] predecessor hash of a registered block
-  std::vector<uint8_t> has_hash_;   // [num_blocks]
-  std::vector<int32_t> tokens_;     // [num_blocks * block_size] tokens of registered blocks
+  std::vector<int32_t> ref_;          // [num_blocks]
+  std::vector<int32_t> free_;         // unregistered blocks with ref 0 (a stack)
+  std::vector<uint64_t> hash_;        // [num_blocks] hash of a registered block
+  std::vector<uint64_t> parent_;      // [num_blocks] predecessor hash of a registered block
+  std::vector<uint8_t> has_hash_;     // [num_blocks]
+  std::vector<int32_t> tokens_;       // [num_blocks * block_size] tokens of registered blocks
   std::vector<int32_t> prev_, next_;  // intrusive LRU list of cached blocks (ref 0, registered)
   int32_t lru_head_ = kNoBlock, lru_tail_ = kNoBlock;
   int32_t num_cached_ = 0;

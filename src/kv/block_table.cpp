@@ -34,7 +34,8 @@ int32_t BlockTable::match_prefix(BlockPool& pool, std::span<const int32_t> token
   return num_blocks() * bs;
 }
 
-void BlockTable::register_full_blocks(BlockPool& pool, std::span<const int32_t> tokens, int64_t num_computed) {
+void BlockTable::register_full_blocks(BlockPool& pool, std::span<const int32_t> tokens,
+                                      int64_t num_computed) {
   if (!pool.prefix_caching()) return;
   const int32_t bs = pool.block_size();
   const int64_t full = std::min<int64_t>(num_computed / bs, num_blocks());

@@ -22,13 +22,16 @@ size_t KvCache::bytes() const {
   return n;
 }
 
-size_t KvCache::bytes_per_block() const { return bytes() / static_cast<size_t>(num_blocks_); }
+size_t KvCache::bytes_per_block() const {
+  return bytes() / static_cast<size_t>(num_blocks_);
+}
 
 void KvCache::copy_block(int64_t src, int64_t dst) {
   DSI_CHECK(src >= 0 && src < num_blocks_ && dst >= 0 && dst < num_blocks_, "KvCache::copy_block: bad block");
   for (size_t l = 0; l < layers_.size(); ++l) {
     const int64_t rows = block_size_ * layers_[l].width;
-    std::copy(storage_[l].f32() + src * rows, storage_[l].f32() + (src + 1) * rows, storage_[l].f32() + dst * rows);
+    std::copy(storage_[l].f32() + src * rows, storage_[l].f32() + (src + 1) * rows,
+              storage_[l].f32() + dst * rows);
   }
 }
 

@@ -9,7 +9,7 @@
 namespace dsinfer {
 
 struct KvCapacityRequest {
-  int64_t max_tokens = 0;              // > 0 wins over the byte budgets
+  int64_t max_tokens = 0;  // > 0 wins over the byte budgets
   bool on_gpu = false;
   int64_t gpu_free_bytes = 0;          // GPU: memory left after weights and workspace
   double gpu_free_mem_fraction = 0.9;  // GPU: share of gpu_free_bytes for the cache

@@ -1,5 +1,7 @@
 // Tests for the paged KV block pool and block tables: allocation, reference counts, copy-on-write forks,
 // prefix-cache hits across sequences, LRU eviction and the pool's invariants under random use.
+#include "kv/block_pool.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,7 +11,6 @@
 
 #include "core/error.h"
 #include "kv/block_hash.h"
-#include "kv/block_pool.h"
 #include "kv/block_table.h"
 #include "kv/kv_cache.h"
 
@@ -191,8 +192,8 @@ TEST(BlockPool, RandomOperationsKeepInvariants) {
         // New sequence from a small alphabet of prefixes so that hits happen.
         std::vector<int32_t> tokens(4 + rng() % 20);
         const int32_t family = static_cast<int32_t>(rng() % 3);
-        for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = i < 8 ? family * 100 + static_cast<int32_t>(i)
-                                                                      : static_cast<int32_t>(rng() % 50);
+        for (size_t i = 0; i < tokens.size(); ++i)
+          tokens[i] = i < 8 ? family * 100 + static_cast<int32_t>(i) : static_cast<int32_t>(rng() % 50);
         BlockTable t;
         const int32_t hit = t.match_prefix(pool, tokens, static_cast<int64_t>(tokens.size()) - 1);
         ASSERT_EQ(hit % 4, 0);
