@@ -12,7 +12,9 @@ KvCache::KvCache(std::vector<KvLayerSpec> layers, int64_t num_blocks, int64_t bl
   DSI_CHECK(num_blocks > 0 && block_size > 0, "KvCache needs positive num_blocks and block_size");
   for (const KvLayerSpec& spec : layers_) {
     DSI_CHECK(spec.width >= 0, "KvCache: negative layer width");
-    storage_.push_back(Tensor::zeros(DType::F32, {num_blocks * block_size, spec.width}));
+    // Not zeroed: every slot is written before it is read, and untouched pages of a large cache then cost
+    // no memory until used.
+    storage_.push_back(Tensor::empty(DType::F32, {num_blocks * block_size, spec.width}));
   }
 }
 

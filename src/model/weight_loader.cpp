@@ -1,20 +1,24 @@
 // Weight reading, shape checks and FP8 block dequantization.
 #include "model/weight_loader.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "core/error.h"
 #include "core/progress_bar.h"
 
 namespace dsinfer {
 
 Tensor dequantize_fp8_blocks(const Tensor& w8, const Tensor& scale_inv, int64_t block_n, int64_t block_k) {
-  DSI_CHECK(w8.ndim() == 2 && w8.dtype() == DType::F8_E4M3, "dequantize_fp8_blocks: expected a 2-D F8_E4M3 tensor");
-  DSI_CHECK(block_n > 0 && block_k > 0, "dequantize_fp8_blocks: block size must be positive, got ", block_n, "x",
-            block_k);
+  DSI_CHECK(w8.ndim() == 2 && w8.dtype() == DType::F8_E4M3,
+            "dequantize_fp8_blocks: expected a 2-D F8_E4M3 tensor");
+  DSI_CHECK(block_n > 0 && block_k > 0, "dequantize_fp8_blocks: block size must be positive, got ", block_n,
+            "x", block_k);
   const int64_t N = w8.dim(0), K = w8.dim(1);
   const int64_t bn = (N + block_n - 1) / block_n, bk = (K + block_k - 1) / block_k;
   DSI_CHECK(scale_inv.ndim() == 2 && scale_inv.dim(0) == bn && scale_inv.dim(1) == bk, "scale_inv has shape ",
-            shape_str(scale_inv.shape()), ", expected [", bn, ", ", bk, "] for weight ", shape_str(w8.shape()),
-            " with ", block_n, "x", block_k, " blocks");
+            shape_str(scale_inv.shape()), ", expected [", bn, ", ", bk, "] for weight ",
+            shape_str(w8.shape()), " with ", block_n, "x", block_k, " blocks");
   Tensor scales = scale_inv.to_f32();
   Tensor out = Tensor::empty(DType::F32, {N, K});
   const uint8_t* src = w8.data<uint8_t>();
@@ -28,29 +32,62 @@ Tensor dequantize_fp8_blocks(const Tensor& w8, const Tensor& scale_inv, int64_t 
   return out;
 }
 
-WeightLoader::WeightLoader(const SafetensorsArchive& archive, const ModelConfig& config, ProgressBar* progress)
-    : archive_(archive), config_(config), progress_(progress) {}
+WeightLoader::WeightLoader(const SafetensorsArchive& archive, const ModelConfig& config,
+                           ProgressBar* progress)
+    : archive_(&archive), config_(config), progress_(progress) {}
+
+WeightLoader::WeightLoader(const ModelConfig& config, uint64_t seed)
+    : archive_(nullptr), seed_(seed), config_(config), progress_(nullptr) {}
+
+Tensor WeightLoader::dummy(const std::string& name, const Shape& shape) const {
+  Tensor out = Tensor::zeros(DType::F32, shape);
+  const bool norm = name.find("norm") != std::string::npos;
+  if (shape.size() == 1) {
+    if (norm) std::fill(out.f32(), out.f32() + out.numel(), 1.0f);  // RMSNorm scales; biases stay 0
+    return out;
+  }
+  // splitmix64 stream seeded by the name: the same name and seed always give the same tensor.
+  uint64_t state = seed_ ^ 0x9e3779b97f4a7c15ull;
+  for (char c : name) state = (state ^ static_cast<uint8_t>(c)) * 0x100000001b3ull;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(shape.back()));
+  float* p = out.f32();
+  for (int64_t i = 0, n = out.numel(); i < n; ++i) {
+    uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    const float u = static_cast<float>(z >> 40) * (1.0f / 16777216.0f);  // [0, 1)
+    p[i] = (2.0f * u - 1.0f) * scale;
+  }
+  return out;
+}
 
 Tensor WeightLoader::dequantize_fp8(const std::string& name, const Tensor& w8) {
+  const SafetensorsArchive& archive = *archive_;
   std::string scale_name = name + "_scale_inv";
-  DSI_CHECK(archive_.contains(scale_name), archive_.file_of(name), ": FP8 tensor \"", name, "\" has no \"",
+  DSI_CHECK(archive.contains(scale_name), archive.file_of(name), ": FP8 tensor \"", name, "\" has no \"",
             scale_name, "\"");
   used_.insert(scale_name);
   try {
-    return dequantize_fp8_blocks(w8, archive_.get(scale_name), config_.quant.block_n, config_.quant.block_k);
+    return dequantize_fp8_blocks(w8, archive.get(scale_name), config_.quant.block_n, config_.quant.block_k);
   } catch (const Error& e) {
-    fail(archive_.file_of(name), ": tensor \"", name, "\": ", e.what());
+    fail(archive.file_of(name), ": tensor \"", name, "\": ", e.what());
   }
 }
 
 Tensor WeightLoader::get(const std::string& name, const Shape& shape) {
-  DSI_CHECK(archive_.contains(name), "checkpoint is missing tensor \"", name, "\" (expected ", shape_str(shape),
-            ")");
-  const TensorInfo& info = archive_.info(name);
-  DSI_CHECK(info.shape == shape, archive_.file_of(name), ": tensor \"", name, "\" has shape ", shape_str(info.shape),
-            " but the config implies ", shape_str(shape));
+  if (!archive_) {
+    used_.insert(name);
+    return dummy(name, shape);
+  }
+  const SafetensorsArchive& archive = *archive_;
+  DSI_CHECK(archive.contains(name), "checkpoint is missing tensor \"", name, "\" (expected ",
+            shape_str(shape), ")");
+  const TensorInfo& info = archive.info(name);
+  DSI_CHECK(info.shape == shape, archive.file_of(name), ": tensor \"", name, "\" has shape ",
+            shape_str(info.shape), " but the config implies ", shape_str(shape));
   used_.insert(name);
-  Tensor raw = archive_.get(name);
+  Tensor raw = archive.get(name);
   Tensor out;
   switch (info.dtype) {
     case DType::F32:
@@ -62,7 +99,7 @@ Tensor WeightLoader::get(const std::string& name, const Shape& shape) {
       out = dequantize_fp8(name, raw);
       break;
     default:
-      fail(archive_.file_of(name), ": tensor \"", name, "\" has dtype ", dtype_name(info.dtype),
+      fail(archive.file_of(name), ": tensor \"", name, "\" has dtype ", dtype_name(info.dtype),
            ", expected a floating point type");
   }
   if (progress_) progress_->advance(static_cast<int64_t>(info.nbytes));
@@ -86,7 +123,8 @@ MlpWeights WeightLoader::mlp(const std::string& prefix, int64_t hidden, int64_t 
 
 std::vector<std::string> WeightLoader::unused(const std::vector<std::string>& ignored) const {
   std::vector<std::string> out;
-  for (const std::string& name : archive_.names()) {
+  if (!archive_) return out;
+  for (const std::string& name : archive_->names()) {
     if (used_.count(name)) continue;
     bool skip = false;
     for (const std::string& pattern : ignored) skip = skip || name.find(pattern) != std::string::npos;
