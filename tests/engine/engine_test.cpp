@@ -334,7 +334,7 @@ TEST_F(EngineApiTest, PrefixCacheReportsCachedTokens) {
   EXPECT_GT(s.kv_blocks_cached, 0);
 }
 
-TEST_F(EngineApiTest, LogprobsAndPriorities) {
+TEST_F(EngineApiTest, Logprobs) {
   auto engine = make();
   Collector c;
   GenerationRequest r = request(5, 3, c);
@@ -362,6 +362,37 @@ TEST_F(EngineApiTest, LogprobsAndPriorities) {
   }
   EXPECT_TRUE(events.back().finished);
   EXPECT_GE(events.back().first_token, events.back().arrival);
+}
+
+TEST_F(EngineApiTest, HigherPriorityRunsFirstFcfsWithin) {
+  EngineConfig config;
+  config.max_batch_size = 1;  // one sequence at a time: the order of first tokens is the admission order
+  auto engine = make(config);
+  std::mutex m;
+  std::vector<uint64_t> first_token_order;
+  Collector c;
+  auto track = [&](GenerationRequest r, int32_t priority) {
+    r.priority = priority;
+    auto inner = r.on_event;
+    auto seen = std::make_shared<bool>(false);
+    r.on_event = [&, inner, seen](const RequestEvent& e) {
+      if (!*seen && !e.token_ids.empty()) {
+        *seen = true;
+        std::lock_guard<std::mutex> lock(m);
+        first_token_order.push_back(e.request_id);
+      }
+      inner(e);
+    };
+    return r;
+  };
+  const uint64_t blocker = engine->submit(track(request(4, 100, c), 0));
+  c.wait_tokens(blocker, 1);
+  const uint64_t low_a = engine->submit(track(request(4, 3, c), 0));
+  const uint64_t low_b = engine->submit(track(request(5, 3, c), 0));
+  const uint64_t high = engine->submit(track(request(6, 3, c), 7));
+  c.wait_finished({blocker, low_a, low_b, high});
+  std::lock_guard<std::mutex> lock(m);
+  EXPECT_EQ(first_token_order, (std::vector<uint64_t>{blocker, high, low_a, low_b}));
 }
 
 TEST_F(EngineApiTest, ShutdownCancelsWhatRemains) {
