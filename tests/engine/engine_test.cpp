@@ -14,6 +14,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
 #include "engine/engine_impl.h"
+#include "engine/generator.h"
 #include "engine/sampler.h"
 #include "engine/sequence_runner.h"
 #include "model/model.h"
@@ -333,7 +334,7 @@ TEST_F(EngineApiTest, PrefixCacheReportsCachedTokens) {
   EXPECT_GT(s.kv_blocks_cached, 0);
 }
 
-TEST_F(EngineApiTest, LogprobsAndPriorities) {
+TEST_F(EngineApiTest, Logprobs) {
   auto engine = make();
   Collector c;
   GenerationRequest r = request(5, 3, c);
@@ -363,6 +364,37 @@ TEST_F(EngineApiTest, LogprobsAndPriorities) {
   EXPECT_GE(events.back().first_token, events.back().arrival);
 }
 
+TEST_F(EngineApiTest, HigherPriorityRunsFirstFcfsWithin) {
+  EngineConfig config;
+  config.max_batch_size = 1;  // one sequence at a time: the order of first tokens is the admission order
+  auto engine = make(config);
+  std::mutex m;
+  std::vector<uint64_t> first_token_order;
+  Collector c;
+  auto track = [&](GenerationRequest r, int32_t priority) {
+    r.priority = priority;
+    auto inner = r.on_event;
+    auto seen = std::make_shared<bool>(false);
+    r.on_event = [&, inner, seen](const RequestEvent& e) {
+      if (!*seen && !e.token_ids.empty()) {
+        *seen = true;
+        std::lock_guard<std::mutex> lock(m);
+        first_token_order.push_back(e.request_id);
+      }
+      inner(e);
+    };
+    return r;
+  };
+  const uint64_t blocker = engine->submit(track(request(4, 100, c), 0));
+  c.wait_tokens(blocker, 1);
+  const uint64_t low_a = engine->submit(track(request(4, 3, c), 0));
+  const uint64_t low_b = engine->submit(track(request(5, 3, c), 0));
+  const uint64_t high = engine->submit(track(request(6, 3, c), 7));
+  c.wait_finished({blocker, low_a, low_b, high});
+  std::lock_guard<std::mutex> lock(m);
+  EXPECT_EQ(first_token_order, (std::vector<uint64_t>{blocker, high, low_a, low_b}));
+}
+
 TEST_F(EngineApiTest, ShutdownCancelsWhatRemains) {
   auto engine = make();
   Collector c;
@@ -373,6 +405,90 @@ TEST_F(EngineApiTest, ShutdownCancelsWhatRemains) {
   EXPECT_TRUE(r.finished);
   EXPECT_EQ(r.reason, FinishReason::kAbort);
   EXPECT_EQ(engine->stats().kv_blocks_used, 0);
+}
+
+}  // namespace
+}  // namespace dsinfer
+
+namespace dsinfer {
+namespace {
+
+// With a tokenizer: the engine's streamed text, ids and finish reasons equal generate()'s for stop strings,
+// EOS, seeded sampling and penalties, with every request in one batch.
+TEST(EngineWithTokenizer, MatchesGenerate) {
+  const std::string dir = std::string(DSINFER_SOURCE_DIR) + "/models/deepseek-v3-tiny-code";
+  CpuBackend ref_backend;
+  std::unique_ptr<Model> ref_model = load("deepseek-v3-tiny-code", ref_backend);
+  Tokenizer tok = Tokenizer::load(dir);
+  std::vector<std::pair<std::string, SamplingParams>> cases;
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  greedy.max_tokens = 40;
+  cases.push_back({"def fibonacci(n):", greedy});
+  SamplingParams stop = greedy;
+  stop.stop = {"\n", "return"};
+  cases.push_back({"class Stack:\n    def __init__(self):", stop});
+  SamplingParams sampled;
+  sampled.temperature = 0.8f;
+  sampled.top_p = 0.9f;
+  sampled.seed = 11;
+  sampled.max_tokens = 30;
+  cases.push_back({"import numpy as np\n", sampled});
+  SamplingParams penalised = sampled;
+  penalised.repetition_penalty = 1.3f;
+  penalised.frequency_penalty = 0.5f;
+  penalised.seed = 12;
+  cases.push_back({"for i in range(10):", penalised});
+  SamplingParams long_run = greedy;  // runs into EOS or the token limit
+  long_run.max_tokens = 300;
+  cases.push_back({"# utilities\n", long_run});
+
+  EngineConfig config;
+  config.model_dir = dir;
+  config.cpu_kv_cache_bytes = int64_t{64} << 20;
+  config.kv_block_size = 16;
+  config.context_chunk_size = 16;
+  std::unique_ptr<Engine> engine = Engine::create(config);
+  struct Got {
+    std::string text;
+    std::vector<int32_t> ids;
+    FinishReason reason = FinishReason::kNone;
+    bool done = false;
+  };
+  std::vector<Got> got(cases.size());
+  std::mutex m;
+  std::condition_variable cv;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    GenerationRequest r;
+    r.prompt_ids = tok.encode(cases[i].first, true);
+    r.sampling = cases[i].second;
+    r.on_event = [&, i](const RequestEvent& e) {
+      std::lock_guard<std::mutex> lock(m);
+      got[i].text += e.text;
+      got[i].ids.insert(got[i].ids.end(), e.token_ids.begin(), e.token_ids.end());
+      if (e.finished) {
+        got[i].reason = e.finish_reason;
+        got[i].done = true;
+        cv.notify_all();
+      }
+    };
+    engine->submit(std::move(r));
+  }
+  {
+    std::unique_lock<std::mutex> lock(m);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(300), [&] {
+      return std::all_of(got.begin(), got.end(), [](const Got& g) { return g.done; });
+    }));
+  }
+  engine->shutdown();
+  EXPECT_EQ(engine->stats().kv_blocks_used, 0);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    GenerationResult want = generate(*ref_model, tok, tok.encode(cases[i].first, true), cases[i].second);
+    EXPECT_EQ(got[i].ids, want.ids) << "case " << i;
+    EXPECT_EQ(got[i].text, want.text) << "case " << i;
+    EXPECT_EQ(got[i].reason, want.finish_reason) << "case " << i;
+  }
+  EXPECT_EQ(got[1].reason, FinishReason::kStop);  // the stop-string case does stop on one
 }
 
 }  // namespace

@@ -65,7 +65,8 @@ TEST(Scheduler, DecodesFirstThenPrefillWithinTokenBudget) {
   c.context_chunk_size = 64;
   Scheduler sched(c, pool);
   sched.add(make_seq(1, 3));
-  step_once(sched);  // prefill of 1 (3 tokens) + token sampled
+  step_once(sched);                              // prefill of 1 (3 tokens) + token sampled
+  EXPECT_EQ(sched.allocated_unused_slots(), 1);  // one block of 4 slots, 3 computed
   sched.add(make_seq(2, 20));
   StepSchedule step = step_once(sched);
   ASSERT_EQ(step.seqs.size(), 2u);
