@@ -14,6 +14,8 @@ void BatchPlan::validate(int64_t num_cache_blocks) const {
             "BatchPlan: cu_seqlens inconsistent with tokens");
   DSI_CHECK(static_cast<int32_t>(block_table_indptr.size()) == S + 1, "BatchPlan: block_table_indptr size");
   DSI_CHECK(block_size > 0, "BatchPlan: block_size must be positive");
+  DSI_CHECK(prompt_lens.empty() || static_cast<int32_t>(prompt_lens.size()) == S,
+            "BatchPlan: prompt_lens must be empty or hold one length per sequence");
   for (int32_t s = 0; s < S; ++s) {
     DSI_CHECK(cu_seqlens[s + 1] >= cu_seqlens[s], "BatchPlan: cu_seqlens not increasing");
     DSI_CHECK(context_lens[s] >= query_len(s), "BatchPlan: context shorter than its new tokens");

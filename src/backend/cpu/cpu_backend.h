@@ -26,6 +26,11 @@ class CpuBackend : public Backend {
   Tensor moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
                      const std::vector<MlpWeights>& experts) override;
   Tensor gather_rows(const Tensor& x, const std::vector<int32_t>& rows) override;
+  Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps) override;
+  Tensor indexer_topk(const Tensor& q, const Tensor& weights, const KvCache& cache, int64_t layer,
+                      const BatchPlan& plan, float scale, float weight_scale, int64_t top_k) override;
+  Tensor attention_mla_sparse(const Tensor& q_lat, const Tensor& q_pe, const KvCache& cache, int64_t layer,
+                              const BatchPlan& plan, const Tensor& selected, float scale) override;
 };
 
 }  // namespace dsinfer
