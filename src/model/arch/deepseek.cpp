@@ -99,6 +99,7 @@ class DeepseekModel : public Model {
   }
 
   const ModelConfig& config() const override { return config_; }
+  bool prefix_cache_exact() const override { return selector_ == nullptr; }
 
   std::vector<KvLayerSpec> kv_layout() const override {
     KvLayerSpec spec;
