@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "model/json_fields.h"
 
 namespace dsinfer {
 
@@ -29,51 +30,9 @@ int64_t DeepseekV4Config::num_hash_layers() const {
 
 namespace {
 
+using namespace json_fields;
+
 constexpr const char* kWhere = "config.json (deepseek_v4)";
-
-bool present(const json& j, const char* key) {
-  return j.contains(key) && !j.at(key).is_null();
-}
-
-int64_t get_int(const json& j, const char* key, const std::string& where = kWhere) {
-  DSI_CHECK(present(j, key), where, ": required field \"", key, "\" is missing");
-  const json& v = j.at(key);
-  if (v.is_number_integer()) return v.get<int64_t>();
-  if (v.is_number_float() && v.get<double>() == std::floor(v.get<double>())) {
-    return static_cast<int64_t>(v.get<double>());
-  }
-  fail(where, ": field \"", key, "\" must be an integer, got ", v.dump());
-}
-
-int64_t get_int_or(const json& j, const char* key, int64_t fallback) {
-  return present(j, key) ? get_int(j, key) : fallback;
-}
-
-double get_num(const json& j, const char* key, const std::string& where = kWhere) {
-  DSI_CHECK(present(j, key), where, ": required field \"", key, "\" is missing");
-  DSI_CHECK(j.at(key).is_number(), where, ": field \"", key, "\" must be a number, got ", j.at(key).dump());
-  return j.at(key).get<double>();
-}
-
-double get_num_or(const json& j, const char* key, double fallback, const std::string& where = kWhere) {
-  return present(j, key) ? get_num(j, key, where) : fallback;
-}
-
-std::string get_str_or(const json& j, const char* key, const std::string& fallback) {
-  if (!present(j, key)) return fallback;
-  DSI_CHECK(j.at(key).is_string(), kWhere, ": field \"", key, "\" must be a string, got ", j.at(key).dump());
-  return j.at(key).get<std::string>();
-}
-
-bool get_bool_or(const json& j, const char* key, bool fallback) {
-  if (!present(j, key)) return fallback;
-  DSI_CHECK(j.at(key).is_boolean(), kWhere, ": field \"", key, "\" must be true or false");
-  return j.at(key).get<bool>();
-}
-
-void require_positive(int64_t v, const char* key) {
-  DSI_CHECK(v > 0, kWhere, ": field \"", key, "\" must be positive, got ", v);
-}
 
 // One rope parameter set (a rope_scaling object or a rope_parameters entry). `theta` is used when the
 // object carries no rope_theta. Only default and yarn occur in V4 checkpoints.

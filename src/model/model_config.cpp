@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "model/json_fields.h"
 
 namespace dsinfer {
 
@@ -36,52 +37,7 @@ const char* rope_type_name(RopeType type) {
 
 namespace {
 
-bool present(const json& j, const char* key) { return j.contains(key) && !j.at(key).is_null(); }
-
-int64_t get_int(const json& j, const char* key, const char* where = "config.json") {
-  DSI_CHECK(present(j, key), where, ": required field \"", key, "\" is missing");
-  const json& v = j.at(key);
-  if (v.is_number_integer()) return v.get<int64_t>();
-  if (v.is_number_float()) {
-    double d = v.get<double>();
-    DSI_CHECK(d == std::floor(d), where, ": field \"", key, "\" must be an integer, got ", v.dump());
-    return static_cast<int64_t>(d);
-  }
-  fail(where, ": field \"", key, "\" must be an integer, got ", v.dump());
-}
-
-int64_t get_int_or(const json& j, const char* key, int64_t fallback, const char* where = "config.json") {
-  return present(j, key) ? get_int(j, key, where) : fallback;
-}
-
-double get_num(const json& j, const char* key, const char* where = "config.json") {
-  DSI_CHECK(present(j, key), where, ": required field \"", key, "\" is missing");
-  const json& v = j.at(key);
-  DSI_CHECK(v.is_number(), where, ": field \"", key, "\" must be a number, got ", v.dump());
-  return v.get<double>();
-}
-
-double get_num_or(const json& j, const char* key, double fallback, const char* where = "config.json") {
-  return present(j, key) ? get_num(j, key, where) : fallback;
-}
-
-bool get_bool_or(const json& j, const char* key, bool fallback) {
-  if (!present(j, key)) return fallback;
-  const json& v = j.at(key);
-  DSI_CHECK(v.is_boolean(), "config.json: field \"", key, "\" must be true or false, got ", v.dump());
-  return v.get<bool>();
-}
-
-std::string get_str_or(const json& j, const char* key, const std::string& fallback) {
-  if (!present(j, key)) return fallback;
-  const json& v = j.at(key);
-  DSI_CHECK(v.is_string(), "config.json: field \"", key, "\" must be a string, got ", v.dump());
-  return v.get<std::string>();
-}
-
-void require_positive(int64_t value, const char* key) {
-  DSI_CHECK(value > 0, "config.json: field \"", key, "\" must be positive, got ", value);
-}
+using namespace json_fields;
 
 Arch parse_arch(const json& j) {
   std::string type = get_str_or(j, "model_type", "");
