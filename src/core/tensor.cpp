@@ -1,6 +1,7 @@
 // Host tensor storage, views and dtype conversion.
 #include "core/tensor.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
@@ -19,6 +20,37 @@ int64_t shape_numel(const Shape& shape) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   return n;
+}
+
+const char* device_name(Device device) { return device == Device::kCpu ? "cpu" : "cuda"; }
+
+namespace {
+
+DeviceAllocator& allocator_for(Device device) {
+  static DeviceAllocator allocators[2];
+  return allocators[static_cast<int>(device)];
+}
+
+}  // namespace
+
+void register_device_allocator(Device device, DeviceAllocator allocator) { allocator_for(device) = allocator; }
+
+Tensor Tensor::empty_on(Device device, DType dtype, Shape shape) {
+  if (device == Device::kCpu) return empty(dtype, std::move(shape));
+  for (int64_t d : shape) DSI_CHECK(d >= 0, "negative tensor dimension in ", shape_str(shape));
+  const DeviceAllocator& a = allocator_for(device);
+  DSI_CHECK(a.alloc && a.free, "no allocator registered for ", device_name(device), " tensors");
+  Tensor t;
+  t.dtype_ = dtype;
+  t.device_ = device;
+  t.shape_ = std::move(shape);
+  const size_t bytes = std::max<size_t>(t.nbytes(), 256);
+  void* p = a.alloc(bytes);
+  if (!p) fail("out of ", device_name(device), " memory allocating ", bytes, " bytes for a tensor ", shape_str(t.shape_));
+  auto release = a.free;
+  t.storage_ = std::shared_ptr<void>(p, [release](void* q) { release(q); });
+  t.data_ = p;
+  return t;
 }
 
 Tensor Tensor::empty(DType dtype, Shape shape) {
@@ -84,12 +116,14 @@ Tensor Tensor::rows(int64_t begin, int64_t end) const {
 }
 
 Tensor Tensor::clone() const {
+  DSI_CHECK(is_cpu(), "clone of a ", device_name(device_), " tensor: copy it to the host first");
   Tensor t = empty(dtype_, shape_);
   if (nbytes()) std::memcpy(t.data_, data_, nbytes());
   return t;
 }
 
 Tensor Tensor::to_f32() const {
+  DSI_CHECK(is_cpu(), "to_f32 of a ", device_name(device_), " tensor: copy it to the host first");
   if (dtype_ == DType::F32) return clone();
   Tensor t = empty(DType::F32, shape_);
   float* out = t.f32();
@@ -148,6 +182,7 @@ Tensor Tensor::to_f32() const {
 }
 
 float* Tensor::checked_f32() {
+  DSI_CHECK(is_cpu(), "host access to a ", device_name(device_), " tensor");
   DSI_CHECK(dtype_ == DType::F32, "expected a float32 tensor, got ", dtype_name(dtype_));
   return static_cast<float*>(data_);
 }

@@ -13,6 +13,17 @@ namespace dsinfer {
 
 using Shape = std::vector<int64_t>;
 
+// Where a tensor's bytes live. Device memory comes from an allocator the device's backend registers, so
+// core code never includes a device runtime.
+enum class Device : uint8_t { kCpu, kCuda };
+const char* device_name(Device device);
+
+struct DeviceAllocator {
+  void* (*alloc)(size_t bytes) = nullptr;  // returns null on failure
+  void (*free)(void* ptr) = nullptr;
+};
+void register_device_allocator(Device device, DeviceAllocator allocator);
+
 std::string shape_str(const Shape& shape);
 int64_t shape_numel(const Shape& shape);
 
@@ -22,6 +33,8 @@ class Tensor {
 
   // Uninitialised / zero-filled owned storage (64-byte aligned).
   static Tensor empty(DType dtype, Shape shape);
+  // Uninitialised storage on `device` (its allocator must be registered).
+  static Tensor empty_on(Device device, DType dtype, Shape shape);
   static Tensor zeros(DType dtype, Shape shape);
   // Float32 tensor holding a copy of the values.
   static Tensor from_f32(const std::vector<float>& values, Shape shape);
@@ -30,6 +43,8 @@ class Tensor {
 
   explicit operator bool() const { return storage_ != nullptr; }
   DType dtype() const { return dtype_; }
+  Device device() const { return device_; }
+  bool is_cpu() const { return device_ == Device::kCpu; }
   const Shape& shape() const { return shape_; }
   int ndim() const { return static_cast<int>(shape_.size()); }
   // Size of dimension i; negative i counts from the end.
@@ -63,6 +78,7 @@ class Tensor {
   std::shared_ptr<const void> storage_;
   void* data_ = nullptr;
   DType dtype_ = DType::F32;
+  Device device_ = Device::kCpu;
   Shape shape_;
 };
 

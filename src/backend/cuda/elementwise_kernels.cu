@@ -1,0 +1,87 @@
+// Elementwise CUDA kernels: embedding gather, RMSNorm (one block per row, warp-shuffle reduction), SiLU-mul.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "backend/cuda/elementwise_kernels.h"
+#include "core/error.h"
+
+namespace dsinfer::cuda {
+
+namespace {
+
+__device__ __forceinline__ float bf16_bits_to_float(uint16_t bits) {
+  return __uint_as_float(static_cast<uint32_t>(bits) << 16);
+}
+
+__global__ void embed_kernel(const uint16_t* table, const int32_t* ids, float* out, int64_t H, int64_t V,
+                             int* bad_id) {
+  const int64_t t = blockIdx.x;
+  const int32_t id = ids[t];
+  if (id < 0 || id >= V) {
+    if (threadIdx.x == 0) *bad_id = 1;
+    return;
+  }
+  for (int64_t i = threadIdx.x; i < H; i += blockDim.x) out[t * H + i] = bf16_bits_to_float(table[id * H + i]);
+}
+
+__global__ void rms_norm_kernel(const float* x, const uint16_t* w, float* out, int64_t H, float eps) {
+  const int64_t t = blockIdx.x;
+  const float* row = x + t * H;
+  float ss = 0.0f;
+  for (int64_t i = threadIdx.x; i < H; i += blockDim.x) ss += row[i] * row[i];
+  __shared__ float partial[32];
+  for (int offset = 16; offset > 0; offset /= 2) ss += __shfl_xor_sync(0xffffffffu, ss, offset);
+  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = ss;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    float v = threadIdx.x < blockDim.x / 32 ? partial[threadIdx.x] : 0.0f;
+    for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+    if (threadIdx.x == 0) partial[0] = v;
+  }
+  __syncthreads();
+  const float inv = rsqrtf(partial[0] / static_cast<float>(H) + eps);
+  for (int64_t i = threadIdx.x; i < H; i += blockDim.x) out[t * H + i] = bf16_bits_to_float(w[i]) * (row[i] * inv);
+}
+
+__global__ void silu_mul_kernel(const float* gate, const float* up, float* out, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) {
+    const float g = gate[i];
+    out[i] = g / (1.0f + __expf(-g)) * up[i];
+  }
+}
+
+void check_launch(const char* what) {
+  cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) fail("CUDA kernel ", what, " failed to launch: ", cudaGetErrorString(err));
+}
+
+}  // namespace
+
+void launch_embed(const uint16_t* table, const int32_t* ids, float* out, int64_t T, int64_t H, int64_t V) {
+  if (T == 0) return;
+  int* bad = nullptr;
+  if (cudaMalloc(&bad, sizeof(int)) != cudaSuccess) fail("CUDA: out of memory for the embedding check flag");
+  cudaMemset(bad, 0, sizeof(int));
+  embed_kernel<<<static_cast<unsigned>(T), 256>>>(table, ids, out, H, V, bad);
+  check_launch("embed");
+  int host_bad = 0;
+  cudaMemcpy(&host_bad, bad, sizeof(int), cudaMemcpyDeviceToHost);
+  cudaFree(bad);
+  DSI_CHECK(host_bad == 0, "token id outside the vocabulary [0, ", V, ")");
+}
+
+void launch_rms_norm(const float* x, const uint16_t* w, float* out, int64_t T, int64_t H, float eps) {
+  if (T == 0) return;
+  rms_norm_kernel<<<static_cast<unsigned>(T), 256>>>(x, w, out, H, eps);
+  check_launch("rms_norm");
+}
+
+void launch_silu_mul(const float* gate, const float* up, float* out, int64_t n) {
+  if (n == 0) return;
+  const int threads = 256;
+  silu_mul_kernel<<<static_cast<unsigned>((n + threads - 1) / threads), threads>>>(gate, up, out, n);
+  check_launch("silu_mul");
+}
+
+}  // namespace dsinfer::cuda

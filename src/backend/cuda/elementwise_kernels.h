@@ -1,0 +1,15 @@
+// Launchers of the elementwise CUDA kernels (embedding rows, RMSNorm, SiLU-mul) on raw device pointers;
+// CUDA-header free. Activations are float32, weights bf16 (raw uint16 bits). Each launch checks for errors.
+#pragma once
+#include <cstdint>
+
+namespace dsinfer::cuda {
+
+// out[t, :] = table[ids[t], :] for ids [T] (device), table [V, H] bf16 -> out [T, H] f32.
+void launch_embed(const uint16_t* table, const int32_t* ids, float* out, int64_t T, int64_t H, int64_t V);
+// out[t, :] = x[t, :] / rms(x[t, :]) * w for x [T, H] f32, w [H] bf16.
+void launch_rms_norm(const float* x, const uint16_t* w, float* out, int64_t T, int64_t H, float eps);
+// out[i] = silu(gate[i]) * up[i] over n values.
+void launch_silu_mul(const float* gate, const float* up, float* out, int64_t n);
+
+}  // namespace dsinfer::cuda
