@@ -15,6 +15,7 @@ void add_eval_command(CLI::App& app);
 void add_generate_command(CLI::App& app);
 void add_tokenize_command(CLI::App& app);
 void add_info_command(CLI::App& app);
+void add_check_command(CLI::App& app);
 void add_serve_command(CLI::App& app);
 
 }  // namespace dsinfer::cli

@@ -2,6 +2,7 @@
 #include "model/model_config.h"
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -339,7 +340,8 @@ ModelConfig parse_model_config(const json& j) {
 }
 
 ModelConfig load_model_config(const std::string& dir) {
-  std::string path = dir + "/config.json";
+  // A path to the config file itself is accepted too.
+  std::string path = std::filesystem::is_regular_file(dir) ? dir : dir + "/config.json";
   std::ifstream in(path);
   DSI_CHECK(in.good(), "cannot open ", path, ": no such file or not readable");
   std::stringstream buffer;

@@ -98,7 +98,7 @@ struct ModelConfig {
 
 // Parses config.json contents; throws dsinfer::Error naming the field on missing or inconsistent values.
 ModelConfig parse_model_config(const nlohmann::json& json);
-// Reads DIR/config.json.
+// Reads DIR/config.json (or DIR itself when it is a file).
 ModelConfig load_model_config(const std::string& dir);
 
 }  // namespace dsinfer

@@ -219,3 +219,40 @@ TEST(EvalCli, PerplexityOnTheFirstWindows) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(CheckCli, ReportsV4FlashSizesFromThePublishedConfig) {
+  const std::string flash = std::string(DSINFER_TEST_DATA) + "/configs/deepseek-v4-flash.json";
+  CliRun r = run("check --model " + flash + " --gpu sm_90 --gpu-memory-gib 141 --precision fp8 --json");
+  ASSERT_NE(r.out.find('{'), std::string::npos) << r.err;
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  const auto& m = j["model"];
+  EXPECT_EQ(m["architecture"], "deepseek_v4");
+  EXPECT_NEAR(m["total_params"].get<double>(), 284e9, 3e9);   // published: 284B total
+  EXPECT_NEAR(m["active_params"].get<double>(), 13e9, 1.5e9);  // published: 13B active
+  EXPECT_GT(m["kv_bytes_per_token_bf16"].get<double>(), 0.0);
+  EXPECT_LT(m["kv_bytes_per_token_bf16"].get<double>(), 70000.0);  // far below V3's 70 KB/token
+  // 149 GB of published FP8 + FP4 weights do not fit next to a workspace in 141 GiB.
+  EXPECT_EQ(j["memory_plan"]["fits"], false);
+  EXPECT_EQ(r.status, 2);
+}
+
+TEST(CheckCli, MemoryPlanAndWarnings) {
+  CliRun r = run("check --model " + kModel + " --gpu sm_80 --gpu-memory-gib 1 --precision fp8 --context-chunk-size 500 --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["target"]["precision"], "bf16");
+  const auto& plan = j["memory_plan"];
+  EXPECT_EQ(plan["fits"], true);
+  EXPECT_EQ(plan["kv_tokens"].get<int64_t>() % 64, 0);
+  EXPECT_LE(plan["weight_bytes"].get<int64_t>() + plan["workspace_bytes"].get<int64_t>() +
+                plan["kv_bytes"].get<int64_t>(),
+            int64_t{1} << 30);
+  std::string warnings = j["warnings"].dump();
+  EXPECT_NE(warnings.find("FP8 requested on sm_80"), std::string::npos);
+  EXPECT_NE(warnings.find("not a multiple of kv_block_size"), std::string::npos);
+  EXPECT_EQ(j["model"]["checkpoint"]["tensors"].get<int64_t>() > 0, true);
+}
+
+}  // namespace

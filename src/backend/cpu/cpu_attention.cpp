@@ -13,6 +13,9 @@ namespace dsinfer {
 
 namespace {
 
+// Below this many multiply-adds an op runs on one thread: an OpenMP region costs more than it saves.
+constexpr double kParallelWork = 1 << 18;
+
 // Maps each token to its sequence.
 std::vector<int32_t> token_seq(const BatchPlan& plan) {
   std::vector<int32_t> seq(plan.num_tokens());
@@ -54,7 +57,9 @@ Tensor CpuBackend::attention_gqa(const Tensor& q, const KvCache& cache, int64_t 
   const int64_t group = Hq / kv_heads;
   const std::vector<int32_t> seq_of = token_seq(plan);
   Tensor out = Tensor::zeros(DType::F32, {T, Hq * Dv});
-#pragma omp parallel for schedule(dynamic)
+  const bool parallel = static_cast<double>(T) * Hq * (plan.positions.empty() ? 0 : plan.positions.back() + 1) *
+                            (D + Dv) > kParallelWork;
+#pragma omp parallel for schedule(dynamic) if (parallel)
   for (int64_t th = 0; th < T * Hq; ++th) {
     const int64_t t = th / Hq, h = th % Hq, kvh = h / group;
     const int32_t s = seq_of[t];
@@ -83,7 +88,10 @@ Tensor CpuBackend::attention_mla(const Tensor& q_lat, const Tensor& q_pe, const 
   DSI_CHECK(cache.width(layer) == R + P, "attention_mla: cache row width ", cache.width(layer), " != ", R + P);
   const std::vector<int32_t> seq_of = token_seq(plan);
   Tensor out = Tensor::zeros(DType::F32, {T, H, R});
-#pragma omp parallel for schedule(dynamic)
+  const bool parallel =
+      static_cast<double>(T) * H * (plan.positions.empty() ? 0 : plan.positions.back() + 1) * (2 * R + P) >
+      kParallelWork;
+#pragma omp parallel for schedule(dynamic) if (parallel)
   for (int64_t th = 0; th < T * H; ++th) {
     const int64_t t = th / H, h = th % H;
     const int32_t s = seq_of[t];

@@ -58,7 +58,8 @@ Tensor CpuBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor&
   }
   // Each (token, slot) gets its own output row; rows are summed per token in slot order afterwards.
   std::vector<float> rows(static_cast<size_t>(T * K * H), 0.0f);
-#pragma omp parallel for schedule(dynamic)
+  const bool parallel = static_cast<double>(T) * K * 3 * H * (E ? experts[0].gate.out_features() : 0) > (1 << 18);
+#pragma omp parallel for schedule(dynamic) if (parallel)
   for (int64_t e = 0; e < E; ++e) {
     const auto& pairs = by_expert[e];
     if (pairs.empty()) continue;

@@ -94,24 +94,37 @@ void block(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t K, const floa
 // and RM rows of A are broadcast against them: 2 * RM accumulators of 8 floats, 2 loads per 2 * RM FMAs.
 constexpr int64_t kPanel = 16;
 
+// K is summed in blocks of kKBlock with fresh accumulators per block, so that rounding error grows with the
+// block length rather than with K (closer to the blocked sums of BLAS libraries).
+constexpr int64_t kKBlock = 128;
+
 template <int RM>
 inline void panel_tile(int64_t K, const float* A, int64_t lda, const float* Bp, float* C, int64_t ldc,
                        const float* bias, bool accumulate, int64_t cols) {
-  __m256 acc[RM][2];
-  for (int i = 0; i < RM; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
-  for (int64_t k = 0; k < K; ++k) {
-    const __m256 b0 = _mm256_loadu_ps(Bp + k * kPanel);
-    const __m256 b1 = _mm256_loadu_ps(Bp + k * kPanel + 8);
+  __m256 total[RM][2];
+  for (int i = 0; i < RM; ++i) total[i][0] = total[i][1] = _mm256_setzero_ps();
+  for (int64_t k0 = 0; k0 < K; k0 += kKBlock) {
+    const int64_t k1 = std::min(K, k0 + kKBlock);
+    __m256 acc[RM][2];
+    for (int i = 0; i < RM; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+    for (int64_t k = k0; k < k1; ++k) {
+      const __m256 b0 = _mm256_loadu_ps(Bp + k * kPanel);
+      const __m256 b1 = _mm256_loadu_ps(Bp + k * kPanel + 8);
+      for (int i = 0; i < RM; ++i) {
+        const __m256 a = _mm256_broadcast_ss(A + i * lda + k);
+        acc[i][0] = _mm256_fmadd_ps(a, b0, acc[i][0]);
+        acc[i][1] = _mm256_fmadd_ps(a, b1, acc[i][1]);
+      }
+    }
     for (int i = 0; i < RM; ++i) {
-      const __m256 a = _mm256_broadcast_ss(A + i * lda + k);
-      acc[i][0] = _mm256_fmadd_ps(a, b0, acc[i][0]);
-      acc[i][1] = _mm256_fmadd_ps(a, b1, acc[i][1]);
+      total[i][0] = _mm256_add_ps(total[i][0], acc[i][0]);
+      total[i][1] = _mm256_add_ps(total[i][1], acc[i][1]);
     }
   }
   alignas(32) float row[kPanel];
   for (int i = 0; i < RM; ++i) {
-    _mm256_store_ps(row, acc[i][0]);
-    _mm256_store_ps(row + 8, acc[i][1]);
+    _mm256_store_ps(row, total[i][0]);
+    _mm256_store_ps(row + 8, total[i][1]);
     float* c = C + i * ldc;
     for (int64_t j = 0; j < cols; ++j) {
       const float v = row[j] + (bias ? bias[j] : 0.0f);

@@ -1,0 +1,45 @@
+// The GPU memory plan arithmetic.
+#include "engine/memory_plan.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace dsinfer {
+
+MemoryPlan plan_memory(const ModelConfig& c, const ModelSize& size, const MemoryPlanInput& in) {
+  MemoryPlan p;
+  p.weight_bytes = in.precision == "fp8" ? size.checkpoint_weight_bytes : size.bf16_weight_bytes;
+  // Workspace: bf16 activations of one step (residual, normed input, the widest projection output, MLP
+  // gate/up/act), fp32 logits for every sequence of the step, and 64 MiB for cuBLASLt and split-K partials.
+  const int64_t widest = std::max({c.hidden_size * 4, c.intermediate_size * 3, c.moe_intermediate_size * 3 *
+                                                                                     std::max<int64_t>(1, c.num_experts_per_tok)});
+  const int64_t activations = static_cast<int64_t>(in.max_num_tokens) * (c.hidden_size * 3 + widest) * 2;
+  const int64_t logits = static_cast<int64_t>(in.max_batch_size) * c.vocab_size * 4;
+  p.workspace_bytes = activations + logits + (int64_t{64} << 20);
+  p.kv_bytes_per_token = size.kv_bytes_per_token_bf16;
+  const int64_t left = in.gpu_memory_bytes - p.weight_bytes - p.workspace_bytes;
+  if (left <= 0) {
+    p.why_not = str_cat("weights (", p.weight_bytes >> 20, " MiB) and workspace (", p.workspace_bytes >> 20,
+                        " MiB) exceed the GPU's ", in.gpu_memory_bytes >> 20, " MiB");
+    return p;
+  }
+  if (in.max_tokens_in_paged_kv_cache > 0) {
+    p.kv_tokens = in.max_tokens_in_paged_kv_cache;
+    p.kv_bytes = static_cast<int64_t>(p.kv_tokens * p.kv_bytes_per_token);
+    if (p.kv_bytes > left) {
+      p.why_not = str_cat("max_tokens_in_paged_kv_cache ", p.kv_tokens, " needs ", p.kv_bytes >> 20, " MiB of KV, only ",
+                          left >> 20, " MiB are left after weights and workspace");
+      return p;
+    }
+  } else {
+    p.kv_bytes = static_cast<int64_t>(left * in.kv_cache_free_gpu_mem_fraction);
+    p.kv_tokens = p.kv_bytes_per_token > 0 ? static_cast<int64_t>(p.kv_bytes / p.kv_bytes_per_token) : 0;
+  }
+  p.kv_tokens = (p.kv_tokens / in.kv_block_size) * in.kv_block_size;
+  p.fits = p.kv_tokens >= in.kv_block_size;
+  if (!p.fits) p.why_not = "no room for a single KV block after weights and workspace";
+  return p;
+}
+
+}  // namespace dsinfer

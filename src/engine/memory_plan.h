@@ -1,0 +1,35 @@
+// Memory planning for a GPU target: weights, fixed workspace, then the KV cache from
+// kv_cache_free_gpu_mem_fraction of what is left (or max_tokens_in_paged_kv_cache).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/model_config.h"
+#include "model/model_size.h"
+
+namespace dsinfer {
+
+struct MemoryPlanInput {
+  int64_t gpu_memory_bytes = 0;
+  double kv_cache_free_gpu_mem_fraction = 0.9;
+  int64_t max_tokens_in_paged_kv_cache = 0;  // > 0 overrides the fraction
+  int32_t max_num_tokens = 2048;             // tokens per step (sizes activations)
+  int32_t max_batch_size = 64;               // sequences per step (sizes logits)
+  int32_t kv_block_size = 64;
+  std::string precision = "bf16";  // weight precision on the GPU: bf16 | fp8
+};
+
+struct MemoryPlan {
+  int64_t weight_bytes = 0;
+  int64_t workspace_bytes = 0;
+  int64_t kv_bytes = 0;
+  int64_t kv_tokens = 0;  // tokens of KV that fit (rounded down to whole blocks)
+  double kv_bytes_per_token = 0;
+  bool fits = false;
+  std::string why_not;  // when !fits
+};
+
+MemoryPlan plan_memory(const ModelConfig& config, const ModelSize& size, const MemoryPlanInput& input);
+
+}  // namespace dsinfer
