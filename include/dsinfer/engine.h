@@ -80,6 +80,8 @@ struct EngineStats {
   int64_t preemptions = 0;
   int64_t steps = 0;
   int64_t prefix_cache_hit_tokens = 0;
+  double kv_utilization_peak = 0.0;  // highest kv_utilization after any step so far
+  int32_t kv_block_size = 0;
 };
 
 class Engine {

@@ -11,6 +11,7 @@ int& exit_code();
 // Runs `body`, turning dsinfer::Error and other exceptions into "error: ..." on stderr and exit status 1.
 void run_guarded(const std::function<int()>& body);
 
+void add_bench_command(CLI::App& app);
 void add_eval_command(CLI::App& app);
 void add_generate_command(CLI::App& app);
 void add_tokenize_command(CLI::App& app);

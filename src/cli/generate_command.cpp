@@ -1,15 +1,19 @@
-// `dsinfer generate`: text generation from a prompt, a chat message or a JSON-lines file, streamed to the
-// terminal as it is produced (or one JSON object per request with --json).
+// `dsinfer generate`: text generation from a prompt or a chat message, streamed to the terminal as it is
+// produced, or from a JSON-lines file whose requests all run through the batched engine at once (results in
+// input order); --json prints one JSON object per request.
 #include <unistd.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <iostream>
+#include <mutex>
 
 #include "backend/backend_factory.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "core/error.h"
+#include "dsinfer/engine.h"
 #include "engine/generator.h"
 #include "engine/prompt.h"
 #include "model/model.h"
@@ -28,6 +32,8 @@ struct GenerateArgs {
   SamplingParams params;
   int64_t seed = -1;
   bool json = false;
+  int32_t max_batch_size = 64;    // --input: engine sequences per step
+  int32_t max_num_tokens = 2048;  // --input: engine tokens per step
 };
 
 // Per-line overrides of the sampling parameters in --input files.
@@ -70,41 +76,97 @@ std::vector<int32_t> chat_ids(const Tokenizer& tok, const std::string& system, c
   return encode_chat_prompt(tok, messages, true);
 }
 
+// --input: every line's request goes to the batched engine at once; results print in input order as soon
+// as they and every earlier line are done.
+int run_input_file(const GenerateArgs& a) {
+  std::vector<nlohmann::json> lines = read_json_lines(a.input);
+  EngineConfig config;
+  config.model_dir = a.model;
+  config.device = a.device;
+  config.max_batch_size = a.max_batch_size;
+  config.max_num_tokens = a.max_num_tokens;
+  std::unique_ptr<Engine> engine = Engine::create(config);
+  const Tokenizer& tok = engine->tokenizer();
+  struct Slot {
+    GenerationResult result;
+    std::string error;
+    bool done = false;
+  };
+  std::vector<Slot> slots(lines.size());
+  std::mutex mutex;
+  std::condition_variable done;
+  std::vector<GenerationRequest> requests;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const nlohmann::json& line = lines[i];
+    GenerationRequest r;
+    if (line.contains("messages")) {
+      r.prompt_ids = encode_chat_prompt(tok, line["messages"], true);
+    } else {
+      const char* key = line.contains("prompt") ? "prompt" : "text";
+      DSI_CHECK(line.contains(key) && line[key].is_string(), a.input, ": line ", i + 1,
+                " needs a string \"prompt\" (or \"messages\")");
+      r.prompt_ids = encode_text_prompt(tok, line[key].get<std::string>());
+    }
+    r.sampling = line_params(a.params, line, i + 1);
+    try {
+      r.sampling.validate(static_cast<int32_t>(engine->model_config().vocab_size));
+    } catch (const Error& e) {
+      fail(a.input, ": line ", i + 1, ": ", e.what());
+    }
+    slots[i].result.prompt_tokens = static_cast<int32_t>(r.prompt_ids.size());
+    r.on_event = [&, i](const RequestEvent& e) {
+      std::lock_guard<std::mutex> lock(mutex);
+      Slot& slot = slots[i];
+      slot.result.text += e.text;
+      slot.result.ids.insert(slot.result.ids.end(), e.token_ids.begin(), e.token_ids.end());
+      if (e.finished) {
+        slot.result.finish_reason = e.finish_reason;
+        slot.result.completion_tokens = e.usage.completion_tokens;
+        slot.error = e.error;
+        slot.done = true;
+        done.notify_all();
+      }
+    };
+    requests.push_back(std::move(r));
+  }
+  for (size_t i = 0; i < requests.size(); ++i) {
+    try {
+      engine->submit(std::move(requests[i]));
+    } catch (const Error& e) {
+      engine->shutdown(std::chrono::milliseconds(0));
+      fail(a.input, ": line ", i + 1, ": ", e.what());
+    }
+  }
+  for (size_t i = 0; i < slots.size(); ++i) {
+    std::unique_lock<std::mutex> lock(mutex);
+    done.wait(lock, [&] { return slots[i].done; });
+    if (!slots[i].error.empty()) {
+      lock.unlock();
+      engine->shutdown(std::chrono::milliseconds(0));
+      fail(a.input, ": line ", i + 1, ": ", slots[i].error);
+    }
+    if (a.json) {
+      std::cout << slots[i].result.to_json().dump() << std::endl;
+    } else {
+      std::cout << slots[i].result.text << "\n---\n" << std::flush;
+    }
+  }
+  engine->shutdown();
+  return 0;
+}
+
 int run_generate(GenerateArgs& a) {
   const int sources = (a.prompt.empty() ? 0 : 1) + (a.chat.empty() ? 0 : 1) + (a.input.empty() ? 0 : 1);
   DSI_CHECK(sources == 1, "give exactly one of --prompt, --chat or --input (and it must not be empty)");
   if (a.seed >= 0) a.params.seed = static_cast<uint64_t>(a.seed);
+  if (!a.input.empty()) return run_input_file(a);
   std::unique_ptr<Backend> backend = make_backend(a.device);
   Tokenizer tok = Tokenizer::load(a.model);
   std::unique_ptr<Model> model = load_model(a.model, *backend);
   a.params.validate(static_cast<int32_t>(model->config().vocab_size));
 
-  if (!a.input.empty()) {
-    std::vector<nlohmann::json> lines = read_json_lines(a.input);
-    for (size_t i = 0; i < lines.size(); ++i) {
-      const nlohmann::json& line = lines[i];
-      std::vector<int32_t> ids;
-      if (line.contains("messages")) {
-        ids = encode_chat_prompt(tok, line["messages"], true);
-      } else {
-        const char* key = line.contains("prompt") ? "prompt" : "text";
-        DSI_CHECK(line.contains(key) && line[key].is_string(), a.input, ": line ", i + 1,
-                  " needs a string \"prompt\" (or \"messages\")");
-        ids = encode_text_prompt(tok, line[key].get<std::string>());
-      }
-      SamplingParams p = line_params(a.params, line, i + 1);
-      p.validate(static_cast<int32_t>(model->config().vocab_size));
-      GenerationResult r = generate(*model, tok, ids, p);
-      if (a.json) {
-        std::cout << r.to_json().dump() << std::endl;
-      } else {
-        std::cout << r.text << "\n---\n" << std::flush;
-      }
-    }
-    return 0;
-  }
-
-  std::vector<int32_t> ids = a.chat.empty() ? encode_text_prompt(tok, a.prompt) : chat_ids(tok, a.system, a.chat);
+  std::vector<int32_t> ids =
+      a.chat.empty() ? encode_text_prompt(tok, a.prompt) : chat_ids(tok, a.system, a.chat);
   const auto start = std::chrono::steady_clock::now();
   GenerationResult r;
   if (a.json) {
@@ -135,7 +197,8 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--prompt", a->prompt, "Plain-text prompt (BOS added as tokenizer_config.json says)");
   cmd->add_option("--chat", a->chat, "A user message, rendered with the model's chat template");
   cmd->add_option("--system", a->system, "With --chat: a system message");
-  cmd->add_option("--input", a->input, "JSON lines: {\"prompt\"} or {\"messages\"} (+ sampling fields) per line");
+  cmd->add_option("--input", a->input,
+                  "JSON lines: {\"prompt\"} or {\"messages\"} (+ sampling fields) per line");
   cmd->add_option("--max-tokens", a->params.max_tokens, "Most tokens to generate (128)");
   cmd->add_option("--temperature", a->params.temperature, "0 = greedy (default)");
   cmd->add_option("--top-p", a->params.top_p, "Nucleus sampling mass (1.0)");
@@ -148,6 +211,8 @@ void add_generate_command(CLI::App& app) {
   cmd->add_flag("--ignore-eos", a->params.ignore_eos, "Keep generating after EOS");
   cmd->add_option("--seed", a->seed, "Sampling seed (same seed and inputs give the same text)");
   cmd->add_option("--device", a->device, "auto, cpu or cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  cmd->add_option("--max-batch-size", a->max_batch_size, "--input: sequences per engine step (64)");
+  cmd->add_option("--max-num-tokens", a->max_num_tokens, "--input: tokens per engine step (2048)");
   cmd->add_flag("--json", a->json, "Print {\"text\", \"ids\", \"finish_reason\", \"usage\"}");
   cmd->callback([a]() { run_guarded([&]() { return run_generate(*a); }); });
 }

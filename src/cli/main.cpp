@@ -36,6 +36,7 @@ int main(int argc, char** argv) {
   std::string log_level;
   app.add_option("--log-level", log_level, "error, warn, info or debug (default: $DSINFER_LOG or warn)");
   app.require_subcommand(1);
+  dsinfer::cli::add_bench_command(app);
   dsinfer::cli::add_eval_command(app);
   dsinfer::cli::add_generate_command(app);
   dsinfer::cli::add_tokenize_command(app);

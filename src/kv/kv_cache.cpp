@@ -1,6 +1,8 @@
 // KvCache storage allocation.
 #include "kv/kv_cache.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace dsinfer {
@@ -10,7 +12,9 @@ KvCache::KvCache(std::vector<KvLayerSpec> layers, int64_t num_blocks, int64_t bl
   DSI_CHECK(num_blocks > 0 && block_size > 0, "KvCache needs positive num_blocks and block_size");
   for (const KvLayerSpec& spec : layers_) {
     DSI_CHECK(spec.width >= 0, "KvCache: negative layer width");
-    storage_.push_back(Tensor::zeros(DType::F32, {num_blocks * block_size, spec.width}));
+    // Not zeroed: every slot is written before it is read, and untouched pages of a large cache then cost
+    // no memory until used.
+    storage_.push_back(Tensor::empty(DType::F32, {num_blocks * block_size, spec.width}));
   }
 }
 
@@ -18,6 +22,19 @@ size_t KvCache::bytes() const {
   size_t n = 0;
   for (const Tensor& t : storage_) n += t.nbytes();
   return n;
+}
+
+size_t KvCache::bytes_per_block() const {
+  return bytes() / static_cast<size_t>(num_blocks_);
+}
+
+void KvCache::copy_block(int64_t src, int64_t dst) {
+  DSI_CHECK(src >= 0 && src < num_blocks_ && dst >= 0 && dst < num_blocks_, "KvCache::copy_block: bad block");
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const int64_t rows = block_size_ * layers_[l].width;
+    std::copy(storage_[l].f32() + src * rows, storage_[l].f32() + (src + 1) * rows,
+              storage_[l].f32() + dst * rows);
+  }
 }
 
 }  // namespace dsinfer

@@ -33,6 +33,10 @@ class KvCache {
   const KvLayerSpec& layer(int64_t i) const { return layers_[i]; }
   int64_t width(int64_t layer) const { return layers_[layer].width; }
   size_t bytes() const;
+  // Bytes one block occupies across all layers.
+  size_t bytes_per_block() const;
+  // Copies every layer's rows of block `src` to block `dst` (copy-on-write).
+  void copy_block(int64_t src, int64_t dst);
 
   // The `width` values of one slot in one layer.
   float* slot(int64_t layer, int64_t slot) { return storage_[layer].f32() + slot * layers_[layer].width; }

@@ -1,5 +1,8 @@
-// load_model: config + checkpoint -> the architecture's Model, with a progress bar on a terminal.
+// load_model: config + checkpoint (or dummy random weights) -> the architecture's Model, with a progress bar
+// on a terminal.
 #include <unistd.h>
+
+#include <optional>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -12,16 +15,26 @@
 
 namespace dsinfer {
 
-std::unique_ptr<Model> make_deepseek_v4_model(const ModelConfig& config, WeightLoader& weights, Backend& backend);
-std::unique_ptr<Model> make_deepseek_v32_model(const ModelConfig& config, WeightLoader& weights, Backend& backend);
+std::unique_ptr<Model> make_deepseek_v4_model(const ModelConfig& config, WeightLoader& weights,
+                                              Backend& backend);
+std::unique_ptr<Model> make_deepseek_v32_model(const ModelConfig& config, WeightLoader& weights,
+                                               Backend& backend);
 
 std::unique_ptr<Model> load_model(const std::string& dir, Backend& backend, const LoadOptions& options) {
   ModelConfig config = load_model_config(dir);
-  DSI_CHECK(!options.dummy_weights, "dummy weights are not supported by this loader yet");
-  SafetensorsArchive archive = SafetensorsArchive::open_dir(dir);
-  const bool show = options.progress && ::isatty(STDERR_FILENO) && archive.total_bytes() > (64u << 20);
-  ProgressBar progress("loading weights", static_cast<int64_t>(archive.total_bytes()), show, ProgressUnit::kBytes);
-  WeightLoader weights(archive, config, &progress);
+  std::optional<SafetensorsArchive> archive;
+  std::optional<WeightLoader> weights_storage;
+  bool show = false;
+  if (options.dummy_weights) {
+    weights_storage.emplace(config, options.dummy_seed);  // random weights: config.json alone
+  } else {
+    archive.emplace(SafetensorsArchive::open_dir(dir));
+    show = options.progress && ::isatty(STDERR_FILENO) && archive->total_bytes() > (64u << 20);
+  }
+  ProgressBar progress("loading weights", archive ? static_cast<int64_t>(archive->total_bytes()) : 0, show,
+                       ProgressUnit::kBytes);
+  if (archive) weights_storage.emplace(*archive, config, &progress);
+  WeightLoader& weights = *weights_storage;
   std::unique_ptr<Model> model;
   switch (config.arch) {
     case Arch::kLlama:

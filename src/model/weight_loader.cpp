@@ -2,6 +2,8 @@
 // unpacking (V4 routed experts).
 #include "model/weight_loader.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 #include "core/error.h"
@@ -67,36 +69,66 @@ std::string v4_scale_name(const std::string& name) {
 
 WeightLoader::WeightLoader(const SafetensorsArchive& archive, const ModelConfig& config,
                            ProgressBar* progress)
-    : archive_(archive), config_(config), progress_(progress) {}
+    : archive_(&archive), config_(config), progress_(progress) {}
+
+WeightLoader::WeightLoader(const ModelConfig& config, uint64_t seed)
+    : archive_(nullptr), seed_(seed), config_(config), progress_(nullptr) {}
+
+Tensor WeightLoader::dummy(const std::string& name, const Shape& shape) const {
+  Tensor out = Tensor::zeros(DType::F32, shape);
+  const bool norm = name.find("norm") != std::string::npos;
+  if (shape.size() == 1) {
+    if (norm) std::fill(out.f32(), out.f32() + out.numel(), 1.0f);  // RMSNorm scales; biases stay 0
+    return out;
+  }
+  // splitmix64 stream seeded by the name: the same name and seed always give the same tensor.
+  uint64_t state = seed_ ^ 0x9e3779b97f4a7c15ull;
+  for (char c : name) state = (state ^ static_cast<uint8_t>(c)) * 0x100000001b3ull;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(shape.back()));
+  float* p = out.f32();
+  for (int64_t i = 0, n = out.numel(); i < n; ++i) {
+    uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    const float u = static_cast<float>(z >> 40) * (1.0f / 16777216.0f);  // [0, 1)
+    p[i] = (2.0f * u - 1.0f) * scale;
+  }
+  return out;
+}
 
 Tensor WeightLoader::dequantize_fp8(const std::string& name, const Tensor& w8) {
   std::string scale_name = name + "_scale_inv";
-  if (!archive_.contains(scale_name) && archive_.contains(v4_scale_name(name)))
+  if (!archive_->contains(scale_name) && archive_->contains(v4_scale_name(name)))
     scale_name = v4_scale_name(name);
-  DSI_CHECK(archive_.contains(scale_name), archive_.file_of(name), ": FP8 tensor \"", name, "\" has no \"",
+  DSI_CHECK(archive_->contains(scale_name), archive_->file_of(name), ": FP8 tensor \"", name, "\" has no \"",
             scale_name, "\"");
   used_.insert(scale_name);
   try {
-    return dequantize_fp8_blocks(w8, archive_.get(scale_name), config_.quant.block_n, config_.quant.block_k);
+    return dequantize_fp8_blocks(w8, archive_->get(scale_name), config_.quant.block_n, config_.quant.block_k);
   } catch (const Error& e) {
-    fail(archive_.file_of(name), ": tensor \"", name, "\": ", e.what());
+    fail(archive_->file_of(name), ": tensor \"", name, "\": ", e.what());
   }
 }
 
 Tensor WeightLoader::get(const std::string& name, const Shape& shape) {
-  DSI_CHECK(archive_.contains(name), "checkpoint is missing tensor \"", name, "\" (expected ", shape_str(shape),
+  if (!archive_) {
+    used_.insert(name);
+    return dummy(name, shape);
+  }
+  DSI_CHECK(archive_->contains(name), "checkpoint is missing tensor \"", name, "\" (expected ", shape_str(shape),
             ")");
-  const TensorInfo& info = archive_.info(name);
+  const TensorInfo& info = archive_->info(name);
   const std::string fp4_scale = v4_scale_name(name);
   const bool fp4 = (info.dtype == DType::I8 || info.dtype == DType::U8) && !fp4_scale.empty() &&
-                   archive_.contains(fp4_scale) && shape.size() == 2;
+                   archive_->contains(fp4_scale) && shape.size() == 2;
   Shape stored = shape;
   if (fp4) stored.back() = shape.back() / 2;  // two FP4 values per byte
-  DSI_CHECK(info.shape == stored && (!fp4 || shape.back() % 2 == 0), archive_.file_of(name), ": tensor \"",
+  DSI_CHECK(info.shape == stored && (!fp4 || shape.back() % 2 == 0), archive_->file_of(name), ": tensor \"",
             name, "\" has shape ", shape_str(info.shape), " but the config implies ", shape_str(stored),
             fp4 ? " (packed FP4)" : "");
   used_.insert(name);
-  Tensor raw = archive_.get(name);
+  Tensor raw = archive_->get(name);
   Tensor out;
   switch (info.dtype) {
     case DType::F32:
@@ -112,15 +144,15 @@ Tensor WeightLoader::get(const std::string& name, const Shape& shape) {
       if (fp4) {
         used_.insert(fp4_scale);
         try {
-          out = dequantize_fp4_blocks(raw, archive_.get(fp4_scale), kFp4BlockK);
+          out = dequantize_fp4_blocks(raw, archive_->get(fp4_scale), kFp4BlockK);
         } catch (const Error& e) {
-          fail(archive_.file_of(name), ": tensor \"", name, "\": ", e.what());
+          fail(archive_->file_of(name), ": tensor \"", name, "\": ", e.what());
         }
         break;
       }
       [[fallthrough]];
     default:
-      fail(archive_.file_of(name), ": tensor \"", name, "\" has dtype ", dtype_name(info.dtype),
+      fail(archive_->file_of(name), ": tensor \"", name, "\" has dtype ", dtype_name(info.dtype),
            ", expected a floating point type");
   }
   if (progress_) progress_->advance(static_cast<int64_t>(info.nbytes));
@@ -128,13 +160,20 @@ Tensor WeightLoader::get(const std::string& name, const Shape& shape) {
 }
 
 Tensor WeightLoader::get_ids(const std::string& name, const Shape& shape) {
-  DSI_CHECK(archive_.contains(name), "checkpoint is missing tensor \"", name, "\" (expected ",
+  if (!archive_) {
+    // Dummy id tables (e.g. V4's tid2eid): a fixed spread of valid expert ids.
+    const int64_t experts = std::max<int64_t>(1, config_.raw.value("n_routed_experts", int64_t{1}));
+    Tensor out = Tensor::empty(DType::I32, shape);
+    for (int64_t i = 0; i < out.numel(); ++i) out.data<int32_t>()[i] = static_cast<int32_t>((i * 7919) % experts);
+    return out;
+  }
+  DSI_CHECK(archive_->contains(name), "checkpoint is missing tensor \"", name, "\" (expected ",
             shape_str(shape), ")");
-  const TensorInfo& info = archive_.info(name);
-  DSI_CHECK(info.shape == shape, archive_.file_of(name), ": tensor \"", name, "\" has shape ",
+  const TensorInfo& info = archive_->info(name);
+  DSI_CHECK(info.shape == shape, archive_->file_of(name), ": tensor \"", name, "\" has shape ",
             shape_str(info.shape), " but the config implies ", shape_str(shape));
   used_.insert(name);
-  Tensor raw = archive_.get(name);
+  Tensor raw = archive_->get(name);
   Tensor out = Tensor::empty(DType::I32, shape);
   const int64_t n = raw.numel();
   for (int64_t i = 0; i < n; ++i) {
@@ -147,10 +186,10 @@ Tensor WeightLoader::get_ids(const std::string& name, const Shape& shape) {
         v = raw.data<int32_t>()[i];
         break;
       default:
-        fail(archive_.file_of(name), ": tensor \"", name, "\" has dtype ", dtype_name(info.dtype),
+        fail(archive_->file_of(name), ": tensor \"", name, "\" has dtype ", dtype_name(info.dtype),
              ", expected I64 or I32");
     }
-    DSI_CHECK(v >= INT32_MIN && v <= INT32_MAX, archive_.file_of(name), ": tensor \"", name, "\" value ", v,
+    DSI_CHECK(v >= INT32_MIN && v <= INT32_MAX, archive_->file_of(name), ": tensor \"", name, "\" value ", v,
               " does not fit in int32");
     out.data<int32_t>()[i] = static_cast<int32_t>(v);
   }
@@ -175,7 +214,8 @@ MlpWeights WeightLoader::mlp(const std::string& prefix, int64_t hidden, int64_t 
 
 std::vector<std::string> WeightLoader::unused(const std::vector<std::string>& ignored) const {
   std::vector<std::string> out;
-  for (const std::string& name : archive_.names()) {
+  if (!archive_) return out;
+  for (const std::string& name : archive_->names()) {
     if (used_.count(name)) continue;
     bool skip = false;
     for (const std::string& pattern : ignored) skip = skip || name.find(pattern) != std::string::npos;

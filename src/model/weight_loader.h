@@ -1,6 +1,8 @@
 // WeightLoader: reads named checkpoint tensors as float32 for the reference backend, checking each shape
 // against the config and dequantizing DeepSeek-V3 FP8 block-scaled weights (w8 * scale_inv per block),
 // DeepSeek-V4 FP8 weights with e8m0 `.scale` blocks and V4 FP4 E2M1 experts (int8 pairs + e8m0 `.scale`).
+// Without an archive it makes dummy weights instead: deterministic random tensors of the asked shape
+// (benchmarks of any model size from config.json alone).
 #pragma once
 #include <set>
 #include <string>
@@ -16,8 +18,11 @@ class ProgressBar;
 class WeightLoader {
  public:
   WeightLoader(const SafetensorsArchive& archive, const ModelConfig& config, ProgressBar* progress = nullptr);
+  // Dummy weights: every get() returns random values (norm weights 1, biases 0, matrices uniform in
+  // +-1/sqrt(columns)), seeded by `seed` and the tensor name; has() is false (optional tensors are absent).
+  WeightLoader(const ModelConfig& config, uint64_t seed);
 
-  bool has(const std::string& name) const { return archive_.contains(name); }
+  bool has(const std::string& name) const { return archive_ && archive_->contains(name); }
   // Float32 copy of `name`, which must have `shape` (for packed FP4 the unpacked shape).
   Tensor get(const std::string& name, const Shape& shape);
   // Int32 copy of an integer table (I64 or I32 in the checkpoint), e.g. V4's tid2eid.
@@ -30,7 +35,9 @@ class WeightLoader {
 
  private:
   Tensor dequantize_fp8(const std::string& name, const Tensor& w8);
-  const SafetensorsArchive& archive_;
+  Tensor dummy(const std::string& name, const Shape& shape) const;
+  const SafetensorsArchive* archive_;
+  uint64_t seed_ = 0;
   const ModelConfig& config_;
   ProgressBar* progress_;
   std::set<std::string> used_;

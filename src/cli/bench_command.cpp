@@ -1,0 +1,278 @@
+// `dsinfer bench`: offline serving benchmark through the batched engine. Submits every prompt at once
+// (synthetic random-token prompts of --input-len, or a --dataset), generates --output-len tokens each
+// (EOS ignored), and reports throughput, TTFT, time per output token and end-to-end latency (mean, P50,
+// P90, P99), KV utilisation and preemptions; --json for machines.
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <ctime>
+#include <iostream>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "cli/cli_util.h"
+#include "cli/commands.h"
+#include "core/error.h"
+#include "core/progress_bar.h"
+#include "dsinfer/engine.h"
+#include "engine/bench_metrics.h"
+#include "engine/prompt.h"
+#include "model/model_config.h"
+#include "tokenizer/tokenizer.h"
+
+namespace dsinfer::cli {
+
+namespace {
+
+struct BenchArgs {
+  std::string model;
+  bool dummy_weights = false;
+  int32_t num_prompts = 64;
+  std::string input_len = "128";
+  std::string output_len = "128";
+  std::string dataset;
+  int32_t max_batch_size = 64;
+  int32_t max_num_tokens = 2048;
+  int32_t chunk_size = 512;
+  int32_t kv_block_size = 64;
+  int64_t max_kv_tokens = 0;
+  bool no_prefix_caching = false;
+  std::string device = "auto";
+  uint64_t seed = 0;
+  bool json = false;
+};
+
+struct BenchRequest {
+  std::vector<int32_t> prompt;
+  int32_t output_len = 0;
+};
+
+using Clock = std::chrono::steady_clock;
+
+struct Outcome {
+  Clock::time_point arrival, first_token, finish;
+  int32_t prompt_tokens = 0;
+  int32_t completion_tokens = 0;
+  int32_t cached_tokens = 0;
+  std::string error;
+  bool done = false;
+};
+
+std::vector<BenchRequest> make_requests(const BenchArgs& a, Engine& engine) {
+  const int64_t context = engine.model_config().max_position_embeddings;
+  const int32_t vocab = static_cast<int32_t>(engine.model_config().vocab_size);
+  const LengthRange out_len = LengthRange::parse(a.output_len, "--output-len");
+  std::mt19937_64 rng(a.seed);
+  std::vector<BenchRequest> out;
+  if (!a.dataset.empty()) {
+    std::vector<nlohmann::json> lines = read_json_lines(a.dataset);
+    DSI_CHECK(!lines.empty(), a.dataset, ": no requests");
+    for (size_t i = 0; static_cast<int32_t>(out.size()) < a.num_prompts; ++i) {
+      const nlohmann::json& line = lines[i % lines.size()];
+      BenchRequest r;
+      if (line.contains("prompt_ids")) {
+        r.prompt = line["prompt_ids"].get<std::vector<int32_t>>();
+      } else if (line.contains("messages")) {
+        r.prompt = encode_chat_prompt(engine.tokenizer(), line["messages"], true);
+      } else {
+        const char* key = line.contains("prompt") ? "prompt" : "text";
+        DSI_CHECK(line.contains(key) && line[key].is_string(), a.dataset, ": line ", i % lines.size() + 1,
+                  " needs \"prompt\", \"messages\" or \"prompt_ids\"");
+        r.prompt = encode_text_prompt(engine.tokenizer(), line[key].get<std::string>());
+      }
+      r.output_len = line.contains("max_tokens") ? line["max_tokens"].get<int32_t>() : out_len.sample(rng);
+      out.push_back(std::move(r));
+    }
+  } else {
+    const LengthRange in_len = LengthRange::parse(a.input_len, "--input-len");
+    for (int32_t i = 0; i < a.num_prompts; ++i) {
+      BenchRequest r;
+      r.prompt.resize(in_len.sample(rng));
+      for (int32_t& t : r.prompt) t = static_cast<int32_t>(rng() % static_cast<uint64_t>(vocab));
+      r.output_len = out_len.sample(rng);
+      out.push_back(std::move(r));
+    }
+  }
+  for (BenchRequest& r : out) {  // keep prompt + output within the context
+    DSI_CHECK(static_cast<int64_t>(r.prompt.size()) < context, "a prompt of ", r.prompt.size(),
+              " tokens does not fit the model's context of ", context);
+    r.output_len = static_cast<int32_t>(std::min<int64_t>(r.output_len, context - r.prompt.size()));
+  }
+  return out;
+}
+
+std::string now_utc() {
+  std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+void print_summary(const char* name, const LatencySummary& s, const char* unit) {
+  std::printf("%-26s mean %9.2f  p50 %9.2f  p90 %9.2f  p99 %9.2f %s\n", name, s.mean, s.p50, s.p90, s.p99,
+              unit);
+}
+
+int run_bench(const BenchArgs& a) {
+  DSI_CHECK(a.num_prompts > 0, "--num-prompts must be positive");
+  EngineConfig config;
+  config.model_dir = a.model;
+  config.device = a.device;
+  config.dummy_weights = a.dummy_weights;
+  config.max_batch_size = a.max_batch_size;
+  config.max_num_tokens = a.max_num_tokens;
+  config.context_chunk_size = a.chunk_size;
+  config.kv_block_size = a.kv_block_size;
+  config.max_tokens_in_paged_kv_cache = a.max_kv_tokens;
+  config.enable_prefix_caching = !a.no_prefix_caching;
+  config.max_queue_length = std::max(config.max_queue_length, a.num_prompts + 1);
+  std::unique_ptr<Engine> engine = Engine::create(config);
+  std::vector<BenchRequest> requests = make_requests(a, *engine);
+
+  std::vector<Outcome> outcomes(requests.size());
+  std::mutex mutex;
+  std::condition_variable all_done;
+  size_t finished = 0;
+  ProgressBar progress("bench", static_cast<int64_t>(requests.size()), !a.json && stderr_is_terminal());
+  const Clock::time_point start = Clock::now();
+  for (size_t i = 0; i < requests.size(); ++i) {
+    GenerationRequest r;
+    r.prompt_ids = requests[i].prompt;
+    r.sampling.temperature = 0.0f;
+    r.sampling.ignore_eos = true;
+    r.sampling.max_tokens = requests[i].output_len;
+    r.on_event = [&, i](const RequestEvent& e) {
+      if (!e.finished) return;
+      std::lock_guard<std::mutex> lock(mutex);
+      Outcome& o = outcomes[i];
+      o.arrival = e.arrival;
+      o.first_token = e.first_token;
+      o.finish = Clock::now();
+      o.prompt_tokens = e.usage.prompt_tokens;
+      o.completion_tokens = e.usage.completion_tokens;
+      o.cached_tokens = e.usage.cached_tokens;
+      o.error = e.error;
+      o.done = true;
+      ++finished;
+      progress.advance();
+      all_done.notify_all();
+    };
+    engine->submit(std::move(r));
+  }
+  // Sample KV utilisation while waiting.
+  double util_sum = 0.0;
+  int64_t util_samples = 0;
+  {
+    std::unique_lock<std::mutex> lock(mutex);
+    while (finished < requests.size()) {
+      all_done.wait_for(lock, std::chrono::milliseconds(20));
+      lock.unlock();
+      const EngineStats s = engine->stats();
+      if (s.running > 0) {
+        util_sum += s.kv_utilization;
+        ++util_samples;
+      }
+      lock.lock();
+    }
+  }
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  progress.finish();
+  engine->shutdown();
+  const EngineStats stats = engine->stats();
+
+  std::vector<double> ttft, tpot, e2e;
+  int64_t in_tokens = 0, out_tokens = 0, cached = 0, errors = 0;
+  auto ms = [](Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
+  for (const Outcome& o : outcomes) {
+    if (!o.error.empty()) {
+      ++errors;
+      continue;
+    }
+    in_tokens += o.prompt_tokens;
+    out_tokens += o.completion_tokens;
+    cached += o.cached_tokens;
+    ttft.push_back(ms(o.first_token - o.arrival));
+    e2e.push_back(ms(o.finish - o.arrival));
+    if (o.completion_tokens > 1) tpot.push_back(ms(o.finish - o.first_token) / (o.completion_tokens - 1));
+  }
+  const LatencySummary s_ttft = summarize(ttft), s_tpot = summarize(tpot), s_e2e = summarize(e2e);
+  const double util_mean = util_samples ? util_sum / static_cast<double>(util_samples) : 0.0;
+  const double rps = static_cast<double>(requests.size() - errors) / seconds;
+  const double in_tps = static_cast<double>(in_tokens) / seconds;
+  const double out_tps = static_cast<double>(out_tokens) / seconds;
+  if (a.json) {
+    nlohmann::json j = {
+        {"date", now_utc()},
+        {"model", a.model},
+        {"dummy_weights", a.dummy_weights},
+        {"num_prompts", requests.size()},
+        {"errors", errors},
+        {"input_len", a.dataset.empty() ? a.input_len : "dataset"},
+        {"output_len", a.output_len},
+        {"max_batch_size", a.max_batch_size},
+        {"max_num_tokens", a.max_num_tokens},
+        {"duration_s", seconds},
+        {"requests_per_s", rps},
+        {"input_tokens_per_s", in_tps},
+        {"output_tokens_per_s", out_tps},
+        {"total_input_tokens", in_tokens},
+        {"total_output_tokens", out_tokens},
+        {"cached_prompt_tokens", cached},
+        {"ttft_ms", s_ttft.to_json()},
+        {"tpot_ms", s_tpot.to_json()},
+        {"e2e_latency_ms", s_e2e.to_json()},
+        {"kv_utilization_mean", util_mean},
+        {"kv_utilization_peak", stats.kv_utilization_peak},
+        {"kv_blocks_total", stats.kv_blocks_total},
+        {"kv_block_size", stats.kv_block_size},
+        {"preemptions", stats.preemptions},
+        {"steps", stats.steps},
+    };
+    std::cout << j.dump() << std::endl;
+  } else {
+    std::printf("requests: %zu (%lld failed)   duration: %.2f s   steps: %lld\n", requests.size(),
+                static_cast<long long>(errors), seconds, static_cast<long long>(stats.steps));
+    std::printf("throughput: %.2f requests/s, %.1f input tokens/s, %.1f output tokens/s\n", rps, in_tps,
+                out_tps);
+    std::printf("tokens: %lld input (%lld from the prefix cache), %lld output\n",
+                static_cast<long long>(in_tokens), static_cast<long long>(cached),
+                static_cast<long long>(out_tokens));
+    print_summary("time to first token", s_ttft, "ms");
+    print_summary("time per output token", s_tpot, "ms");
+    print_summary("end-to-end latency", s_e2e, "ms");
+    std::printf("KV cache: %lld blocks of %d tokens, utilisation mean %.1f%% peak %.1f%%, preemptions %lld\n",
+                static_cast<long long>(stats.kv_blocks_total), stats.kv_block_size, 100.0 * util_mean,
+                100.0 * stats.kv_utilization_peak, static_cast<long long>(stats.preemptions));
+  }
+  return errors == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app) {
+  auto a = std::make_shared<BenchArgs>();
+  CLI::App* cmd = app.add_subcommand("bench", "Offline serving benchmark through the batched engine");
+  cmd->add_option("--model", a->model, "Model directory (config.json; safetensors unless --dummy-weights)")
+      ->required();
+  cmd->add_flag("--dummy-weights", a->dummy_weights,
+                "Random weights from config.json alone (any model size)");
+  cmd->add_option("--num-prompts", a->num_prompts, "Requests to run (64)");
+  cmd->add_option("--input-len", a->input_len, "Prompt tokens: N or a uniform range A:B (128)");
+  cmd->add_option("--output-len", a->output_len, "Generated tokens: N or a uniform range A:B (128)");
+  cmd->add_option("--dataset", a->dataset,
+                  "JSON lines with \"prompt\", \"messages\" or \"prompt_ids\" (+ \"max_tokens\") instead of "
+                  "random prompts");
+  cmd->add_option("--max-batch-size", a->max_batch_size, "Sequences per step (64)");
+  cmd->add_option("--max-num-tokens", a->max_num_tokens, "Tokens per step (2048)");
+  cmd->add_option("--context-chunk-size", a->chunk_size, "Prefill chunk tokens (512)");
+  cmd->add_option("--kv-block-size", a->kv_block_size, "Tokens per KV block (64)");
+  cmd->add_option("--max-kv-tokens", a->max_kv_tokens, "KV capacity in tokens (default: the byte budget)");
+  cmd->add_flag("--no-prefix-caching", a->no_prefix_caching, "Disable prefix caching");
+  cmd->add_option("--device", a->device, "auto, cpu or cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  cmd->add_option("--seed", a->seed, "Seed of the synthetic prompts and lengths (0)");
+  cmd->add_flag("--json", a->json, "Print one JSON object with every figure");
+  cmd->callback([a]() { run_guarded([&]() { return run_bench(*a); }); });
+}
+
+}  // namespace dsinfer::cli

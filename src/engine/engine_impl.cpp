@@ -1,0 +1,273 @@
+// EngineImpl: request validation, the engine thread's loop (inbox -> schedule -> forward -> sample ->
+// events) and statistics. On the CPU backend the forward pass uses every core through OpenMP, so the next
+// step's plan is built after the current step on the same thread (it costs well under a millisecond; see
+// bench/scheduler_bench.cpp) rather than overlapped with it.
+#include "engine/engine_impl.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "kv/kv_capacity.h"
+
+namespace dsinfer {
+
+std::unique_ptr<Engine> make_engine(const EngineConfig& config, std::unique_ptr<Backend> backend,
+                                    std::unique_ptr<Model> model, std::optional<Tokenizer> tokenizer) {
+  return std::make_unique<EngineImpl>(config, std::move(backend), std::move(model), std::move(tokenizer));
+}
+
+EngineImpl::EngineImpl(const EngineConfig& config, std::unique_ptr<Backend> backend,
+                       std::unique_ptr<Model> model, std::optional<Tokenizer> tokenizer)
+    : config_(config),
+      backend_(std::move(backend)),
+      model_(std::move(model)),
+      tokenizer_(std::move(tokenizer)),
+      context_(model_->config().max_position_embeddings),
+      vocab_(static_cast<int32_t>(model_->config().vocab_size)) {
+  DSI_CHECK(config.max_queue_length > 0, "max_queue_length must be positive, got ", config.max_queue_length);
+  eos_ids_ = model_->config().eos_token_ids;
+  if (tokenizer_ && tokenizer_->eos_id() &&
+      std::find(eos_ids_.begin(), eos_ids_.end(), *tokenizer_->eos_id()) == eos_ids_.end()) {
+    eos_ids_.push_back(*tokenizer_->eos_id());
+  }
+  const std::vector<KvLayerSpec> layers = model_->kv_layout();
+  KvCapacityRequest capacity;
+  capacity.max_tokens = config.max_tokens_in_paged_kv_cache;
+  capacity.cpu_bytes = config.cpu_kv_cache_bytes;
+  capacity.gpu_free_mem_fraction = config.kv_cache_free_gpu_mem_fraction;
+  capacity.block_size = config.kv_block_size;
+  const int32_t num_blocks = kv_num_blocks(layers, capacity);
+  // Prefix reuse needs every layer's cached rows to be a function of the prefix's tokens alone: true for
+  // full-history layers. Models with sliding windows, compressed rows or per-sequence state opt out until
+  // they can snapshot that state at block boundaries (docs/architecture.md, "Paged KV cache").
+  bool reusable = true;
+  for (const KvLayerSpec& l : layers) reusable = reusable && l.kind == KvKind::kFullHistory;
+  cache_ = std::make_unique<KvCache>(layers, num_blocks, config.kv_block_size);
+  pool_ =
+      std::make_unique<BlockPool>(num_blocks, config.kv_block_size, config.enable_prefix_caching && reusable);
+  SchedulerConfig sc;
+  sc.max_batch_size = config.max_batch_size;
+  sc.max_num_tokens = config.max_num_tokens;
+  sc.enable_chunked_context = config.enable_chunked_context;
+  sc.context_chunk_size = config.context_chunk_size;
+  scheduler_ = std::make_unique<Scheduler>(sc, *pool_);
+  log_info("engine: ", num_blocks, " KV blocks of ", config.kv_block_size, " tokens (", cache_->bytes() >> 20,
+           " MiB), prefix caching ", pool_->prefix_caching() ? "on" : "off");
+  publish_stats();
+  thread_ = std::thread([this] { loop(); });
+}
+
+EngineImpl::~EngineImpl() {
+  shutdown(std::chrono::milliseconds(0));
+}
+
+uint64_t EngineImpl::submit(GenerationRequest request) {
+  const std::vector<int32_t>& prompt = request.prompt_ids;
+  DSI_CHECK(!prompt.empty(), "the prompt is empty");
+  for (int32_t id : prompt) {
+    DSI_CHECK(id >= 0 && id < vocab_, "prompt token id ", id, " is outside the vocabulary [0, ", vocab_, ")");
+  }
+  request.sampling.validate(vocab_);
+  const int64_t total = static_cast<int64_t>(prompt.size()) + request.sampling.max_tokens;
+  DSI_CHECK(total <= context_, "the prompt has ", prompt.size(), " tokens and max_tokens is ",
+            request.sampling.max_tokens, ": ", total, " tokens exceed the model's context of ", context_,
+            " tokens");
+  DSI_CHECK(config_.enable_chunked_context || static_cast<int64_t>(prompt.size()) <= config_.max_num_tokens,
+            "the prompt has ", prompt.size(), " tokens, more than max_num_tokens (", config_.max_num_tokens,
+            ") with chunked context disabled");
+  const int64_t kv_tokens = static_cast<int64_t>(pool_->num_blocks()) * pool_->block_size();
+  DSI_CHECK(static_cast<int64_t>(prompt.size()) + 1 <= kv_tokens, "the prompt has ", prompt.size(),
+            " tokens but the KV cache holds ", kv_tokens, " tokens");
+  std::lock_guard<std::mutex> lock(mutex_);
+  DSI_CHECK(accepting_, "the engine is shutting down");
+  DSI_CHECK(static_cast<int64_t>(inbox_.size()) + stats_.waiting < config_.max_queue_length,
+            "the request queue is full (", config_.max_queue_length, " waiting requests)");
+  const uint64_t id = next_id_++;
+  inbox_.push_back({id, std::move(request), Clock::now()});
+  wake_.notify_one();
+  return id;
+}
+
+void EngineImpl::cancel(uint64_t request_id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  cancels_.push_back(request_id);
+  wake_.notify_one();
+}
+
+EngineStats EngineImpl::stats() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return stats_;
+}
+
+const Tokenizer& EngineImpl::tokenizer() const {
+  DSI_CHECK(tokenizer_.has_value(), "model ", config_.model_dir, " has no tokenizer");
+  return *tokenizer_;
+}
+
+const ModelConfig& EngineImpl::model_config() const {
+  return model_->config();
+}
+
+void EngineImpl::shutdown(std::chrono::milliseconds timeout) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!shutting_down_) {
+      accepting_ = false;
+      shutting_down_ = true;
+      deadline_ = Clock::now() + timeout;
+    }
+    wake_.notify_one();
+  }
+  if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
+}
+
+void EngineImpl::admit(Submission sub) {
+  auto state = std::make_unique<RequestState>(
+      sub.id, std::move(sub.request), tokenizer_ ? &*tokenizer_ : nullptr, eos_ids_, context_, sub.arrival);
+  auto seq = std::make_unique<Sequence>();
+  seq->id = sub.id;
+  seq->priority = state->request().priority;
+  seq->order = sub.id;
+  seq->tokens = state->request().prompt_ids;
+  seq->prompt_len = static_cast<int32_t>(seq->tokens.size());
+  scheduler_->add(std::move(seq));
+  requests_.emplace(sub.id, std::move(state));
+}
+
+void EngineImpl::abort_request(uint64_t id, const std::string& error) {
+  auto it = requests_.find(id);
+  if (it == requests_.end()) return;  // unknown or already finished
+  Sequence* seq = scheduler_->find(id);
+  const int32_t cached = seq ? seq->cached_tokens : 0;
+  scheduler_->remove(id);
+  model_->release_sequence(static_cast<int64_t>(id));
+  std::unique_ptr<RequestState> state = std::move(it->second);
+  requests_.erase(it);
+  try {
+    state->deliver(state->abort_event(error, cached));
+  } catch (const std::exception& e) {
+    log_warn("engine: event callback of request ", id, " threw: ", e.what());
+  }
+}
+
+void EngineImpl::run_step() {
+  StepSchedule step = scheduler_->schedule();
+  for (uint64_t id : step.preempted) model_->release_sequence(static_cast<int64_t>(id));
+  for (uint64_t id : step.failed) {
+    abort_request(id, "the request does not fit in the KV cache (" +
+                          std::to_string(static_cast<int64_t>(pool_->num_blocks()) * pool_->block_size()) +
+                          " tokens)");
+  }
+  if (step.empty()) return;
+  const Clock::time_point now = Clock::now();
+  for (const ScheduledSeq& e : step.seqs) requests_.at(e.seq->id)->on_scheduled(now);
+  Tensor logits;  // [sampled sequences, vocab]
+  try {
+    BatchPlan plan = scheduler_->build_plan(step);
+    logits = model_->forward(plan, *cache_);
+  } catch (const std::exception& e) {
+    log_error("engine: forward pass failed: ", e.what());
+    std::vector<uint64_t> ids;
+    for (const ScheduledSeq& s : step.seqs) ids.push_back(s.seq->id);
+    for (uint64_t id : ids) abort_request(id, std::string("forward pass failed: ") + e.what());
+    return;
+  }
+  scheduler_->complete(step);
+  const int32_t V = static_cast<int32_t>(logits.dim(1));
+  int64_t row = 0;
+  for (const ScheduledSeq& e : step.seqs) {
+    if (!e.sample) continue;
+    Sequence* seq = e.seq;
+    const uint64_t id = seq->id;
+    RequestState& state = *requests_.at(id);
+    RequestEvent event;
+    try {
+      event = state.on_logits(logits.f32() + row * V, V, seq->num_tokens(), seq->cached_tokens);
+    } catch (const std::exception& ex) {
+      ++row;
+      abort_request(id, std::string("sampling failed: ") + ex.what());
+      continue;
+    }
+    ++row;
+    std::unique_ptr<RequestState> finished;
+    if (event.finished) {
+      scheduler_->remove(id);
+      model_->release_sequence(static_cast<int64_t>(id));
+      finished = std::move(requests_.at(id));
+      requests_.erase(id);
+    } else {
+      seq->tokens.push_back(state.last_token());
+    }
+    try {
+      (finished ? *finished : state).deliver(event);
+    } catch (const std::exception& ex) {
+      log_warn("engine: event callback of request ", id, " threw: ", ex.what());
+    }
+  }
+}
+
+void EngineImpl::publish_stats() {
+  EngineStats s;
+  s.running = scheduler_->num_running();
+  s.waiting = scheduler_->num_waiting();
+  s.kv_blocks_total = pool_->num_blocks();
+  s.kv_blocks_used = pool_->num_used();
+  s.kv_blocks_cached = pool_->num_cached();
+  s.kv_utilization = static_cast<double>(s.kv_blocks_used) / static_cast<double>(s.kv_blocks_total);
+  const int64_t allocated = s.kv_blocks_used * pool_->block_size();
+  s.fragmentation = allocated > 0 ? static_cast<double>(scheduler_->allocated_unused_slots()) /
+                                        static_cast<double>(allocated)
+                                  : 0.0;
+  s.preemptions = scheduler_->preemptions();
+  s.steps = scheduler_->steps();
+  s.prefix_cache_hit_tokens = scheduler_->prefix_hit_tokens();
+  peak_utilization_ = std::max(peak_utilization_, s.kv_utilization);
+  s.kv_utilization_peak = peak_utilization_;
+  s.kv_block_size = pool_->block_size();
+  std::lock_guard<std::mutex> lock(mutex_);
+  s.waiting += static_cast<int32_t>(inbox_.size());
+  stats_ = s;
+}
+
+void EngineImpl::loop() {
+  while (true) {
+    std::vector<Submission> inbox;
+    std::vector<uint64_t> cancels;
+    bool shutting_down = false;
+    Clock::time_point deadline;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      wake_.wait(lock, [&] {
+        return !inbox_.empty() || !cancels_.empty() || shutting_down_ || scheduler_->has_work();
+      });
+      inbox.swap(inbox_);
+      cancels.swap(cancels_);
+      shutting_down = shutting_down_;
+      deadline = deadline_;
+    }
+    for (Submission& s : inbox) admit(std::move(s));
+    for (uint64_t id : cancels) abort_request(id, "cancelled");
+    if (shutting_down && (!scheduler_->has_work() || Clock::now() >= deadline)) {
+      std::vector<uint64_t> ids;
+      for (const auto& [id, state] : requests_) ids.push_back(id);
+      std::sort(ids.begin(), ids.end());
+      for (uint64_t id : ids) abort_request(id, "the engine shut down");
+      publish_stats();
+      return;
+    }
+    if (scheduler_->has_work()) {
+      try {
+        run_step();
+      } catch (const std::exception& e) {
+        log_error("engine: step failed: ", e.what());
+        std::vector<uint64_t> ids;
+        for (const auto& [id, state] : requests_) ids.push_back(id);
+        for (uint64_t id : ids) abort_request(id, std::string("engine step failed: ") + e.what());
+      }
+    }
+    publish_stats();
+  }
+}
+
+}  // namespace dsinfer

@@ -1,0 +1,88 @@
+// RequestState: sample -> detokenize -> stop-check for one step of one request (the generate() loop body).
+#include "engine/request_state.h"
+
+namespace dsinfer {
+
+RequestState::RequestState(uint64_t id, GenerationRequest request, const Tokenizer* tokenizer,
+                           std::vector<int32_t> eos_token_ids, int64_t context, Clock::time_point arrival)
+    : id_(id),
+      request_(std::move(request)),
+      tokenizer_(tokenizer),
+      context_(context),
+      sampler_(request_.sampling, request_.prompt_ids),
+      stops_(request_.sampling, std::move(eos_token_ids)),
+      arrival_(arrival) {
+  if (tokenizer_) detok_.emplace(*tokenizer_, /*skip_special_tokens=*/true);
+}
+
+void RequestState::on_scheduled(Clock::time_point now) {
+  if (first_scheduled_ == Clock::time_point{}) first_scheduled_ = now;
+}
+
+RequestEvent RequestState::base_event() const {
+  RequestEvent e;
+  e.request_id = id_;
+  e.arrival = arrival_;
+  e.first_scheduled = first_scheduled_;
+  e.first_token = first_token_;
+  return e;
+}
+
+Usage RequestState::usage(int32_t cached_tokens) const {
+  Usage u;
+  u.prompt_tokens = static_cast<int32_t>(request_.prompt_ids.size());
+  u.completion_tokens = completion_tokens_;
+  u.cached_tokens = cached_tokens;
+  return u;
+}
+
+RequestEvent RequestState::on_logits(const float* logits, int32_t vocab, int64_t sequence_tokens,
+                                     int32_t cached_tokens) {
+  const int32_t token = sampler_.sample(logits, vocab);
+  sampler_.accept(token);
+  last_token_ = token;
+  ++completion_tokens_;
+  if (first_token_ == Clock::time_point{}) first_token_ = Clock::now();
+  RequestEvent e = base_event();
+  e.token_ids.push_back(token);
+  if (request_.sampling.logprobs > 0) {
+    TokenLogprob lp;
+    lp.token = token;
+    lp.logprob = Sampler::logprob_of(logits, vocab, token);
+    lp.top = Sampler::top_logprobs(logits, vocab, request_.sampling.logprobs);
+    e.logprobs.push_back(std::move(lp));
+  }
+  std::string delta = detok_ && token < tokenizer_->vocab_size() ? detok_->push(token) : std::string();
+  StopUpdate update = stops_.on_token(token, delta);
+  e.text = std::move(update.text);
+  FinishReason reason = update.reason;
+  if (reason == FinishReason::kNone && sequence_tokens + 1 >= context_) {  // no room for the next cache row
+    e.text += stops_.finish();
+    reason = FinishReason::kLength;
+  }
+  // A length stop may leave the bytes of an incomplete character: decode shows them as U+FFFD.
+  if (reason == FinishReason::kLength && detok_) e.text += detok_->flush();
+  if (reason != FinishReason::kNone) {
+    finished_ = true;
+    e.finished = true;
+    e.finish_reason = reason;
+  }
+  e.usage = usage(cached_tokens);
+  return e;
+}
+
+RequestEvent RequestState::abort_event(const std::string& error, int32_t cached_tokens) {
+  finished_ = true;
+  RequestEvent e = base_event();
+  e.finished = true;
+  e.finish_reason = FinishReason::kAbort;
+  e.error = error;
+  e.usage = usage(cached_tokens);
+  return e;
+}
+
+void RequestState::deliver(const RequestEvent& event) const {
+  if (request_.on_event) request_.on_event(event);
+}
+
+}  // namespace dsinfer

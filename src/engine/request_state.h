@@ -1,0 +1,58 @@
+// RequestState: the engine's per-request generation state (Sampler, IncrementalDetokenizer, StopChecker,
+// event callback, usage and timing). Turns the logits of each step into the request's next event.
+#pragma once
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "dsinfer/engine.h"
+#include "engine/sampler.h"
+#include "engine/stop_checker.h"
+#include "tokenizer/tokenizer.h"
+
+namespace dsinfer {
+
+class RequestState {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // `tokenizer` may be null (models without one: text deltas stay empty). `context` is the model's
+  // maximum sequence length.
+  RequestState(uint64_t id, GenerationRequest request, const Tokenizer* tokenizer,
+               std::vector<int32_t> eos_token_ids, int64_t context, Clock::time_point arrival);
+
+  uint64_t id() const { return id_; }
+  const GenerationRequest& request() const { return request_; }
+
+  // The request was scheduled (first time only recorded).
+  void on_scheduled(Clock::time_point now);
+  // Samples the next token from logits[0, vocab) of a sequence that now holds `sequence_tokens` tokens
+  // (prompt + generated, before this token) and returns the event to deliver (finished when it ends).
+  RequestEvent on_logits(const float* logits, int32_t vocab, int64_t sequence_tokens, int32_t cached_tokens);
+  // A final event for a request that ends without a token (cancellation, failure, shutdown).
+  RequestEvent abort_event(const std::string& error, int32_t cached_tokens);
+  // Delivers an event through the request's callback (no-op without one).
+  void deliver(const RequestEvent& event) const;
+
+  bool finished() const { return finished_; }
+  int32_t last_token() const { return last_token_; }
+
+ private:
+  RequestEvent base_event() const;
+  Usage usage(int32_t cached_tokens) const;
+
+  uint64_t id_;
+  GenerationRequest request_;
+  const Tokenizer* tokenizer_;
+  int64_t context_;
+  Sampler sampler_;
+  StopChecker stops_;
+  std::optional<IncrementalDetokenizer> detok_;
+  int32_t completion_tokens_ = 0;
+  int32_t last_token_ = -1;
+  bool finished_ = false;
+  Clock::time_point arrival_, first_scheduled_{}, first_token_{};
+};
+
+}  // namespace dsinfer

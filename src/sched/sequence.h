@@ -1,0 +1,37 @@
+// Sequence: the scheduler's view of one request: its tokens (prompt, then generated), how many of them have
+// KV rows in the cache, its blocks and its place in the queue (priority, then arrival order).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "kv/block_table.h"
+
+namespace dsinfer {
+
+enum class SeqStatus { kWaiting, kRunning };
+
+struct Sequence {
+  uint64_t id = 0;
+  int32_t priority = 0;         // higher runs first
+  uint64_t order = 0;           // arrival rank (FCFS within a priority); kept across preemptions
+  std::vector<int32_t> tokens;  // prompt, then generated tokens
+  int32_t prompt_len = 0;
+  int64_t num_computed = 0;   // leading positions whose KV rows are in the cache
+  int32_t cached_tokens = 0;  // prompt tokens served from the prefix cache at first admission
+  bool admitted = false;      // scheduled at least once
+  int32_t preemptions = 0;
+  SeqStatus status = SeqStatus::kWaiting;
+  uint64_t scheduled_step = 0;  // last step that scheduled it (0: never)
+  BlockTable table;
+
+  int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
+  // Known tokens without KV rows yet (1 while decoding).
+  int64_t remaining() const { return num_tokens() - num_computed; }
+};
+
+// Queue order: higher priority first, then earlier arrival.
+inline bool runs_before(const Sequence* a, const Sequence* b) {
+  return a->priority != b->priority ? a->priority > b->priority : a->order < b->order;
+}
+
+}  // namespace dsinfer

@@ -1,0 +1,243 @@
+// Scheduler tests: budgets, chunk alignment, admission and preemption order, and a property test that
+// drives the scheduler with random arrivals, cancellations and fake sampling (fixed seeds), checking its
+// invariants after every step and that every request finishes or is cancelled.
+#include "sched/scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <map>
+#include <random>
+#include <set>
+
+#include "core/error.h"
+
+namespace dsinfer {
+namespace {
+
+std::unique_ptr<Sequence> make_seq(uint64_t id, int32_t prompt_len, int32_t priority = 0,
+                                   int32_t first_token = 0) {
+  auto s = std::make_unique<Sequence>();
+  s->id = id;
+  s->order = id;
+  s->priority = priority;
+  for (int32_t i = 0; i < prompt_len; ++i) s->tokens.push_back(first_token + i);
+  s->prompt_len = prompt_len;
+  return s;
+}
+
+// Runs one step without a model: marks it computed and appends a token to every sampled sequence.
+StepSchedule step_once(Scheduler& sched) {
+  StepSchedule step = sched.schedule();
+  BatchPlan plan = sched.build_plan(step);
+  plan.validate(sched.pool().num_blocks());
+  sched.complete(step);
+  for (const ScheduledSeq& e : step.seqs) {
+    if (e.sample) e.seq->tokens.push_back(7);
+  }
+  return step;
+}
+
+TEST(Scheduler, ChunksEndOnBlockBoundariesAndRespectBudgets) {
+  BlockPool pool(64, 4);
+  SchedulerConfig c;
+  c.max_num_tokens = 10;
+  c.context_chunk_size = 7;  // rounded down to 4 (one block)
+  Scheduler sched(c, pool);
+  sched.add(make_seq(1, 13));
+  std::vector<int32_t> chunks;
+  while (true) {
+    StepSchedule step = step_once(sched);
+    ASSERT_EQ(step.seqs.size(), 1u);
+    chunks.push_back(step.seqs[0].num_tokens);
+    if (step.seqs[0].sample) break;
+  }
+  EXPECT_EQ(chunks, (std::vector<int32_t>{4, 4, 4, 1}));
+  sched.check_invariants();
+  sched.remove(1);
+  EXPECT_EQ(pool.num_used(), 0);
+}
+
+TEST(Scheduler, DecodesFirstThenPrefillWithinTokenBudget) {
+  BlockPool pool(64, 4);
+  SchedulerConfig c;
+  c.max_num_tokens = 6;
+  c.context_chunk_size = 64;
+  Scheduler sched(c, pool);
+  sched.add(make_seq(1, 3));
+  step_once(sched);                              // prefill of 1 (3 tokens) + token sampled
+  EXPECT_EQ(sched.allocated_unused_slots(), 1);  // one block of 4 slots, 3 computed
+  sched.add(make_seq(2, 20));
+  StepSchedule step = step_once(sched);
+  ASSERT_EQ(step.seqs.size(), 2u);
+  EXPECT_EQ(step.seqs[0].seq->id, 1u);
+  EXPECT_EQ(step.seqs[0].num_tokens, 1);
+  EXPECT_EQ(step.seqs[1].seq->id, 2u);
+  EXPECT_EQ(step.seqs[1].num_tokens, 4);  // 5 tokens left, aligned down to a block
+  EXPECT_LE(step.num_tokens, 6);
+  sched.check_invariants();
+}
+
+TEST(Scheduler, HigherPriorityAdmittedFirstAndLowestPreemptedFirst) {
+  BlockPool pool(6, 4);  // 24 token slots
+  SchedulerConfig c;
+  c.max_num_tokens = 64;
+  Scheduler sched(c, pool);
+  sched.add(make_seq(1, 8, /*priority=*/0));
+  sched.add(make_seq(2, 8, /*priority=*/5));
+  StepSchedule first = step_once(sched);
+  ASSERT_EQ(first.seqs.size(), 2u);
+  EXPECT_EQ(first.seqs[0].seq->id, 2u);  // higher priority first
+  // Both decode until the pool runs out: the low-priority request is preempted, never the other.
+  for (int i = 0; i < 6; ++i) {
+    StepSchedule s = step_once(sched);
+    for (uint64_t p : s.preempted) EXPECT_EQ(p, 1u);
+    sched.check_invariants();
+  }
+  EXPECT_GT(sched.preemptions(), 0);
+  Sequence* high = sched.find(2);
+  ASSERT_NE(high, nullptr);
+  EXPECT_EQ(high->status, SeqStatus::kRunning);
+  EXPECT_EQ(high->preemptions, 0);
+}
+
+TEST(Scheduler, FailsWhatCanNeverFit) {
+  BlockPool pool(2, 4);
+  Scheduler sched(SchedulerConfig{}, pool);
+  sched.add(make_seq(1, 7));
+  StepSchedule s = step_once(sched);  // 7 tokens fit in 2 blocks
+  ASSERT_EQ(s.seqs.size(), 1u);
+  s = step_once(sched);  // decode writes position 7: still fits
+  ASSERT_TRUE(s.failed.empty());
+  s = step_once(sched);  // position 8 needs a third block
+  EXPECT_EQ(s.failed, (std::vector<uint64_t>{1}));
+  EXPECT_FALSE(sched.has_work());
+  EXPECT_EQ(pool.num_used(), 0);
+}
+
+TEST(Scheduler, PrefixHitCountsCachedTokens) {
+  BlockPool pool(16, 4);
+  Scheduler sched(SchedulerConfig{}, pool);
+  sched.add(make_seq(1, 10));
+  step_once(sched);
+  sched.remove(1);
+  sched.add(make_seq(2, 10));
+  StepSchedule s = sched.schedule();
+  ASSERT_EQ(s.seqs.size(), 1u);
+  EXPECT_EQ(s.seqs[0].start, 8);
+  EXPECT_EQ(sched.find(2)->cached_tokens, 8);
+  EXPECT_EQ(sched.prefix_hit_tokens(), 8);
+}
+
+struct PropertyParam {
+  uint32_t seed;
+  int32_t num_blocks;
+  int32_t block_size;
+  int32_t max_batch;
+  int32_t max_tokens;
+  int32_t chunk;
+  bool chunked;
+  bool prefix;
+};
+
+class SchedulerPropertyTest : public ::testing::TestWithParam<PropertyParam> {};
+
+TEST_P(SchedulerPropertyTest, InvariantsHoldUnderRandomTraffic) {
+  const PropertyParam p = GetParam();
+  std::mt19937 rng(p.seed);
+  BlockPool pool(p.num_blocks, p.block_size, p.prefix);
+  SchedulerConfig c;
+  c.max_batch_size = p.max_batch;
+  c.max_num_tokens = p.max_tokens;
+  c.context_chunk_size = p.chunk;
+  c.enable_chunked_context = p.chunked;
+  Scheduler sched(c, pool);
+  const int64_t capacity = static_cast<int64_t>(p.num_blocks) * p.block_size;
+  std::map<uint64_t, int32_t> target;  // id -> total tokens at which it finishes
+  std::set<uint64_t> live, finished, cancelled, failed;
+  uint64_t next_id = 1;
+  const int kArrivals = 120;
+  int steps = 0;
+  while ((next_id <= kArrivals || sched.has_work()) && steps < 20000) {
+    ++steps;
+    // Random arrivals (bursty) with shared prefixes and random priorities.
+    if (next_id <= kArrivals && rng() % 3 == 0) {
+      const int burst = 1 + static_cast<int>(rng() % 4);
+      for (int b = 0; b < burst && next_id <= kArrivals; ++b) {
+        int32_t len = 1 + static_cast<int32_t>(rng() % 60);
+        if (!p.chunked) len = std::min(len, p.max_tokens);
+        auto s =
+            make_seq(next_id, len, static_cast<int32_t>(rng() % 3), static_cast<int32_t>(rng() % 2) * 1000);
+        target[next_id] = len + 1 + static_cast<int32_t>(rng() % 30);
+        live.insert(next_id);
+        sched.add(std::move(s));
+        ++next_id;
+      }
+    }
+    // Random cancellations in any state.
+    if (!live.empty() && rng() % 10 == 0) {
+      auto it = live.begin();
+      std::advance(it, rng() % live.size());
+      const uint64_t id = *it;
+      ASSERT_TRUE(sched.remove(id));
+      live.erase(id);
+      cancelled.insert(id);
+    }
+    StepSchedule step = sched.schedule();
+    // Budgets.
+    ASSERT_LE(static_cast<int32_t>(step.seqs.size()), p.max_batch);
+    ASSERT_LE(step.num_tokens, p.max_tokens);
+    int32_t sum = 0;
+    std::set<uint64_t> in_step;
+    for (const ScheduledSeq& e : step.seqs) {
+      ASSERT_TRUE(in_step.insert(e.seq->id).second) << "sequence scheduled twice in one step";
+      ASSERT_GT(e.num_tokens, 0);
+      ASSERT_EQ(e.start, e.seq->num_computed);
+      ASSERT_LE(e.start + e.num_tokens, e.seq->num_tokens());
+      sum += e.num_tokens;
+    }
+    ASSERT_EQ(sum, step.num_tokens);
+    BatchPlan plan = sched.build_plan(step);
+    plan.validate(pool.num_blocks());
+    sched.check_invariants();
+    sched.complete(step);
+    for (uint64_t id : step.failed) {
+      live.erase(id);
+      failed.insert(id);
+    }
+    for (const ScheduledSeq& e : step.seqs) {
+      if (!e.sample) continue;
+      Sequence* s = e.seq;
+      s->tokens.push_back(static_cast<int32_t>(rng() % 100));
+      // Pools under 64 slots let sequences outgrow them: the scheduler must fail those, not stall.
+      if (s->num_tokens() >= target[s->id] || (capacity >= 64 && s->num_tokens() >= capacity)) {
+        const uint64_t id = s->id;
+        ASSERT_TRUE(sched.remove(id));
+        live.erase(id);
+        finished.insert(id);
+      }
+    }
+    sched.check_invariants();
+  }
+  std::printf(
+      "seed %u: %d steps, %zu finished, %zu cancelled, %zu failed, %lld preemptions, %lld hit tokens\n",
+      p.seed, steps, finished.size(), cancelled.size(), failed.size(),
+      static_cast<long long>(sched.preemptions()), static_cast<long long>(sched.prefix_hit_tokens()));
+  EXPECT_FALSE(sched.has_work()) << "scheduler stalled after " << steps << " steps";
+  EXPECT_TRUE(live.empty());
+  EXPECT_EQ(finished.size() + cancelled.size() + failed.size(), static_cast<size_t>(kArrivals));
+  EXPECT_EQ(pool.num_used(), 0);
+  pool.check_invariants();
+}
+
+INSTANTIATE_TEST_SUITE_P(Seeds, SchedulerPropertyTest,
+                         ::testing::Values(PropertyParam{1, 64, 4, 8, 32, 8, true, true},
+                                           PropertyParam{2, 24, 4, 16, 64, 16, true, true},
+                                           PropertyParam{3, 200, 16, 32, 256, 64, true, false},
+                                           PropertyParam{4, 40, 8, 4, 64, 512, false, true},
+                                           PropertyParam{5, 30, 2, 64, 7, 5, true, true},
+                                           PropertyParam{6, 12, 8, 8, 48, 16, true, true},
+                                           PropertyParam{7, 10, 4, 8, 32, 8, true, true}));
+
+}  // namespace
+}  // namespace dsinfer
