@@ -41,12 +41,12 @@ void check_model(const ServerContext& ctx, const json& body) {
 }
 
 template <typename F>
-void guarded(const std::shared_ptr<Responder>& out, F&& body) {
+void guarded(const ServerContext& ctx, const std::shared_ptr<Responder>& out, F&& body) {
   try {
     body();
   } catch (const ApiError& e) {
     HttpResponse r = error_response(e);
-    if (e.status == 429) r.headers.emplace_back("Retry-After", "1");
+    if (e.status == 429) r.headers.emplace_back("Retry-After", retry_after(ctx.config.server));
     out->send(std::move(r));
   } catch (const Error& e) {
     out->send(error_response(bad_request(e.what())));
@@ -81,7 +81,7 @@ bool authorized(const ServerContext& ctx, const HttpRequest& req, const std::sha
 void handle_completions(ServerContext& ctx, const HttpRequest& req, const std::shared_ptr<Responder>& out,
                         bool chat) {
   const auto arrival = std::chrono::steady_clock::now();
-  guarded(out, [&]() {
+  guarded(ctx, out, [&]() {
     if (ctx.health.phase() == Phase::kDraining) {
       throw ApiError(503, "the server is shutting down", "service_unavailable");
     }
@@ -107,7 +107,7 @@ void handle_models(ServerContext& ctx, const HttpRequest& req, const std::shared
 }
 
 void handle_tokenize(ServerContext& ctx, const HttpRequest& req, const std::shared_ptr<Responder>& out) {
-  guarded(out, [&]() {
+  guarded(ctx, out, [&]() {
     const json body = parse_json_body(req.body);
     check_model(ctx, body);
     const Tokenizer& tok = ready_engine(ctx).tokenizer();
@@ -151,7 +151,7 @@ void handle_tokenize(ServerContext& ctx, const HttpRequest& req, const std::shar
 }
 
 void handle_detokenize(ServerContext& ctx, const HttpRequest& req, const std::shared_ptr<Responder>& out) {
-  guarded(out, [&]() {
+  guarded(ctx, out, [&]() {
     const json body = parse_json_body(req.body);
     check_model(ctx, body);
     const Tokenizer& tok = ready_engine(ctx).tokenizer();

@@ -44,10 +44,12 @@ class TrackedResponder : public Responder {
     if (counted_) ctx_.metrics->count_request(status);
     const double ms =
         std::chrono::duration<double, std::milli>((ended_ ? end_ : Clock::now()) - arrival_).count();
-    if (log_level() >= ctx_.request_log_level) {
-      log_line(ctx_.request_log_level, str_cat("request ", number_, " ", method_, " ", path_,
-                                               " status=", status, " duration_ms=", static_cast<int64_t>(ms),
-                                               " remote=", remote_, info_.empty() ? "" : " ", info_));
+    // Probes and scrapes (/health/*, /metrics) log at debug so that they do not drown the request log.
+    const LogLevel level = counted_ ? ctx_.request_log_level : LogLevel::kDebug;
+    if (log_level() >= level) {
+      log_line(level, str_cat("request ", number_, " ", method_, " ", path_, " status=", status,
+                              " duration_ms=", static_cast<int64_t>(ms), " remote=", remote_,
+                              info_.empty() ? "" : " ", info_));
     }
   }
 
