@@ -96,13 +96,11 @@ void handle_completions(ServerContext& ctx, const HttpRequest& req, const std::s
 
 void handle_models(ServerContext& ctx, const HttpRequest& req, const std::shared_ptr<Responder>& out) {
   const int64_t created = 0;
-  json model = {{"id", ctx.model_name},
-                {"object", "model"},
-                {"created", created},
-                {"owned_by", "dsinfer"},
-                {"root", ctx.model_name},
-                {"parent", nullptr},
-                {"max_model_len", ctx.limits.max_model_len}};
+  // Limits are known once the engine is attached (set_engine writes them before publishing the engine).
+  const int64_t max_model_len = ctx.engine.load() ? ctx.limits.max_model_len : 0;
+  json model = {{"id", ctx.model_name},          {"object", "model"},      {"created", created},
+                {"owned_by", "dsinfer"},         {"root", ctx.model_name}, {"parent", nullptr},
+                {"max_model_len", max_model_len}};
   out->send(json_response({{"object", "list"}, {"data", json::array({model})}}));
 }
 

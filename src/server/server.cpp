@@ -2,6 +2,7 @@
 // signal handling and the drain sequence.
 #include "server/server.h"
 
+#include <atomic>
 #include <boost/asio.hpp>
 #include <csignal>
 #include <filesystem>
@@ -104,7 +105,7 @@ struct Server::Impl {
   std::unique_ptr<net::signal_set> signals;
   std::unique_ptr<net::steady_timer> drain_timer;
   Clock::time_point drain_deadline;
-  bool draining = false;
+  std::atomic<bool> draining{false};  // read by set_phase() from the loader thread
   bool drain_cancelled = false;
   bool stopped = false;
   int port = 0;
@@ -207,7 +208,7 @@ int Server::listen() {
   session_config->idle_timeout =
       std::chrono::milliseconds(static_cast<int64_t>(m.ctx->config.server.idle_timeout_seconds * 1000.0));
   Impl* impl = &m;
-  session_config->draining = [impl]() { return impl->draining; };
+  session_config->draining = [impl]() { return impl->draining.load(); };
   session_config->handler = [impl](const HttpRequest& req, std::shared_ptr<Responder> out) {
     const bool counted = req.path != "/metrics" && req.path.rfind("/health/", 0) != 0;
     auto tracked =
