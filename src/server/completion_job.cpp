@@ -16,7 +16,7 @@ namespace {
 
 std::string random_id(const char* prefix) {
   static std::atomic<uint64_t> counter{0};
-  static const uint64_t salt = std::random_device{}();
+  static const uint64_t salt = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
   char buf[48];
   std::snprintf(buf, sizeof(buf), "%s-%016llx%08llx", prefix, static_cast<unsigned long long>(salt),
                 static_cast<unsigned long long>(counter.fetch_add(1)));
