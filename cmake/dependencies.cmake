@@ -10,6 +10,11 @@ find_library(PCRE2_LIBRARY NAMES libpcre2-8.a pcre2-8 REQUIRED)
 # Static zlib for tokenizer.json.gz.
 find_path(ZLIB_INCLUDE_DIR zlib.h REQUIRED)
 find_library(ZLIB_STATIC_LIBRARY NAMES libz.a z REQUIRED)
+# Static yaml-cpp for `dsinfer serve --config`.
+find_path(YAML_CPP_INCLUDE_DIR yaml-cpp/yaml.h REQUIRED)
+find_library(YAML_CPP_STATIC_LIBRARY NAMES libyaml-cpp.a yaml-cpp REQUIRED)
+# Boost.Asio/Beast (header-only) for the HTTP server.
+find_path(BOOST_BEAST_INCLUDE_DIR boost/beast.hpp REQUIRED)
 find_package(GTest QUIET)
 find_package(benchmark QUIET)
 

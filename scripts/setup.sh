@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs every Debian package dsinfer needs to build and test (idempotent; run as root).
+# Installs every Debian package dsinfer needs to build and test, and the npm packages of the server's
+# client test (idempotent; run as root).
 set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config git
@@ -17,3 +18,16 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 echo "setup: all packages present"
+
+# The openai npm client for tests/server/openai_client_test (node 20 + npm; versions pinned by the
+# committed package-lock.json). Idempotent: skipped when the installed tree matches the lock file.
+node_dir="$(cd "$(dirname "$0")/.." && pwd)/tests/server/node"
+if command -v npm >/dev/null 2>&1; then
+  if [ ! -d "$node_dir/node_modules/openai" ] || ! npm ls --prefix "$node_dir" openai >/dev/null 2>&1; then
+    echo "setup: installing the openai npm client into tests/server/node"
+    npm ci --prefix "$node_dir" --no-audit --no-fund >/dev/null
+  fi
+  echo "setup: openai npm client present"
+else
+  echo "setup: npm not found; the openai client test will be skipped"
+fi

@@ -17,5 +17,6 @@ void add_generate_command(CLI::App& app);
 void add_tokenize_command(CLI::App& app);
 void add_info_command(CLI::App& app);
 void add_check_command(CLI::App& app);
+void add_serve_command(CLI::App& app);
 
 }  // namespace dsinfer::cli

@@ -42,6 +42,7 @@ int main(int argc, char** argv) {
   dsinfer::cli::add_tokenize_command(app);
   dsinfer::cli::add_info_command(app);
   dsinfer::cli::add_check_command(app);
+  dsinfer::cli::add_serve_command(app);
   app.parse_complete_callback([&]() {
     if (!log_level.empty()) {
       try {

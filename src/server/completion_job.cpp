@@ -1,0 +1,264 @@
+// CompletionJob: submission, event handling, streaming, final answer, cancellation and accounting.
+#include "server/completion_job.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <random>
+
+#include "core/error.h"
+#include "server/api_error.h"
+#include "server/sse.h"
+
+namespace dsinfer::server {
+
+namespace {
+
+std::string random_id(const char* prefix) {
+  static std::atomic<uint64_t> counter{0};
+  static const uint64_t salt = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
+  char buf[48];
+  std::snprintf(buf, sizeof(buf), "%s-%016llx%08llx", prefix, static_cast<unsigned long long>(salt),
+                static_cast<unsigned long long>(counter.fetch_add(1)));
+  return buf;
+}
+
+double seconds(std::chrono::steady_clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+
+std::string reason_of(const RequestEvent& ev) {
+  const std::string r(to_string(ev.finish_reason));
+  if (r == "none") return "";
+  return r;
+}
+
+// The engine's refusal as an API error: a full queue is 429, a stopping engine 503, anything else 400.
+ApiError refusal(const std::string& message) {
+  if (message.find("queue") != std::string::npos) {
+    return ApiError(429, message, "rate_limit_error", "", "rate_limit_exceeded");
+  }
+  if (message.find("shutting down") != std::string::npos)
+    return ApiError(503, message, "service_unavailable");
+  return bad_request(message, "", "invalid_value");
+}
+
+}  // namespace
+
+CompletionJob::CompletionJob(ServerContext& ctx, CompletionRequest request, std::shared_ptr<Responder> out,
+                             Clock::time_point arrival)
+    : ctx_(ctx), req_(std::move(request)), out_(std::move(out)), arrival_(arrival) {
+  header_.chat = req_.chat;
+  header_.id = random_id(req_.chat ? "chatcmpl" : "cmpl");
+  header_.created =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
+  header_.model = ctx_.model_name;
+  for (size_t p = 0; p < req_.prompts.size(); ++p) {
+    for (int32_t i = 0; i < req_.n; ++i) {
+      Choice c;
+      c.index = static_cast<int32_t>(p * req_.n + i);
+      c.prompt = p;
+      choices_.push_back(std::move(c));
+    }
+  }
+}
+
+void CompletionJob::start() {
+  Engine* engine = ctx_.engine.load();
+  DSI_CHECK(engine != nullptr, "no engine");
+  // Backpressure: refuse rather than queue without bound.
+  const EngineStats stats = engine->stats();
+  if (stats.waiting + static_cast<int64_t>(choices_.size()) > ctx_.config.engine.max_queue_length) {
+    throw ApiError(429,
+                   str_cat("the server is overloaded (", stats.waiting, " requests waiting, limit ",
+                           ctx_.config.engine.max_queue_length, "); retry later"),
+                   "rate_limit_error", "", "rate_limit_exceeded");
+  }
+  std::weak_ptr<CompletionJob> weak = weak_from_this();
+  auto post = ctx_.post;
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    Choice& c = choices_[i];
+    GenerationRequest g;
+    g.prompt_ids = req_.prompts[c.prompt];
+    g.sampling = req_.sampling;
+    // n > 1: distinct seeds derived from the request's seed (unseeded requests already differ).
+    if (req_.sampling.seed && req_.n > 1)
+      g.sampling.seed = *req_.sampling.seed + static_cast<uint64_t>(c.index % req_.n);
+    g.on_event = [weak, post, i](const RequestEvent& ev) {
+      post([weak, i, ev]() {
+        if (auto self = weak.lock()) self->on_event(i, ev);
+      });
+    };
+    try {
+      c.engine_id = engine->submit(std::move(g));
+      c.submitted = true;
+      ++remaining_;
+    } catch (const Error& e) {
+      ApiError err = refusal(e.what());
+      if (i == 0) throw err;
+      cancel_all("a later choice was refused");
+      // Answer now; the cancelled choices' final events find the job done.
+      done_ = true;
+      HttpResponse r = error_response(err);
+      if (err.status == 429) r.headers.emplace_back("Retry-After", retry_after(ctx_.config.server));
+      out_->send(std::move(r));
+      return;
+    }
+  }
+  job_number_ = ctx_.next_job++;
+  ctx_.jobs[job_number_] = shared_from_this();
+  out_->on_disconnect([weak]() {
+    if (auto self = weak.lock()) {
+      self->disconnected_ = true;
+      self->cancel_all("client disconnected");
+    }
+  });
+  if (ctx_.config.server.request_timeout_seconds > 0) {
+    cancel_timer_ = ctx_.schedule(ctx_.config.server.request_timeout_seconds, [weak]() {
+      if (auto self = weak.lock()) {
+        self->timed_out_ = true;
+        self->cancel_all("request timeout");
+      }
+    });
+  }
+  if (req_.stream) {
+    out_->start_stream(200, "text/event-stream");
+    started_stream_ = true;
+  }
+}
+
+void CompletionJob::cancel_all(const std::string& why) {
+  if (why == "server shutting down") shutting_down_ = true;
+  Engine* engine = ctx_.engine.load();
+  if (!engine) return;
+  for (Choice& c : choices_) {
+    if (c.submitted && !c.finished) engine->cancel(c.engine_id);
+  }
+  log_debug("request ", header_.id, ": cancelled (", why, ")");
+}
+
+void CompletionJob::on_event(size_t index, const RequestEvent& ev) {
+  if (done_ || index >= choices_.size()) return;
+  Choice& c = choices_[index];
+  if (c.finished) return;
+  if ((!ev.token_ids.empty() || !ev.text.empty()) && first_token_ == Clock::time_point{})
+    first_token_ = Clock::now();
+  c.completion_tokens += static_cast<int32_t>(ev.token_ids.size());
+  c.text += ev.text;
+  if (req_.top_logprobs >= 0) c.logprobs.insert(c.logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
+  if (ev.finished) {
+    c.finished = true;
+    c.finish_reason = reason_of(ev);
+    c.error = ev.error;
+    if (c.error.empty() && c.finish_reason == "abort") c.error = "aborted";
+    if (ev.usage.completion_tokens > 0) c.completion_tokens = ev.usage.completion_tokens;
+    c.cached_tokens = ev.usage.cached_tokens;
+    if (ev.first_scheduled != Clock::time_point{} && ev.arrival != Clock::time_point{}) {
+      c.queue_delay = seconds(ev.first_scheduled - ev.arrival);
+    }
+  }
+  if (req_.stream && !disconnected_ && !out_->disconnected()) stream_delta(c, ev);
+  if (ev.finished && --remaining_ == 0) complete();
+}
+
+void CompletionJob::stream_delta(Choice& c, const RequestEvent& ev) {
+  const bool cancelled = ev.finished && !c.error.empty();
+  if (cancelled) return;  // reported once, in complete()
+  if (req_.chat && !c.role_sent) {
+    c.role_sent = true;
+    ChoiceOutput role{c.index, "", {}, ""};
+    out_->write_chunk(sse_data(dump(chunk_body(header_, ctx_.engine.load()->tokenizer(), role,
+                                               req_.top_logprobs, true, req_.include_usage, 0))));
+  }
+  if (ev.text.empty() && ev.logprobs.empty() && !ev.finished) return;
+  ChoiceOutput delta{c.index, ev.text, {}, ev.finished ? c.finish_reason : ""};
+  if (req_.top_logprobs >= 0) delta.logprobs = ev.logprobs;
+  out_->write_chunk(sse_data(dump(chunk_body(header_, ctx_.engine.load()->tokenizer(), delta,
+                                             req_.top_logprobs, false, req_.include_usage, c.text_offset))));
+  c.text_offset = c.text.size();
+}
+
+void CompletionJob::fail_stream(const std::string& message) {
+  out_->write_chunk(sse_data(dump(error_json(ApiError(500, message, "server_error")))));
+  out_->write_chunk(sse_done());
+  out_->end_stream();
+}
+
+void CompletionJob::complete() {
+  done_ = true;
+  if (cancel_timer_) cancel_timer_();
+  ctx_.jobs.erase(job_number_);
+  const Clock::time_point end = Clock::now();
+
+  int64_t prompt_tokens = 0, completion_tokens = 0, cached = 0;
+  for (const auto& p : req_.prompts) prompt_tokens += static_cast<int64_t>(p.size());
+  int32_t most_tokens = 0;
+  double queue_delay = -1.0;
+  std::string error;
+  for (const Choice& c : choices_) {
+    completion_tokens += c.completion_tokens;
+    if (c.index % req_.n == 0) cached += c.cached_tokens;
+    most_tokens = std::max(most_tokens, c.completion_tokens);
+    if (c.queue_delay >= 0 && queue_delay < 0) queue_delay = c.queue_delay;
+    if (!c.error.empty() && error.empty()) error = c.error;
+  }
+  const nlohmann::json usage = usage_json(prompt_tokens, completion_tokens, cached);
+
+  int status = 200;
+  std::string message;
+  if (disconnected_ || out_->disconnected()) {
+    status = 499;  // client closed the request (nginx's convention); nothing is sent
+  } else if (timed_out_) {
+    status = 504;
+    message = str_cat("the request did not finish within ", ctx_.config.server.request_timeout_seconds,
+                      " seconds and was cancelled");
+  } else if (!error.empty()) {
+    status = shutting_down_ ? 503 : 500;
+    message = shutting_down_ ? "the server is shutting down; the request was cancelled"
+                             : "generation failed: " + error;
+  }
+
+  RequestTimings t;
+  t.prompt_tokens = prompt_tokens;
+  t.generation_tokens = completion_tokens;
+  t.e2e = seconds(end - arrival_);
+  if (first_token_ != Clock::time_point{}) {
+    t.ttft = seconds(first_token_ - arrival_);
+    if (most_tokens > 1) t.tpot = seconds(end - first_token_) / (most_tokens - 1);
+  }
+  t.queue_delay = queue_delay;
+  const bool long_tail = ctx_.metrics->record_generation(t);
+  out_->annotate(str_cat(
+      "id=", header_.id, " prompt_tokens=", prompt_tokens, " completion_tokens=", completion_tokens,
+      " n=", choices_.size(), " stream=", req_.stream ? "true" : "false", " ttft_ms=",
+      t.ttft >= 0 ? static_cast<int64_t>(t.ttft * 1000) : -1, " e2e_ms=", static_cast<int64_t>(t.e2e * 1000),
+      " finish=", choices_.empty() || choices_[0].finish_reason.empty() ? "none" : choices_[0].finish_reason,
+      long_tail ? " long_tail=true" : "", status == 499 ? " client_disconnected=true" : "",
+      status == 504 ? " timed_out=true" : ""));
+
+  if (status == 499) return;
+  if (status != 200) {
+    if (started_stream_) {
+      fail_stream(message);
+    } else {
+      const char* type = status == 504   ? "timeout_error"
+                         : status == 503 ? "service_unavailable"
+                                         : "server_error";
+      out_->send(error_response(ApiError(status, message, type, "", status == 504 ? "request_timeout" : "")));
+    }
+  } else if (started_stream_) {
+    if (req_.include_usage) out_->write_chunk(sse_data(dump(usage_chunk(header_, usage))));
+    out_->write_chunk(sse_done());
+    out_->end_stream();
+  } else {
+    std::vector<ChoiceOutput> outputs;
+    for (const Choice& c : choices_) outputs.push_back({c.index, c.text, c.logprobs, c.finish_reason});
+    HttpResponse r;
+    r.body =
+        dump(completion_body(header_, ctx_.engine.load()->tokenizer(), outputs, req_.top_logprobs, usage));
+    out_->send(std::move(r));
+  }
+}
+
+}  // namespace dsinfer::server

@@ -1,0 +1,68 @@
+// One /v1/completions or /v1/chat/completions request in flight: submits prompts x n engine requests,
+// gathers their events (posted to the I/O thread), streams SSE chunks or answers once all choices finish,
+// cancels everything when the client disconnects or the request times out, and records metrics + a log line.
+#pragma once
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "server/http_types.h"
+#include "server/openai_request.h"
+#include "server/openai_response.h"
+#include "server/server_context.h"
+
+namespace dsinfer::server {
+
+class CompletionJob : public std::enable_shared_from_this<CompletionJob> {
+ public:
+  CompletionJob(ServerContext& ctx, CompletionRequest request, std::shared_ptr<Responder> out,
+                std::chrono::steady_clock::time_point arrival);
+  // Submits every choice (I/O thread). Throws ApiError when the first submission is refused; later
+  // refusals cancel the submitted ones and answer with the error.
+  void start();
+  // Cancels every unfinished engine request (client gone, timeout, shutdown).
+  void cancel_all(const std::string& why);
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  struct Choice {
+    int32_t index = 0;
+    size_t prompt = 0;
+    uint64_t engine_id = 0;
+    bool submitted = false;
+    bool finished = false;
+    bool role_sent = false;
+    std::string text;
+    std::vector<TokenLogprob> logprobs;
+    std::string finish_reason;
+    std::string error;
+    int32_t completion_tokens = 0;
+    int32_t cached_tokens = 0;
+    size_t text_offset = 0;
+    double queue_delay = -1.0;
+  };
+
+  void on_event(size_t choice, const RequestEvent& event);
+  void stream_delta(Choice& c, const RequestEvent& event);
+  void complete();
+  void fail_stream(const std::string& message);
+
+  ServerContext& ctx_;
+  CompletionRequest req_;
+  std::shared_ptr<Responder> out_;
+  ResponseHeader header_;
+  uint64_t job_number_ = 0;
+  std::vector<Choice> choices_;
+  size_t remaining_ = 0;
+  Clock::time_point arrival_;
+  Clock::time_point first_token_{};
+  bool started_stream_ = false;
+  bool done_ = false;
+  bool disconnected_ = false;
+  bool timed_out_ = false;
+  bool shutting_down_ = false;
+  std::function<void()> cancel_timer_;
+};
+
+}  // namespace dsinfer::server

@@ -1,0 +1,34 @@
+// The accepting socket: binds host:port, starts an HttpSession per connection and keeps weak references to
+// them so that a drain can close idle connections and a stop can close all.
+#pragma once
+#include <boost/asio.hpp>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "server/http_session.h"
+
+namespace dsinfer::server {
+
+class HttpListener : public std::enable_shared_from_this<HttpListener> {
+ public:
+  HttpListener(boost::asio::io_context& ioc, std::shared_ptr<const SessionConfig> config);
+  // Binds and listens; returns the bound port. Throws dsinfer::Error naming the address.
+  int listen(const std::string& host, int port);
+  void start_accepting();
+  void stop_accepting();
+  void close_idle_sessions();  // and the busy ones once their response is written
+  void close_all_sessions();
+  size_t open_sessions();
+
+ private:
+  void do_accept();
+  void prune();
+  boost::asio::io_context& ioc_;
+  boost::asio::ip::tcp::acceptor acceptor_;
+  std::shared_ptr<const SessionConfig> config_;
+  std::vector<std::weak_ptr<HttpSession>> sessions_;
+  bool accepting_ = false;
+};
+
+}  // namespace dsinfer::server

@@ -1,0 +1,311 @@
+// OpenAI request parsing: typed field readers, prompt forms, chat messages, sampling fields, context checks.
+#include "server/openai_request.h"
+
+#include <cmath>
+#include <limits>
+#include <optional>
+
+#include "core/error.h"
+#include "engine/prompt.h"
+#include "server/api_error.h"
+
+namespace dsinfer::server {
+
+using nlohmann::json;
+
+namespace {
+
+bool present(const json& body, const char* key) {
+  return body.contains(key) && !body[key].is_null();
+}
+
+std::optional<double> number(const json& body, const char* key) {
+  if (!present(body, key)) return std::nullopt;
+  const json& v = body[key];
+  if (!v.is_number()) throw bad_request(std::string("'") + key + "' must be a number", key, "invalid_type");
+  return v.get<double>();
+}
+
+std::optional<int64_t> integer(const json& body, const char* key) {
+  if (!present(body, key)) return std::nullopt;
+  const json& v = body[key];
+  if (v.is_number_integer()) {
+    if (v.is_number_unsigned() &&
+        v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      throw bad_request(std::string("'") + key + "' is too large", key, "invalid_value");
+    }
+    return v.get<int64_t>();
+  }
+  if (v.is_number_float()) {
+    const double d = v.get<double>();
+    if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9e15) return static_cast<int64_t>(d);
+  }
+  throw bad_request(std::string("'") + key + "' must be an integer", key, "invalid_type");
+}
+
+std::optional<bool> boolean(const json& body, const char* key) {
+  if (!present(body, key)) return std::nullopt;
+  if (!body[key].is_boolean())
+    throw bad_request(std::string("'") + key + "' must be a boolean", key, "invalid_type");
+  return body[key].get<bool>();
+}
+
+std::optional<std::string> string(const json& body, const char* key) {
+  if (!present(body, key)) return std::nullopt;
+  if (!body[key].is_string())
+    throw bad_request(std::string("'") + key + "' must be a string", key, "invalid_type");
+  return body[key].get<std::string>();
+}
+
+float as_float(std::optional<double> v, float fallback) {
+  return v ? static_cast<float>(*v) : fallback;
+}
+
+int32_t bounded_int(int64_t v, const char* key) {
+  if (v < std::numeric_limits<int32_t>::min() || v > std::numeric_limits<int32_t>::max()) {
+    throw bad_request(std::string("'") + key + "' is out of range", key, "invalid_value");
+  }
+  return static_cast<int32_t>(v);
+}
+
+std::vector<int32_t> token_list(const json& list, int32_t vocab_size, const char* what) {
+  std::vector<int32_t> ids;
+  ids.reserve(list.size());
+  for (const json& t : list) {
+    if (!t.is_number_integer())
+      throw bad_request(std::string(what) + " must contain integers", "prompt", "invalid_type");
+    const int64_t id = t.get<int64_t>();
+    if (id < 0 || id >= vocab_size) {
+      throw bad_request(str_cat(what, " contains token id ", id, ", outside [0, ", vocab_size, ")"), "prompt",
+                        "invalid_value");
+    }
+    ids.push_back(static_cast<int32_t>(id));
+  }
+  return ids;
+}
+
+std::vector<int32_t> encode_prompt_text(const Tokenizer& tok, const std::string& text) {
+  try {
+    return encode_text_prompt(tok, text);
+  } catch (const Error& e) {
+    throw bad_request(std::string("invalid prompt: ") + e.what(), "prompt", "invalid_value");
+  }
+}
+
+std::vector<std::vector<int32_t>> completion_prompts(const json& body, const Tokenizer& tok, int32_t vocab) {
+  if (!present(body, "prompt"))
+    throw bad_request("'prompt' is required", "prompt", "missing_required_parameter");
+  const json& p = body["prompt"];
+  std::vector<std::vector<int32_t>> prompts;
+  if (p.is_string()) {
+    prompts.push_back(encode_prompt_text(tok, p.get<std::string>()));
+  } else if (p.is_array() && !p.empty() && p[0].is_string()) {
+    for (const json& s : p) {
+      if (!s.is_string())
+        throw bad_request("'prompt' list entries must all be strings", "prompt", "invalid_type");
+      prompts.push_back(encode_prompt_text(tok, s.get<std::string>()));
+    }
+  } else if (p.is_array() && !p.empty() && p[0].is_array()) {
+    for (const json& ids : p) {
+      if (!ids.is_array())
+        throw bad_request("'prompt' lists of token ids must all be lists", "prompt", "invalid_type");
+      prompts.push_back(token_list(ids, vocab, "'prompt' token list"));
+    }
+  } else if (p.is_array() && !p.empty()) {
+    prompts.push_back(token_list(p, vocab, "'prompt'"));
+  } else {
+    throw bad_request(
+        "'prompt' must be a string, a list of strings, a list of token ids or a list of token-id lists",
+        "prompt", "invalid_type");
+  }
+  for (const auto& ids : prompts) {
+    if (ids.empty()) throw bad_request("'prompt' must not be empty", "prompt", "invalid_value");
+  }
+  if (prompts.size() > static_cast<size_t>(kMaxChoices)) {
+    throw bad_request(str_cat("at most ", kMaxChoices, " prompts per request"), "prompt", "invalid_value");
+  }
+  return prompts;
+}
+
+// "sampling: top_p must be ..." -> "top_p".
+std::string field_of(const std::string& message) {
+  const std::string prefix = "sampling: ";
+  if (message.rfind(prefix, 0) != 0) return "";
+  const size_t end = message.find_first_of(" [", prefix.size());
+  return message.substr(prefix.size(), end - prefix.size());
+}
+
+}  // namespace
+
+json parse_json_body(const std::string& body) {
+  if (body.empty())
+    throw bad_request("the request body is empty (expected a JSON object)", "", "invalid_json");
+  json j;
+  try {
+    j = json::parse(body);
+  } catch (const json::parse_error& e) {
+    std::string what = e.what();
+    const bool utf8 = what.find("UTF-8") != std::string::npos || what.find("surrogate") != std::string::npos;
+    throw bad_request(std::string(utf8 ? "invalid UTF-8 in the request body: " : "malformed JSON: ") + what,
+                      "", utf8 ? "invalid_utf8" : "invalid_json");
+  }
+  if (!j.is_object()) throw bad_request("the request body must be a JSON object", "", "invalid_json");
+  return j;
+}
+
+json normalize_messages(const json& messages) {
+  if (!messages.is_array()) {
+    throw bad_request("'messages' must be a list of {\"role\", \"content\"} objects", "messages",
+                      "invalid_type");
+  }
+  if (messages.empty()) throw bad_request("'messages' must not be empty", "messages", "invalid_value");
+  json out = messages;
+  for (size_t i = 0; i < out.size(); ++i) {
+    json& m = out[i];
+    if (!m.is_object() || !m.contains("content") || !m["content"].is_array()) continue;
+    std::string text;
+    for (const json& part : m["content"]) {
+      if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+          !part["text"].is_string()) {
+        throw bad_request(str_cat("messages[", i,
+                                  "].content: only {\"type\": \"text\", \"text\": ...} parts are supported"),
+                          "messages", "invalid_value");
+      }
+      text += part["text"].get<std::string>();
+    }
+    m["content"] = text;
+  }
+  try {
+    validate_messages(out);
+  } catch (const Error& e) {
+    throw bad_request(e.what(), "messages", "invalid_value");
+  }
+  return out;
+}
+
+CompletionRequest parse_completion_request(const json& body, bool chat, const Tokenizer& tok,
+                                           const ModelLimits& limits) {
+  CompletionRequest r;
+  r.chat = chat;
+  r.model = string(body, "model").value_or("");
+  if (chat) {
+    if (!present(body, "messages"))
+      throw bad_request("'messages' is required", "messages", "missing_required_parameter");
+    json messages = normalize_messages(body["messages"]);
+    try {
+      r.prompts.push_back(encode_chat_prompt(tok, messages, true));
+    } catch (const ApiError&) {
+      throw;
+    } catch (const Error& e) {
+      throw bad_request(std::string("cannot render the chat: ") + e.what(), "messages", "invalid_value");
+    }
+  } else {
+    r.prompts = completion_prompts(body, tok, limits.vocab_size);
+  }
+
+  SamplingParams& s = r.sampling;
+  s.temperature = as_float(number(body, "temperature"), 1.0f);
+  s.top_p = as_float(number(body, "top_p"), 1.0f);
+  s.min_p = as_float(number(body, "min_p"), 0.0f);
+  s.presence_penalty = as_float(number(body, "presence_penalty"), 0.0f);
+  s.frequency_penalty = as_float(number(body, "frequency_penalty"), 0.0f);
+  s.repetition_penalty = as_float(number(body, "repetition_penalty"), 1.0f);
+  if (auto k = integer(body, "top_k")) s.top_k = bounded_int(*k, "top_k");
+  if (auto seed = integer(body, "seed")) s.seed = static_cast<uint64_t>(*seed);
+  if (auto ignore = boolean(body, "ignore_eos")) s.ignore_eos = *ignore;
+  if (present(body, "stop")) {
+    const json& stop = body["stop"];
+    if (stop.is_string()) {
+      s.stop.push_back(stop.get<std::string>());
+    } else if (stop.is_array()) {
+      for (const json& e : stop) {
+        if (!e.is_string()) throw bad_request("'stop' entries must be strings", "stop", "invalid_type");
+        s.stop.push_back(e.get<std::string>());
+      }
+    } else {
+      throw bad_request("'stop' must be a string or a list of strings", "stop", "invalid_type");
+    }
+  }
+  if (present(body, "stop_token_ids")) {
+    if (!body["stop_token_ids"].is_array()) {
+      throw bad_request("'stop_token_ids' must be a list of integers", "stop_token_ids", "invalid_type");
+    }
+    for (const json& e : body["stop_token_ids"]) {
+      if (!e.is_number_integer())
+        throw bad_request("'stop_token_ids' must be a list of integers", "stop_token_ids", "invalid_type");
+      s.stop_token_ids.push_back(static_cast<int32_t>(e.get<int64_t>()));
+    }
+  }
+
+  // logprobs: completions take an integer (alternatives per token); chat a boolean plus top_logprobs.
+  if (chat) {
+    const bool want = boolean(body, "logprobs").value_or(false);
+    auto top = integer(body, "top_logprobs");
+    if (top && (*top < 0 || *top > SamplingParams::kMaxLogprobs)) {
+      throw bad_request(str_cat("'top_logprobs' must be in [0, ", SamplingParams::kMaxLogprobs, "]"),
+                        "top_logprobs", "invalid_value");
+    }
+    if (top && !want)
+      throw bad_request("'top_logprobs' requires 'logprobs': true", "top_logprobs", "invalid_value");
+    if (want) r.top_logprobs = static_cast<int32_t>(top.value_or(0));
+  } else if (auto lp = integer(body, "logprobs")) {
+    if (*lp < 0 || *lp > SamplingParams::kMaxLogprobs) {
+      throw bad_request(str_cat("'logprobs' must be in [0, ", SamplingParams::kMaxLogprobs, "]"), "logprobs",
+                        "invalid_value");
+    }
+    r.top_logprobs = static_cast<int32_t>(*lp);
+  }
+  // The engine returns the sampled token's logprob only when at least one alternative is asked for.
+  if (r.top_logprobs >= 0) s.logprobs = std::max<int32_t>(1, r.top_logprobs);
+
+  if (auto n = integer(body, "n")) {
+    if (*n < 1 || *n > kMaxChoices)
+      throw bad_request(str_cat("'n' must be in [1, ", kMaxChoices, "]"), "n", "invalid_value");
+    r.n = static_cast<int32_t>(*n);
+  }
+  if (r.prompts.size() * static_cast<size_t>(r.n) > static_cast<size_t>(kMaxChoices)) {
+    throw bad_request(str_cat("prompts x n must be at most ", kMaxChoices), "n", "invalid_value");
+  }
+  r.stream = boolean(body, "stream").value_or(false);
+  if (present(body, "stream_options")) {
+    const json& so = body["stream_options"];
+    if (!so.is_object())
+      throw bad_request("'stream_options' must be an object", "stream_options", "invalid_type");
+    r.include_usage = boolean(so, "include_usage").value_or(false);
+  }
+  r.user = string(body, "user").value_or("");
+
+  // max_tokens (max_completion_tokens wins for chat): default 16 for completions, the rest of the context
+  // for chat.
+  const char* max_key =
+      chat && present(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+  std::optional<int64_t> max_tokens = integer(body, max_key);
+  if (max_tokens && *max_tokens < 1)
+    throw bad_request(str_cat("'", max_key, "' must be >= 1"), max_key, "invalid_value");
+  size_t longest = 0;
+  for (const auto& p : r.prompts) longest = std::max(longest, p.size());
+  const int64_t room = limits.max_model_len - static_cast<int64_t>(longest);
+  if (room < 1) {
+    throw bad_request(str_cat("This model's maximum context length is ", limits.max_model_len,
+                              " tokens, but the prompt has ", longest, " tokens"),
+                      chat ? "messages" : "prompt", "context_length_exceeded");
+  }
+  if (max_tokens && *max_tokens > room) {
+    throw bad_request(str_cat("This model's maximum context length is ", limits.max_model_len,
+                              " tokens. However, you requested ", longest + *max_tokens, " tokens (", longest,
+                              " in the prompt, ", *max_tokens,
+                              " for the completion). Please reduce the prompt or the completion length."),
+                      max_key, "context_length_exceeded");
+  }
+  s.max_tokens = max_tokens ? static_cast<int32_t>(*max_tokens)
+                            : static_cast<int32_t>(chat ? room : std::min<int64_t>(16, room));
+
+  try {
+    s.validate(limits.vocab_size);
+  } catch (const Error& e) {
+    throw bad_request(e.what(), field_of(e.what()), "invalid_value");
+  }
+  return r;
+}
+
+}  // namespace dsinfer::server

@@ -1,0 +1,47 @@
+// Parsing and validation of OpenAI /v1/completions and /v1/chat/completions request bodies into prompts
+// (token ids) and SamplingParams. Every rejection is an ApiError naming the offending field.
+#pragma once
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "engine/sampling_params.h"
+#include "tokenizer/tokenizer.h"
+
+namespace dsinfer::server {
+
+struct CompletionRequest {
+  bool chat = false;
+  std::string model;
+  std::vector<std::vector<int32_t>> prompts;  // one for chat; one per prompt for completions
+  SamplingParams sampling;
+  int32_t n = 1;
+  bool stream = false;
+  bool include_usage = false;
+  // Completions: `logprobs` (top alternatives per token); chat: `top_logprobs` when `logprobs` is true.
+  // -1: no logprobs in the response.
+  int32_t top_logprobs = -1;
+  std::string user;
+};
+
+struct ModelLimits {
+  int32_t vocab_size = 0;
+  int64_t max_model_len = 0;  // prompt + generated tokens
+};
+
+// The largest accepted `n`.
+constexpr int32_t kMaxChoices = 128;
+
+// Parses a JSON body (the raw text: malformed JSON and invalid UTF-8 are rejected here).
+nlohmann::json parse_json_body(const std::string& body);
+
+// Throws ApiError (400) for wrong types, missing fields, out-of-range values, unencodable prompts and
+// prompt + max_tokens beyond max_model_len. Does not check `model` (the caller knows the served names).
+CompletionRequest parse_completion_request(const nlohmann::json& body, bool chat, const Tokenizer& tokenizer,
+                                           const ModelLimits& limits);
+
+// Chat messages with OpenAI content parts ([{"type": "text", "text": ...}]) flattened to strings.
+nlohmann::json normalize_messages(const nlohmann::json& messages);
+
+}  // namespace dsinfer::server

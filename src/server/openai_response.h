@@ -1,0 +1,47 @@
+// JSON bodies of OpenAI completion / chat completion responses and stream chunks, logprobs and usage.
+#pragma once
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "dsinfer/engine.h"
+#include "tokenizer/tokenizer.h"
+
+namespace dsinfer::server {
+
+struct ResponseHeader {
+  std::string id;  // "cmpl-..." / "chatcmpl-..."
+  int64_t created = 0;
+  std::string model;
+  bool chat = false;
+};
+
+struct ChoiceOutput {
+  int32_t index = 0;
+  std::string text;
+  std::vector<TokenLogprob> logprobs;
+  std::string finish_reason;  // "" => null
+};
+
+// Dumps JSON for the wire (invalid UTF-8 replaced, never thrown).
+std::string dump(const nlohmann::json& j);
+
+nlohmann::json usage_json(int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens);
+
+// `top` alternatives per token (< 0: logprobs were not requested => null). text_offset starts at `offset`.
+nlohmann::json logprobs_json(const Tokenizer& tok, const std::vector<TokenLogprob>& lps, int32_t top,
+                             bool chat, size_t offset = 0);
+
+nlohmann::json completion_body(const ResponseHeader& h, const Tokenizer& tok,
+                               const std::vector<ChoiceOutput>& choices, int32_t top_logprobs,
+                               const nlohmann::json& usage);
+
+// One stream chunk for one choice. `role_delta` (chat): the first chunk of a choice carries the role.
+nlohmann::json chunk_body(const ResponseHeader& h, const Tokenizer& tok, const ChoiceOutput& delta,
+                          int32_t top_logprobs, bool role_delta, bool include_usage, size_t text_offset);
+
+// The final usage-only chunk of stream_options.include_usage.
+nlohmann::json usage_chunk(const ResponseHeader& h, const nlohmann::json& usage);
+
+}  // namespace dsinfer::server

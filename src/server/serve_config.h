@@ -1,0 +1,43 @@
+// Configuration of `dsinfer serve`: server options plus the EngineConfig, loadable from a YAML file whose
+// top-level keys are sections (server:, engine:). Sections are registered by name, so a new section (e.g.
+// circuit_breaker:) is one more entry in config_file.cpp's table.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "dsinfer/engine.h"
+
+namespace dsinfer::server {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8000;                         // 0: an ephemeral port (tests)
+  std::string served_model_name;           // "" => the model directory's base name
+  std::string api_key;                     // "" => no authentication
+  int64_t max_body_bytes = 8 << 20;        // larger request bodies get 413
+  double request_timeout_seconds = 600;    // a generation request running longer is cancelled (0: no limit)
+  double idle_timeout_seconds = 60;        // a connection idle (or sending a request) this long is closed
+  double drain_timeout_seconds = 30;       // on SIGTERM: how long in-flight requests may take to finish
+  double retry_after_seconds = 1;          // Retry-After of 429 answers
+  std::string log_level = "";              // "" => keep the process's level
+  std::string request_log_level = "info";  // level of the one-line-per-request log
+};
+
+struct ServeConfig {
+  ServerOptions server;
+  EngineConfig engine;
+};
+
+// Reads `path` into `config` (keys not in the file keep their values). Throws dsinfer::Error naming the file
+// and the offending key for unknown sections/keys, wrong types and unreadable files.
+void load_config_file(const std::string& path, ServeConfig& config);
+// The same from YAML text (`origin` names it in errors).
+void load_config_text(const std::string& text, const std::string& origin, ServeConfig& config);
+
+// The Retry-After header value of 429 answers: retry_after_seconds rounded up to whole seconds.
+std::string retry_after(const ServerOptions& options);
+
+// Checks ranges (port, timeouts, sizes, device, log levels); throws dsinfer::Error naming the field.
+void validate(const ServeConfig& config);
+
+}  // namespace dsinfer::server
