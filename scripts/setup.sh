@@ -22,6 +22,11 @@ echo "setup: all packages present"
 # The openai npm client for tests/server/openai_client_test (node 20 + npm; versions pinned by the
 # committed package-lock.json). Idempotent: skipped when the installed tree matches the lock file.
 node_dir="$(cd "$(dirname "$0")/.." && pwd)/tests/server/node"
+if ! command -v npm >/dev/null 2>&1; then
+  echo "setup: installing nodejs and npm (Debian packages) for the openai client test"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq && apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null || true
+fi
 if command -v npm >/dev/null 2>&1; then
   if [ ! -d "$node_dir/node_modules/openai" ] || ! npm ls --prefix "$node_dir" openai >/dev/null 2>&1; then
     echo "setup: installing the openai npm client into tests/server/node"
