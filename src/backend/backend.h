@@ -64,6 +64,13 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
+  // Where this backend's activations and KV cache live.
+  virtual Device device() const { return Device::kCpu; }
+  // The backend's storage form of a weight read as host float32 (WeightLoader::get calls it for every
+  // weight): identity on the CPU; the CUDA backend returns a bf16 device copy.
+  virtual Tensor prepare_weight(Tensor host_f32) { return host_f32; }
+  // A host float32 copy of a tensor this backend produced (identity for host tensors).
+  virtual Tensor to_host(const Tensor& t) { return t; }
 
   // [T, H] rows of table [V, H] for ids [T].
   virtual Tensor embed(const Tensor& table, const std::vector<int32_t>& ids) = 0;
@@ -80,7 +87,8 @@ class Backend {
   virtual Tensor mlp(const Tensor& x, const MlpWeights& w) = 0;
 
   // Writes the new tokens' cache rows: slot s of layer gets [a[t] | b[t]] (b may be empty).
-  virtual void write_kv(KvCache& cache, int64_t layer, const BatchPlan& plan, const Tensor& a, const Tensor& b) = 0;
+  virtual void write_kv(KvCache& cache, int64_t layer, const BatchPlan& plan, const Tensor& a,
+                        const Tensor& b) = 0;
   // GQA over the paged cache. q [T, Hq, D]; slot rows [K (Hkv*D) | V (Hkv*Dv)]. Returns [T, Hq * Dv].
   virtual Tensor attention_gqa(const Tensor& q, const KvCache& cache, int64_t layer, const BatchPlan& plan,
                                int64_t kv_heads, int64_t head_dim, int64_t v_head_dim, float scale) = 0;
@@ -151,7 +159,7 @@ class Backend {
   // in ascending order, padded with -1 when fewer than top_k tokens are visible (then all of them are
   // chosen). Equal scores prefer the earlier position.
   virtual Tensor dsa_indexer_topk(const Tensor& q, const Tensor& weights, const KvCache& cache, int64_t layer,
-                              const BatchPlan& plan, float scale, float weight_scale, int64_t top_k) = 0;
+                                  const BatchPlan& plan, float scale, float weight_scale, int64_t top_k) = 0;
   // attention_mla restricted to the cache positions `selected` [T, K] (I32, -1 entries ignored) of each query
   // token's sequence. Returns [T, H, R].
   virtual Tensor attention_mla_sparse(const Tensor& q_lat, const Tensor& q_pe, const KvCache& cache,

@@ -1,19 +1,48 @@
 // Backend selection by device name.
 #include "backend/backend_factory.h"
 
+#include <cstdlib>
+#include <cstring>
+
 #include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
 #include "core/log.h"
+#ifdef DSINFER_HAVE_CUDA
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/runtime.h"
+#endif
 
 namespace dsinfer {
 
+namespace {
+
+#ifdef DSINFER_HAVE_CUDA
+// DSINFER_CUDA_GEMM=bf16 rounds GEMM activations to bf16 (one GEMM) instead of the hi/lo split.
+std::unique_ptr<Backend> make_cuda_backend() {
+  CudaBackendOptions options;
+  const char* gemm = std::getenv("DSINFER_CUDA_GEMM");
+  if (gemm && std::strcmp(gemm, "bf16") == 0) options.split_gemm_activations = false;
+  return std::make_unique<CudaBackend>(options);
+}
+#endif
+
+}  // namespace
+
 std::unique_ptr<Backend> make_backend(const std::string& device) {
-  if (device == "cpu" || device == "auto") {
-    // The CUDA backend's model ops arrive with the "CUDA backend I" work; until then auto means cpu.
+  if (device == "cpu") return std::make_unique<CpuBackend>();
+  if (device == "auto") {
+#ifdef DSINFER_HAVE_CUDA
+    if (cuda::device_available()) return make_cuda_backend();
+#endif
     return std::make_unique<CpuBackend>();
   }
   if (device == "cuda") {
-    fail("--device cuda: the CUDA backend's model ops are not available in this build yet; use --device cpu");
+#ifdef DSINFER_HAVE_CUDA
+    DSI_CHECK(cuda::device_available(), "--device cuda: no CUDA device is visible");
+    return make_cuda_backend();
+#else
+    fail("--device cuda: this build has no CUDA backend (no CUDA compiler was found); use --device cpu");
+#endif
   }
   fail("unknown --device \"", device, "\" (use auto, cpu or cuda)");
 }

@@ -9,6 +9,9 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "kv/kv_capacity.h"
+#ifdef DSINFER_HAVE_CUDA
+#include "backend/cuda/device_query.h"
+#endif
 
 namespace dsinfer {
 
@@ -37,6 +40,14 @@ EngineImpl::EngineImpl(const EngineConfig& config, std::unique_ptr<Backend> back
   capacity.cpu_bytes = config.cpu_kv_cache_bytes;
   capacity.gpu_free_mem_fraction = config.kv_cache_free_gpu_mem_fraction;
   capacity.block_size = config.kv_block_size;
+#ifdef DSINFER_HAVE_CUDA
+  if (model_->kv_device() == Device::kCuda) {  // weights are loaded: the cache takes a share of what is left
+    const std::vector<cuda::DeviceInfo> gpus = cuda::query_devices();
+    DSI_CHECK(!gpus.empty(), "the model runs on the GPU, but no CUDA device is visible");
+    capacity.on_gpu = true;
+    capacity.gpu_free_bytes = static_cast<int64_t>(gpus[0].free_memory) - (int64_t{256} << 20);  // workspace
+  }
+#endif
   const int32_t num_blocks = kv_num_blocks(layers, capacity);
   // Prefix reuse needs every layer's cached rows to be a function of the prefix's tokens alone: true for
   // full-history layers. Models with sliding windows, compressed rows or per-sequence state opt out until
@@ -44,7 +55,7 @@ EngineImpl::EngineImpl(const EngineConfig& config, std::unique_ptr<Backend> back
   bool reusable = true;
   for (const KvLayerSpec& l : layers) reusable = reusable && l.kind == KvKind::kFullHistory;
   reusable = reusable && model_->prefix_cache_exact();
-  cache_ = std::make_unique<KvCache>(layers, num_blocks, config.kv_block_size);
+  cache_ = std::make_unique<KvCache>(layers, num_blocks, config.kv_block_size, model_->kv_device());
   pool_ =
       std::make_unique<BlockPool>(num_blocks, config.kv_block_size, config.enable_prefix_caching && reusable);
   SchedulerConfig sc;

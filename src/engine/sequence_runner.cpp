@@ -13,10 +13,12 @@ SequenceRunner::SequenceRunner(Model& model, int64_t capacity, int64_t block_siz
       block_size_(block_size),
       seq_id_(seq_id) {
   const int64_t blocks = (capacity_ + block_size_ - 1) / block_size_;
-  cache_ = std::make_unique<KvCache>(model.kv_layout(), blocks, block_size_);
+  cache_ = std::make_unique<KvCache>(model.kv_layout(), blocks, block_size_, model.kv_device());
 }
 
-SequenceRunner::~SequenceRunner() { model_.release_sequence(seq_id_); }
+SequenceRunner::~SequenceRunner() {
+  model_.release_sequence(seq_id_);
+}
 
 void SequenceRunner::reset() {
   length_ = 0;
@@ -55,8 +57,8 @@ Tensor SequenceRunner::run_chunk(const std::vector<int32_t>& tokens, size_t begi
 Tensor SequenceRunner::append(const std::vector<int32_t>& tokens, bool all_logits, int64_t chunk) {
   DSI_CHECK(!tokens.empty(), "cannot run an empty token sequence");
   DSI_CHECK(length_ + static_cast<int64_t>(tokens.size()) <= capacity_, "sequence of ",
-            length_ + static_cast<int64_t>(tokens.size()), " tokens exceeds the context capacity of ", capacity_,
-            " tokens");
+            length_ + static_cast<int64_t>(tokens.size()), " tokens exceeds the context capacity of ",
+            capacity_, " tokens");
   const size_t step = chunk > 0 ? static_cast<size_t>(chunk) : tokens.size();
   const int64_t prompt_end = length_ + static_cast<int64_t>(tokens.size());
   std::vector<Tensor> parts;

@@ -1,4 +1,5 @@
-// KvCache: paged storage for every layer's cached per-token values (host float32 for the CPU backend).
+// KvCache: paged storage for every layer's cached per-token values (float32, on the host for the CPU
+// backend, on the GPU for the CUDA backend).
 // A slot is one token position of one block; each layer stores `width` values per slot.
 #pragma once
 #include <cstdint>
@@ -25,20 +26,25 @@ struct KvLayerSpec {
 
 class KvCache {
  public:
-  KvCache(std::vector<KvLayerSpec> layers, int64_t num_blocks, int64_t block_size);
+  // Storage on `device` (a Device::kCuda cache is read and written by the CUDA backend's kernels alone).
+  KvCache(std::vector<KvLayerSpec> layers, int64_t num_blocks, int64_t block_size,
+          Device device = Device::kCpu);
 
   int64_t num_layers() const { return static_cast<int64_t>(layers_.size()); }
   int64_t num_blocks() const { return num_blocks_; }
   int64_t block_size() const { return block_size_; }
   const KvLayerSpec& layer(int64_t i) const { return layers_[i]; }
   int64_t width(int64_t layer) const { return layers_[layer].width; }
+  Device device() const { return device_; }
+  // One layer's rows [num_blocks * block_size, width] (F32, on device()).
+  const Tensor& storage(int64_t layer) const { return storage_[layer]; }
   size_t bytes() const;
   // Bytes one block occupies across all layers.
   size_t bytes_per_block() const;
   // Copies every layer's rows of block `src` to block `dst` (copy-on-write).
   void copy_block(int64_t src, int64_t dst);
 
-  // The `width` values of one slot in one layer.
+  // The `width` values of one slot in one layer (host caches only).
   float* slot(int64_t layer, int64_t slot) { return storage_[layer].f32() + slot * layers_[layer].width; }
   const float* slot(int64_t layer, int64_t slot) const {
     return storage_[layer].f32() + slot * layers_[layer].width;
@@ -48,6 +54,7 @@ class KvCache {
   std::vector<KvLayerSpec> layers_;
   int64_t num_blocks_;
   int64_t block_size_;
+  Device device_;
   std::vector<Tensor> storage_;  // per layer [num_blocks * block_size, width]
 };
 

@@ -15,7 +15,10 @@ class Model {
   virtual const ModelConfig& config() const = 0;
   // What every layer caches per token (the KV cache is allocated from this).
   virtual std::vector<KvLayerSpec> kv_layout() const = 0;
-  // Runs plan's tokens (writing their cache rows) and returns logits [plan.logits_rows.size(), vocab].
+  // Where the KV cache for forward() must live (the backend's device).
+  virtual Device kv_device() const { return Device::kCpu; }
+  // Runs plan's tokens (writing their cache rows) and returns host float32 logits
+  // [plan.logits_rows.size(), vocab].
   virtual Tensor forward(const BatchPlan& plan, KvCache& cache) = 0;
   // Drops per-sequence state kept outside the paged cache (none for most models).
   virtual void release_sequence(int64_t seq_id) {}

@@ -16,7 +16,8 @@
 
 namespace dsinfer {
 
-std::unique_ptr<Model> make_deepseek_v4_model(const ModelConfig& config, WeightLoader& weights, Backend& backend);
+std::unique_ptr<Model> make_deepseek_v4_model(const ModelConfig& config, WeightLoader& weights,
+                                              Backend& backend);
 
 std::unique_ptr<Model> load_model(const std::string& dir, Backend& backend, const LoadOptions& options) {
   ModelConfig config = load_model_config(dir);
@@ -33,6 +34,11 @@ std::unique_ptr<Model> load_model(const std::string& dir, Backend& backend, cons
                        ProgressUnit::kBytes);
   if (archive) weights_storage.emplace(*archive, config, &progress);
   WeightLoader& weights = *weights_storage;
+  if (backend.device() != Device::kCpu) {
+    DSI_CHECK(config.arch == Arch::kLlama || config.arch == Arch::kQwen2, "the ", backend.name(),
+              " backend runs Llama and Qwen2 models only so far; use --device cpu for this model");
+    weights.set_backend(&backend);  // weights in the backend's own form (CPU weights stay as read)
+  }
   std::unique_ptr<Model> model;
   switch (config.arch) {
     case Arch::kLlama:

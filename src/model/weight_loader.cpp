@@ -12,14 +12,15 @@
 namespace dsinfer {
 
 Tensor dequantize_fp8_blocks(const Tensor& w8, const Tensor& scale_inv, int64_t block_n, int64_t block_k) {
-  DSI_CHECK(w8.ndim() == 2 && w8.dtype() == DType::F8_E4M3, "dequantize_fp8_blocks: expected a 2-D F8_E4M3 tensor");
-  DSI_CHECK(block_n > 0 && block_k > 0, "dequantize_fp8_blocks: block size must be positive, got ", block_n, "x",
-            block_k);
+  DSI_CHECK(w8.ndim() == 2 && w8.dtype() == DType::F8_E4M3,
+            "dequantize_fp8_blocks: expected a 2-D F8_E4M3 tensor");
+  DSI_CHECK(block_n > 0 && block_k > 0, "dequantize_fp8_blocks: block size must be positive, got ", block_n,
+            "x", block_k);
   const int64_t N = w8.dim(0), K = w8.dim(1);
   const int64_t bn = (N + block_n - 1) / block_n, bk = (K + block_k - 1) / block_k;
   DSI_CHECK(scale_inv.ndim() == 2 && scale_inv.dim(0) == bn && scale_inv.dim(1) == bk, "scale_inv has shape ",
-            shape_str(scale_inv.shape()), ", expected [", bn, ", ", bk, "] for weight ", shape_str(w8.shape()),
-            " with ", block_n, "x", block_k, " blocks");
+            shape_str(scale_inv.shape()), ", expected [", bn, ", ", bk, "] for weight ",
+            shape_str(w8.shape()), " with ", block_n, "x", block_k, " blocks");
   Tensor scales = scale_inv.to_f32();
   Tensor out = Tensor::empty(DType::F32, {N, K});
   const uint8_t* src = w8.data<uint8_t>();
@@ -112,12 +113,17 @@ Tensor WeightLoader::dequantize_fp8(const std::string& name, const Tensor& w8) {
 }
 
 Tensor WeightLoader::get(const std::string& name, const Shape& shape) {
+  Tensor host = read_f32(name, shape);
+  return backend_ ? backend_->prepare_weight(std::move(host)) : host;
+}
+
+Tensor WeightLoader::read_f32(const std::string& name, const Shape& shape) {
   if (!archive_) {
     used_.insert(name);
     return dummy(name, shape);
   }
-  DSI_CHECK(archive_->contains(name), "checkpoint is missing tensor \"", name, "\" (expected ", shape_str(shape),
-            ")");
+  DSI_CHECK(archive_->contains(name), "checkpoint is missing tensor \"", name, "\" (expected ",
+            shape_str(shape), ")");
   const TensorInfo& info = archive_->info(name);
   const std::string fp4_scale = v4_scale_name(name);
   const bool fp4 = (info.dtype == DType::I8 || info.dtype == DType::U8) && !fp4_scale.empty() &&
@@ -164,7 +170,8 @@ Tensor WeightLoader::get_ids(const std::string& name, const Shape& shape) {
     // Dummy id tables (e.g. V4's tid2eid): a fixed spread of valid expert ids.
     const int64_t experts = std::max<int64_t>(1, config_.raw.value("n_routed_experts", int64_t{1}));
     Tensor out = Tensor::empty(DType::I32, shape);
-    for (int64_t i = 0; i < out.numel(); ++i) out.data<int32_t>()[i] = static_cast<int32_t>((i * 7919) % experts);
+    for (int64_t i = 0; i < out.numel(); ++i)
+      out.data<int32_t>()[i] = static_cast<int32_t>((i * 7919) % experts);
     return out;
   }
   DSI_CHECK(archive_->contains(name), "checkpoint is missing tensor \"", name, "\" (expected ",

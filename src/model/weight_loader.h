@@ -22,8 +22,13 @@ class WeightLoader {
   // +-1/sqrt(columns)), seeded by `seed` and the tensor name; has() is false (optional tensors are absent).
   WeightLoader(const ModelConfig& config, uint64_t seed);
 
+  // Every get() result then goes through backend.prepare_weight (e.g. to bf16 on the GPU); without a
+  // backend get() returns host float32.
+  void set_backend(Backend* backend) { backend_ = backend; }
+
   bool has(const std::string& name) const { return archive_ && archive_->contains(name); }
-  // Float32 copy of `name`, which must have `shape` (for packed FP4 the unpacked shape).
+  // Float32 copy of `name`, which must have `shape` (for packed FP4 the unpacked shape), prepared by the
+  // backend when one is set.
   Tensor get(const std::string& name, const Shape& shape);
   // Int32 copy of an integer table (I64 or I32 in the checkpoint), e.g. V4's tid2eid.
   Tensor get_ids(const std::string& name, const Shape& shape);
@@ -34,12 +39,14 @@ class WeightLoader {
   std::vector<std::string> unused(const std::vector<std::string>& ignored) const;
 
  private:
+  Tensor read_f32(const std::string& name, const Shape& shape);
   Tensor dequantize_fp8(const std::string& name, const Tensor& w8);
   Tensor dummy(const std::string& name, const Shape& shape) const;
   const SafetensorsArchive* archive_;
   uint64_t seed_ = 0;
   const ModelConfig& config_;
   ProgressBar* progress_;
+  Backend* backend_ = nullptr;
   std::set<std::string> used_;
 };
 

@@ -1,4 +1,5 @@
-// Elementwise CUDA kernels: embedding gather, RMSNorm (one block per row, warp-shuffle reduction), SiLU-mul.
+// Elementwise CUDA kernels: embedding gather, RMSNorm (one block per row, warp-shuffle reduction), SiLU-mul,
+// add, row gather.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -21,7 +22,8 @@ __global__ void embed_kernel(const uint16_t* table, const int32_t* ids, float* o
     if (threadIdx.x == 0) *bad_id = 1;
     return;
   }
-  for (int64_t i = threadIdx.x; i < H; i += blockDim.x) out[t * H + i] = bf16_bits_to_float(table[id * H + i]);
+  for (int64_t i = threadIdx.x; i < H; i += blockDim.x)
+    out[t * H + i] = bf16_bits_to_float(table[id * H + i]);
 }
 
 __global__ void rms_norm_kernel(const float* x, const uint16_t* w, float* out, int64_t H, float eps) {
@@ -40,15 +42,31 @@ __global__ void rms_norm_kernel(const float* x, const uint16_t* w, float* out, i
   }
   __syncthreads();
   const float inv = rsqrtf(partial[0] / static_cast<float>(H) + eps);
-  for (int64_t i = threadIdx.x; i < H; i += blockDim.x) out[t * H + i] = bf16_bits_to_float(w[i]) * (row[i] * inv);
+  for (int64_t i = threadIdx.x; i < H; i += blockDim.x)
+    out[t * H + i] = bf16_bits_to_float(w[i]) * (row[i] * inv);
 }
 
-__global__ void silu_mul_kernel(const float* gate, const float* up, float* out, int64_t n) {
+__global__ void silu_mul_kernel(const float* gate, const float* up, float* out, int64_t n, float limit) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) {
-    const float g = gate[i];
-    out[i] = g / (1.0f + __expf(-g)) * up[i];
+    float g = gate[i], u = up[i];
+    if (limit > 0.0f) {
+      g = fminf(g, limit);
+      u = fminf(fmaxf(u, -limit), limit);
+    }
+    out[i] = g / (1.0f + expf(-g)) * u;
   }
+}
+
+__global__ void add_kernel(float* a, const float* b, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) a[i] += b[i];
+}
+
+__global__ void gather_rows_kernel(const float* x, const int32_t* rows, float* out, int64_t H) {
+  const int64_t r = blockIdx.x;
+  const float* src = x + static_cast<int64_t>(rows[r]) * H;
+  for (int64_t i = threadIdx.x; i < H; i += blockDim.x) out[r * H + i] = src[i];
 }
 
 void check_launch(const char* what) {
@@ -77,11 +95,24 @@ void launch_rms_norm(const float* x, const uint16_t* w, float* out, int64_t T, i
   check_launch("rms_norm");
 }
 
-void launch_silu_mul(const float* gate, const float* up, float* out, int64_t n) {
+void launch_silu_mul(const float* gate, const float* up, float* out, int64_t n, float limit) {
   if (n == 0) return;
   const int threads = 256;
-  silu_mul_kernel<<<static_cast<unsigned>((n + threads - 1) / threads), threads>>>(gate, up, out, n);
+  silu_mul_kernel<<<static_cast<unsigned>((n + threads - 1) / threads), threads>>>(gate, up, out, n, limit);
   check_launch("silu_mul");
+}
+
+void launch_add_inplace(float* a, const float* b, int64_t n) {
+  if (n == 0) return;
+  const int threads = 256;
+  add_kernel<<<static_cast<unsigned>((n + threads - 1) / threads), threads>>>(a, b, n);
+  check_launch("add_inplace");
+}
+
+void launch_gather_rows(const float* x, const int32_t* rows, float* out, int64_t R, int64_t H) {
+  if (R == 0 || H == 0) return;
+  gather_rows_kernel<<<static_cast<unsigned>(R), 256>>>(x, rows, out, H);
+  check_launch("gather_rows");
 }
 
 }  // namespace dsinfer::cuda

@@ -1,4 +1,5 @@
-// Launchers of the elementwise CUDA kernels (embedding rows, RMSNorm, SiLU-mul) on raw device pointers;
+// Launchers of the elementwise CUDA kernels (embedding rows, RMSNorm, SiLU-mul, add, row gather) on raw
+// device pointers;
 // CUDA-header free. Activations are float32, weights bf16 (raw uint16 bits). Each launch checks for errors.
 #pragma once
 #include <cstdint>
@@ -9,7 +10,12 @@ namespace dsinfer::cuda {
 void launch_embed(const uint16_t* table, const int32_t* ids, float* out, int64_t T, int64_t H, int64_t V);
 // out[t, :] = x[t, :] / rms(x[t, :]) * w for x [T, H] f32, w [H] bf16.
 void launch_rms_norm(const float* x, const uint16_t* w, float* out, int64_t T, int64_t H, float eps);
-// out[i] = silu(gate[i]) * up[i] over n values.
-void launch_silu_mul(const float* gate, const float* up, float* out, int64_t n);
+// out[i] = silu(gate[i]) * up[i] over n values; limit > 0 first clamps gate to (-inf, limit] and up to
+// [-limit, limit] (swiglu_limit).
+void launch_silu_mul(const float* gate, const float* up, float* out, int64_t n, float limit = 0.0f);
+// a[i] += b[i] over n values.
+void launch_add_inplace(float* a, const float* b, int64_t n);
+// out[r, :] = x[rows[r], :] for rows [R] (device), x [*, H] -> out [R, H].
+void launch_gather_rows(const float* x, const int32_t* rows, float* out, int64_t R, int64_t H);
 
 }  // namespace dsinfer::cuda

@@ -32,7 +32,9 @@ void* device_alloc(size_t bytes) {
   return p;
 }
 
-void device_free(void* ptr) { cudaFree(ptr); }
+void device_free(void* ptr) {
+  cudaFree(ptr);
+}
 
 void copy_to_device(void* dst, const void* src, size_t bytes) {
   check(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "host-to-device copy");
@@ -42,6 +44,12 @@ void copy_to_host(void* dst, const void* src, size_t bytes) {
   check(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), "device-to-host copy");
 }
 
-void synchronize() { check(cudaDeviceSynchronize(), "synchronize"); }
+void copy_device_to_device(void* dst, const void* src, size_t bytes) {
+  check(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice), "device-to-device copy");
+}
+
+void synchronize() {
+  check(cudaDeviceSynchronize(), "synchronize");
+}
 
 }  // namespace dsinfer::cuda

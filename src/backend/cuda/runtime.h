@@ -11,6 +11,7 @@ void* device_alloc(size_t bytes);  // null when out of memory
 void device_free(void* ptr);
 void copy_to_device(void* dst, const void* src, size_t bytes);
 void copy_to_host(void* dst, const void* src, size_t bytes);
+void copy_device_to_device(void* dst, const void* src, size_t bytes);
 void synchronize();
 
 }  // namespace dsinfer::cuda

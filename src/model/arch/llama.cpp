@@ -18,7 +18,8 @@ struct LlamaLayer {
 
 class LlamaModel : public Model {
  public:
-  LlamaModel(const ModelConfig& config, WeightLoader& w, Backend& backend) : config_(config), backend_(backend) {
+  LlamaModel(const ModelConfig& config, WeightLoader& w, Backend& backend)
+      : config_(config), backend_(backend) {
     const int64_t H = config.hidden_size, D = config.head_dim;
     embed_ = w.get("model.embed_tokens.weight", {config.vocab_size, H});
     for (int64_t i = 0; i < config.num_layers; ++i) {
@@ -45,6 +46,8 @@ class LlamaModel : public Model {
 
   const ModelConfig& config() const override { return config_; }
 
+  Device kv_device() const override { return backend_.device(); }
+
   std::vector<KvLayerSpec> kv_layout() const override {
     KvLayerSpec spec;
     spec.width = 2 * config_.num_kv_heads * config_.head_dim;  // [K | V]
@@ -60,17 +63,18 @@ class LlamaModel : public Model {
       Tensor x = b.rms_norm(h, L.input_norm, static_cast<float>(config_.rms_norm_eps));
       Tensor q = b.linear(x, L.q).reshape({T, config_.num_heads, D});     // [T, Hq, D]
       Tensor k = b.linear(x, L.k).reshape({T, config_.num_kv_heads, D});  // [T, Hkv, D]
-      Tensor v = b.linear(x, L.v);                                         // [T, Hkv * D]
+      Tensor v = b.linear(x, L.v);                                        // [T, Hkv * D]
       b.rope(q, plan.positions, rope_, 0, RopeLayout::kHalf);
       b.rope(k, plan.positions, rope_, 0, RopeLayout::kHalf);
       b.write_kv(cache, static_cast<int64_t>(i), plan, k, v);
-      Tensor attn = b.attention_gqa(q, cache, static_cast<int64_t>(i), plan, config_.num_kv_heads, D, D, scale_);
+      Tensor attn =
+          b.attention_gqa(q, cache, static_cast<int64_t>(i), plan, config_.num_kv_heads, D, D, scale_);
       b.add_inplace(h, b.linear(attn, L.o));
       x = b.rms_norm(h, L.post_norm, static_cast<float>(config_.rms_norm_eps));
       b.add_inplace(h, b.mlp(x, L.mlp));
     }
     Tensor last = b.gather_rows(h, plan.logits_rows);  // [rows, H]
-    return b.linear(b.rms_norm(last, norm_, static_cast<float>(config_.rms_norm_eps)), lm_head_);
+    return b.to_host(b.linear(b.rms_norm(last, norm_, static_cast<float>(config_.rms_norm_eps)), lm_head_));
   }
 
  private:

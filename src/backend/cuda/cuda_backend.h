@@ -1,0 +1,78 @@
+// CudaBackend: the dense-model ops (Llama / Qwen2) on one NVIDIA GPU. Weights are bf16 device tensors
+// (prepare_weight), activations float32 device tensors, the KV cache float32 on the GPU; logits come back
+// through to_host. Ops of the DeepSeek architectures throw until they have kernels. Built into dsinfer_lib
+// when CUDA is on; the kernels it launches live in dsinfer_cuda.
+#pragma once
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cuda/device_mirror.h"
+
+namespace dsinfer {
+
+struct CudaBackendOptions {
+  // Linear layers keep ~16 bits of each activation (two bf16 GEMMs, hi and lo halves) instead of rounding
+  // activations to bf16 (one GEMM). See gemm_cublaslt.h.
+  bool split_gemm_activations = true;
+};
+
+class CudaBackend : public Backend {
+ public:
+  explicit CudaBackend(CudaBackendOptions options = {});
+  std::string name() const override { return "cuda"; }
+  Device device() const override { return Device::kCuda; }
+  Tensor prepare_weight(Tensor host_f32) override;
+  Tensor to_host(const Tensor& t) override;
+
+  Tensor embed(const Tensor& table, const std::vector<int32_t>& ids) override;
+  Tensor rms_norm(const Tensor& x, const Tensor& weight, float eps) override;
+  Tensor linear(const Tensor& x, const Linear& w) override;
+  void add_inplace(Tensor& a, const Tensor& b) override;
+  void rope(Tensor& x, const std::vector<int32_t>& positions, const RopeTable& table, int64_t offset,
+            RopeLayout layout, bool inverse) override;
+  Tensor mlp(const Tensor& x, const MlpWeights& w) override;
+  void write_kv(KvCache& cache, int64_t layer, const BatchPlan& plan, const Tensor& a,
+                const Tensor& b) override;
+  Tensor attention_gqa(const Tensor& q, const KvCache& cache, int64_t layer, const BatchPlan& plan,
+                       int64_t kv_heads, int64_t head_dim, int64_t v_head_dim, float scale) override;
+  Tensor gather_rows(const Tensor& x, const std::vector<int32_t>& rows) override;
+
+  // DeepSeek ops: no kernels yet (each throws dsinfer::Error).
+  Tensor attention_mla(const Tensor& q_lat, const Tensor& q_pe, const KvCache& cache, int64_t layer,
+                       const BatchPlan& plan, float scale) override;
+  Tensor head_matmul(const Tensor& x, const Tensor& w, bool transpose_w) override;
+  void moe_route(const Tensor& x, const Tensor& router, const Tensor& bias, const RoutingParams& p,
+                 Tensor* ids, Tensor* weights) override;
+  Tensor moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
+                     const std::vector<MlpWeights>& experts) override;
+  Tensor hc_expand(const Tensor& x, int64_t n) override;
+  Tensor hc_pre(const Tensor& x, const HyperConnWeights& w, int64_t iters, float hc_eps, float norm_eps,
+                Tensor* post, Tensor* comb) override;
+  Tensor hc_post(const Tensor& x, const Tensor& y, const Tensor& post, const Tensor& comb) override;
+  Tensor hc_head(const Tensor& x, const HyperConnWeights& w, float hc_eps, float norm_eps) override;
+  Tensor moe_weights_for(const Tensor& x, const Tensor& router, const Tensor& ids,
+                         const RoutingParams& p) override;
+  Tensor compress_rows(const KvCache& cache, int64_t in_layer, const BatchPlan& plan,
+                       const CompressedRows& rows, const Tensor& ape, int64_t ratio, bool overlap) override;
+  void write_compressed(KvCache& cache, int64_t layer, const BatchPlan& plan, const CompressedRows& rows,
+                        const Tensor& values) override;
+  Tensor indexer_topk(const Tensor& q, const Tensor& weights, const KvCache& cache, int64_t layer,
+                      const BatchPlan& plan, int64_t ratio, int64_t top_k, float scale,
+                      float weights_scale) override;
+  Tensor attention_v4(const Tensor& q, const KvCache& cache, int64_t window_layer, int64_t window,
+                      int64_t comp_layer, int64_t ratio, const Tensor& selected, const BatchPlan& plan,
+                      const Tensor& sinks, float scale) override;
+  Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps) override;
+  Tensor dsa_indexer_topk(const Tensor& q, const Tensor& weights, const KvCache& cache, int64_t layer,
+                          const BatchPlan& plan, float scale, float weight_scale, int64_t top_k) override;
+  Tensor attention_mla_sparse(const Tensor& q_lat, const Tensor& q_pe, const KvCache& cache, int64_t layer,
+                              const BatchPlan& plan, const Tensor& selected, float scale) override;
+
+ private:
+  CudaBackendOptions options_;
+  // Device copies of the host arrays ops receive, one mirror per kind so they do not evict each other.
+  cuda::DeviceMirror ids_, rows_, positions_, slot_mapping_, token_seq_, block_table_, block_table_indptr_,
+      inv_freq_;
+};
+
+}  // namespace dsinfer

@@ -1,0 +1,73 @@
+// CudaBackend ops of the DeepSeek architectures that have no CUDA kernel yet: each throws a clear error
+// (load_model already refuses those models on the GPU, so these guard direct callers).
+#include "backend/cuda/cuda_backend.h"
+#include "core/error.h"
+
+namespace dsinfer {
+
+namespace {
+
+[[noreturn]] void no_kernel(const char* op) {
+  fail("CUDA backend: ", op, " has no CUDA kernel yet");
+}
+
+}  // namespace
+
+Tensor CudaBackend::attention_mla(const Tensor&, const Tensor&, const KvCache&, int64_t, const BatchPlan&,
+                                  float) {
+  no_kernel("attention_mla");
+}
+Tensor CudaBackend::head_matmul(const Tensor&, const Tensor&, bool) {
+  no_kernel("head_matmul");
+}
+void CudaBackend::moe_route(const Tensor&, const Tensor&, const Tensor&, const RoutingParams&, Tensor*,
+                            Tensor*) {
+  no_kernel("moe_route");
+}
+Tensor CudaBackend::moe_experts(const Tensor&, const Tensor&, const Tensor&, const std::vector<MlpWeights>&) {
+  no_kernel("moe_experts");
+}
+Tensor CudaBackend::hc_expand(const Tensor&, int64_t) {
+  no_kernel("hc_expand");
+}
+Tensor CudaBackend::hc_pre(const Tensor&, const HyperConnWeights&, int64_t, float, float, Tensor*, Tensor*) {
+  no_kernel("hc_pre");
+}
+Tensor CudaBackend::hc_post(const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
+  no_kernel("hc_post");
+}
+Tensor CudaBackend::hc_head(const Tensor&, const HyperConnWeights&, float, float) {
+  no_kernel("hc_head");
+}
+Tensor CudaBackend::moe_weights_for(const Tensor&, const Tensor&, const Tensor&, const RoutingParams&) {
+  no_kernel("moe_weights_for");
+}
+Tensor CudaBackend::compress_rows(const KvCache&, int64_t, const BatchPlan&, const CompressedRows&,
+                                  const Tensor&, int64_t, bool) {
+  no_kernel("compress_rows");
+}
+void CudaBackend::write_compressed(KvCache&, int64_t, const BatchPlan&, const CompressedRows&,
+                                   const Tensor&) {
+  no_kernel("write_compressed");
+}
+Tensor CudaBackend::indexer_topk(const Tensor&, const Tensor&, const KvCache&, int64_t, const BatchPlan&,
+                                 int64_t, int64_t, float, float) {
+  no_kernel("indexer_topk");
+}
+Tensor CudaBackend::attention_v4(const Tensor&, const KvCache&, int64_t, int64_t, int64_t, int64_t,
+                                 const Tensor&, const BatchPlan&, const Tensor&, float) {
+  no_kernel("attention_v4");
+}
+Tensor CudaBackend::layer_norm(const Tensor&, const Tensor&, const Tensor&, float) {
+  no_kernel("layer_norm");
+}
+Tensor CudaBackend::dsa_indexer_topk(const Tensor&, const Tensor&, const KvCache&, int64_t, const BatchPlan&,
+                                     float, float, int64_t) {
+  no_kernel("dsa_indexer_topk");
+}
+Tensor CudaBackend::attention_mla_sparse(const Tensor&, const Tensor&, const KvCache&, int64_t,
+                                         const BatchPlan&, const Tensor&, float) {
+  no_kernel("attention_mla_sparse");
+}
+
+}  // namespace dsinfer

@@ -1,0 +1,187 @@
+// cuBLASLt GEMMs for Linear layers: column-major view y^T [N, M] = (w [N, K] row-major, transposed) x^T.
+// Process-wide state (handle, 32 MiB workspace, bf16 scratch, per-shape plans) lives here; every call runs
+// on the legacy default stream like the other kernels.
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "backend/cuda/gemm_cublaslt.h"
+#include "core/error.h"
+
+namespace dsinfer::cuda {
+
+namespace {
+
+constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+
+void check_cuda(cudaError_t err, const char* what) {
+  if (err != cudaSuccess) fail("CUDA error in ", what, ": ", cudaGetErrorString(err));
+}
+
+void check_lt(cublasStatus_t st, const char* what) {
+  if (st != CUBLAS_STATUS_SUCCESS) fail("cuBLASLt error in ", what, ": status ", static_cast<int>(st));
+}
+
+// hi[i] = bf16(x[i]); lo[i] = bf16(x[i] - hi[i]) when lo is given.
+__global__ void split_bf16_kernel(const float* x, __nv_bfloat16* hi, __nv_bfloat16* lo, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const float v = x[i];
+  const __nv_bfloat16 h = __float2bfloat16_rn(v);
+  hi[i] = h;
+  if (lo) lo[i] = __float2bfloat16_rn(v - __bfloat162float(h));
+}
+
+__global__ void add_bias_kernel(float* y, const uint16_t* bias, int64_t M, int64_t N) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < M * N) y[i] += __uint_as_float(static_cast<uint32_t>(bias[i % N]) << 16);
+}
+
+// One output per thread: y[m, n] = sum_k x[m, k] w[n, k] in fp32 (x not rounded).
+__global__ void linear_reference_kernel(const float* x, const uint16_t* w, float* y, int64_t M, int64_t N,
+                                        int64_t K) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= M * N) return;
+  const int64_t m = i / N, n = i % N;
+  const float* xr = x + m * K;
+  const uint16_t* wr = w + n * K;
+  float s = 0.0f;
+  for (int64_t k = 0; k < K; ++k) s += xr[k] * __uint_as_float(static_cast<uint32_t>(wr[k]) << 16);
+  y[i] = s;
+}
+
+unsigned blocks_for(int64_t n, int threads) {
+  return static_cast<unsigned>((n + threads - 1) / threads);
+}
+
+// A matmul descriptor, its layouts and the chosen algorithm for one (M, N, K).
+struct Plan {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  bool has_algo = false;
+};
+
+class GemmContext {
+ public:
+  static GemmContext& get() {
+    static GemmContext* ctx = new GemmContext();  // never destroyed: CUDA may be torn down before statics
+    return *ctx;
+  }
+
+  const Plan& plan(int64_t M, int64_t N, int64_t K) {
+    auto key = std::make_tuple(M, N, K);
+    auto it = plans_.find(key);
+    if (it != plans_.end()) return it->second;
+    Plan p;
+    check_lt(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul descriptor");
+    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    check_lt(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)), "transa");
+    check_lt(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)), "transb");
+    // Column-major: w is [K, N] (ld K) used transposed, x^T is [K, M] (ld K), y^T is [N, M] (ld N).
+    check_lt(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_16BF, K, N, K), "layout A");
+    check_lt(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_16BF, K, M, K), "layout B");
+    check_lt(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, N, M, N), "layout C");
+    cublasLtMatmulPreference_t pref = nullptr;
+    check_lt(cublasLtMatmulPreferenceCreate(&pref), "preference");
+    const size_t ws = kWorkspaceBytes;
+    check_lt(
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)),
+        "workspace preference");
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    const cublasStatus_t st =
+        cublasLtMatmulAlgoGetHeuristic(handle_, p.op, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (st == CUBLAS_STATUS_SUCCESS && found > 0) {
+      p.algo = result.algo;
+      p.has_algo = true;
+    }
+    return plans_.emplace(key, p).first->second;
+  }
+
+  // Bytes of one scratch half for n bf16 values (256-byte aligned, as the heuristic assumes).
+  static size_t half_bytes(int64_t n) {
+    return (static_cast<size_t>(n) * sizeof(__nv_bfloat16) + 255) / 256 * 256;
+  }
+  // bf16 scratch for two halves (hi and lo) of n values each.
+  __nv_bfloat16* scratch(int64_t n) {
+    const size_t bytes = 2 * half_bytes(n);
+    if (bytes > scratch_bytes_) {
+      if (scratch_) cudaFree(scratch_);  // synchronizes: no kernel still reads the old buffer
+      scratch_ = nullptr;
+      check_cuda(cudaMalloc(&scratch_, bytes), "GEMM scratch allocation");
+      scratch_bytes_ = bytes;
+    }
+    return static_cast<__nv_bfloat16*>(scratch_);
+  }
+
+  cublasLtHandle_t handle() const { return handle_; }
+  void* workspace() const { return workspace_; }
+  std::mutex& mutex() { return mutex_; }
+
+ private:
+  GemmContext() {
+    check_lt(cublasLtCreate(&handle_), "cublasLtCreate");
+    check_cuda(cudaMalloc(&workspace_, kWorkspaceBytes), "cuBLASLt workspace allocation");
+  }
+  cublasLtHandle_t handle_ = nullptr;
+  void* workspace_ = nullptr;
+  void* scratch_ = nullptr;
+  size_t scratch_bytes_ = 0;
+  std::map<std::tuple<int64_t, int64_t, int64_t>, Plan> plans_;
+  std::mutex mutex_;
+};
+
+void add_bias(float* y, const uint16_t* bias, int64_t M, int64_t N) {
+  if (!bias) return;
+  add_bias_kernel<<<blocks_for(M * N, 256), 256>>>(y, bias, M, N);
+  check_cuda(cudaGetLastError(), "bias kernel launch");
+}
+
+}  // namespace
+
+void linear_bf16_reference(const float* x, const uint16_t* w, const uint16_t* bias, float* y, int64_t M,
+                           int64_t N, int64_t K) {
+  if (M == 0 || N == 0) return;
+  linear_reference_kernel<<<blocks_for(M * N, 128), 128>>>(x, w, y, M, N, K);
+  check_cuda(cudaGetLastError(), "reference GEMM kernel launch");
+  add_bias(y, bias, M, N);
+}
+
+void linear_bf16(const float* x, const uint16_t* w, const uint16_t* bias, float* y, int64_t M, int64_t N,
+                 int64_t K, bool split) {
+  if (M == 0 || N == 0) return;
+  GemmContext& ctx = GemmContext::get();
+  std::lock_guard<std::mutex> lock(ctx.mutex());
+  const Plan& p = ctx.plan(M, N, K);
+  // The heuristic's algorithms assume 256-byte aligned operands (fresh allocations are).
+  const bool aligned = reinterpret_cast<uintptr_t>(w) % 256 == 0 && reinterpret_cast<uintptr_t>(y) % 256 == 0;
+  if (!p.has_algo || K == 0 || !aligned) {
+    linear_bf16_reference(x, w, bias, y, M, N, K);
+    return;
+  }
+  __nv_bfloat16* hi = ctx.scratch(M * K);
+  __nv_bfloat16* lo =
+      split ? reinterpret_cast<__nv_bfloat16*>(reinterpret_cast<char*>(hi) + GemmContext::half_bytes(M * K))
+            : nullptr;
+  split_bf16_kernel<<<blocks_for(M * K, 256), 256>>>(x, hi, lo, M * K);
+  check_cuda(cudaGetLastError(), "bf16 conversion kernel launch");
+  const float alpha = 1.0f, beta0 = 0.0f, beta1 = 1.0f;
+  check_lt(cublasLtMatmul(ctx.handle(), p.op, &alpha, w, p.a, hi, p.b, &beta0, y, p.c, y, p.c, &p.algo,
+                          ctx.workspace(), kWorkspaceBytes, nullptr),
+           "matmul");
+  if (split) {
+    check_lt(cublasLtMatmul(ctx.handle(), p.op, &alpha, w, p.a, lo, p.b, &beta1, y, p.c, y, p.c, &p.algo,
+                            ctx.workspace(), kWorkspaceBytes, nullptr),
+             "matmul (low half)");
+  }
+  add_bias(y, bias, M, N);
+}
+
+}  // namespace dsinfer::cuda

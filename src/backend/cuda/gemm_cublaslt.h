@@ -1,0 +1,19 @@
+// Linear layers on the GPU through cuBLASLt (CUDA-header free): bf16 weights, float32 activations in and out,
+// fp32 accumulation. The activations are rounded to bf16 for the tensor cores; with `split` they are
+// split into hi = bf16(x) and lo = bf16(x - hi) and two GEMMs add up W hi + W lo, which keeps about 16
+// bits of every activation (the products of bf16 values are exact in fp32). One algorithm per shape is
+// chosen by the cuBLASLt heuristic and cached; shapes it has no algorithm for run a simple fp32 kernel.
+#pragma once
+#include <cstdint>
+
+namespace dsinfer::cuda {
+
+// y [M, N] = x [M, K] w^T (+ bias) for w [N, K] bf16 and bias [N] bf16 or null.
+void linear_bf16(const float* x, const uint16_t* w, const uint16_t* bias, float* y, int64_t M, int64_t N,
+                 int64_t K, bool split);
+
+// The same through the fallback kernel alone (tests).
+void linear_bf16_reference(const float* x, const uint16_t* w, const uint16_t* bias, float* y, int64_t M,
+                           int64_t N, int64_t K);
+
+}  // namespace dsinfer::cuda
