@@ -7,6 +7,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "model/model_config.h"
 #ifdef DSINFER_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/runtime.h"
@@ -28,11 +29,17 @@ std::unique_ptr<Backend> make_cuda_backend() {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_backend(const std::string& device) {
+bool cuda_runs(const ModelConfig& config) { return config.arch == Arch::kLlama || config.arch == Arch::kQwen2; }
+
+std::unique_ptr<Backend> make_backend(const std::string& device, const std::string& model_dir) {
   if (device == "cpu") return std::make_unique<CpuBackend>();
   if (device == "auto") {
 #ifdef DSINFER_HAVE_CUDA
-    if (cuda::device_available()) return make_cuda_backend();
+    // The GPU when there is one and it has kernels for this architecture; otherwise the CPU reference.
+    if (cuda::device_available()) {
+      if (model_dir.empty() || cuda_runs(load_model_config(model_dir))) return make_cuda_backend();
+      log_info("--device auto: no CUDA kernels for this architecture yet, running on the CPU");
+    }
 #endif
     return std::make_unique<CpuBackend>();
   }

@@ -22,7 +22,7 @@ struct GoldenArgs {
 };
 
 int run_golden_command(const GoldenArgs& a) {
-  auto backend = make_backend(a.device);
+  auto backend = make_backend(a.device, a.model);
   auto model = load_model(a.model, *backend);
   const std::string golden = a.golden.empty() ? a.model + "/golden.safetensors" : a.golden;
   GoldenOptions options;
@@ -60,7 +60,7 @@ struct PplArgs {
 int run_ppl_command(const PplArgs& a) {
   DSI_CHECK(a.precision == "fp32" || a.precision == "auto", "--precision ", a.precision,
             " is not available on this backend (fp32 only until the CUDA backend lands)");
-  auto backend = make_backend(a.device);
+  auto backend = make_backend(a.device, a.model);
   auto model = load_model(a.model, *backend);
   PerplexityOptions options;
   options.window = a.window;

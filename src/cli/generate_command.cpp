@@ -160,7 +160,7 @@ int run_generate(GenerateArgs& a) {
   DSI_CHECK(sources == 1, "give exactly one of --prompt, --chat or --input (and it must not be empty)");
   if (a.seed >= 0) a.params.seed = static_cast<uint64_t>(a.seed);
   if (!a.input.empty()) return run_input_file(a);
-  std::unique_ptr<Backend> backend = make_backend(a.device);
+  std::unique_ptr<Backend> backend = make_backend(a.device, a.model);
   Tokenizer tok = Tokenizer::load(a.model);
   std::unique_ptr<Model> model = load_model(a.model, *backend);
   a.params.validate(static_cast<int32_t>(model->config().vocab_size));
