@@ -29,7 +29,9 @@ std::unique_ptr<Backend> make_cuda_backend() {
 
 }  // namespace
 
-bool cuda_runs(const ModelConfig& config) { return config.arch == Arch::kLlama || config.arch == Arch::kQwen2; }
+bool cuda_runs(const ModelConfig& config) {
+  return config.arch == Arch::kLlama || config.arch == Arch::kQwen2;
+}
 
 std::unique_ptr<Backend> make_backend(const std::string& device, const std::string& model_dir) {
   if (device == "cpu") return std::make_unique<CpuBackend>();

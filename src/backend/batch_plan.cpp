@@ -9,9 +9,9 @@ void BatchPlan::validate(int64_t num_cache_blocks) const {
   const int32_t S = num_seqs();
   DSI_CHECK(positions.size() == token_ids.size(), "BatchPlan: positions/tokens size mismatch");
   DSI_CHECK(slot_mapping.size() == token_ids.size(), "BatchPlan: slot_mapping/tokens size mismatch");
-  DSI_CHECK(static_cast<int32_t>(cu_seqlens.size()) == S + 1 && cu_seqlens[0] == 0 &&
-                cu_seqlens[S] == num_tokens(),
-            "BatchPlan: cu_seqlens inconsistent with tokens");
+  DSI_CHECK(
+      static_cast<int32_t>(cu_seqlens.size()) == S + 1 && cu_seqlens[0] == 0 && cu_seqlens[S] == num_tokens(),
+      "BatchPlan: cu_seqlens inconsistent with tokens");
   DSI_CHECK(static_cast<int32_t>(block_table_indptr.size()) == S + 1, "BatchPlan: block_table_indptr size");
   DSI_CHECK(block_size > 0, "BatchPlan: block_size must be positive");
   for (int32_t s = 0; s < S; ++s) {

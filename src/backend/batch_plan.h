@@ -7,15 +7,16 @@
 namespace dsinfer {
 
 struct BatchPlan {
-  std::vector<int32_t> token_ids;  // [num_tokens] all sequences' new tokens, sequence after sequence
-  std::vector<int32_t> positions;  // [num_tokens] absolute position of each token in its sequence
-  std::vector<int32_t> cu_seqlens;  // [num_seqs + 1] offsets of each sequence's tokens in token_ids
+  std::vector<int32_t> token_ids;     // [num_tokens] all sequences' new tokens, sequence after sequence
+  std::vector<int32_t> positions;     // [num_tokens] absolute position of each token in its sequence
+  std::vector<int32_t> cu_seqlens;    // [num_seqs + 1] offsets of each sequence's tokens in token_ids
   std::vector<int32_t> context_lens;  // [num_seqs] tokens in the cache after this step (cached prefix + new)
   std::vector<int32_t> block_table_indptr;  // [num_seqs + 1] offsets into block_table
   std::vector<int32_t> block_table;         // block ids of each sequence, in order
-  std::vector<int64_t> slot_mapping;  // [num_tokens] cache slot (block * block_size + offset) of each new token
-  std::vector<int32_t> logits_rows;   // token indices whose logits are wanted, in output order
-  std::vector<int64_t> seq_ids;       // [num_seqs] sequence ids (for per-sequence cache state)
+  std::vector<int64_t>
+      slot_mapping;  // [num_tokens] cache slot (block * block_size + offset) of each new token
+  std::vector<int32_t> logits_rows;  // token indices whose logits are wanted, in output order
+  std::vector<int64_t> seq_ids;      // [num_seqs] sequence ids (for per-sequence cache state)
   // [num_seqs] or empty: the length each sequence reaches once its current prompt is fully prefilled. Lets
   // a chunked prefill reproduce a one-shot prefill where a result depends on the whole prompt's length
   // (the CPU DeepSeek-V3.2 and V4 indexers break top-k ties as torch does over a full-prompt row).

@@ -32,14 +32,16 @@ struct CheckArgs {
 // Backend ops a model needs; none has a CUDA kernel in this build yet (the CUDA backend arrives with the
 // "CUDA backend" issues) — `check` reports that instead of pretending.
 const std::vector<std::string>& backend_ops(const ModelConfig& c) {
-  static const std::vector<std::string> dense = {"embed", "rms_norm", "linear", "rope", "mlp", "write_kv",
-                                                 "attention_gqa", "gather_rows", "sample"};
-  static const std::vector<std::string> mla = {"embed", "rms_norm", "linear", "rope", "mlp", "write_kv",
-                                               "attention_mla", "head_matmul", "moe_route", "moe_experts",
-                                               "gather_rows", "sample"};
-  static const std::vector<std::string> v4 = {"embed", "rms_norm", "linear", "rope", "hc_pre", "hc_post", "hc_head",
-                                              "compress_rows", "write_compressed", "indexer_topk", "attention_v4",
-                                              "moe_route", "moe_experts", "gather_rows", "sample"};
+  static const std::vector<std::string> dense = {"embed",    "rms_norm",      "linear",      "rope",  "mlp",
+                                                 "write_kv", "attention_gqa", "gather_rows", "sample"};
+  static const std::vector<std::string> mla = {"embed",     "rms_norm",    "linear",        "rope",
+                                               "mlp",       "write_kv",    "attention_mla", "head_matmul",
+                                               "moe_route", "moe_experts", "gather_rows",   "sample"};
+  static const std::vector<std::string> v4 = {"embed",        "rms_norm",      "linear",
+                                              "rope",         "hc_pre",        "hc_post",
+                                              "hc_head",      "compress_rows", "write_compressed",
+                                              "indexer_topk", "attention_v4",  "moe_route",
+                                              "moe_experts",  "gather_rows",   "sample"};
   if (c.arch == Arch::kDeepseekV4) return v4;
   return c.is_deepseek_mla() ? mla : dense;
 }
@@ -64,7 +66,8 @@ int run_check(CheckArgs& a) {
 #ifdef DSINFER_HAVE_CUDA
     std::string why;
     auto devices = cuda::query_devices(&why);
-    DSI_CHECK(!devices.empty(), "--gpu auto: no GPU visible (", why, "); name a target with --gpu sm_90 or sm_80");
+    DSI_CHECK(!devices.empty(), "--gpu auto: no GPU visible (", why,
+              "); name a target with --gpu sm_90 or sm_80");
     const auto& d = devices[0];
     DSI_CHECK(d.major >= 8, "GPU ", d.name, " is sm_", d.major, d.minor, ": dsinfer needs sm_80 or newer");
     target = d.major >= 9 ? "sm_90" : "sm_80";
@@ -78,12 +81,14 @@ int run_check(CheckArgs& a) {
   a.plan.gpu_memory_bytes = memory;
   a.plan.precision = a.precision;
   if (a.precision == "fp8" && target == "sm_80") {
-    warnings.push_back("FP8 requested on sm_80: Ampere has no FP8 tensor cores; weights would be dequantized to bf16");
+    warnings.push_back(
+        "FP8 requested on sm_80: Ampere has no FP8 tensor cores; weights would be dequantized to bf16");
     a.plan.precision = "bf16";
   }
   if (a.context_chunk_size % a.plan.kv_block_size != 0) {
-    warnings.push_back(str_cat("context_chunk_size ", a.context_chunk_size, " is not a multiple of kv_block_size ",
-                               a.plan.kv_block_size, ": chunks end mid-block, wasting KV slots and prefix-cache hits"));
+    warnings.push_back(str_cat("context_chunk_size ", a.context_chunk_size,
+                               " is not a multiple of kv_block_size ", a.plan.kv_block_size,
+                               ": chunks end mid-block, wasting KV slots and prefix-cache hits"));
   }
   if (a.plan.max_num_tokens < a.context_chunk_size) {
     warnings.push_back(str_cat("max_num_tokens ", a.plan.max_num_tokens, " is below context_chunk_size ",
@@ -119,9 +124,12 @@ int run_check(CheckArgs& a) {
                   {"kv_bytes_per_token_bf16", size.kv_bytes_per_token_bf16},
                   {"kv_fixed_bytes_per_sequence_fp32", size.kv_fixed_bytes_per_sequence_fp32},
                   {"checkpoint", checkpoint}};
-  out["target"] = {{"gpu", target}, {"device", device_name}, {"memory_bytes", memory}, {"precision", a.plan.precision}};
-  out["memory_plan"] = {{"weight_bytes", plan.weight_bytes}, {"workspace_bytes", plan.workspace_bytes},
-                        {"kv_bytes", plan.kv_bytes},         {"kv_tokens", plan.kv_tokens},
+  out["target"] = {
+      {"gpu", target}, {"device", device_name}, {"memory_bytes", memory}, {"precision", a.plan.precision}};
+  out["memory_plan"] = {{"weight_bytes", plan.weight_bytes},
+                        {"workspace_bytes", plan.workspace_bytes},
+                        {"kv_bytes", plan.kv_bytes},
+                        {"kv_tokens", plan.kv_tokens},
                         {"fits", plan.fits}};
   out["kernels"] = {{"compiled_archs",
 #ifdef DSINFER_HAVE_CUDA
@@ -138,21 +146,24 @@ int run_check(CheckArgs& a) {
   if (a.json) {
     std::cout << out.dump() << std::endl;
   } else {
-    std::printf("model        %s, %lld layers, hidden %lld, vocab %lld, context %lld\n", config.model_type.c_str(),
-                static_cast<long long>(config.num_layers), static_cast<long long>(config.hidden_size),
-                static_cast<long long>(config.vocab_size), static_cast<long long>(config.max_position_embeddings));
-    std::printf("parameters   %.3fB total, %.3fB active per token\n", size.total_params / 1e9, size.active_params / 1e9);
+    std::printf("model        %s, %lld layers, hidden %lld, vocab %lld, context %lld\n",
+                config.model_type.c_str(), static_cast<long long>(config.num_layers),
+                static_cast<long long>(config.hidden_size), static_cast<long long>(config.vocab_size),
+                static_cast<long long>(config.max_position_embeddings));
+    std::printf("parameters   %.3fB total, %.3fB active per token\n", size.total_params / 1e9,
+                size.active_params / 1e9);
     std::printf("weights      %s as published, %s in bf16\n", gib(size.checkpoint_weight_bytes).c_str(),
                 gib(size.bf16_weight_bytes).c_str());
     std::printf("KV cache     %.0f bytes per token (bf16)", size.kv_bytes_per_token_bf16);
     if (size.kv_fixed_bytes_per_sequence_fp32) {
-      std::printf(" + %s per sequence of sliding windows (fp32)", gib(size.kv_fixed_bytes_per_sequence_fp32).c_str());
+      std::printf(" + %s per sequence of sliding windows (fp32)",
+                  gib(size.kv_fixed_bytes_per_sequence_fp32).c_str());
     }
     std::printf("\ntarget       %s%s%s, %s, %s weights\n", target.c_str(), device_name.empty() ? "" : " ",
                 device_name.c_str(), gib(memory).c_str(), a.plan.precision.c_str());
-    std::printf("memory plan  weights %s + workspace %s + KV %s = %lld tokens%s\n", gib(plan.weight_bytes).c_str(),
-                gib(plan.workspace_bytes).c_str(), gib(plan.kv_bytes).c_str(), static_cast<long long>(plan.kv_tokens),
-                plan.fits ? "" : " (DOES NOT FIT)");
+    std::printf("memory plan  weights %s + workspace %s + KV %s = %lld tokens%s\n",
+                gib(plan.weight_bytes).c_str(), gib(plan.workspace_bytes).c_str(), gib(plan.kv_bytes).c_str(),
+                static_cast<long long>(plan.kv_tokens), plan.fits ? "" : " (DOES NOT FIT)");
     std::printf("kernels      none of %zu ops has a CUDA kernel yet\n", missing.size());
     for (const std::string& w : warnings) std::printf("warning      %s\n", w.c_str());
   }
@@ -163,20 +174,27 @@ int run_check(CheckArgs& a) {
 
 void add_check_command(CLI::App& app) {
   auto a = std::make_shared<CheckArgs>();
-  CLI::App* cmd = app.add_subcommand("check", "What a model needs on a GPU target: sizes, memory plan, kernels");
+  CLI::App* cmd =
+      app.add_subcommand("check", "What a model needs on a GPU target: sizes, memory plan, kernels");
   cmd->add_option("--model", a->model, "Model directory (config.json is enough)")->required();
   cmd->add_option("--gpu", a->gpu, "auto (the visible GPU), sm_90 or sm_80")
       ->check(CLI::IsMember({"auto", "sm_90", "sm_80"}));
-  cmd->add_option("--gpu-memory-gib", a->gpu_memory_gib, "GPU memory for a named target (default 80, or the GPU's free memory)");
+  cmd->add_option("--gpu-memory-gib", a->gpu_memory_gib,
+                  "GPU memory for a named target (default 80, or the GPU's free memory)");
   cmd->add_option("--precision", a->precision, "bf16 or fp8 weights")->check(CLI::IsMember({"bf16", "fp8"}));
   cmd->add_option("--kv-cache-free-gpu-mem-fraction", a->plan.kv_cache_free_gpu_mem_fraction,
                   "Share of the memory left after weights and workspace for the KV cache (0.9)")
       ->check(CLI::Range(0.0, 1.0));
-  cmd->add_option("--max-tokens-in-paged-kv-cache", a->plan.max_tokens_in_paged_kv_cache, "KV capacity in tokens");
-  cmd->add_option("--max-num-tokens", a->plan.max_num_tokens, "Tokens per step (2048)")->check(CLI::PositiveNumber);
-  cmd->add_option("--max-batch-size", a->plan.max_batch_size, "Sequences per step (64)")->check(CLI::PositiveNumber);
-  cmd->add_option("--kv-block-size", a->plan.kv_block_size, "Tokens per KV block (64)")->check(CLI::PositiveNumber);
-  cmd->add_option("--context-chunk-size", a->context_chunk_size, "Prefill chunk (512)")->check(CLI::PositiveNumber);
+  cmd->add_option("--max-tokens-in-paged-kv-cache", a->plan.max_tokens_in_paged_kv_cache,
+                  "KV capacity in tokens");
+  cmd->add_option("--max-num-tokens", a->plan.max_num_tokens, "Tokens per step (2048)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--max-batch-size", a->plan.max_batch_size, "Sequences per step (64)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--kv-block-size", a->plan.kv_block_size, "Tokens per KV block (64)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--context-chunk-size", a->context_chunk_size, "Prefill chunk (512)")
+      ->check(CLI::PositiveNumber);
   cmd->add_flag("--json", a->json, "Print one JSON object");
   cmd->callback([a]() { run_guarded([&]() { return run_check(*a); }); });
 }

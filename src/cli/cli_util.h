@@ -1,9 +1,8 @@
 // Helpers shared by the CLI subcommands: reading files and JSON lines with clear errors.
 #pragma once
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace dsinfer::cli {
 

@@ -18,8 +18,9 @@ int run_info() {
   auto devices = cuda::query_devices(&why);
   if (devices.empty()) std::printf("GPUs: none (%s)\n", why.c_str());
   for (const auto& d : devices) {
-    std::printf("GPU %d: %s, sm_%d%d, %d SMs, %.1f GiB total, %.1f GiB free\n", d.index, d.name.c_str(), d.major,
-                d.minor, d.multiprocessors, d.total_memory / 1073741824.0, d.free_memory / 1073741824.0);
+    std::printf("GPU %d: %s, sm_%d%d, %d SMs, %.1f GiB total, %.1f GiB free\n", d.index, d.name.c_str(),
+                d.major, d.minor, d.multiprocessors, d.total_memory / 1073741824.0,
+                d.free_memory / 1073741824.0);
   }
 #else
   std::printf("CUDA backend: not compiled (no nvcc at build time)\n");

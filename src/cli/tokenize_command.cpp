@@ -41,7 +41,8 @@ int run_tokenize(const TokenizeArgs& a) {
     for (size_t i = 0; i < lines.size(); ++i) {
       DSI_CHECK(lines[i].contains("text") && lines[i]["text"].is_string(), a.input, ": entry ", i + 1,
                 " needs a string \"text\" field");
-      std::cout << nlohmann::json{{"ids", tok.encode(lines[i]["text"].get<std::string>(), false)}}.dump() << "\n";
+      std::cout << nlohmann::json{{"ids", tok.encode(lines[i]["text"].get<std::string>(), false)}}.dump()
+                << "\n";
     }
     return 0;
   }
@@ -56,11 +57,14 @@ int run_tokenize(const TokenizeArgs& a) {
 void add_tokenize_command(CLI::App& app) {
   auto args = std::make_shared<TokenizeArgs>();
   CLI::App* cmd = app.add_subcommand("tokenize", "Token ids of text, JSON lines or chat messages");
-  cmd->add_option("--model", args->model, "Directory with tokenizer.json (+ tokenizer_config.json)")->required();
+  cmd->add_option("--model", args->model, "Directory with tokenizer.json (+ tokenizer_config.json)")
+      ->required();
   cmd->add_option("--text", args->text, "Text to encode (no special tokens added)");
   cmd->add_option("--input", args->input, "JSON lines {\"text\": ...}; prints one {\"ids\": [...]} per line");
-  cmd->add_option("--messages", args->messages, "JSON array of {role, content}; prints {\"prompt\", \"ids\"}");
-  cmd->add_flag("--add-generation-prompt", args->add_generation_prompt, "With --messages: end with the assistant prompt");
+  cmd->add_option("--messages", args->messages,
+                  "JSON array of {role, content}; prints {\"prompt\", \"ids\"}");
+  cmd->add_flag("--add-generation-prompt", args->add_generation_prompt,
+                "With --messages: end with the assistant prompt");
   cmd->add_flag("--json", args->json, "Print JSON");
   cmd->callback([args, cmd]() {
     args->has_text = cmd->count("--text") > 0;

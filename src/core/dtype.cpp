@@ -30,18 +30,30 @@ size_t dtype_size(DType t) {
 
 std::string_view dtype_name(DType t) {
   switch (t) {
-    case DType::F32: return "F32";
-    case DType::F64: return "F64";
-    case DType::F16: return "F16";
-    case DType::BF16: return "BF16";
-    case DType::F8_E4M3: return "F8_E4M3";
-    case DType::F8_E8M0: return "F8_E8M0";
-    case DType::I8: return "I8";
-    case DType::U8: return "U8";
-    case DType::I16: return "I16";
-    case DType::I32: return "I32";
-    case DType::I64: return "I64";
-    case DType::BOOL: return "BOOL";
+    case DType::F32:
+      return "F32";
+    case DType::F64:
+      return "F64";
+    case DType::F16:
+      return "F16";
+    case DType::BF16:
+      return "BF16";
+    case DType::F8_E4M3:
+      return "F8_E4M3";
+    case DType::F8_E8M0:
+      return "F8_E8M0";
+    case DType::I8:
+      return "I8";
+    case DType::U8:
+      return "U8";
+    case DType::I16:
+      return "I16";
+    case DType::I32:
+      return "I32";
+    case DType::I64:
+      return "I64";
+    case DType::BOOL:
+      return "BOOL";
   }
   return "?";
 }
@@ -50,10 +62,10 @@ bool parse_dtype(std::string_view name, DType* out) {
   static constexpr struct {
     std::string_view name;
     DType type;
-  } kNames[] = {{"F32", DType::F32},         {"F64", DType::F64},         {"F16", DType::F16},
-                {"BF16", DType::BF16},       {"F8_E4M3", DType::F8_E4M3}, {"F8_E8M0", DType::F8_E8M0},
-                {"I8", DType::I8},           {"U8", DType::U8},           {"I16", DType::I16},
-                {"I32", DType::I32},         {"I64", DType::I64},         {"BOOL", DType::BOOL}};
+  } kNames[] = {{"F32", DType::F32},   {"F64", DType::F64},         {"F16", DType::F16},
+                {"BF16", DType::BF16}, {"F8_E4M3", DType::F8_E4M3}, {"F8_E8M0", DType::F8_E8M0},
+                {"I8", DType::I8},     {"U8", DType::U8},           {"I16", DType::I16},
+                {"I32", DType::I32},   {"I64", DType::I64},         {"BOOL", DType::BOOL}};
   for (const auto& n : kNames) {
     if (n.name == name) {
       *out = n.type;

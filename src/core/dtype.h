@@ -28,7 +28,9 @@ inline uint32_t f32_to_bits(float f) {
   return bits;
 }
 
-inline float bf16_to_f32(uint16_t v) { return bits_to_f32(static_cast<uint32_t>(v) << 16); }
+inline float bf16_to_f32(uint16_t v) {
+  return bits_to_f32(static_cast<uint32_t>(v) << 16);
+}
 
 // Round to nearest even, NaN preserved.
 inline uint16_t f32_to_bf16(float f) {

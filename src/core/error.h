@@ -29,9 +29,9 @@ template <typename... Args>
 }  // namespace dsinfer
 
 // Throws dsinfer::Error with the streamed message when the condition is false.
-#define DSI_CHECK(cond, ...)          \
-  do {                                \
-    if (!(cond)) {                    \
-      ::dsinfer::fail(__VA_ARGS__);   \
-    }                                 \
+#define DSI_CHECK(cond, ...)        \
+  do {                              \
+    if (!(cond)) {                  \
+      ::dsinfer::fail(__VA_ARGS__); \
+    }                               \
   } while (0)

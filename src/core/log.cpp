@@ -34,8 +34,12 @@ std::mutex& sink_mutex() {
 
 }  // namespace
 
-void set_log_level(LogLevel level) { level_storage() = static_cast<int>(level); }
-LogLevel log_level() { return static_cast<LogLevel>(level_storage().load()); }
+void set_log_level(LogLevel level) {
+  level_storage() = static_cast<int>(level);
+}
+LogLevel log_level() {
+  return static_cast<LogLevel>(level_storage().load());
+}
 
 LogLevel parse_log_level(const std::string& name) {
   if (name == "error") return LogLevel::kError;
@@ -55,8 +59,8 @@ void log_line(LogLevel level, const std::string& message) {
   char stamp[32];
   std::strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%S", &tm);
   std::lock_guard<std::mutex> lock(sink_mutex());
-  std::fprintf(stderr, "%s.%03lldZ %s %s\n", stamp, static_cast<long long>(ms), names[static_cast<int>(level)],
-               message.c_str());
+  std::fprintf(stderr, "%s.%03lldZ %s %s\n", stamp, static_cast<long long>(ms),
+               names[static_cast<int>(level)], message.c_str());
 }
 
 }  // namespace dsinfer

@@ -22,7 +22,9 @@ int64_t shape_numel(const Shape& shape) {
   return n;
 }
 
-const char* device_name(Device device) { return device == Device::kCpu ? "cpu" : "cuda"; }
+const char* device_name(Device device) {
+  return device == Device::kCpu ? "cpu" : "cuda";
+}
 
 namespace {
 
@@ -33,7 +35,9 @@ DeviceAllocator& allocator_for(Device device) {
 
 }  // namespace
 
-void register_device_allocator(Device device, DeviceAllocator allocator) { allocator_for(device) = allocator; }
+void register_device_allocator(Device device, DeviceAllocator allocator) {
+  allocator_for(device) = allocator;
+}
 
 Tensor Tensor::empty_on(Device device, DType dtype, Shape shape) {
   if (device == Device::kCpu) return empty(dtype, std::move(shape));
@@ -46,7 +50,9 @@ Tensor Tensor::empty_on(Device device, DType dtype, Shape shape) {
   t.shape_ = std::move(shape);
   const size_t bytes = std::max<size_t>(t.nbytes(), 256);
   void* p = a.alloc(bytes);
-  if (!p) fail("out of ", device_name(device), " memory allocating ", bytes, " bytes for a tensor ", shape_str(t.shape_));
+  if (!p)
+    fail("out of ", device_name(device), " memory allocating ", bytes, " bytes for a tensor ",
+         shape_str(t.shape_));
   auto release = a.free;
   t.storage_ = std::shared_ptr<void>(p, [release](void* q) { release(q); });
   t.data_ = p;

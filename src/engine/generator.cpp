@@ -29,7 +29,8 @@ std::vector<int32_t> eos_token_ids(const Model& model, const Tokenizer& tokenize
 }
 
 GenerationResult generate(Model& model, const Tokenizer& tokenizer, const std::vector<int32_t>& prompt_ids,
-                          const SamplingParams& params, const std::function<void(std::string_view)>& on_text) {
+                          const SamplingParams& params,
+                          const std::function<void(std::string_view)>& on_text) {
   const int64_t context = model.config().max_position_embeddings;
   const int32_t vocab = static_cast<int32_t>(model.config().vocab_size);
   DSI_CHECK(!prompt_ids.empty(), "the prompt is empty");

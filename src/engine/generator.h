@@ -2,11 +2,10 @@
 // on a private SequenceRunner (the batched engine replaces this for serving).
 #pragma once
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "engine/finish_reason.h"
 #include "engine/sampling_params.h"

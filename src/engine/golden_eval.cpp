@@ -53,8 +53,10 @@ nlohmann::json GoldenReport::to_json() const {
   j["pass"] = pass;
   j["cases"] = nlohmann::json::array();
   for (const GoldenCase& c : cases) {
-    nlohmann::json cj = {{"case", c.index},          {"tokens", c.tokens},
-                         {"max_abs_err", c.max_abs_err}, {"rel_l2_err", c.rel_l2_err},
+    nlohmann::json cj = {{"case", c.index},
+                         {"tokens", c.tokens},
+                         {"max_abs_err", c.max_abs_err},
+                         {"rel_l2_err", c.rel_l2_err},
                          {"greedy_match", c.greedy_match}};
     if (!c.greedy_match) {
       cj["greedy"] = c.greedy;
@@ -89,8 +91,8 @@ GoldenReport run_golden(Model& model, const std::string& golden_path, const Gold
     const std::string n = std::to_string(i);
     std::vector<int32_t> ids = read_ids(golden, "input_ids." + n);
     Tensor ref = golden.get("logits." + n).to_f32();  // [kept, V]
-    DSI_CHECK(ref.ndim() == 2 && ref.dim(1) == V, golden_path, ": logits.", n, " has shape ", shape_str(ref.shape()),
-              ", expected [*, ", V, "]");
+    DSI_CHECK(ref.ndim() == 2 && ref.dim(1) == V, golden_path, ": logits.", n, " has shape ",
+              shape_str(ref.shape()), ", expected [*, ", V, "]");
     int64_t start = 0;
     if (golden.contains("logits_start." + n)) start = read_ids(golden, "logits_start." + n).at(0);
     DSI_CHECK(start + ref.dim(0) == static_cast<int64_t>(ids.size()), golden_path, ": logits.", n,

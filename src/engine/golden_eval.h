@@ -1,10 +1,9 @@
 // Golden checks: run the prompts of a golden.safetensors file (fixtures format) and compare the logits and
 // the 16-token greedy continuation with the reference.
 #pragma once
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "model/model.h"
 

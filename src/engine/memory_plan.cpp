@@ -12,8 +12,9 @@ MemoryPlan plan_memory(const ModelConfig& c, const ModelSize& size, const Memory
   p.weight_bytes = in.precision == "fp8" ? size.checkpoint_weight_bytes : size.bf16_weight_bytes;
   // Workspace: bf16 activations of one step (residual, normed input, the widest projection output, MLP
   // gate/up/act), fp32 logits for every sequence of the step, and 64 MiB for cuBLASLt and split-K partials.
-  const int64_t widest = std::max({c.hidden_size * 4, c.intermediate_size * 3, c.moe_intermediate_size * 3 *
-                                                                                     std::max<int64_t>(1, c.num_experts_per_tok)});
+  const int64_t widest =
+      std::max({c.hidden_size * 4, c.intermediate_size * 3,
+                c.moe_intermediate_size * 3 * std::max<int64_t>(1, c.num_experts_per_tok)});
   const int64_t activations = static_cast<int64_t>(in.max_num_tokens) * (c.hidden_size * 3 + widest) * 2;
   const int64_t logits = static_cast<int64_t>(in.max_batch_size) * c.vocab_size * 4;
   p.workspace_bytes = activations + logits + (int64_t{64} << 20);
@@ -28,8 +29,8 @@ MemoryPlan plan_memory(const ModelConfig& c, const ModelSize& size, const Memory
     p.kv_tokens = in.max_tokens_in_paged_kv_cache;
     p.kv_bytes = static_cast<int64_t>(p.kv_tokens * p.kv_bytes_per_token);
     if (p.kv_bytes > left) {
-      p.why_not = str_cat("max_tokens_in_paged_kv_cache ", p.kv_tokens, " needs ", p.kv_bytes >> 20, " MiB of KV, only ",
-                          left >> 20, " MiB are left after weights and workspace");
+      p.why_not = str_cat("max_tokens_in_paged_kv_cache ", p.kv_tokens, " needs ", p.kv_bytes >> 20,
+                          " MiB of KV, only ", left >> 20, " MiB are left after weights and workspace");
       return p;
     }
   } else {

@@ -71,8 +71,8 @@ PerplexityResult evaluate_perplexity(Model& model, const std::vector<int32_t>& t
   return r;
 }
 
-PerplexityResult evaluate_perplexity(Model& model, const std::string& model_dir, const std::string& corpus_path,
-                                     const PerplexityOptions& options) {
+PerplexityResult evaluate_perplexity(Model& model, const std::string& model_dir,
+                                     const std::string& corpus_path, const PerplexityOptions& options) {
   std::ifstream in(corpus_path, std::ios::binary);
   DSI_CHECK(in.good(), "cannot open corpus ", corpus_path);
   std::stringstream buffer;

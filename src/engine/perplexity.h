@@ -4,10 +4,9 @@
 // tokens 1..W-1.
 #pragma once
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
@@ -34,7 +33,7 @@ std::vector<int32_t> perplexity_tokens(const Tokenizer& tokenizer, const std::st
 PerplexityResult evaluate_perplexity(Model& model, const std::vector<int32_t>& tokens,
                                      const PerplexityOptions& options);
 // Reads the corpus file and the tokenizer from `model_dir`.
-PerplexityResult evaluate_perplexity(Model& model, const std::string& model_dir, const std::string& corpus_path,
-                                     const PerplexityOptions& options);
+PerplexityResult evaluate_perplexity(Model& model, const std::string& model_dir,
+                                     const std::string& corpus_path, const PerplexityOptions& options);
 
 }  // namespace dsinfer

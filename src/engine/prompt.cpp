@@ -23,7 +23,8 @@ void validate_messages(const nlohmann::json& messages) {
   }
 }
 
-std::string render_chat(const Tokenizer& tokenizer, const nlohmann::json& messages, bool add_generation_prompt) {
+std::string render_chat(const Tokenizer& tokenizer, const nlohmann::json& messages,
+                        bool add_generation_prompt) {
   validate_messages(messages);
   DSI_CHECK(!tokenizer.chat_template().empty(), "the model has no chat_template in tokenizer_config.json");
   ChatTemplate tmpl(tokenizer.chat_template());

@@ -1,10 +1,9 @@
 // Prompt construction for the CLI and server: plain text (BOS as tokenizer_config.json says) or chat
 // messages rendered with the model's chat template.
 #pragma once
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "tokenizer/tokenizer.h"
 
@@ -14,7 +13,8 @@ namespace dsinfer {
 std::vector<int32_t> encode_text_prompt(const Tokenizer& tokenizer, const std::string& text);
 
 // The chat template's rendering of `messages` (a JSON array of {role, content}).
-std::string render_chat(const Tokenizer& tokenizer, const nlohmann::json& messages, bool add_generation_prompt);
+std::string render_chat(const Tokenizer& tokenizer, const nlohmann::json& messages,
+                        bool add_generation_prompt);
 
 // ids of the rendered chat (special tokens in the rendering are matched, nothing else is added).
 std::vector<int32_t> encode_chat_prompt(const Tokenizer& tokenizer, const nlohmann::json& messages,

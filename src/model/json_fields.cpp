@@ -9,7 +9,9 @@ namespace dsinfer::json_fields {
 
 using nlohmann::json;
 
-bool present(const json& j, const char* key) { return j.contains(key) && !j.at(key).is_null(); }
+bool present(const json& j, const char* key) {
+  return j.contains(key) && !j.at(key).is_null();
+}
 
 int64_t get_int(const json& j, const char* key, const std::string& where) {
   DSI_CHECK(present(j, key), where, ": required field \"", key, "\" is missing");
@@ -45,7 +47,8 @@ bool get_bool_or(const json& j, const char* key, bool fallback, const std::strin
   return v.get<bool>();
 }
 
-std::string get_str_or(const json& j, const char* key, const std::string& fallback, const std::string& where) {
+std::string get_str_or(const json& j, const char* key, const std::string& fallback,
+                       const std::string& where) {
   if (!present(j, key)) return fallback;
   const json& v = j.at(key);
   DSI_CHECK(v.is_string(), where, ": field \"", key, "\" must be a string, got ", v.dump());

@@ -2,9 +2,8 @@
 // config parsers of every architecture.
 #pragma once
 #include <cstdint>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 namespace dsinfer::json_fields {
 
@@ -17,7 +16,8 @@ int64_t get_int_or(const nlohmann::json& j, const char* key, int64_t fallback,
 double get_num(const nlohmann::json& j, const char* key, const std::string& where = "config.json");
 double get_num_or(const nlohmann::json& j, const char* key, double fallback,
                   const std::string& where = "config.json");
-bool get_bool_or(const nlohmann::json& j, const char* key, bool fallback, const std::string& where = "config.json");
+bool get_bool_or(const nlohmann::json& j, const char* key, bool fallback,
+                 const std::string& where = "config.json");
 std::string get_str_or(const nlohmann::json& j, const char* key, const std::string& fallback,
                        const std::string& where = "config.json");
 void require_positive(int64_t value, const char* key, const std::string& where = "config.json");

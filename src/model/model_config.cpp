@@ -15,22 +15,32 @@ using nlohmann::json;
 
 const char* arch_name(Arch arch) {
   switch (arch) {
-    case Arch::kLlama: return "llama";
-    case Arch::kQwen2: return "qwen2";
-    case Arch::kDeepseekV2: return "deepseek_v2";
-    case Arch::kDeepseekV3: return "deepseek_v3";
-    case Arch::kDeepseekV32: return "deepseek_v32";
-    case Arch::kDeepseekV4: return "deepseek_v4";
+    case Arch::kLlama:
+      return "llama";
+    case Arch::kQwen2:
+      return "qwen2";
+    case Arch::kDeepseekV2:
+      return "deepseek_v2";
+    case Arch::kDeepseekV3:
+      return "deepseek_v3";
+    case Arch::kDeepseekV32:
+      return "deepseek_v32";
+    case Arch::kDeepseekV4:
+      return "deepseek_v4";
   }
   return "?";
 }
 
 const char* rope_type_name(RopeType type) {
   switch (type) {
-    case RopeType::kDefault: return "default";
-    case RopeType::kLinear: return "linear";
-    case RopeType::kYarn: return "yarn";
-    case RopeType::kLlama3: return "llama3";
+    case RopeType::kDefault:
+      return "default";
+    case RopeType::kLinear:
+      return "linear";
+    case RopeType::kYarn:
+      return "yarn";
+    case RopeType::kLlama3:
+      return "llama3";
   }
   return "?";
 }
@@ -52,7 +62,8 @@ Arch parse_arch(const json& j) {
        "\" (supported: llama, qwen2, deepseek_v2, deepseek_v3, deepseek_v32, deepseek_v4)");
 }
 
-// Reads rope settings from either `rope_theta` + `rope_scaling` (Hub) or `rope_parameters` (newer transformers).
+// Reads rope settings from either `rope_theta` + `rope_scaling` (Hub) or `rope_parameters` (newer
+// transformers).
 RopeConfig parse_rope(const json& j, int64_t max_positions) {
   RopeConfig rope;
   const json* params = nullptr;
@@ -74,8 +85,8 @@ RopeConfig parse_rope(const json& j, int64_t max_positions) {
   if (!params) return rope;
   const json& p = *params;
   std::string type = p.contains("rope_type") && p["rope_type"].is_string() ? p["rope_type"].get<std::string>()
-                     : p.contains("type") && p["type"].is_string()     ? p["type"].get<std::string>()
-                                                                         : "default";
+                     : p.contains("type") && p["type"].is_string()         ? p["type"].get<std::string>()
+                                                                           : "default";
   rope.partial_rotary_factor = get_num_or(p, "partial_rotary_factor", 1.0, where);
   if (type == "default") {
     rope.type = RopeType::kDefault;
@@ -158,7 +169,8 @@ void parse_quantization(const json& j, ModelConfig& c) {
     DSI_CHECK(c.quant.block_n > 0 && c.quant.block_k > 0,
               "config.json: quantization_config.weight_block_size must be positive");
   }
-  c.quant.scale_fmt = q.contains("scale_fmt") && q["scale_fmt"].is_string() ? q["scale_fmt"].get<std::string>() : "";
+  c.quant.scale_fmt =
+      q.contains("scale_fmt") && q["scale_fmt"].is_string() ? q["scale_fmt"].get<std::string>() : "";
 }
 
 void parse_mla_and_moe(const json& j, ModelConfig& c) {
@@ -176,7 +188,8 @@ void parse_mla_and_moe(const json& j, ModelConfig& c) {
             c.qk_rope_head_dim);
   if (present(j, "qk_head_dim")) {
     DSI_CHECK(get_int(j, "qk_head_dim") == c.qk_head_dim(), "config.json: field \"qk_head_dim\" (",
-              get_int(j, "qk_head_dim"), ") is not qk_nope_head_dim + qk_rope_head_dim (", c.qk_head_dim(), ")");
+              get_int(j, "qk_head_dim"), ") is not qk_nope_head_dim + qk_rope_head_dim (", c.qk_head_dim(),
+              ")");
   }
   // transformers treats the rope part as the rotary head_dim of DeepSeek models.
   c.head_dim = c.qk_rope_head_dim;
@@ -212,8 +225,8 @@ void parse_mla_and_moe(const json& j, ModelConfig& c) {
   DSI_CHECK(c.first_k_dense_replace >= 0 && c.first_k_dense_replace <= c.num_layers,
             "config.json: field \"first_k_dense_replace\" must be within [0, num_hidden_layers]");
   if (c.topk_method == "noaux_tc") {
-    DSI_CHECK(c.scoring_func == "sigmoid", "config.json: topk_method noaux_tc needs scoring_func sigmoid, got \"",
-              c.scoring_func, "\"");
+    DSI_CHECK(c.scoring_func == "sigmoid",
+              "config.json: topk_method noaux_tc needs scoring_func sigmoid, got \"", c.scoring_func, "\"");
     DSI_CHECK(c.n_routed_experts / c.n_group >= 2 || c.n_group == 1,
               "config.json: noaux_tc group scoring needs at least 2 experts per group");
   } else if (c.topk_method == "greedy" || c.topk_method == "group_limited_greedy") {
@@ -269,7 +282,8 @@ ModelConfig parse_model_config(const json& j) {
   std::string act = get_str_or(j, "hidden_act", "silu");
   DSI_CHECK(act == "silu", "config.json: hidden_act \"", act, "\" is not supported (silu only)");
   c.rope = parse_rope(j, c.max_position_embeddings);
-  c.bos_token_id = present(j, "bos_token_id") ? std::optional<int32_t>(get_int(j, "bos_token_id")) : std::nullopt;
+  c.bos_token_id =
+      present(j, "bos_token_id") ? std::optional<int32_t>(get_int(j, "bos_token_id")) : std::nullopt;
   c.eos_token_ids = parse_token_ids(j, "eos_token_id");
   c.num_nextn_predict_layers = get_int_or(j, "num_nextn_predict_layers", 0);
   parse_quantization(j, c);

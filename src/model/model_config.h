@@ -1,11 +1,10 @@
 // ModelConfig: the architecture description parsed from a Hugging Face config.json.
 #pragma once
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace dsinfer {
 
@@ -75,8 +74,8 @@ struct ModelConfig {
   int64_t moe_layer_freq = 1;
   int64_t n_group = 1;
   int64_t topk_group = 1;
-  std::string topk_method;    // greedy | group_limited_greedy | noaux_tc
-  std::string scoring_func;   // softmax | sigmoid
+  std::string topk_method;   // greedy | group_limited_greedy | noaux_tc
+  std::string scoring_func;  // softmax | sigmoid
   bool norm_topk_prob = false;
   double routed_scaling_factor = 1.0;
   int64_t num_nextn_predict_layers = 0;

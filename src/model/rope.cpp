@@ -48,7 +48,8 @@ RopeTable make_rope_table(const RopeConfig& rope, int64_t rope_dim) {
         double wavelen = 2 * M_PI / f;
         float scaled = wavelen > low_wavelen ? static_cast<float>(f / rope.factor) : f;
         if (!(wavelen < high_wavelen) && !(wavelen > low_wavelen)) {
-          double smooth = (old_len / wavelen - rope.low_freq_factor) / (rope.high_freq_factor - rope.low_freq_factor);
+          double smooth =
+              (old_len / wavelen - rope.low_freq_factor) / (rope.high_freq_factor - rope.low_freq_factor);
           scaled = static_cast<float>((1 - smooth) * scaled / rope.factor + smooth * scaled);
         }
         f = scaled;
@@ -72,7 +73,8 @@ RopeTable make_rope_table(const RopeConfig& rope, int64_t rope_dim) {
       high = std::min(high, static_cast<double>(rope_dim - 1));
       if (low == high) high += 0.001;
       for (int64_t i = 0; i < half; ++i) {
-        float pos_freq = std::pow(static_cast<float>(base), static_cast<float>(2 * i) / static_cast<float>(rope_dim));
+        float pos_freq =
+            std::pow(static_cast<float>(base), static_cast<float>(2 * i) / static_cast<float>(rope_dim));
         float extrapolation = 1.0f / pos_freq;
         float interpolation = 1.0f / (static_cast<float>(factor) * pos_freq);
         float ramp = static_cast<float>((static_cast<double>(i) - low) / (high - low));

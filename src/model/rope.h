@@ -9,7 +9,7 @@
 namespace dsinfer {
 
 struct RopeTable {
-  std::vector<float> inv_freq;  // [rope_dim / 2]
+  std::vector<float> inv_freq;     // [rope_dim / 2]
   float attention_scaling = 1.0f;  // multiplies cos and sin (yarn)
   int64_t rope_dim = 0;
 };

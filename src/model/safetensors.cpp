@@ -108,8 +108,8 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
                   " data bytes): truncated file"));
     }
     if (end - begin != numel * dtype_size(info.dtype)) {
-      bad(str_cat("data_offsets span ", end - begin, " bytes but ", dtype, " ", shape_str(info.shape), " needs ",
-                  numel * dtype_size(info.dtype)));
+      bad(str_cat("data_offsets span ", end - begin, " bytes but ", dtype, " ", shape_str(info.shape),
+                  " needs ", numel * dtype_size(info.dtype)));
     }
     info.offset = begin;
     info.nbytes = end - begin;
@@ -177,7 +177,8 @@ SafetensorsArchive SafetensorsArchive::open_dir(const std::string& dir) {
                 "\" is not a file name");
       std::string shard = it.value().get<std::string>();
       DSI_CHECK(shard.find('/') == std::string::npos && shard.find("..") == std::string::npos,
-                index_path.string(), ": weight_map entry \"", it.key(), "\" names a file outside the directory");
+                index_path.string(), ": weight_map entry \"", it.key(),
+                "\" names a file outside the directory");
       weight_map[it.key()] = shard;
       shards.insert(shard);
     }
@@ -187,7 +188,8 @@ SafetensorsArchive SafetensorsArchive::open_dir(const std::string& dir) {
   } else {
     for (const auto& entry : fs::directory_iterator(dir)) {
       std::string name = entry.path().filename().string();
-      if (entry.path().extension() == ".safetensors" && name != "golden.safetensors") shard_names.push_back(name);
+      if (entry.path().extension() == ".safetensors" && name != "golden.safetensors")
+        shard_names.push_back(name);
     }
     std::sort(shard_names.begin(), shard_names.end());
   }

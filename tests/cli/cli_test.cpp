@@ -26,8 +26,8 @@ std::string shell_quote(const std::string& s) {
 CliRun run(const std::string& args) {
   static int counter = 0;
   const std::string err_path =
-      (std::filesystem::temp_directory_path() / ("dsinfer_cli_err_" + std::to_string(getpid()) + "_" +
-                                                 std::to_string(counter++)))
+      (std::filesystem::temp_directory_path() /
+       ("dsinfer_cli_err_" + std::to_string(getpid()) + "_" + std::to_string(counter++)))
           .string();
   const std::string cmd = std::string(DSINFER_BINARY) + " " + args + " 2>" + err_path;
   CliRun r;
@@ -48,7 +48,8 @@ const std::string kModel = std::string(DSINFER_SOURCE_DIR) + "/models/deepseek-v
 const std::string kV3Tokenizer = std::string(DSINFER_TEST_DATA) + "/tokenizer/deepseek-v3";
 
 std::string temp_file(const std::string& name, const std::string& content) {
-  auto path = std::filesystem::temp_directory_path() / ("dsinfer_cli_" + std::to_string(getpid()) + "_" + name);
+  auto path =
+      std::filesystem::temp_directory_path() / ("dsinfer_cli_" + std::to_string(getpid()) + "_" + name);
   std::ofstream(path, std::ios::binary) << content;
   return path.string();
 }
@@ -58,8 +59,9 @@ TEST(GenerateCli, GreedyMatchesTransformersTokenForToken) {
   nlohmann::json cases = nlohmann::json::parse(in)["cases"];
   ASSERT_FALSE(cases.empty());
   for (const auto& c : cases) {
-    CliRun r = run("generate --model " + kModel + " --device cpu --temperature 0 --max-tokens 48 --json --prompt " +
-                shell_quote(c["prompt"].get<std::string>()));
+    CliRun r =
+        run("generate --model " + kModel + " --device cpu --temperature 0 --max-tokens 48 --json --prompt " +
+            shell_quote(c["prompt"].get<std::string>()));
     ASSERT_EQ(r.status, 0) << r.err;
     nlohmann::json j = nlohmann::json::parse(r.out);
     EXPECT_EQ(j["ids"], c["greedy_ids"]) << c["prompt"];
@@ -78,20 +80,22 @@ TEST(GenerateCli, StreamsPromptAndCompletionToStdout) {
 }
 
 TEST(GenerateCli, SeededSamplingIsReproducible) {
-  const std::string args = "generate --model " + kModel +
-                           " --device cpu --temperature 0.9 --top-p 0.95 --top-k 50 --seed 7 --max-tokens 24 --json "
-                           "--prompt 'class Foo:'";
+  const std::string args =
+      "generate --model " + kModel +
+      " --device cpu --temperature 0.9 --top-p 0.95 --top-k 50 --seed 7 --max-tokens 24 --json "
+      "--prompt 'class Foo:'";
   CliRun a = run(args), b = run(args);
   ASSERT_EQ(a.status, 0) << a.err;
   EXPECT_EQ(nlohmann::json::parse(a.out)["ids"], nlohmann::json::parse(b.out)["ids"]);
   CliRun c = run("generate --model " + kModel +
-              " --device cpu --temperature 0.9 --seed 8 --max-tokens 24 --json --prompt 'class Foo:'");
+                 " --device cpu --temperature 0.9 --seed 8 --max-tokens 24 --json --prompt 'class Foo:'");
   ASSERT_EQ(c.status, 0);
 }
 
 TEST(GenerateCli, StopStringEndsGenerationWithoutIt) {
-  CliRun r = run("generate --model " + kModel + " --device cpu --max-tokens 48 --json --stop '\"\"\"' --prompt " +
-              shell_quote("def fibonacci(n):\n"));
+  CliRun r =
+      run("generate --model " + kModel + " --device cpu --max-tokens 48 --json --stop '\"\"\"' --prompt " +
+          shell_quote("def fibonacci(n):\n"));
   ASSERT_EQ(r.status, 0) << r.err;
   nlohmann::json j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["finish_reason"], "stop");
@@ -144,10 +148,11 @@ TEST(GenerateCli, BadInputIsAClearErrorWithNonZeroExit) {
 
 TEST(TokenizeCli, TextAndInputAndMessagesMatchTransformers) {
   CliRun r = run("tokenize --model " + kV3Tokenizer + " --json --text " +
-              shell_quote("Hello, world! This is a test of the DeepSeek tokenizer."));
+                 shell_quote("Hello, world! This is a test of the DeepSeek tokenizer."));
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(nlohmann::json::parse(r.out)["ids"],
-            nlohmann::json({19923, 14, 2058, 3, 1162, 344, 260, 1950, 294, 270, 22651, 4374, 1465, 17840, 9160, 16}));
+            nlohmann::json(
+                {19923, 14, 2058, 3, 1162, 344, 260, 1950, 294, 270, 22651, 4374, 1465, 17840, 9160, 16}));
 
   std::string jsonl = temp_file("tok.jsonl", "{\"text\": \"Hello\"}\n{\"text\": \"\"}\n");
   r = run("tokenize --model " + kV3Tokenizer + " --input " + jsonl);
@@ -162,7 +167,8 @@ TEST(TokenizeCli, TextAndInputAndMessagesMatchTransformers) {
   for (const auto& c : chat["cases"]) {
     const bool gen = c.value("add_generation_prompt", false);
     std::string msgs = temp_file("msgs.json", c["messages"].dump());
-    r = run("tokenize --model " + kV3Tokenizer + " --messages " + msgs + (gen ? " --add-generation-prompt" : ""));
+    r = run("tokenize --model " + kV3Tokenizer + " --messages " + msgs +
+            (gen ? " --add-generation-prompt" : ""));
     ASSERT_EQ(r.status, 0) << r.err;
     nlohmann::json j = nlohmann::json::parse(r.out);
     EXPECT_EQ(j["prompt"], c["rendered"]);
@@ -206,7 +212,8 @@ TEST(EvalCli, GoldenJsonShapeAndExitStatus) {
 }
 
 TEST(EvalCli, PerplexityOnTheFirstWindows) {
-  CliRun r = run("eval ppl --model " + kModel + " --corpus " + kModel + "/eval_corpus.txt --max-windows 4 --json");
+  CliRun r =
+      run("eval ppl --model " + kModel + " --corpus " + kModel + "/eval_corpus.txt --max-windows 4 --json");
   ASSERT_EQ(r.status, 0) << r.err;
   nlohmann::json j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["windows"], 4);
@@ -229,7 +236,7 @@ TEST(CheckCli, ReportsV4FlashSizesFromThePublishedConfig) {
   nlohmann::json j = nlohmann::json::parse(r.out);
   const auto& m = j["model"];
   EXPECT_EQ(m["architecture"], "deepseek_v4");
-  EXPECT_NEAR(m["total_params"].get<double>(), 284e9, 3e9);   // published: 284B total
+  EXPECT_NEAR(m["total_params"].get<double>(), 284e9, 3e9);    // published: 284B total
   EXPECT_NEAR(m["active_params"].get<double>(), 13e9, 1.5e9);  // published: 13B active
   EXPECT_GT(m["kv_bytes_per_token_bf16"].get<double>(), 0.0);
   EXPECT_LT(m["kv_bytes_per_token_bf16"].get<double>(), 70000.0);  // far below V3's 70 KB/token
@@ -239,7 +246,8 @@ TEST(CheckCli, ReportsV4FlashSizesFromThePublishedConfig) {
 }
 
 TEST(CheckCli, MemoryPlanAndWarnings) {
-  CliRun r = run("check --model " + kModel + " --gpu sm_80 --gpu-memory-gib 1 --precision fp8 --context-chunk-size 500 --json");
+  CliRun r = run("check --model " + kModel +
+                 " --gpu sm_80 --gpu-memory-gib 1 --precision fp8 --context-chunk-size 500 --json");
   ASSERT_EQ(r.status, 0) << r.err;
   nlohmann::json j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["target"]["precision"], "bf16");

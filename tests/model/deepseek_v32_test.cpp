@@ -189,7 +189,7 @@ TEST(DeepseekV32Indexer, FewerVisibleThanTopKSelectsAllVisible) {
   BatchPlan plan = make_plan({{0, L}}, 8, 1);
   CpuBackend b;
   Tensor sel = b.dsa_indexer_topk(random_tensor({L, Hi, D}, rng), random_tensor({L, Hi}, rng), cache, 0, plan,
-                              0.3f, 0.6f, top_k);
+                                  0.3f, 0.6f, top_k);
   ASSERT_EQ(sel.dim(0), L);
   ASSERT_EQ(sel.dim(1), top_k);
   for (int64_t t = 0; t < L; ++t) {

@@ -45,8 +45,8 @@ TEST_P(GoldenTest, MatchesTransformers) {
 
 std::vector<GoldenParam> golden_params() {
   std::vector<GoldenParam> out;
-  for (const char* m : {"tiny-llama", "tiny-qwen2", "tiny-deepseek-v2", "tiny-deepseek-v3", "small-deepseek-v3-fp8",
-                        "deepseek-v3-tiny-code"}) {
+  for (const char* m : {"tiny-llama", "tiny-qwen2", "tiny-deepseek-v2", "tiny-deepseek-v3",
+                        "small-deepseek-v3-fp8", "deepseek-v3-tiny-code"}) {
     for (int64_t chunk : {0, 5, 64}) out.push_back({m, chunk});
   }
   return out;

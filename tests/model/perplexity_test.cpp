@@ -1,5 +1,7 @@
 // Perplexity of the bundled deepseek-v3-tiny-code model on its held-out corpus reproduces transformers'
 // figure (eval_ppl.json) within 0.1%, with the method spelled out there.
+#include "engine/perplexity.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -7,7 +9,6 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/cpu/cpu_backend.h"
-#include "engine/perplexity.h"
 #include "model/model.h"
 
 namespace dsinfer {

@@ -3,12 +3,11 @@
 // cache with several sequences, shuffled block ids and chunked context.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
 #include <numeric>
-#include <omp.h>
-
 #include <random>
 #include <tuple>
 #include <vector>
@@ -917,6 +916,7 @@ TEST(CpuGemmThreads, ParallelEqualsSerial) {
     for (float& v : bias) v = dist(rng);
     dsinfer::cpu::gemm_nt(M, N, K, A.data(), K, B.data(), K, C1.data(), N, bias.data());
     dsinfer::cpu::gemm_nt_serial(M, N, K, A.data(), K, B.data(), K, C2.data(), N, bias.data());
-    for (int64_t i = 0; i < M * N; ++i) ASSERT_NEAR(C1[i], C2[i], 1e-4f) << M << "x" << N << "x" << K << " at " << i;
+    for (int64_t i = 0; i < M * N; ++i)
+      ASSERT_NEAR(C1[i], C2[i], 1e-4f) << M << "x" << N << "x" << K << " at " << i;
   }
 }

@@ -6,7 +6,9 @@
 
 namespace dsinfer::cuda {
 
-inline void register_allocator() { register_device_allocator(Device::kCuda, {&device_alloc, &device_free}); }
+inline void register_allocator() {
+  register_device_allocator(Device::kCuda, {&device_alloc, &device_free});
+}
 
 // A device copy of a host tensor (same dtype and shape).
 inline Tensor to_device(const Tensor& host) {

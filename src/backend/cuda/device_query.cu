@@ -1,7 +1,7 @@
 // Device discovery through the CUDA runtime.
-#include "backend/cuda/device_query.h"
-
 #include <cuda_runtime.h>
+
+#include "backend/cuda/device_query.h"
 
 namespace dsinfer::cuda {
 

@@ -13,15 +13,15 @@ namespace {
 
 struct MlaWeights {
   bool q_lora = false;
-  Linear q_proj;      // [H * qk, hidden] without q_lora
-  Linear q_a_proj;    // [q_lora, hidden]
-  Tensor q_a_norm;    // [q_lora]
-  Linear q_b_proj;    // [H * qk, q_lora]
-  Linear kv_a_proj;   // [R + P, hidden]
-  Tensor kv_a_norm;   // [R]
-  Tensor w_uk;        // [H, nope, R] from kv_b_proj
-  Tensor w_uv;        // [H, v, R] from kv_b_proj
-  Linear o_proj;      // [hidden, H * v]
+  Linear q_proj;     // [H * qk, hidden] without q_lora
+  Linear q_a_proj;   // [q_lora, hidden]
+  Tensor q_a_norm;   // [q_lora]
+  Linear q_b_proj;   // [H * qk, q_lora]
+  Linear kv_a_proj;  // [R + P, hidden]
+  Tensor kv_a_norm;  // [R]
+  Tensor w_uk;       // [H, nope, R] from kv_b_proj
+  Tensor w_uv;       // [H, v, R] from kv_b_proj
+  Linear o_proj;     // [hidden, H * v]
 };
 
 struct DeepseekLayer {
@@ -34,7 +34,8 @@ struct DeepseekLayer {
 };
 
 // Splits kv_b_proj [H * (nope + v), R] into per-head W_UK [H, nope, R] and W_UV [H, v, R].
-void split_kv_b(const Tensor& kv_b, int64_t H, int64_t nope, int64_t v, int64_t R, Tensor* w_uk, Tensor* w_uv) {
+void split_kv_b(const Tensor& kv_b, int64_t H, int64_t nope, int64_t v, int64_t R, Tensor* w_uk,
+                Tensor* w_uv) {
   *w_uk = Tensor::empty(DType::F32, {H, nope, R});
   *w_uv = Tensor::empty(DType::F32, {H, v, R});
   for (int64_t h = 0; h < H; ++h) {
@@ -88,7 +89,8 @@ class DeepseekModel : public Model {
     }
     rope_ = make_rope_table(c.rope, P);
     // V2 uses the complex-pair form; V3 follows rope_interleave.
-    layout_ = (c.arch == Arch::kDeepseekV2 || c.rope_interleave) ? RopeLayout::kInterleaved : RopeLayout::kHalf;
+    layout_ =
+        (c.arch == Arch::kDeepseekV2 || c.rope_interleave) ? RopeLayout::kInterleaved : RopeLayout::kHalf;
     double scale = 1.0 / std::sqrt(static_cast<double>(qk));
     // The YaRN mscale (mscale_all_dim) is folded into the softmax scale, as DeepSeek and transformers do.
     if (c.rope.type == RopeType::kYarn && c.rope.mscale_all_dim != 0.0) {
@@ -127,7 +129,8 @@ class DeepseekModel : public Model {
   }
 
  private:
-  Tensor attention(const MlaWeights& a, const Tensor& x, const BatchPlan& plan, KvCache& cache, int64_t layer) {
+  Tensor attention(const MlaWeights& a, const Tensor& x, const BatchPlan& plan, KvCache& cache,
+                   int64_t layer) {
     Backend& b = backend_;
     const ModelConfig& c = config_;
     const int64_t T = plan.num_tokens(), H = c.num_heads, R = c.kv_lora_rank, P = c.qk_rope_head_dim;
@@ -143,9 +146,9 @@ class DeepseekModel : public Model {
       std::copy(q.f32() + r * qk, q.f32() + r * qk + nope, q_nope.f32() + r * nope);
       std::copy(q.f32() + r * qk + nope, q.f32() + (r + 1) * qk, q_pe.f32() + r * P);
     }
-    Tensor kv = b.linear(x, a.kv_a_proj);                     // [T, R + P]
-    Tensor latent = Tensor::empty(DType::F32, {T, R});         // [T, R]
-    Tensor k_pe = Tensor::empty(DType::F32, {T, 1, P});        // [T, 1, P]
+    Tensor kv = b.linear(x, a.kv_a_proj);                // [T, R + P]
+    Tensor latent = Tensor::empty(DType::F32, {T, R});   // [T, R]
+    Tensor k_pe = Tensor::empty(DType::F32, {T, 1, P});  // [T, 1, P]
     for (int64_t t = 0; t < T; ++t) {
       std::copy(kv.f32() + t * (R + P), kv.f32() + t * (R + P) + R, latent.f32() + t * R);
       std::copy(kv.f32() + t * (R + P) + R, kv.f32() + (t + 1) * (R + P), k_pe.f32() + t * P);
@@ -162,8 +165,8 @@ class DeepseekModel : public Model {
     } else {
       o_lat = b.attention_mla(q_lat, q_pe, cache, layer, plan, scale_);
     }
-    Tensor o = b.head_matmul(o_lat, a.w_uv, /*transpose_w=*/false);        // [T, H, v]
-    return b.linear(o.reshape({T, H * c.v_head_dim}), a.o_proj);          // [T, hidden]
+    Tensor o = b.head_matmul(o_lat, a.w_uv, /*transpose_w=*/false);  // [T, H, v]
+    return b.linear(o.reshape({T, H * c.v_head_dim}), a.o_proj);     // [T, hidden]
   }
 
   ModelConfig config_;

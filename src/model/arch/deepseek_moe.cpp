@@ -8,7 +8,9 @@ namespace dsinfer {
 namespace {
 
 // Rows [begin, begin + rows) of a [*, cols] matrix, copied.
-Tensor slice_rows(const Tensor& m, int64_t begin, int64_t rows) { return m.rows(begin, begin + rows).clone(); }
+Tensor slice_rows(const Tensor& m, int64_t begin, int64_t rows) {
+  return m.rows(begin, begin + rows).clone();
+}
 
 }  // namespace
 

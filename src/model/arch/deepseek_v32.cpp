@@ -58,7 +58,7 @@ class LightningIndexer : public MlaTokenSelector {
     b.write_kv(cache, entry, plan, k, Tensor());
     Tensor weights = b.linear(x, L.weights_proj);  // [T, Hi]
     return b.dsa_indexer_topk(q, weights, cache, entry, plan, scale_, weight_scale_,
-                          config_.index_topk);  // [T, K]
+                              config_.index_topk);  // [T, K]
   }
 
  private:
