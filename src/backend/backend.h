@@ -142,6 +142,21 @@ class Backend {
   virtual Tensor attention_v4(const Tensor& q, const KvCache& cache, int64_t window_layer, int64_t window,
                               int64_t comp_layer, int64_t ratio, const Tensor& selected,
                               const BatchPlan& plan, const Tensor& sinks, float scale) = 0;
+  // DeepSeek-V3.2 sparse attention (DSA).
+  // x [T, H] -> [T, H], y = (x - mean(x)) / sqrt(var(x) + eps) * w + b (torch.nn.LayerNorm, biased variance).
+  virtual Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps) = 0;
+  // Lightning indexer: for each query token t, the `top_k` positions p <= positions[t] of its sequence with
+  // the largest score sum_h (weights[t, h] * weight_scale) * relu(q[t, h] . k_p * scale), k_p the D values
+  // cached at p in cache entry `layer`. q [T, Hi, D], weights [T, Hi]. Returns positions [T, top_k] (I32)
+  // in ascending order, padded with -1 when fewer than top_k tokens are visible (then all of them are
+  // chosen). Equal scores prefer the earlier position.
+  virtual Tensor dsa_indexer_topk(const Tensor& q, const Tensor& weights, const KvCache& cache, int64_t layer,
+                              const BatchPlan& plan, float scale, float weight_scale, int64_t top_k) = 0;
+  // attention_mla restricted to the cache positions `selected` [T, K] (I32, -1 entries ignored) of each query
+  // token's sequence. Returns [T, H, R].
+  virtual Tensor attention_mla_sparse(const Tensor& q_lat, const Tensor& q_pe, const KvCache& cache,
+                                      int64_t layer, const BatchPlan& plan, const Tensor& selected,
+                                      float scale) = 0;
 };
 
 }  // namespace dsinfer

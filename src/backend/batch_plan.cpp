@@ -25,10 +25,10 @@ void BatchPlan::validate(int64_t num_cache_blocks) const {
                 block_table[b], " out of range");
     }
   }
-  DSI_CHECK(prefill_target_lens.empty() || static_cast<int32_t>(prefill_target_lens.size()) == S,
-            "BatchPlan: prefill_target_lens must be empty or hold one length per sequence");
-  for (int32_t s = 0; s < S && !prefill_target_lens.empty(); ++s) {
-    DSI_CHECK(prefill_target_lens[s] >= context_lens[s], "BatchPlan: prefill target of sequence ", s,
+  DSI_CHECK(prompt_lens.empty() || static_cast<int32_t>(prompt_lens.size()) == S,
+            "BatchPlan: prompt_lens must be empty or hold one length per sequence");
+  for (int32_t s = 0; s < S && !prompt_lens.empty(); ++s) {
+    DSI_CHECK(prompt_lens[s] >= context_lens[s], "BatchPlan: prefill target of sequence ", s,
               " is shorter than its context");
   }
   for (int32_t row : logits_rows) DSI_CHECK(row >= 0 && row < num_tokens(), "BatchPlan: bad logits row");

@@ -16,22 +16,22 @@ struct BatchPlan {
   std::vector<int64_t> slot_mapping;  // [num_tokens] cache slot (block * block_size + offset) of each new token
   std::vector<int32_t> logits_rows;   // token indices whose logits are wanted, in output order
   std::vector<int64_t> seq_ids;       // [num_seqs] sequence ids (for per-sequence cache state)
-  // [num_seqs] or empty: the context length each sequence reaches once its current prompt is fully prefilled
-  // (larger than context_lens while a prompt arrives in chunks). Only used to break exact top-k ties the way
-  // a one-shot prefill does (DeepSeek-V4's indexer, see docs/deepseek_v4_kv.md); empty = context_lens.
-  std::vector<int32_t> prefill_target_lens;
+  // [num_seqs] or empty: the length each sequence reaches once its current prompt is fully prefilled. Lets
+  // a chunked prefill reproduce a one-shot prefill where a result depends on the whole prompt's length
+  // (the CPU DeepSeek-V3.2 and V4 indexers break top-k ties as torch does over a full-prompt row).
+  // Empty: context_lens.
+  std::vector<int32_t> prompt_lens;
   int32_t block_size = 64;
 
   int32_t num_tokens() const { return static_cast<int32_t>(token_ids.size()); }
   int32_t num_seqs() const { return static_cast<int32_t>(context_lens.size()); }
   int32_t query_len(int32_t seq) const { return cu_seqlens[seq + 1] - cu_seqlens[seq]; }
+  // prompt_lens[seq], or context_lens[seq] when not given.
+  int32_t prompt_len(int32_t seq) const { return prompt_lens.empty() ? context_lens[seq] : prompt_lens[seq]; }
   // Cache slot holding position `pos` of sequence `seq`.
   int64_t slot_of(int32_t seq, int64_t pos) const {
     return static_cast<int64_t>(block_table[block_table_indptr[seq] + pos / block_size]) * block_size +
            pos % block_size;
-  }
-  int32_t prefill_target_len(int32_t seq) const {
-    return prefill_target_lens.empty() ? context_lens[seq] : prefill_target_lens[seq];
   }
   // Throws dsinfer::Error when the arrays are inconsistent with each other or with the cache.
   void validate(int64_t num_cache_blocks) const;

@@ -43,6 +43,7 @@ EngineImpl::EngineImpl(const EngineConfig& config, std::unique_ptr<Backend> back
   // they can snapshot that state at block boundaries (docs/architecture.md, "Paged KV cache").
   bool reusable = true;
   for (const KvLayerSpec& l : layers) reusable = reusable && l.kind == KvKind::kFullHistory;
+  reusable = reusable && model_->prefix_cache_exact();
   cache_ = std::make_unique<KvCache>(layers, num_blocks, config.kv_block_size);
   pool_ =
       std::make_unique<BlockPool>(num_blocks, config.kv_block_size, config.enable_prefix_caching && reusable);

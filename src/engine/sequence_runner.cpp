@@ -23,7 +23,8 @@ void SequenceRunner::reset() {
   model_.release_sequence(seq_id_);
 }
 
-Tensor SequenceRunner::run_chunk(const std::vector<int32_t>& tokens, size_t begin, size_t end, bool all_logits) {
+Tensor SequenceRunner::run_chunk(const std::vector<int32_t>& tokens, size_t begin, size_t end,
+                                 bool all_logits, int64_t prompt_end) {
   BatchPlan plan;
   plan.block_size = static_cast<int32_t>(block_size_);
   const int64_t n = static_cast<int64_t>(end - begin);
@@ -39,7 +40,7 @@ Tensor SequenceRunner::run_chunk(const std::vector<int32_t>& tokens, size_t begi
   plan.block_table_indptr = {0, blocks};
   for (int32_t b = 0; b < blocks; ++b) plan.block_table.push_back(b);
   plan.seq_ids = {seq_id_};
-  plan.prefill_target_lens = {static_cast<int32_t>(target_)};
+  plan.prompt_lens = {static_cast<int32_t>(prompt_end)};
   if (all_logits) {
     for (int64_t i = 0; i < n; ++i) plan.logits_rows.push_back(static_cast<int32_t>(i));
   } else {
@@ -57,15 +58,15 @@ Tensor SequenceRunner::append(const std::vector<int32_t>& tokens, bool all_logit
             length_ + static_cast<int64_t>(tokens.size()), " tokens exceeds the context capacity of ", capacity_,
             " tokens");
   const size_t step = chunk > 0 ? static_cast<size_t>(chunk) : tokens.size();
-  target_ = length_ + static_cast<int64_t>(tokens.size());
+  const int64_t prompt_end = length_ + static_cast<int64_t>(tokens.size());
   std::vector<Tensor> parts;
   for (size_t begin = 0; begin < tokens.size(); begin += step) {
     const size_t end = std::min(tokens.size(), begin + step);
     const bool last = end == tokens.size();
     if (all_logits || last) {
-      parts.push_back(run_chunk(tokens, begin, end, all_logits));
+      parts.push_back(run_chunk(tokens, begin, end, all_logits, prompt_end));
     } else {
-      run_chunk(tokens, begin, end, false);
+      run_chunk(tokens, begin, end, false, prompt_end);
     }
   }
   if (parts.size() == 1) return parts[0];

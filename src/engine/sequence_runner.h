@@ -25,8 +25,9 @@ class SequenceRunner {
   int64_t capacity() const { return capacity_; }
 
  private:
-  Tensor run_chunk(const std::vector<int32_t>& tokens, size_t begin, size_t end, bool all_logits);
-  int64_t target_ = 0;  // length once the tokens of the current append() are all in
+  // prompt_end: the sequence's length once all of the current append's tokens are in.
+  Tensor run_chunk(const std::vector<int32_t>& tokens, size_t begin, size_t end, bool all_logits,
+                   int64_t prompt_end);
   Model& model_;
   int64_t capacity_;
   int64_t block_size_;

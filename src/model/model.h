@@ -19,6 +19,10 @@ class Model {
   virtual Tensor forward(const BatchPlan& plan, KvCache& cache) = 0;
   // Drops per-sequence state kept outside the paged cache (none for most models).
   virtual void release_sequence(int64_t seq_id) {}
+  // Whether a prefix's cached rows are the same whatever prompt they were computed in, so that the prefix
+  // cache may share them. False for models whose top-k index selection breaks exact ties by the length of
+  // the whole prompt (BatchPlan::prompt_lens, as transformers' one-shot prefill does): DeepSeek-V3.2 and V4.
+  virtual bool prefix_cache_exact() const { return true; }
 };
 
 struct LoadOptions {

@@ -274,6 +274,19 @@ void parse_mla_and_moe(const json& j, ModelConfig& c) {
   }
 }
 
+// DeepSeek-V3.2's indexer (DeepseekV32Config defaults: 64 heads of 128, top 2048).
+void parse_indexer(const json& j, ModelConfig& c) {
+  c.index_n_heads = get_int_or(j, "index_n_heads", 64);
+  c.index_head_dim = get_int_or(j, "index_head_dim", 128);
+  c.index_topk = get_int_or(j, "index_topk", 2048);
+  require_positive(c.index_n_heads, "index_n_heads");
+  require_positive(c.index_head_dim, "index_head_dim");
+  require_positive(c.index_topk, "index_topk");
+  DSI_CHECK(c.q_lora_rank > 0, "config.json: deepseek_v32 needs q_lora_rank (its indexer reads q_lora)");
+  DSI_CHECK(c.index_head_dim >= c.qk_rope_head_dim, "config.json: index_head_dim (", c.index_head_dim,
+            ") is smaller than qk_rope_head_dim (", c.qk_rope_head_dim, ")");
+}
+
 }  // namespace
 
 ModelConfig parse_model_config(const json& j) {
@@ -331,6 +344,7 @@ ModelConfig parse_model_config(const json& j) {
               "config.json: use_sliding_window is not supported for qwen2");
   } else {
     parse_mla_and_moe(j, c);
+    if (c.arch == Arch::kDeepseekV32) parse_indexer(j, c);
     DSI_CHECK(!get_bool_or(j, "attention_bias", false),
               "config.json: attention_bias true is not supported for DeepSeek MLA");
   }

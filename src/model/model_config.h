@@ -81,6 +81,11 @@ struct ModelConfig {
   double routed_scaling_factor = 1.0;
   int64_t num_nextn_predict_layers = 0;
 
+  // DeepSeek-V3.2 sparse attention (DSA): the lightning indexer picks index_topk cached tokens per query.
+  int64_t index_n_heads = 0;   // 0: dense MLA
+  int64_t index_head_dim = 0;  // its first qk_rope_head_dim dims carry (half-split) rope
+  int64_t index_topk = 0;
+
   QuantConfig quant;
   std::optional<int32_t> bos_token_id;
   std::vector<int32_t> eos_token_ids;

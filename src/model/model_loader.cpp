@@ -8,6 +8,7 @@
 #include "core/log.h"
 #include "core/progress_bar.h"
 #include "model/arch/deepseek.h"
+#include "model/arch/deepseek_v32.h"
 #include "model/arch/llama.h"
 #include "model/model.h"
 #include "model/safetensors.h"
@@ -15,10 +16,7 @@
 
 namespace dsinfer {
 
-std::unique_ptr<Model> make_deepseek_v4_model(const ModelConfig& config, WeightLoader& weights,
-                                              Backend& backend);
-std::unique_ptr<Model> make_deepseek_v32_model(const ModelConfig& config, WeightLoader& weights,
-                                               Backend& backend);
+std::unique_ptr<Model> make_deepseek_v4_model(const ModelConfig& config, WeightLoader& weights, Backend& backend);
 
 std::unique_ptr<Model> load_model(const std::string& dir, Backend& backend, const LoadOptions& options) {
   ModelConfig config = load_model_config(dir);

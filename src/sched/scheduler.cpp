@@ -215,6 +215,9 @@ BatchPlan Scheduler::build_plan(const StepSchedule& step) const {
     }
     plan.cu_seqlens.push_back(static_cast<int32_t>(plan.token_ids.size()));
     plan.context_lens.push_back(static_cast<int32_t>(end));
+    // The length this prefill pass reaches (all of the sequence's known tokens): chunked prefill then breaks
+    // indexer top-k ties exactly as a one-shot prefill would (see BatchPlan::prompt_lens).
+    plan.prompt_lens.push_back(static_cast<int32_t>(s.num_tokens()));
     const int64_t nblocks = (end + bs - 1) / bs;
     plan.block_table.insert(plan.block_table.end(), blocks.begin(), blocks.begin() + nblocks);
     plan.block_table_indptr.push_back(static_cast<int32_t>(plan.block_table.size()));

@@ -218,7 +218,10 @@ TEST_P(EngineEquivalenceTest, BatchedGreedyEqualsSequential) {
   if (param.scenario.kv_tokens > 0) {
     EXPECT_GT(stats.preemptions, 0);
   }
-  if (param.scenario.staggered) {
+  // Prefix caching serves models whose cached rows depend on the prefix alone (not DeepSeek-V3.2 / V4,
+  // whose indexers break exact top-k ties by the whole prompt's length).
+  if (param.scenario.staggered && param.model.find("v4") == std::string::npos &&
+      param.model.find("v32") == std::string::npos) {
     EXPECT_GT(stats.prefix_cache_hit_tokens, 0);
   }
 }
@@ -226,7 +229,8 @@ TEST_P(EngineEquivalenceTest, BatchedGreedyEqualsSequential) {
 std::vector<EngineCase> engine_cases() {
   std::vector<EngineCase> out;
   for (const char* m : {"tiny-llama", "tiny-qwen2", "tiny-deepseek-v2", "tiny-deepseek-v3",
-                        "small-deepseek-v3-fp8", "deepseek-v3-tiny-code"}) {
+                        "small-deepseek-v3-fp8", "deepseek-v3-tiny-code", "tiny-deepseek-v32", "tiny-deepseek-v4",
+                        "small-deepseek-v4-fp8-fp4"}) {
     for (const Scenario& s : scenarios()) out.push_back({m, s});
   }
   return out;

@@ -1,10 +1,9 @@
 // CPU reference attention over the paged KV cache: cache writes, causal GQA and absorbed MLA.
 // Query token t of a sequence attends to cache positions [0, positions[t]].
 #include <algorithm>
-#include <cmath>
 #include <cstring>
-#include <limits>
 
+#include "backend/cpu/cpu_attention_common.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/gemm.h"
 #include "core/error.h"
@@ -15,23 +14,6 @@ namespace {
 
 // Below this many multiply-adds an op runs on one thread: an OpenMP region costs more than it saves.
 constexpr double kParallelWork = 1 << 18;
-
-// Maps each token to its sequence.
-std::vector<int32_t> token_seq(const BatchPlan& plan) {
-  std::vector<int32_t> seq(plan.num_tokens());
-  for (int32_t s = 0; s < plan.num_seqs(); ++s)
-    for (int32_t t = plan.cu_seqlens[s]; t < plan.cu_seqlens[s + 1]; ++t) seq[t] = s;
-  return seq;
-}
-
-void softmax_inplace(float* s, int64_t n) {
-  float mx = -std::numeric_limits<float>::infinity();
-  for (int64_t j = 0; j < n; ++j) mx = std::max(mx, s[j]);
-  float sum = 0.0f;
-  for (int64_t j = 0; j < n; ++j) sum += (s[j] = std::exp(s[j] - mx));
-  const float inv = 1.0f / sum;
-  for (int64_t j = 0; j < n; ++j) s[j] *= inv;
-}
 
 }  // namespace
 
@@ -55,7 +37,7 @@ Tensor CpuBackend::attention_gqa(const Tensor& q, const KvCache& cache, int64_t 
   DSI_CHECK(q.dim(2) == D && Hq % kv_heads == 0, "attention_gqa: bad query shape ", shape_str(q.shape()));
   DSI_CHECK(cache.width(layer) == kv_heads * (D + Dv), "attention_gqa: cache row width mismatch");
   const int64_t group = Hq / kv_heads;
-  const std::vector<int32_t> seq_of = token_seq(plan);
+  const std::vector<int32_t> seq_of = cpu::token_seq(plan);
   Tensor out = Tensor::zeros(DType::F32, {T, Hq * Dv});
   const bool parallel = static_cast<double>(T) * Hq * (plan.positions.empty() ? 0 : plan.positions.back() + 1) *
                             (D + Dv) > kParallelWork;
@@ -70,7 +52,7 @@ Tensor CpuBackend::attention_gqa(const Tensor& q, const KvCache& cache, int64_t 
       const float* k = cache.slot(layer, plan.slot_of(s, j)) + kvh * D;
       scores[j] = cpu::dot(qv, k, D) * scale;
     }
-    softmax_inplace(scores.data(), n);
+    cpu::softmax_inplace(scores.data(), n);
     float* o = out.f32() + t * Hq * Dv + h * Dv;
     for (int64_t j = 0; j < n; ++j) {
       const float* v = cache.slot(layer, plan.slot_of(s, j)) + kv_heads * D + kvh * Dv;
@@ -86,7 +68,7 @@ Tensor CpuBackend::attention_mla(const Tensor& q_lat, const Tensor& q_pe, const 
   // q_lat [T, H, R], q_pe [T, H, P] -> [T, H, R]
   const int64_t T = q_lat.dim(0), H = q_lat.dim(1), R = q_lat.dim(2), P = q_pe.dim(2);
   DSI_CHECK(cache.width(layer) == R + P, "attention_mla: cache row width ", cache.width(layer), " != ", R + P);
-  const std::vector<int32_t> seq_of = token_seq(plan);
+  const std::vector<int32_t> seq_of = cpu::token_seq(plan);
   Tensor out = Tensor::zeros(DType::F32, {T, H, R});
   const bool parallel =
       static_cast<double>(T) * H * (plan.positions.empty() ? 0 : plan.positions.back() + 1) * (2 * R + P) >
@@ -103,7 +85,7 @@ Tensor CpuBackend::attention_mla(const Tensor& q_lat, const Tensor& q_pe, const 
       const float* row = cache.slot(layer, plan.slot_of(s, j));
       scores[j] = (cpu::dot(ql, row, R) + cpu::dot(qp, row + R, P)) * scale;
     }
-    softmax_inplace(scores.data(), n);
+    cpu::softmax_inplace(scores.data(), n);
     float* o = out.f32() + (t * H + h) * R;
     for (int64_t j = 0; j < n; ++j) {
       const float* row = cache.slot(layer, plan.slot_of(s, j));

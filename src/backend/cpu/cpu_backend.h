@@ -46,6 +46,13 @@ class CpuBackend : public Backend {
   Tensor attention_v4(const Tensor& q, const KvCache& cache, int64_t window_layer, int64_t window,
                       int64_t comp_layer, int64_t ratio, const Tensor& selected, const BatchPlan& plan,
                       const Tensor& sinks, float scale) override;
+
+  // DeepSeek-V3.2: cpu_layer_norm.cpp, cpu_indexer.cpp, cpu_sparse_attention.cpp.
+  Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps) override;
+  Tensor dsa_indexer_topk(const Tensor& q, const Tensor& weights, const KvCache& cache, int64_t layer,
+                      const BatchPlan& plan, float scale, float weight_scale, int64_t top_k) override;
+  Tensor attention_mla_sparse(const Tensor& q_lat, const Tensor& q_pe, const KvCache& cache, int64_t layer,
+                              const BatchPlan& plan, const Tensor& selected, float scale) override;
 };
 
 }  // namespace dsinfer

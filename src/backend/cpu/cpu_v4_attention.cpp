@@ -114,7 +114,7 @@ Tensor CpuBackend::indexer_topk(const Tensor& q, const Tensor& weights, const Kv
     // selection reproduces torch's CPU top-k, which breaks ties the way std::nth_element /
     // std::partial_sort over (value, index) pairs compared by value alone do, over as many rows as a
     // one-shot prefill of the whole prompt holds (so any chunking picks the same rows).
-    const int64_t rows = std::max<int64_t>(plan.prefill_target_len(s) / ratio, visible);
+    const int64_t rows = std::max<int64_t>(plan.prompt_len(s) / ratio, visible);
     std::vector<std::pair<double, int64_t>> queue(rows);
     for (int64_t j = 0; j < rows; ++j)
       queue[j] = {j < visible ? static_cast<double>(score[j]) : -INFINITY, j};

@@ -1,4 +1,5 @@
-// DeepSeek-V2/V3 forward pass: MLA (absorbed form over the latent cache) + dense or MoE feed-forward.
+// DeepSeek-V2/V3/V3.2 forward pass: MLA (absorbed form over the latent cache, dense or restricted to the
+// positions an MlaTokenSelector picks) + dense or MoE feed-forward.
 #include "model/arch/deepseek.h"
 
 #include <cmath>
@@ -45,7 +46,10 @@ void split_kv_b(const Tensor& kv_b, int64_t H, int64_t nope, int64_t v, int64_t 
 
 class DeepseekModel : public Model {
  public:
-  DeepseekModel(const ModelConfig& c, WeightLoader& w, Backend& backend) : config_(c), backend_(backend) {
+  DeepseekModel(const ModelConfig& c, WeightLoader& w, Backend& backend,
+                std::unique_ptr<MlaTokenSelector> selector)
+      : config_(c), backend_(backend), selector_(std::move(selector)) {
+    DSI_CHECK(!selector_ || c.q_lora_rank > 0, c.model_type, ": sparse MLA needs q_lora_rank");
     const int64_t Hd = c.hidden_size, H = c.num_heads, R = c.kv_lora_rank, P = c.qk_rope_head_dim;
     const int64_t nope = c.qk_nope_head_dim, qk = c.qk_head_dim(), v = c.v_head_dim;
     embed_ = w.get("model.embed_tokens.weight", {c.vocab_size, Hd});
@@ -95,11 +99,16 @@ class DeepseekModel : public Model {
   }
 
   const ModelConfig& config() const override { return config_; }
+  bool prefix_cache_exact() const override { return selector_ == nullptr; }
 
   std::vector<KvLayerSpec> kv_layout() const override {
     KvLayerSpec spec;
     spec.width = config_.kv_lora_rank + config_.qk_rope_head_dim;  // [latent | rope key]
-    return std::vector<KvLayerSpec>(config_.num_layers, spec);
+    std::vector<KvLayerSpec> layout(config_.num_layers, spec);
+    if (selector_) {
+      for (const KvLayerSpec& extra : selector_->kv_layout()) layout.push_back(extra);
+    }
+    return layout;
   }
 
   Tensor forward(const BatchPlan& plan, KvCache& cache) override {
@@ -124,8 +133,9 @@ class DeepseekModel : public Model {
     const int64_t T = plan.num_tokens(), H = c.num_heads, R = c.kv_lora_rank, P = c.qk_rope_head_dim;
     const int64_t nope = c.qk_nope_head_dim, qk = c.qk_head_dim();
     const float eps = static_cast<float>(c.rms_norm_eps);
-    Tensor q = a.q_lora ? b.linear(b.rms_norm(b.linear(x, a.q_a_proj), a.q_a_norm, eps), a.q_b_proj)
-                        : b.linear(x, a.q_proj);  // [T, H * qk]
+    Tensor q_resid;  // [T, q_lora] normalised compressed query (q_lora only)
+    if (a.q_lora) q_resid = b.rms_norm(b.linear(x, a.q_a_proj), a.q_a_norm, eps);
+    Tensor q = a.q_lora ? b.linear(q_resid, a.q_b_proj) : b.linear(x, a.q_proj);  // [T, H * qk]
     q = q.reshape({T, H, qk});
     Tensor q_nope = Tensor::empty(DType::F32, {T, H, nope});  // [T, H, nope]
     Tensor q_pe = Tensor::empty(DType::F32, {T, H, P});       // [T, H, P]
@@ -145,13 +155,20 @@ class DeepseekModel : public Model {
     b.rope(k_pe, plan.positions, rope_, 0, layout_);
     b.write_kv(cache, layer, plan, latent, k_pe);
     Tensor q_lat = b.head_matmul(q_nope, a.w_uk, /*transpose_w=*/true);  // [T, H, R]
-    Tensor o_lat = b.attention_mla(q_lat, q_pe, cache, layer, plan, scale_);  // [T, H, R]
+    Tensor o_lat;                                                        // [T, H, R]
+    if (selector_) {
+      Tensor selected = selector_->select(layer, x, q_resid, plan, cache);  // [T, K] positions
+      o_lat = b.attention_mla_sparse(q_lat, q_pe, cache, layer, plan, selected, scale_);
+    } else {
+      o_lat = b.attention_mla(q_lat, q_pe, cache, layer, plan, scale_);
+    }
     Tensor o = b.head_matmul(o_lat, a.w_uv, /*transpose_w=*/false);        // [T, H, v]
     return b.linear(o.reshape({T, H * c.v_head_dim}), a.o_proj);          // [T, hidden]
   }
 
   ModelConfig config_;
   Backend& backend_;
+  std::unique_ptr<MlaTokenSelector> selector_;  // null: dense MLA
   Tensor embed_;
   std::vector<DeepseekLayer> layers_;
   Tensor norm_;
@@ -163,8 +180,9 @@ class DeepseekModel : public Model {
 
 }  // namespace
 
-std::unique_ptr<Model> make_deepseek_model(const ModelConfig& config, WeightLoader& weights, Backend& backend) {
-  return std::make_unique<DeepseekModel>(config, weights, backend);
+std::unique_ptr<Model> make_deepseek_model(const ModelConfig& config, WeightLoader& weights, Backend& backend,
+                                           std::unique_ptr<MlaTokenSelector> selector) {
+  return std::make_unique<DeepseekModel>(config, weights, backend, std::move(selector));
 }
 
 }  // namespace dsinfer

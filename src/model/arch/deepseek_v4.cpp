@@ -53,6 +53,7 @@ class DeepseekV4Model : public Model {
 
   // Per model layer, in order: the raw K=V window; for CSA/HCA the compressor inputs (a window of the
   // last c * ratio tokens' [kv | gate] rows) and the compressed rows; for CSA the same pair for the indexer.
+  bool prefix_cache_exact() const override { return false; }
   std::vector<KvLayerSpec> kv_layout() const override {
     std::vector<KvLayerSpec> specs;
     const int64_t D = c_.head_dim, ihd = c_.index_head_dim;
@@ -95,6 +96,8 @@ class DeepseekV4Model : public Model {
       y = moe(L.ffn, b.rms_norm(x, L.ffn_norm, eps), plan, c_.hash_layers[i]);
       h = b.hc_post(h, y, post, comb);
     }
+    // A step of prefill chunks only (nothing to sample) needs no logits.
+    if (plan.logits_rows.empty()) return Tensor::empty(DType::F32, {0, c_.vocab_size});
     Tensor last = b.gather_rows(h, plan.logits_rows);  // [rows, n, hidden]
     Tensor collapsed = b.hc_head(last, weights_.hc_head, hc_eps, eps);
     return b.linear(b.rms_norm(collapsed, weights_.norm, eps), weights_.head);  // [rows, vocab]
