@@ -3,8 +3,10 @@
 // and units stop start-up with a message naming them.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "../server/http_test_client.h"
 #include "../server/subprocess.h"
@@ -82,6 +84,41 @@ TEST(ResilienceServeBinaryTest, FaultInjectionNeedsTheFlag) {
   ASSERT_TRUE(server.wait_for_line("ready", 120s)) << server.log();
   EXPECT_NE(server.log().find("FAULT INJECTION is on"), std::string::npos);
   EXPECT_EQ(get(port, "/health/live").status, 200);
+  // Every accepted request ends: 200, or 503 naming the step error class after max_step_retries failed
+  // steps. With the issue's threshold (3 errors / 60 s) the breaker degrades and opens: later requests are
+  // refused with 503 circuit_open + Retry-After (not accepted).
+  int completed = 0, errored = 0, refused = 0;
+  for (int i = 0; i < 8; ++i) {
+    const HttpResult r =
+        post(port, "/v1/completions",
+             R"({"prompt": "def f(x):", "max_tokens": 8, "temperature": 0, "ignore_eos": true})");
+    if (r.status == 200) {
+      ++completed;
+    } else if (r.body.find("circuit_open") != std::string::npos) {
+      EXPECT_EQ(r.status, 503);
+      EXPECT_TRUE(r.headers.count("retry-after"));
+      ++refused;
+    } else {
+      EXPECT_EQ(r.status, 503) << r.body;
+      EXPECT_NE(r.body.find("CUDA_ERROR"), std::string::npos) << r.body;
+      ++errored;
+    }
+  }
+  EXPECT_EQ(completed + errored + refused, 8);
+  EXPECT_GT(completed, 0);
+  // Engine stats are published after each engine loop pass: poll (bounded) for the blocks to be back.
+  std::string metrics = get(port, "/metrics").body;
+  for (int i = 0; i < 100 && metrics.find("\ndsinfer_kv_blocks_used 0") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(20ms);
+    metrics = get(port, "/metrics").body;
+  }
+  EXPECT_NE(metrics.find("\ndsinfer_kv_blocks_used 0"), std::string::npos) << metrics;
+  EXPECT_EQ(metrics.find("dsinfer_step_errors_total{type=\"CUDA_ERROR\"} 0\n"), std::string::npos) << metrics;
+  if (refused > 0) {
+    EXPECT_NE(server.log().find("circuit breaker: degraded -> open"), std::string::npos) << server.log();
+  }
+  std::printf("serve binary, step_error_rate 0.2: %d completed, %d errored, %d refused by the open breaker\n",
+              completed, errored, refused);
   server.signal(SIGTERM);
   EXPECT_TRUE(server.wait_exit(30s).has_value());
 }

@@ -5,6 +5,7 @@
 // steps are TIMEOUTs; no KV blocks leak. Every test is bounded in requests and time.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <future>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -116,6 +117,8 @@ circuit_breaker: {error_threshold: 1000/60s}
     ASSERT_EQ(a.wait_for(60s), std::future_status::ready) << "a request hung";
     classify(a.get(), t);
   }
+  std::printf("random faults: %d requests: %d completed, %d errored, %d refused\n", kRequests, t.completed,
+              t.errored, t.refused);
   EXPECT_EQ(t.completed + t.errored + t.refused, kRequests);
   EXPECT_EQ(t.refused, 0);
   EXPECT_GT(t.completed, 0);
