@@ -123,6 +123,8 @@ void add_serve_command(CLI::App& app) {
                [](C& c) { return &c.server.idle_timeout_seconds; });
   flag<double>(cmd, s, "--drain-timeout", "Seconds in-flight requests may take after SIGTERM (30)",
                [](C& c) { return &c.server.drain_timeout_seconds; });
+  flag<double>(cmd, s, "--retry-after", "Retry-After seconds of 429 answers (1)",
+               [](C& c) { return &c.server.retry_after_seconds; });
   flag<std::string>(cmd, s, "--log-level", "error, warn, info or debug",
                     [](C& c) { return &c.server.log_level; });
   flag<std::string>(cmd, s, "--request-log-level", "Level of the per-request log lines (info)",

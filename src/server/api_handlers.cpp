@@ -42,7 +42,7 @@ void check_model(const ServerContext& ctx, const json& body) {
 }
 
 template <typename F>
-void guarded(const std::shared_ptr<Responder>& out, F&& body) {
+void guarded(const ServerContext& ctx, const std::shared_ptr<Responder>& out, F&& body) {
   try {
     body();
   } catch (const ApiError& e) {
@@ -50,7 +50,7 @@ void guarded(const std::shared_ptr<Responder>& out, F&& body) {
     if (e.retry_after_seconds > 0) {
       r.headers.emplace_back("Retry-After", std::to_string(static_cast<int64_t>(e.retry_after_seconds)));
     } else if (e.status == 429) {
-      r.headers.emplace_back("Retry-After", "1");
+      r.headers.emplace_back("Retry-After", retry_after(ctx.config.server));
     }
     out->send(std::move(r));
   } catch (const Error& e) {
@@ -86,7 +86,7 @@ bool authorized(const ServerContext& ctx, const HttpRequest& req, const std::sha
 void handle_completions(ServerContext& ctx, const HttpRequest& req, const std::shared_ptr<Responder>& out,
                         bool chat) {
   const auto arrival = std::chrono::steady_clock::now();
-  guarded(out, [&]() {
+  guarded(ctx, out, [&]() {
     if (ctx.health.phase() == Phase::kDraining) {
       throw ApiError(503, "the server is shutting down", "service_unavailable");
     }
@@ -102,18 +102,16 @@ void handle_completions(ServerContext& ctx, const HttpRequest& req, const std::s
 
 void handle_models(ServerContext& ctx, const HttpRequest& req, const std::shared_ptr<Responder>& out) {
   const int64_t created = 0;
-  json model = {{"id", ctx.model_name},
-                {"object", "model"},
-                {"created", created},
-                {"owned_by", "dsinfer"},
-                {"root", ctx.model_name},
-                {"parent", nullptr},
-                {"max_model_len", ctx.limits.max_model_len}};
+  // Limits are known once the engine is attached (set_engine writes them before publishing the engine).
+  const int64_t max_model_len = ctx.engine.load() ? ctx.limits.max_model_len : 0;
+  json model = {{"id", ctx.model_name},          {"object", "model"},      {"created", created},
+                {"owned_by", "dsinfer"},         {"root", ctx.model_name}, {"parent", nullptr},
+                {"max_model_len", max_model_len}};
   out->send(json_response({{"object", "list"}, {"data", json::array({model})}}));
 }
 
 void handle_tokenize(ServerContext& ctx, const HttpRequest& req, const std::shared_ptr<Responder>& out) {
-  guarded(out, [&]() {
+  guarded(ctx, out, [&]() {
     const json body = parse_json_body(req.body);
     check_model(ctx, body);
     const Tokenizer& tok = ready_engine(ctx).tokenizer();
@@ -157,7 +155,7 @@ void handle_tokenize(ServerContext& ctx, const HttpRequest& req, const std::shar
 }
 
 void handle_detokenize(ServerContext& ctx, const HttpRequest& req, const std::shared_ptr<Responder>& out) {
-  guarded(out, [&]() {
+  guarded(ctx, out, [&]() {
     const json body = parse_json_body(req.body);
     check_model(ctx, body);
     const Tokenizer& tok = ready_engine(ctx).tokenizer();

@@ -17,7 +17,7 @@ namespace {
 
 std::string random_id(const char* prefix) {
   static std::atomic<uint64_t> counter{0};
-  static const uint64_t salt = std::random_device{}();
+  static const uint64_t salt = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
   char buf[48];
   std::snprintf(buf, sizeof(buf), "%s-%016llx%08llx", prefix, static_cast<unsigned long long>(salt),
                 static_cast<unsigned long long>(counter.fetch_add(1)));
@@ -34,9 +34,14 @@ std::string reason_of(const RequestEvent& ev) {
   return r;
 }
 
-bool refused_for_load(const std::string& message) {
-  return message.find("queue") != std::string::npos || message.find("shutting down") != std::string::npos ||
-         message.find("not accepting") != std::string::npos;
+// The engine's refusal as an API error: a full queue is 429, a stopping engine 503, anything else 400.
+ApiError refusal(const std::string& message) {
+  if (message.find("queue") != std::string::npos) {
+    return ApiError(429, message, "rate_limit_error", "", "rate_limit_exceeded");
+  }
+  if (message.find("shutting down") != std::string::npos)
+    return ApiError(503, message, "service_unavailable");
+  return bad_request(message, "", "invalid_value");
 }
 
 }  // namespace
@@ -91,15 +96,13 @@ void CompletionJob::start() {
       c.submitted = true;
       ++remaining_;
     } catch (const Error& e) {
-      const bool load = refused_for_load(e.what());
-      ApiError err = load ? ApiError(429, e.what(), "rate_limit_error", "", "rate_limit_exceeded")
-                          : bad_request(e.what(), "", "invalid_value");
+      ApiError err = refusal(e.what());
       if (i == 0) throw err;
       cancel_all("a later choice was refused");
       // Answer now; the cancelled choices' final events find the job done.
       done_ = true;
       HttpResponse r = error_response(err);
-      if (err.status == 429) r.headers.emplace_back("Retry-After", "1");
+      if (err.status == 429) r.headers.emplace_back("Retry-After", retry_after(ctx_.config.server));
       out_->send(std::move(r));
       return;
     }
@@ -149,6 +152,7 @@ void CompletionJob::on_event(size_t index, const RequestEvent& ev) {
     c.finished = true;
     c.finish_reason = reason_of(ev);
     c.error = ev.error;
+    if (c.error.empty() && c.finish_reason == "abort") c.error = "aborted";
     if (ev.usage.completion_tokens > 0) c.completion_tokens = ev.usage.completion_tokens;
     c.cached_tokens = ev.usage.cached_tokens;
     if (ev.first_scheduled != Clock::time_point{} && ev.arrival != Clock::time_point{}) {
@@ -160,7 +164,7 @@ void CompletionJob::on_event(size_t index, const RequestEvent& ev) {
 }
 
 void CompletionJob::stream_delta(Choice& c, const RequestEvent& ev) {
-  const bool cancelled = ev.finished && !ev.error.empty();
+  const bool cancelled = ev.finished && !c.error.empty();
   if (cancelled) return;  // reported once, in complete()
   if (req_.chat && !c.role_sent) {
     c.role_sent = true;

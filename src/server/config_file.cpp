@@ -2,6 +2,7 @@
 // are errors naming them.
 #include <yaml-cpp/yaml.h>
 
+#include <cmath>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -151,6 +152,10 @@ void load_config_file(const std::string& path, ServeConfig& config) {
   std::ostringstream text;
   text << in.rdbuf();
   load_config_text(text.str(), path, config);
+}
+
+std::string retry_after(const ServerOptions& options) {
+  return std::to_string(static_cast<int64_t>(std::ceil(options.retry_after_seconds)));
 }
 
 void validate(const ServeConfig& c) {

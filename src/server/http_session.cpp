@@ -46,8 +46,35 @@ void HttpSession::do_read() {
   // The whole request must arrive within the idle timeout (slowloris), and an idle keep-alive connection
   // is closed after it.
   stream_.expires_after(config_->idle_timeout);
-  http::async_read(stream_, buffer_, *parser_,
-                   [self = shared_from_this()](beast::error_code ec, size_t) { self->on_read(ec); });
+  http::async_read_header(stream_, buffer_, *parser_,
+                          [self = shared_from_this()](beast::error_code ec, size_t) { self->on_header(ec); });
+}
+
+// Clients such as curl send "Expect: 100-continue" with larger bodies and wait (curl: 1 s) for an interim
+// answer before sending the body.
+void HttpSession::on_header(beast::error_code ec) {
+  if (ec || closed_) {
+    on_read(ec);
+    return;
+  }
+  auto read_body = [self = shared_from_this()]() {
+    http::async_read(self->stream_, self->buffer_, *self->parser_,
+                     [self](beast::error_code ec, size_t) { self->on_read(ec); });
+  };
+  const auto expect = parser_->get()[http::field::expect];
+  if (!beast::iequals(expect, "100-continue") || parser_->is_done()) {
+    read_body();
+    return;
+  }
+  static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+  net::async_write(stream_, net::buffer(kContinue),
+                   [self = shared_from_this(), read_body](beast::error_code ec, size_t) {
+                     if (ec) {
+                       self->close_now();
+                       return;
+                     }
+                     read_body();
+                   });
 }
 
 void HttpSession::on_read(beast::error_code ec) {
@@ -200,6 +227,14 @@ void HttpSession::end_stream() {
 }
 
 void HttpSession::queue_write(std::string data) {
+  queued_bytes_ += data.size();
+  if (queued_bytes_ > config_->max_pending_write_bytes) {
+    log_warn("http: ", remote_, ": client is not reading (", queued_bytes_, " bytes pending), dropping it");
+    queue_.clear();
+    queued_bytes_ = 0;
+    peer_gone();
+    return;
+  }
   queue_.push_back(std::move(data));
   if (!writing_) do_write();
 }
@@ -222,6 +257,7 @@ void HttpSession::do_write() {
                        self->peer_gone();
                        return;
                      }
+                     self->queued_bytes_ -= self->queue_.front().size();
                      self->queue_.pop_front();
                      self->do_write();
                    });

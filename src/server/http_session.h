@@ -21,6 +21,8 @@ struct SessionConfig {
   std::chrono::milliseconds idle_timeout{60000};
   RequestHandler handler;
   std::function<bool()> draining;  // true: answer with Connection: close and stop reading
+  // A stream whose unsent bytes exceed this is dropped as a stalled reader (its request is cancelled).
+  size_t max_pending_write_bytes = 16 << 20;
 };
 
 class HttpSession : public std::enable_shared_from_this<HttpSession>, public Responder {
@@ -42,6 +44,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>, public Res
 
  private:
   void do_read();
+  void on_header(boost::beast::error_code ec);
   void on_read(boost::beast::error_code ec);
   void watch_peer();
   void peer_gone();
@@ -57,6 +60,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>, public Res
   std::shared_ptr<const SessionConfig> config_;
   std::shared_ptr<boost::beast::http::response<boost::beast::http::string_body>> response_;
   std::deque<std::string> queue_;
+  size_t queued_bytes_ = 0;
   std::array<char, 4096> discard_{};
   std::function<void()> on_disconnect_;
   std::string remote_;

@@ -34,6 +34,9 @@ void load_config_file(const std::string& path, ServeConfig& config);
 // The same from YAML text (`origin` names it in errors).
 void load_config_text(const std::string& text, const std::string& origin, ServeConfig& config);
 
+// The Retry-After header value of 429 answers: retry_after_seconds rounded up to whole seconds.
+std::string retry_after(const ServerOptions& options);
+
 // Checks ranges (port, timeouts, sizes, device, log levels); throws dsinfer::Error naming the field.
 void validate(const ServeConfig& config);
 

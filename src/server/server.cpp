@@ -2,6 +2,7 @@
 // signal handling and the drain sequence.
 #include "server/server.h"
 
+#include <atomic>
 #include <boost/asio.hpp>
 #include <csignal>
 #include <filesystem>
@@ -45,10 +46,12 @@ class TrackedResponder : public Responder {
     if (counted_) ctx_.metrics->count_request(status);
     const double ms =
         std::chrono::duration<double, std::milli>((ended_ ? end_ : Clock::now()) - arrival_).count();
-    if (log_level() >= ctx_.request_log_level) {
-      log_line(ctx_.request_log_level, str_cat("request ", number_, " ", method_, " ", path_,
-                                               " status=", status, " duration_ms=", static_cast<int64_t>(ms),
-                                               " remote=", remote_, info_.empty() ? "" : " ", info_));
+    // Probes and scrapes (/health/*, /metrics) log at debug so that they do not drown the request log.
+    const LogLevel level = counted_ ? ctx_.request_log_level : LogLevel::kDebug;
+    if (log_level() >= level) {
+      log_line(level, str_cat("request ", number_, " ", method_, " ", path_, " status=", status,
+                              " duration_ms=", static_cast<int64_t>(ms), " remote=", remote_,
+                              info_.empty() ? "" : " ", info_));
     }
   }
 
@@ -103,7 +106,7 @@ struct Server::Impl {
   std::unique_ptr<net::signal_set> signals;
   std::unique_ptr<net::steady_timer> drain_timer;
   Clock::time_point drain_deadline;
-  bool draining = false;
+  std::atomic<bool> draining{false};  // read by set_phase() from the loader thread
   bool drain_cancelled = false;
   bool stopped = false;
   int port = 0;
@@ -218,7 +221,7 @@ int Server::listen() {
   session_config->idle_timeout =
       std::chrono::milliseconds(static_cast<int64_t>(m.ctx->config.server.idle_timeout_seconds * 1000.0));
   Impl* impl = &m;
-  session_config->draining = [impl]() { return impl->draining; };
+  session_config->draining = [impl]() { return impl->draining.load(); };
   session_config->handler = [impl](const HttpRequest& req, std::shared_ptr<Responder> out) {
     const bool counted = req.path != "/metrics" && req.path.rfind("/health/", 0) != 0;
     auto tracked =

@@ -335,6 +335,19 @@ TEST(ServerTest, BadInputClasses) {
   EXPECT_EQ(post(p, "/v1/completions", R"({"prompt": "x", "max_tokens": 2})").status, 200);
 }
 
+TEST(ServerTest, ExpectContinue) {
+  ServerHarness h;
+  const std::string body = R"({"prompt": "continue", "max_tokens": 2})";
+  RawConnection c(h.port);
+  c.send_all(
+      "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nExpect: "
+      "100-continue\r\nContent-Length: " +
+      std::to_string(body.size()) + "\r\n\r\n");
+  EXPECT_EQ(c.recv_some(2000ms), "HTTP/1.1 100 Continue\r\n\r\n");
+  c.send_all(body);
+  EXPECT_EQ(c.read_response().status, 200);
+}
+
 TEST(ServerTest, ApiKey) {
   ServerHarness h([](server::ServeConfig& c) { c.server.api_key = "sekret"; });
   expect_error(get(h.port, "/v1/models"), 401, "", "invalid_api_key");

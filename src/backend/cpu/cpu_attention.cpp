@@ -17,7 +17,8 @@ constexpr double kParallelWork = 1 << 18;
 
 }  // namespace
 
-void CpuBackend::write_kv(KvCache& cache, int64_t layer, const BatchPlan& plan, const Tensor& a, const Tensor& b) {
+void CpuBackend::write_kv(KvCache& cache, int64_t layer, const BatchPlan& plan, const Tensor& a,
+                          const Tensor& b) {
   const int64_t T = plan.num_tokens();
   const int64_t wa = a.numel() / std::max<int64_t>(T, 1);
   const int64_t wb = b ? b.numel() / std::max<int64_t>(T, 1) : 0;
@@ -39,8 +40,10 @@ Tensor CpuBackend::attention_gqa(const Tensor& q, const KvCache& cache, int64_t 
   const int64_t group = Hq / kv_heads;
   const std::vector<int32_t> seq_of = cpu::token_seq(plan);
   Tensor out = Tensor::zeros(DType::F32, {T, Hq * Dv});
-  const bool parallel = static_cast<double>(T) * Hq * (plan.positions.empty() ? 0 : plan.positions.back() + 1) *
-                            (D + Dv) > kParallelWork;
+  const bool parallel =
+      static_cast<double>(T) * Hq * (plan.positions.empty() ? 0 : plan.positions.back() + 1) * (D + Dv) >
+      kParallelWork;
+  cpu::openmp_thread_setup();
 #pragma omp parallel for schedule(dynamic) if (parallel)
   for (int64_t th = 0; th < T * Hq; ++th) {
     const int64_t t = th / Hq, h = th % Hq, kvh = h / group;
@@ -67,12 +70,14 @@ Tensor CpuBackend::attention_mla(const Tensor& q_lat, const Tensor& q_pe, const 
                                  const BatchPlan& plan, float scale) {
   // q_lat [T, H, R], q_pe [T, H, P] -> [T, H, R]
   const int64_t T = q_lat.dim(0), H = q_lat.dim(1), R = q_lat.dim(2), P = q_pe.dim(2);
-  DSI_CHECK(cache.width(layer) == R + P, "attention_mla: cache row width ", cache.width(layer), " != ", R + P);
+  DSI_CHECK(cache.width(layer) == R + P, "attention_mla: cache row width ", cache.width(layer),
+            " != ", R + P);
   const std::vector<int32_t> seq_of = cpu::token_seq(plan);
   Tensor out = Tensor::zeros(DType::F32, {T, H, R});
   const bool parallel =
       static_cast<double>(T) * H * (plan.positions.empty() ? 0 : plan.positions.back() + 1) * (2 * R + P) >
       kParallelWork;
+  cpu::openmp_thread_setup();
 #pragma omp parallel for schedule(dynamic) if (parallel)
   for (int64_t th = 0; th < T * H; ++th) {
     const int64_t t = th / H, h = th % H;

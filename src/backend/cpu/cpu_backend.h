@@ -15,14 +15,15 @@ class CpuBackend : public Backend {
   void rope(Tensor& x, const std::vector<int32_t>& positions, const RopeTable& table, int64_t offset,
             RopeLayout layout, bool inverse) override;
   Tensor mlp(const Tensor& x, const MlpWeights& w) override;
-  void write_kv(KvCache& cache, int64_t layer, const BatchPlan& plan, const Tensor& a, const Tensor& b) override;
+  void write_kv(KvCache& cache, int64_t layer, const BatchPlan& plan, const Tensor& a,
+                const Tensor& b) override;
   Tensor attention_gqa(const Tensor& q, const KvCache& cache, int64_t layer, const BatchPlan& plan,
                        int64_t kv_heads, int64_t head_dim, int64_t v_head_dim, float scale) override;
   Tensor attention_mla(const Tensor& q_lat, const Tensor& q_pe, const KvCache& cache, int64_t layer,
                        const BatchPlan& plan, float scale) override;
   Tensor head_matmul(const Tensor& x, const Tensor& w, bool transpose_w) override;
-  void moe_route(const Tensor& x, const Tensor& router, const Tensor& bias, const RoutingParams& p, Tensor* ids,
-                 Tensor* weights) override;
+  void moe_route(const Tensor& x, const Tensor& router, const Tensor& bias, const RoutingParams& p,
+                 Tensor* ids, Tensor* weights) override;
   Tensor moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
                      const std::vector<MlpWeights>& experts) override;
   Tensor gather_rows(const Tensor& x, const std::vector<int32_t>& rows) override;
@@ -50,7 +51,7 @@ class CpuBackend : public Backend {
   // DeepSeek-V3.2: cpu_layer_norm.cpp, cpu_indexer.cpp, cpu_sparse_attention.cpp.
   Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps) override;
   Tensor dsa_indexer_topk(const Tensor& q, const Tensor& weights, const KvCache& cache, int64_t layer,
-                      const BatchPlan& plan, float scale, float weight_scale, int64_t top_k) override;
+                          const BatchPlan& plan, float scale, float weight_scale, int64_t top_k) override;
   Tensor attention_mla_sparse(const Tensor& q_lat, const Tensor& q_pe, const KvCache& cache, int64_t layer,
                               const BatchPlan& plan, const Tensor& selected, float scale) override;
 };

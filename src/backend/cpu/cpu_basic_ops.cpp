@@ -23,6 +23,7 @@ Tensor CpuBackend::rms_norm(const Tensor& x, const Tensor& weight, float eps) {
   DSI_CHECK(weight.numel() == H, "rms_norm: weight has ", weight.numel(), " values for rows of ", H);
   Tensor out = Tensor::empty(DType::F32, x.shape());
   const float* w = weight.f32();
+  cpu::openmp_thread_setup();
 #pragma omp parallel for if (T > 16)
   for (int64_t t = 0; t < T; ++t) {
     const float* row = x.f32() + t * H;
@@ -61,6 +62,7 @@ Tensor CpuBackend::head_matmul(const Tensor& x, const Tensor& w, bool transpose_
   const int64_t B = transpose_w ? w.dim(2) : w.dim(1);
   DSI_CHECK((transpose_w ? w.dim(1) : w.dim(2)) == A, "head_matmul: inner dimension mismatch");
   Tensor out = Tensor::zeros(DType::F32, {T, H, B});  // [T, H, B]
+  cpu::openmp_thread_setup();
 #pragma omp parallel for if (T * H * A * B > 65536)
   for (int64_t h = 0; h < H; ++h) {
     const float* wh = w.f32() + h * A * B;

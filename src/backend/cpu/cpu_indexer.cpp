@@ -38,8 +38,9 @@ void torch_cpu_topk(std::vector<ScoredKey>& row, int64_t k) {
 
 }  // namespace
 
-Tensor CpuBackend::dsa_indexer_topk(const Tensor& q, const Tensor& weights, const KvCache& cache, int64_t layer,
-                                const BatchPlan& plan, float scale, float weight_scale, int64_t top_k) {
+Tensor CpuBackend::dsa_indexer_topk(const Tensor& q, const Tensor& weights, const KvCache& cache,
+                                    int64_t layer, const BatchPlan& plan, float scale, float weight_scale,
+                                    int64_t top_k) {
   // q [T, Hi, D], weights [T, Hi]; cache rows of `layer` [D] -> positions [T, top_k] (I32)
   const int64_t T = q.dim(0), Hi = q.dim(1), D = q.dim(2);
   DSI_CHECK(weights.ndim() == 2 && weights.dim(0) == T && weights.dim(1) == Hi, "indexer_topk: weights ",
@@ -48,6 +49,7 @@ Tensor CpuBackend::dsa_indexer_topk(const Tensor& q, const Tensor& weights, cons
   DSI_CHECK(top_k > 0, "indexer_topk: top_k must be positive");
   const std::vector<int32_t> seq_of = cpu::token_seq(plan);
   Tensor out = Tensor::empty(DType::I32, {T, top_k});  // [T, top_k]
+  cpu::openmp_thread_setup();
 #pragma omp parallel for schedule(dynamic)
   for (int64_t t = 0; t < T; ++t) {
     const int32_t s = seq_of[t];

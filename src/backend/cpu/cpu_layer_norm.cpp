@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/gemm.h"
 #include "core/error.h"
 
 namespace dsinfer {
@@ -14,6 +15,7 @@ Tensor CpuBackend::layer_norm(const Tensor& x, const Tensor& weight, const Tenso
   Tensor out = Tensor::empty(DType::F32, x.shape());
   const float* w = weight.f32();
   const float* b = bias ? bias.f32() : nullptr;
+  cpu::openmp_thread_setup();
 #pragma omp parallel for if (T > 16)
   for (int64_t t = 0; t < T; ++t) {
     const float* row = x.f32() + t * H;

@@ -11,7 +11,9 @@ namespace dsinfer {
 
 namespace {
 
-inline float silu(float v) { return v / (1.0f + std::exp(-v)); }
+inline float silu(float v) {
+  return v / (1.0f + std::exp(-v));
+}
 
 // out[M, H] (+)= down(silu(gate x) * up x) for rows x [M, H]; serial when `serial`.
 void swiglu_rows(int64_t M, const float* x, const MlpWeights& w, float* out, bool serial) {
@@ -29,14 +31,16 @@ void swiglu_rows(int64_t M, const float* x, const MlpWeights& w, float* out, boo
     }
     g[i] = silu(gv) * uv;
   }
-  gemm(M, H, I, g.data(), I, w.down.weight.f32(), I, out, H, w.down.bias ? w.down.bias.f32() : nullptr, false);
+  gemm(M, H, I, g.data(), I, w.down.weight.f32(), I, out, H, w.down.bias ? w.down.bias.f32() : nullptr,
+       false);
 }
 
 }  // namespace
 
 Tensor CpuBackend::mlp(const Tensor& x, const MlpWeights& w) {
   const int64_t H = x.dim(-1), M = x.numel() / H;
-  DSI_CHECK(w.gate.in_features() == H, "mlp: input has ", H, " features, weights expect ", w.gate.in_features());
+  DSI_CHECK(w.gate.in_features() == H, "mlp: input has ", H, " features, weights expect ",
+            w.gate.in_features());
   Tensor out = Tensor::empty(DType::F32, x.shape());  // [T, H]
   swiglu_rows(M, x.f32(), w, out.f32(), false);
   return out;
@@ -58,7 +62,9 @@ Tensor CpuBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor&
   }
   // Each (token, slot) gets its own output row; rows are summed per token in slot order afterwards.
   std::vector<float> rows(static_cast<size_t>(T * K * H), 0.0f);
-  const bool parallel = static_cast<double>(T) * K * 3 * H * (E ? experts[0].gate.out_features() : 0) > (1 << 18);
+  const bool parallel =
+      static_cast<double>(T) * K * 3 * H * (E ? experts[0].gate.out_features() : 0) > (1 << 18);
+  cpu::openmp_thread_setup();
 #pragma omp parallel for schedule(dynamic) if (parallel)
   for (int64_t e = 0; e < E; ++e) {
     const auto& pairs = by_expert[e];

@@ -2,18 +2,20 @@
 #include <cmath>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/gemm.h"
 #include "core/error.h"
 
 namespace dsinfer {
 
-void CpuBackend::rope(Tensor& x, const std::vector<int32_t>& positions, const RopeTable& table, int64_t offset,
-                      RopeLayout layout, bool inverse) {
+void CpuBackend::rope(Tensor& x, const std::vector<int32_t>& positions, const RopeTable& table,
+                      int64_t offset, RopeLayout layout, bool inverse) {
   // x [T, heads, head_dim]; rotate dims [offset, offset + rope_dim).
   const int64_t T = x.dim(0), heads = x.dim(1), D = x.dim(2), R = table.rope_dim, half = R / 2;
   DSI_CHECK(static_cast<int64_t>(positions.size()) == T, "rope: ", positions.size(), " positions for ", T,
             " tokens");
   DSI_CHECK(offset + R <= D, "rope: rope dims exceed the head dimension");
   const float sign = inverse ? -1.0f : 1.0f;
+  cpu::openmp_thread_setup();
 #pragma omp parallel for if (T > 16)
   for (int64_t t = 0; t < T; ++t) {
     std::vector<float> cs(half), sn(half);

@@ -28,6 +28,7 @@ Tensor CpuBackend::attention_mla_sparse(const Tensor& q_lat, const Tensor& q_pe,
     }
   }
   Tensor out = Tensor::zeros(DType::F32, {T, H, R});
+  cpu::openmp_thread_setup();
 #pragma omp parallel for schedule(dynamic)
   for (int64_t th = 0; th < T * H; ++th) {
     const int64_t t = th / H, h = th % H;

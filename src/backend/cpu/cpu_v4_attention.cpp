@@ -39,6 +39,7 @@ Tensor CpuBackend::compress_rows(const KvCache& cache, int64_t in_layer, const B
               "compress_rows: window ", rows.rows[i], " of sequence ", rows.seqs[i], " is not closed");
   }
   Tensor out = Tensor::empty(DType::F32, {R, D});  // [R, D]
+  cpu::openmp_thread_setup();
 #pragma omp parallel for schedule(dynamic) if (R > 1)
   for (int64_t i = 0; i < R; ++i) {
     const int32_t s = rows.seqs[i];
@@ -95,6 +96,7 @@ Tensor CpuBackend::indexer_topk(const Tensor& q, const Tensor& weights, const Kv
   DSI_CHECK(weights.numel() == T * Hi, "indexer_topk: weights must be [T, ", Hi, "]");
   const std::vector<int32_t> seq_of = seq_of_tokens(plan);
   Tensor out = Tensor::empty(DType::I32, {T, top_k});
+  cpu::openmp_thread_setup();
 #pragma omp parallel for schedule(dynamic)
   for (int64_t t = 0; t < T; ++t) {
     const int32_t s = seq_of[t];
@@ -153,6 +155,7 @@ Tensor CpuBackend::attention_v4(const Tensor& q, const KvCache& cache, int64_t w
             "attention_v4: bad selection");
   const std::vector<int32_t> seq_of = seq_of_tokens(plan);
   Tensor out = Tensor::zeros(DType::F32, {T, H, D});
+  cpu::openmp_thread_setup();
 #pragma omp parallel for schedule(dynamic)
   for (int64_t t = 0; t < T; ++t) {
     const int32_t s = seq_of[t];

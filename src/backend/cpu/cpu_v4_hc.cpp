@@ -121,6 +121,7 @@ Tensor CpuBackend::hc_post(const Tensor& x, const Tensor& y, const Tensor& post,
   DSI_CHECK(y.numel() == T * H && post.numel() == T * n && comb.numel() == T * n * n,
             "hc_post: shape mismatch");
   Tensor out = Tensor::empty(DType::F32, {T, n, H});
+  cpu::openmp_thread_setup();
 #pragma omp parallel for if (T > 16)
   for (int64_t t = 0; t < T; ++t) {
     const float* xt = x.f32() + t * n * H;

@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <vector>
 
 namespace dsinfer::cpu {
@@ -58,8 +59,8 @@ inline void store(float out[RM][RN], float* C, int64_t ldc, const float* bias, b
 }
 
 // Computes the output block rows [m0, m1) x cols [n0, n1).
-void block(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const float* B,
-           int64_t ldb, float* C, int64_t ldc, const float* bias, bool accumulate) {
+void block(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda,
+           const float* B, int64_t ldb, float* C, int64_t ldc, const float* bias, bool accumulate) {
   int64_t n = n0;
   for (; n + 4 <= n1; n += 4) {
     int64_t m = m0;
@@ -88,7 +89,6 @@ void block(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t K, const floa
     }
   }
 }
-
 
 // Outer-product kernel for larger M: B is packed per call into panels of 16 columns ([K][16], zero padded),
 // and RM rows of A are broadcast against them: 2 * RM accumulators of 8 floats, 2 loads per 2 * RM FMAs.
@@ -134,14 +134,16 @@ inline void panel_tile(int64_t K, const float* A, int64_t lda, const float* Bp, 
 }
 
 // Columns [n0, n0 + cols) for all M rows through one packed panel.
-void panel_columns(int64_t M, int64_t n0, int64_t cols, int64_t K, const float* A, int64_t lda, const float* B,
-                   int64_t ldb, float* C, int64_t ldc, const float* bias, bool accumulate, float* Bp) {
+void panel_columns(int64_t M, int64_t n0, int64_t cols, int64_t K, const float* A, int64_t lda,
+                   const float* B, int64_t ldb, float* C, int64_t ldc, const float* bias, bool accumulate,
+                   float* Bp) {
   for (int64_t k = 0; k < K; ++k) {
     for (int64_t j = 0; j < kPanel; ++j) Bp[k * kPanel + j] = j < cols ? B[(n0 + j) * ldb + k] : 0.0f;
   }
   const float* bb = bias ? bias + n0 : nullptr;
   int64_t m = 0;
-  for (; m + 6 <= M; m += 6) panel_tile<6>(K, A + m * lda, lda, Bp, C + m * ldc + n0, ldc, bb, accumulate, cols);
+  for (; m + 6 <= M; m += 6)
+    panel_tile<6>(K, A + m * lda, lda, Bp, C + m * ldc + n0, ldc, bb, accumulate, cols);
   for (; m < M; ++m) panel_tile<1>(K, A + m * lda, lda, Bp, C + m * ldc + n0, ldc, bb, accumulate, cols);
 }
 
@@ -152,6 +154,13 @@ constexpr int64_t kBlockM = 64;
 constexpr int64_t kBlockN = 64;
 
 }  // namespace
+
+void openmp_thread_setup() {
+  thread_local bool done = false;
+  if (done) return;
+  done = true;
+  if (std::getenv("OMP_DYNAMIC") == nullptr) omp_set_dynamic(1);
+}
 
 float dot(const float* a, const float* b, int64_t n) {
   float out[1][1];
@@ -176,9 +185,10 @@ void gemm_nt_serial(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda
   }
 }
 
-void gemm_nt(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb, float* C,
-             int64_t ldc, const float* bias, bool accumulate) {
+void gemm_nt(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb,
+             float* C, int64_t ldc, const float* bias, bool accumulate) {
   if (M == 0 || N == 0) return;
+  openmp_thread_setup();
   const int64_t blocks_m = (M + kBlockM - 1) / kBlockM;
   // Narrow column blocks when M is small so that both cores get work on GEMV-like shapes.
   const int64_t block_n = M <= 16 ? 16 : kBlockN;
@@ -197,7 +207,8 @@ void gemm_nt(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const
 #pragma omp for schedule(static)
       for (int64_t p = 0; p < panels; ++p) {
         const int64_t n0 = p * kPanel;
-        panel_columns(M, n0, std::min(kPanel, N - n0), K, A, lda, B, ldb, C, ldc, bias, accumulate, Bp.data());
+        panel_columns(M, n0, std::min(kPanel, N - n0), K, A, lda, B, ldb, C, ldc, bias, accumulate,
+                      Bp.data());
       }
     }
     return;
