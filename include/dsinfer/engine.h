@@ -2,6 +2,7 @@
 // receive each request's events (token/text deltas, finish, usage, errors) through a callback.
 // The engine thread alone owns the scheduler, the KV cache and the backend.
 #pragma once
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -11,6 +12,7 @@
 
 #include "engine/finish_reason.h"
 #include "engine/sampling_params.h"
+#include "resilience/resilience_config.h"
 
 namespace dsinfer {
 
@@ -19,18 +21,19 @@ struct ModelConfig;
 
 struct EngineConfig {
   std::string model_dir;
-  std::string device = "auto";         // auto | cpu | cuda
-  bool dummy_weights = false;          // random weights from config.json alone (benchmarks)
-  int32_t max_batch_size = 64;         // sequences per step
-  int32_t max_num_tokens = 2048;       // tokens per step (decode tokens + prefill chunks)
-  bool enable_chunked_context = true;  // split long prompts across steps
-  int32_t context_chunk_size = 512;    // tokens per prefill chunk (a multiple of kv_block_size is best)
-  int32_t kv_block_size = 64;          // tokens per KV block
-  int64_t max_tokens_in_paged_kv_cache = 0;     // > 0: KV capacity in tokens
-  double kv_cache_free_gpu_mem_fraction = 0.9;  // GPU: share of the memory left after weights + workspace
+  std::string device = "auto";               // auto | cpu | cuda
+  bool dummy_weights = false;                // random weights from config.json alone (benchmarks)
+  int32_t max_batch_size = 64;               // sequences per step
+  int32_t max_num_tokens = 2048;             // tokens per step (decode tokens + prefill chunks)
+  bool enable_chunked_context = true;        // split long prompts across steps
+  int32_t context_chunk_size = 512;          // tokens per prefill chunk (a multiple of kv_block_size is best)
+  int32_t kv_block_size = 64;                // tokens per KV block
+  int64_t max_tokens_in_paged_kv_cache = 0;  // > 0: KV capacity in tokens
+  double kv_cache_free_gpu_mem_fraction = 0.9;    // GPU: share of the memory left after weights + workspace
   int64_t cpu_kv_cache_bytes = int64_t{1} << 30;  // CPU backend: KV byte budget
   bool enable_prefix_caching = true;
-  int32_t max_queue_length = 1024;     // waiting requests beyond this are rejected
+  int32_t max_queue_length = 1024;  // waiting requests beyond this are rejected
+  ResilienceConfig resilience;      // circuit breaker, watchdog, length tiers, fault injection
 };
 
 struct Usage {
@@ -82,6 +85,24 @@ struct EngineStats {
   int64_t prefix_cache_hit_tokens = 0;
   double kv_utilization_peak = 0.0;  // highest kv_utilization after any step so far
   int32_t kv_block_size = 0;
+  // Resilience (docs/architecture.md, "Resilience").
+  bool breaker_enabled = false;
+  int32_t breaker_state = 0;  // BreakerState: 0 closed, 1 degraded, 2 open, 3 half_open
+  int32_t fallback_level = 0;
+  int64_t breaker_transitions = 0;
+  std::array<int64_t, 4> step_errors{};  // by StepErrorType (CUDA_ERROR, OUT_OF_MEMORY, TIMEOUT, STICKY)
+  int64_t request_timeouts = 0;
+  double engine_busy_fraction = 0.0;  // "gpu_utilization": busy share of the engine thread
+  bool scale_out_recommended = false;
+  int64_t cache_reinits = 0;
+  int32_t batch_limit = 0;  // current cap on sequences per step (0: max_batch_size)
+};
+
+// Whether a new request may start (the circuit breaker's gate and the device's health).
+struct EngineAdmission {
+  bool allowed = true;
+  double retry_after_seconds = 0;
+  std::string reason;
 };
 
 class Engine {
@@ -97,6 +118,12 @@ class Engine {
   // (finish_reason kAbort / error "cancelled"). Unknown or finished ids are ignored.
   virtual void cancel(uint64_t request_id) = 0;
   virtual EngineStats stats() const = 0;
+  // The circuit breaker's gate for new requests (always allowed without a circuit_breaker section). In
+  // half-open it hands out the probe slots, so call it once per request that is then submitted.
+  virtual EngineAdmission admission() { return {}; }
+  // Non-empty once the engine is unusable (a sticky device error, or a step hung beyond
+  // watchdog.hang_timeout): the process should be restarted (/health/live fails).
+  virtual std::string fatal_error() const { return ""; }
   virtual const Tokenizer& tokenizer() const = 0;
   virtual const ModelConfig& model_config() const = 0;
   // Stops accepting work, finishes what is running (cancels what remains after `timeout`), joins.

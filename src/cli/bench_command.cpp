@@ -1,7 +1,9 @@
 // `dsinfer bench`: offline serving benchmark through the batched engine. Submits every prompt at once
 // (synthetic random-token prompts of --input-len, or a --dataset), generates --output-len tokens each
 // (EOS ignored), and reports throughput, TTFT, time per output token and end-to-end latency (mean, P50,
-// P90, P99), KV utilisation and preemptions; --json for machines.
+// P90, P99), KV utilisation and preemptions; --json for machines. --long-fraction mixes in very long prompts
+// (TTFT reported per class), --request-rate spreads arrivals (Poisson) and --length-tiers turns the
+// scheduler's length tiers on (docs/benchmarks.md, "Length tiers").
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -41,11 +43,18 @@ struct BenchArgs {
   std::string device = "auto";
   uint64_t seed = 0;
   bool json = false;
+  double long_fraction = 0.0;  // share of requests with a --long-input-len prompt
+  std::string long_input_len = "1500:1800";
+  double request_rate = 0.0;  // requests/s, Poisson arrivals (0: all at once)
+  bool length_tiers = false;
+  int32_t long_prompt_tokens = 1024;
+  double long_prefill_share = 0.25;
 };
 
 struct BenchRequest {
   std::vector<int32_t> prompt;
   int32_t output_len = 0;
+  bool long_prompt = false;
 };
 
 using Clock = std::chrono::steady_clock;
@@ -57,6 +66,7 @@ struct Outcome {
   int32_t cached_tokens = 0;
   std::string error;
   bool done = false;
+  bool long_prompt = false;
 };
 
 std::vector<BenchRequest> make_requests(const BenchArgs& a, Engine& engine) {
@@ -86,9 +96,12 @@ std::vector<BenchRequest> make_requests(const BenchArgs& a, Engine& engine) {
     }
   } else {
     const LengthRange in_len = LengthRange::parse(a.input_len, "--input-len");
+    const LengthRange long_len = LengthRange::parse(a.long_input_len, "--long-input-len");
+    std::uniform_real_distribution<double> coin(0.0, 1.0);
     for (int32_t i = 0; i < a.num_prompts; ++i) {
       BenchRequest r;
-      r.prompt.resize(in_len.sample(rng));
+      r.long_prompt = a.long_fraction > 0 && coin(rng) < a.long_fraction;
+      r.prompt.resize(r.long_prompt ? long_len.sample(rng) : in_len.sample(rng));
       for (int32_t& t : r.prompt) t = static_cast<int32_t>(rng() % static_cast<uint64_t>(vocab));
       r.output_len = out_len.sample(rng);
       out.push_back(std::move(r));
@@ -127,6 +140,10 @@ int run_bench(const BenchArgs& a) {
   config.max_tokens_in_paged_kv_cache = a.max_kv_tokens;
   config.enable_prefix_caching = !a.no_prefix_caching;
   config.max_queue_length = std::max(config.max_queue_length, a.num_prompts + 1);
+  config.resilience.length_tiers.enabled = a.length_tiers;
+  config.resilience.length_tiers.long_prompt_tokens = a.long_prompt_tokens;
+  config.resilience.length_tiers.long_prefill_share = a.long_prefill_share;
+  validate(config.resilience);
   std::unique_ptr<Engine> engine = Engine::create(config);
   std::vector<BenchRequest> requests = make_requests(a, *engine);
 
@@ -136,7 +153,12 @@ int run_bench(const BenchArgs& a) {
   size_t finished = 0;
   ProgressBar progress("bench", static_cast<int64_t>(requests.size()), !a.json && stderr_is_terminal());
   const Clock::time_point start = Clock::now();
+  std::mt19937_64 arrivals(a.seed + 1);
+  std::exponential_distribution<double> gap(a.request_rate > 0 ? a.request_rate : 1.0);
   for (size_t i = 0; i < requests.size(); ++i) {
+    outcomes[i].long_prompt = requests[i].long_prompt;
+    if (a.request_rate > 0 && i > 0)
+      std::this_thread::sleep_for(std::chrono::duration<double>(gap(arrivals)));
     GenerationRequest r;
     r.prompt_ids = requests[i].prompt;
     r.sampling.temperature = 0.0f;
@@ -181,7 +203,7 @@ int run_bench(const BenchArgs& a) {
   engine->shutdown();
   const EngineStats stats = engine->stats();
 
-  std::vector<double> ttft, tpot, e2e;
+  std::vector<double> ttft, tpot, e2e, short_ttft, long_ttft, long_e2e;
   int64_t in_tokens = 0, out_tokens = 0, cached = 0, errors = 0;
   auto ms = [](Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
   for (const Outcome& o : outcomes) {
@@ -193,6 +215,8 @@ int run_bench(const BenchArgs& a) {
     out_tokens += o.completion_tokens;
     cached += o.cached_tokens;
     ttft.push_back(ms(o.first_token - o.arrival));
+    (o.long_prompt ? long_ttft : short_ttft).push_back(ms(o.first_token - o.arrival));
+    if (o.long_prompt) long_e2e.push_back(ms(o.finish - o.arrival));
     e2e.push_back(ms(o.finish - o.arrival));
     if (o.completion_tokens > 1) tpot.push_back(ms(o.finish - o.first_token) / (o.completion_tokens - 1));
   }
@@ -228,6 +252,14 @@ int run_bench(const BenchArgs& a) {
         {"kv_block_size", stats.kv_block_size},
         {"preemptions", stats.preemptions},
         {"steps", stats.steps},
+        {"long_fraction", a.long_fraction},
+        {"request_rate", a.request_rate},
+        {"length_tiers", a.length_tiers},
+        {"short_requests", short_ttft.size()},
+        {"long_requests", long_ttft.size()},
+        {"short_ttft_ms", summarize(short_ttft).to_json()},
+        {"long_ttft_ms", summarize(long_ttft).to_json()},
+        {"long_e2e_latency_ms", summarize(long_e2e).to_json()},
     };
     std::cout << j.dump() << std::endl;
   } else {
@@ -241,6 +273,13 @@ int run_bench(const BenchArgs& a) {
     print_summary("time to first token", s_ttft, "ms");
     print_summary("time per output token", s_tpot, "ms");
     print_summary("end-to-end latency", s_e2e, "ms");
+    if (a.long_fraction > 0) {
+      std::printf("length mix: %zu short, %zu long; length tiers %s\n", short_ttft.size(), long_ttft.size(),
+                  a.length_tiers ? "on" : "off");
+      print_summary("TTFT short prompts", summarize(short_ttft), "ms");
+      print_summary("TTFT long prompts", summarize(long_ttft), "ms");
+      print_summary("end-to-end long prompts", summarize(long_e2e), "ms");
+    }
     std::printf("KV cache: %lld blocks of %d tokens, utilisation mean %.1f%% peak %.1f%%, preemptions %lld\n",
                 static_cast<long long>(stats.kv_blocks_total), stats.kv_block_size, 100.0 * util_mean,
                 100.0 * stats.kv_utilization_peak, static_cast<long long>(stats.preemptions));
@@ -272,6 +311,14 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--device", a->device, "auto, cpu or cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   cmd->add_option("--seed", a->seed, "Seed of the synthetic prompts and lengths (0)");
   cmd->add_flag("--json", a->json, "Print one JSON object with every figure");
+  cmd->add_option("--long-fraction", a->long_fraction,
+                  "Share of requests with a --long-input-len prompt (0)");
+  cmd->add_option("--long-input-len", a->long_input_len, "Long prompt tokens: N or A:B (1500:1800)");
+  cmd->add_option("--request-rate", a->request_rate, "Requests/s with Poisson arrivals (0: all at once)");
+  cmd->add_flag("--length-tiers", a->length_tiers, "Cap long prefills' share of each step (length tiers)");
+  cmd->add_option("--long-prompt-tokens", a->long_prompt_tokens, "Tiers: prompts this long are long (1024)");
+  cmd->add_option("--long-prefill-share", a->long_prefill_share,
+                  "Tiers: most of a step's token budget long prefills may take (0.25)");
   cmd->callback([a]() { run_guarded([&]() { return run_bench(*a); }); });
 }
 

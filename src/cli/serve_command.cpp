@@ -18,7 +18,8 @@ namespace {
 struct ServeArgs {
   std::string model;
   std::string config_file;
-  server::ServeConfig flags;  // values of the flags given
+  bool enable_fault_injection = false;  // allows a fault_injection: section (tests only)
+  server::ServeConfig flags;            // values of the flags given
   std::vector<std::pair<CLI::Option*, std::function<void(server::ServeConfig&)>>> overrides;
 };
 
@@ -55,6 +56,7 @@ int run_serve(ServeArgs& a) {
     if (opt->count() > 0) apply(config);
   }
   config.engine.model_dir = a.model;
+  check_fault_injection_allowed(config.engine.resilience, a.enable_fault_injection);
   server::validate(config);
   if (!config.server.log_level.empty()) set_log_level(parse_log_level(config.server.log_level));
 
@@ -102,6 +104,8 @@ void add_serve_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server");
   cmd->add_option("--model", a->model, "Model directory (config.json, safetensors, tokenizer)")->required();
   cmd->add_option("--config", a->config_file, "YAML file with server: and engine: sections (flags win)");
+  cmd->add_flag("--enable-fault-injection", a->enable_fault_injection,
+                "Allow the config file's fault_injection: section (tests only)");
   ServeArgs& s = *a;
   flag<std::string>(cmd, s, "--host", "Address to listen on (127.0.0.1)",
                     [](C& c) { return &c.server.host; });

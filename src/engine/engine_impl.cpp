@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "kv/kv_capacity.h"
+#include "resilience/step_error.h"
 #ifdef DSINFER_HAVE_CUDA
 #include "backend/cuda/device_query.h"
 #endif
@@ -63,9 +64,16 @@ EngineImpl::EngineImpl(const EngineConfig& config, std::unique_ptr<Backend> back
   sc.max_num_tokens = config.max_num_tokens;
   sc.enable_chunked_context = config.enable_chunked_context;
   sc.context_chunk_size = config.context_chunk_size;
+  const LengthTiersConfig& tiers = config.resilience.length_tiers;
+  if (tiers.enabled) {
+    sc.long_prompt_tokens = tiers.long_prompt_tokens;
+    sc.long_prefill_tokens = std::max<int32_t>(
+        config.kv_block_size, static_cast<int32_t>(tiers.long_prefill_share * config.max_num_tokens));
+  }
   scheduler_ = std::make_unique<Scheduler>(sc, *pool_);
   log_info("engine: ", num_blocks, " KV blocks of ", config.kv_block_size, " tokens (", cache_->bytes() >> 20,
            " MiB), prefix caching ", pool_->prefix_caching() ? "on" : "off");
+  init_resilience();
   publish_stats();
   thread_ = std::thread([this] { loop(); });
 }
@@ -92,6 +100,7 @@ uint64_t EngineImpl::submit(GenerationRequest request) {
   DSI_CHECK(static_cast<int64_t>(prompt.size()) + 1 <= kv_tokens, "the prompt has ", prompt.size(),
             " tokens but the KV cache holds ", kv_tokens, " tokens");
   std::lock_guard<std::mutex> lock(mutex_);
+  DSI_CHECK(fatal_.empty(), fatal_);
   DSI_CHECK(accepting_, "the engine is shutting down");
   DSI_CHECK(static_cast<int64_t>(inbox_.size()) + stats_.waiting < config_.max_queue_length,
             "the request queue is full (", config_.max_queue_length, " waiting requests)");
@@ -108,8 +117,13 @@ void EngineImpl::cancel(uint64_t request_id) {
 }
 
 EngineStats EngineImpl::stats() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return stats_;
+  EngineStats s;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    s = stats_;
+  }
+  fill_resilience_stats(s);
+  return s;
 }
 
 const Tokenizer& EngineImpl::tokenizer() const {
@@ -132,6 +146,7 @@ void EngineImpl::shutdown(std::chrono::milliseconds timeout) {
     wake_.notify_one();
   }
   if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
+  stop_watchdog();
 }
 
 void EngineImpl::admit(Submission sub) {
@@ -156,6 +171,7 @@ void EngineImpl::abort_request(uint64_t id, const std::string& error) {
   model_->release_sequence(static_cast<int64_t>(id));
   std::unique_ptr<RequestState> state = std::move(it->second);
   requests_.erase(it);
+  on_request_end(id, error);
   try {
     state->deliver(state->abort_event(error, cached));
   } catch (const std::exception& e) {
@@ -175,16 +191,20 @@ void EngineImpl::run_step() {
   const Clock::time_point now = Clock::now();
   for (const ScheduledSeq& e : step.seqs) requests_.at(e.seq->id)->on_scheduled(now);
   Tensor logits;  // [sampled sequences, vocab]
+  const Clock::time_point start = Clock::now();
+  begin_step_watch(start);
   try {
+    if (faults_) faults_->before_step();
     BatchPlan plan = scheduler_->build_plan(step);
     logits = model_->forward(plan, *cache_);
   } catch (const std::exception& e) {
-    log_error("engine: forward pass failed: ", e.what());
-    std::vector<uint64_t> ids;
-    for (const ScheduledSeq& s : step.seqs) ids.push_back(s.seq->id);
-    for (uint64_t id : ids) abort_request(id, std::string("forward pass failed: ") + e.what());
+    const bool watchdog_reported = end_step_watch();
+    const StepErrorType type = classify_step_error(e);
+    if (!(watchdog_reported && type == StepErrorType::kTimeout)) on_step_failure(step, type, e.what());
     return;
   }
+  end_step_watch();  // a slow step is counted as a TIMEOUT; its results are still good
+  on_step_success(step, start, Clock::now());
   scheduler_->complete(step);
   const int32_t V = static_cast<int32_t>(logits.dim(1));
   int64_t row = 0;
@@ -208,6 +228,7 @@ void EngineImpl::run_step() {
       model_->release_sequence(static_cast<int64_t>(id));
       finished = std::move(requests_.at(id));
       requests_.erase(id);
+      on_request_end(id, event.error);
     } else {
       seq->tokens.push_back(state.last_token());
     }
@@ -250,9 +271,14 @@ void EngineImpl::loop() {
     Clock::time_point deadline;
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      wake_.wait(lock, [&] {
+      auto ready = [&] {
         return !inbox_.empty() || !cancels_.empty() || shutting_down_ || scheduler_->has_work();
-      });
+      };
+      if (ticking()) {
+        wake_.wait_for(lock, std::chrono::milliseconds(100), ready);
+      } else {
+        wake_.wait(lock, ready);
+      }
       inbox.swap(inbox_);
       cancels.swap(cancels_);
       shutting_down = shutting_down_;
@@ -260,6 +286,7 @@ void EngineImpl::loop() {
     }
     for (Submission& s : inbox) admit(std::move(s));
     for (uint64_t id : cancels) abort_request(id, "cancelled");
+    resilience_tick();
     if (shutting_down && (!scheduler_->has_work() || Clock::now() >= deadline)) {
       std::vector<uint64_t> ids;
       for (const auto& [id, state] : requests_) ids.push_back(id);
@@ -269,8 +296,10 @@ void EngineImpl::loop() {
       return;
     }
     if (scheduler_->has_work()) {
+      const Clock::time_point busy_start = Clock::now();
       try {
         run_step();
+        if (busy_) busy_->add(busy_start, Clock::now());
       } catch (const std::exception& e) {
         log_error("engine: step failed: ", e.what());
         std::vector<uint64_t> ids;

@@ -2,6 +2,7 @@
 // KV cache and the model; submit() and cancel() hand work to it through a mutex-protected inbox, and events
 // are delivered from it through each request's callback.
 #pragma once
+#include <atomic>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -15,6 +16,9 @@
 #include "kv/block_pool.h"
 #include "kv/kv_cache.h"
 #include "model/model.h"
+#include "resilience/circuit_breaker.h"
+#include "resilience/fault_injector.h"
+#include "resilience/metrics_rules.h"
 #include "sched/scheduler.h"
 #include "tokenizer/tokenizer.h"
 
@@ -34,6 +38,8 @@ class EngineImpl : public Engine {
   uint64_t submit(GenerationRequest request) override;
   void cancel(uint64_t request_id) override;
   EngineStats stats() const override;
+  EngineAdmission admission() override;
+  std::string fatal_error() const override;
   const Tokenizer& tokenizer() const override;
   const ModelConfig& model_config() const override;
   void shutdown(std::chrono::milliseconds timeout) override;
@@ -53,6 +59,23 @@ class EngineImpl : public Engine {
   void abort_request(uint64_t id, const std::string& error);
   void publish_stats();
 
+  // Resilience (engine_resilience.cpp).
+  void init_resilience();
+  bool ticking() const;  // the loop must wake periodically (breaker, rules, request timeouts)
+  void resilience_tick();
+  void on_step_failure(const StepSchedule& step, StepErrorType type, const std::string& what);
+  void on_step_success(const StepSchedule& step, Clock::time_point start, Clock::time_point end);
+  void on_request_end(uint64_t id, const std::string& error);
+  void count_error(StepErrorType type, const std::string& what);
+  void enter_fatal(const std::string& message);
+  void apply_fallbacks(int32_t level);
+  void update_batch_limit();
+  void begin_step_watch(Clock::time_point start);
+  bool end_step_watch();  // true when the watchdog already reported this step as a TIMEOUT
+  void watchdog_loop();
+  void stop_watchdog();
+  void fill_resilience_stats(EngineStats& s) const;
+
   EngineConfig config_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Model> model_;
@@ -66,6 +89,31 @@ class EngineImpl : public Engine {
   std::unordered_map<uint64_t, std::unique_ptr<RequestState>> requests_;  // engine thread only
   double peak_utilization_ = 0.0;
 
+  // Resilience state (engine thread unless atomic or noted).
+  std::unique_ptr<CircuitBreaker> breaker_;  // thread-safe
+  std::unique_ptr<FaultInjector> faults_;
+  std::unique_ptr<MetricsRuleEvaluator> rules_;
+  std::unique_ptr<BusyTracker> busy_;
+  std::unordered_map<uint64_t, int32_t> step_failures_;  // consecutive failed steps per request
+  int32_t applied_level_ = 0;
+  int32_t fallback_batch_limit_ = 0;
+  int32_t retry_batch_limit_ = 0;
+  bool fatal_flag_ = false;
+  Clock::time_point last_rules_eval_{};
+  std::array<std::atomic<int64_t>, 4> step_errors_{};
+  std::atomic<int64_t> request_timeouts_{0};
+  std::atomic<int64_t> cache_reinits_{0};
+  std::atomic<int64_t> step_start_ns_{0};  // steady-clock ns when the running step began (0: none)
+  std::atomic<uint64_t> step_seq_{0};
+  std::atomic<uint64_t> timeout_flagged_{0};
+  std::atomic<bool> scale_out_{false};
+  std::atomic<double> busy_fraction_{0.0};
+  std::atomic<int32_t> batch_limit_{0};
+  std::thread watchdog_;
+  std::mutex watchdog_mu_;
+  std::condition_variable watchdog_wake_;
+  bool watchdog_stop_ = false;  // guarded by watchdog_mu_
+
   mutable std::mutex mutex_;  // guards everything below
   std::condition_variable wake_;
   std::vector<Submission> inbox_;
@@ -75,6 +123,7 @@ class EngineImpl : public Engine {
   bool shutting_down_ = false;
   Clock::time_point deadline_{};
   EngineStats stats_;
+  std::string fatal_;  // the unrecoverable error, once there is one
   std::thread thread_;
 };
 

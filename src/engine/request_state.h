@@ -23,6 +23,7 @@ class RequestState {
                std::vector<int32_t> eos_token_ids, int64_t context, Clock::time_point arrival);
 
   uint64_t id() const { return id_; }
+  Clock::time_point arrival() const { return arrival_; }
   const GenerationRequest& request() const { return request_; }
 
   // The request was scheduled (first time only recorded).

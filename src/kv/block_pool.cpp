@@ -67,6 +67,19 @@ int32_t BlockPool::allocate() {
   return block;
 }
 
+int32_t BlockPool::evict_cached() {
+  int32_t n = 0;
+  while (lru_head_ != kNoBlock) {
+    const int32_t block = lru_head_;
+    lru_remove(block);
+    unregister(block);
+    free_.push_back(block);
+    ++evictions_;
+    ++n;
+  }
+  return n;
+}
+
 bool BlockPool::allocate(int32_t n, std::vector<int32_t>& out) {
   if (n <= 0) return true;
   if (n > num_free()) return false;

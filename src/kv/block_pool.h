@@ -27,6 +27,9 @@ class BlockPool {
   // Prefix-cache blocks no sequence holds (evictable).
   int32_t num_cached() const { return num_cached_; }
   int64_t evictions() const { return evictions_; }
+  // Drops every prefix-cache block no request holds (back to the free list); returns how many. Blocks held
+  // by running requests are untouched (the reinit_cache action of the circuit breaker's metrics rules).
+  int32_t evict_cached();
 
   // A block with reference count 1, from the free list or else by evicting the least recently used cached
   // block; kNoBlock when every block is in use.

@@ -71,6 +71,19 @@ int32_t Scheduler::chunk_for(const Sequence& s, int32_t tokens_left) const {
   return static_cast<int32_t>(std::max<int64_t>(0, n));
 }
 
+bool Scheduler::is_long(const Sequence& s) const {
+  return config_.long_prefill_tokens > 0 && s.prompt_len >= config_.long_prompt_tokens;
+}
+
+bool Scheduler::preempt_request(uint64_t id) {
+  Sequence* s = find(id);
+  if (!s || s->status != SeqStatus::kRunning) return false;
+  StepSchedule none;
+  Budget unused{0, 0};
+  preempt(s, none, unused);
+  return true;
+}
+
 void Scheduler::schedule_entry(Sequence* s, int32_t n, StepSchedule& out, Budget& budget) {
   out.seqs.push_back({s, s->num_computed, n, s->num_computed + n == s->num_tokens()});
   out.num_tokens += n;
@@ -124,6 +137,9 @@ StepSchedule Scheduler::schedule() {
   StepSchedule out;
   out.step = ++step_;
   Budget budget{config_.max_num_tokens, config_.max_batch_size};
+  if (batch_limit_ > 0) budget.seqs = std::min(budget.seqs, batch_limit_);
+  // Length tiers: what long prefills may still take this step.
+  int32_t long_left = config_.long_prefill_tokens > 0 ? config_.long_prefill_tokens : config_.max_num_tokens;
 
   // 1. Decodes of running sequences, highest rank first, so generation keeps flowing.
   for (size_t i = 0; i < running_.size() && budget.seqs > 0 && budget.tokens > 0;) {
@@ -143,26 +159,45 @@ StepSchedule Scheduler::schedule() {
       ++i;
       continue;
     }
-    const int32_t n = chunk_for(*s, budget.tokens);
+    const bool long_seq = is_long(*s);
+    const int32_t n = chunk_for(*s, long_seq ? std::min(budget.tokens, long_left) : budget.tokens);
     if (n == 0) {
       ++i;
       continue;
     }
     if (!reserve(s, s->num_computed + n, out, budget)) continue;
     schedule_entry(s, n, out, budget);
+    if (long_seq) long_left -= n;
     ++i;
   }
   // 3. Admissions in queue order; none in a step that had to preempt (the blocks are short).
-  while (out.preempted.empty() && !waiting_.empty() && budget.seqs > 0 && budget.tokens > 0) {
-    Sequence* s = *waiting_.begin();
+  // With tiers, long sequences whose share is spent are skipped (kept in order) instead of blocking.
+  std::vector<Sequence*> skipped;
+  while (out.preempted.empty() && budget.seqs > 0 && budget.tokens > 0) {
+    auto head = waiting_.begin();
+    while (head != waiting_.end() && std::find(skipped.begin(), skipped.end(), *head) != skipped.end())
+      ++head;
+    if (head == waiting_.end()) break;
+    Sequence* s = *head;
+    const bool long_seq = is_long(*s);
+    if (long_seq && long_left <= 0) {
+      skipped.push_back(s);
+      continue;
+    }
     int32_t hit = 0;
     if (s->table.empty()) {
       // Keep at least the last token to compute: its logits give the next token.
       hit = s->table.match_prefix(pool_, s->tokens, s->num_tokens() - 1);
       s->num_computed = hit;
     }
-    const int32_t n = chunk_for(*s, budget.tokens);
+    const int32_t n = chunk_for(*s, long_seq ? std::min(budget.tokens, long_left) : budget.tokens);
     const int32_t bs = pool_.block_size();
+    if (long_seq && n == 0) {
+      s->table.release(pool_);
+      s->num_computed = 0;
+      skipped.push_back(s);
+      continue;
+    }
     if (n == 0 || s->table.blocks_needed(s->num_computed + n, bs) > pool_.num_free()) {
       s->table.release(pool_);
       s->num_computed = 0;
@@ -182,6 +217,7 @@ StepSchedule Scheduler::schedule() {
     }
     insert_running(s);
     schedule_entry(s, n, out, budget);
+    if (long_seq) long_left -= n;
   }
   return out;
 }

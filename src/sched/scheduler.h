@@ -22,6 +22,11 @@ struct SchedulerConfig {
   int32_t max_num_tokens = 2048;  // tokens per step
   bool enable_chunked_context = true;
   int32_t context_chunk_size = 512;  // tokens per prefill chunk
+  // Length tiers: prompts of at least long_prompt_tokens tokens are "long"; their prefill chunks take at
+  // most long_prefill_tokens of a step's budget (0: no tiers), and a long head of the queue does not hold
+  // back shorter requests behind it when that share is spent.
+  int32_t long_prompt_tokens = 0;
+  int32_t long_prefill_tokens = 0;
 };
 
 struct ScheduledSeq {
@@ -54,6 +59,13 @@ class Scheduler {
   StepSchedule schedule();
   // The step's forward pass ran: marks its positions computed and registers full blocks in the prefix cache.
   void complete(const StepSchedule& step);
+  // Caps the sequences per step below max_batch_size (0: no cap); the circuit breaker's reduce_batch_size
+  // fallback and step retries use it.
+  void set_batch_limit(int32_t limit) { batch_limit_ = limit; }
+  int32_t batch_limit() const { return batch_limit_; }
+  // Moves a running sequence back to waiting (blocks released, recomputed later): a failed step's
+  // sequences are retried this way. False when `id` is not running.
+  bool preempt_request(uint64_t id);
   // The forward pass input for a schedule (before complete()).
   BatchPlan build_plan(const StepSchedule& step) const;
 
@@ -81,6 +93,7 @@ class Scheduler {
   };
   // Tokens of `s` to compute this step within `tokens_left` (0: none fit).
   int32_t chunk_for(const Sequence& s, int32_t tokens_left) const;
+  bool is_long(const Sequence& s) const;
   // Grows s's table for `end` positions, preempting lower-ranked running sequences as needed. False when
   // s itself was preempted or failed.
   bool reserve(Sequence* s, int64_t end, StepSchedule& out, Budget& budget);
@@ -99,6 +112,7 @@ class Scheduler {
   uint64_t step_ = 0;
   int64_t preemptions_ = 0;
   int64_t prefix_hit_tokens_ = 0;
+  int32_t batch_limit_ = 0;
 };
 
 }  // namespace dsinfer

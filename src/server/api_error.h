@@ -11,8 +11,9 @@ namespace dsinfer::server {
 struct ApiError : std::runtime_error {
   int status;
   std::string type;
-  std::string param;  // "" => null
-  std::string code;   // "" => null
+  std::string param;               // "" => null
+  std::string code;                // "" => null
+  double retry_after_seconds = 0;  // > 0: a Retry-After header (503 from the circuit breaker)
   ApiError(int status_, std::string message, std::string type_ = "invalid_request_error",
            std::string param_ = "", std::string code_ = "")
       : std::runtime_error(std::move(message)),

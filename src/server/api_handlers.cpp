@@ -8,6 +8,7 @@
 #include "server/api_error.h"
 #include "server/completion_job.h"
 #include "server/openai_response.h"
+#include "server/resilience_http.h"
 
 namespace dsinfer::server {
 
@@ -46,7 +47,11 @@ void guarded(const ServerContext& ctx, const std::shared_ptr<Responder>& out, F&
     body();
   } catch (const ApiError& e) {
     HttpResponse r = error_response(e);
-    if (e.status == 429) r.headers.emplace_back("Retry-After", retry_after(ctx.config.server));
+    if (e.retry_after_seconds > 0) {
+      r.headers.emplace_back("Retry-After", std::to_string(static_cast<int64_t>(e.retry_after_seconds)));
+    } else if (e.status == 429) {
+      r.headers.emplace_back("Retry-After", retry_after(ctx.config.server));
+    }
     out->send(std::move(r));
   } catch (const Error& e) {
     out->send(error_response(bad_request(e.what())));
@@ -89,6 +94,7 @@ void handle_completions(ServerContext& ctx, const HttpRequest& req, const std::s
     check_model(ctx, body);
     Engine& engine = ready_engine(ctx);
     CompletionRequest parsed = parse_completion_request(body, chat, engine.tokenizer(), ctx.limits);
+    check_admission(engine);  // the circuit breaker: 503 + Retry-After while open
     auto job = std::make_shared<CompletionJob>(ctx, std::move(parsed), out, arrival);
     job->start();
   });

@@ -7,6 +7,7 @@
 #include <random>
 
 #include "core/error.h"
+#include "resilience/step_error.h"
 #include "server/api_error.h"
 #include "server/sse.h"
 
@@ -214,7 +215,7 @@ void CompletionJob::complete() {
     message = str_cat("the request did not finish within ", ctx_.config.server.request_timeout_seconds,
                       " seconds and was cancelled");
   } else if (!error.empty()) {
-    status = shutting_down_ ? 503 : 500;
+    status = shutting_down_ ? 503 : http_status_for_engine_error(error);
     message = shutting_down_ ? "the server is shutting down; the request was cancelled"
                              : "generation failed: " + error;
   }

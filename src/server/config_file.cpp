@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "resilience/resilience_yaml.h"
 #include "server/serve_config.h"
 
 namespace dsinfer::server {
@@ -49,8 +50,8 @@ KeyReader key(F field) {
 #member, key < T>([](ServeConfig& c) { return &c.engine.member; }) \
   }
 
-const std::map<std::string, Section>& sections() {
-  static const std::map<std::string, Section> table = {
+std::map<std::string, Section> base_sections() {
+  return {
       {"server",
        {
            DSI_SERVER_KEY(std::string, host),
@@ -81,6 +82,23 @@ const std::map<std::string, Section>& sections() {
            DSI_ENGINE_KEY(int32_t, max_queue_length),
        }},
   };
+}
+
+// The server and engine sections plus the resilience sections (circuit_breaker, watchdog, length_tiers,
+// fault_injection), whose readers store into EngineConfig::resilience.
+const std::map<std::string, Section>& sections() {
+  static const std::map<std::string, Section> table = [] {
+    std::map<std::string, Section> t = base_sections();
+    for (const auto& [name, keys] : resilience_sections()) {
+      Section& section = t[name];
+      for (const auto& [k, read] : keys) {
+        section[k] = [read](const YAML::Node& node, const std::string& where, ServeConfig& c) {
+          read(node, where, c.engine.resilience);
+        };
+      }
+    }
+    return t;
+  }();
   return table;
 }
 
@@ -164,6 +182,7 @@ void validate(const ServeConfig& c) {
             e.kv_cache_free_gpu_mem_fraction);
   DSI_CHECK(e.cpu_kv_cache_bytes > 0, "engine.cpu_kv_cache_bytes must be > 0");
   DSI_CHECK(e.max_queue_length >= 1, "engine.max_queue_length must be >= 1, got ", e.max_queue_length);
+  ::dsinfer::validate(e.resilience);
 }
 
 }  // namespace dsinfer::server

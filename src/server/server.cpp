@@ -13,6 +13,7 @@
 #include "server/api_handlers.h"
 #include "server/completion_job.h"
 #include "server/http_listener.h"
+#include "server/resilience_http.h"
 #include "server/router.h"
 #include "server/server_context.h"
 
@@ -155,6 +156,12 @@ Server::Server(ServeConfig config, MetricsRegistry* registry) : impl_(std::make_
     *out = engine->stats();
     return true;
   });
+  register_resilience_metrics(*registry, [ctx_ptr](EngineStats* out) {
+    Engine* engine = ctx_ptr->engine.load();
+    if (!engine) return false;
+    *out = engine->stats();
+    return true;
+  });
   m.add_routes();
 }
 
@@ -173,10 +180,16 @@ void Server::Impl::add_routes() {
       handler(req, out);
     };
   };
-  router.add("GET", "/health/live",
-             [](const HttpRequest&, std::shared_ptr<Responder> out) { out->send(Health::live()); });
-  router.add("GET", "/health/ready",
-             [&c](const HttpRequest&, std::shared_ptr<Responder> out) { out->send(c.health.readiness()); });
+  router.add("GET", "/health/live", [&c](const HttpRequest&, std::shared_ptr<Responder> out) {
+    if (auto failed = liveness_failure(c.engine.load())) return out->send(std::move(*failed));
+    out->send(Health::live());
+  });
+  router.add("GET", "/health/ready", [&c](const HttpRequest&, std::shared_ptr<Responder> out) {
+    if (c.health.ready()) {
+      if (auto unready = readiness_failure(c.engine.load())) return out->send(std::move(*unready));
+    }
+    out->send(c.health.readiness());
+  });
   router.add("GET", "/metrics", [this](const HttpRequest&, std::shared_ptr<Responder> out) {
     HttpResponse r;
     r.content_type = "text/plain; version=0.0.4; charset=utf-8";
