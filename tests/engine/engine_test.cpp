@@ -228,9 +228,9 @@ TEST_P(EngineEquivalenceTest, BatchedGreedyEqualsSequential) {
 
 std::vector<EngineCase> engine_cases() {
   std::vector<EngineCase> out;
-  for (const char* m : {"tiny-llama", "tiny-qwen2", "tiny-deepseek-v2", "tiny-deepseek-v3",
-                        "small-deepseek-v3-fp8", "deepseek-v3-tiny-code", "tiny-deepseek-v32", "tiny-deepseek-v4",
-                        "small-deepseek-v4-fp8-fp4"}) {
+  for (const char* m :
+       {"tiny-llama", "tiny-qwen2", "tiny-deepseek-v2", "tiny-deepseek-v3", "small-deepseek-v3-fp8",
+        "deepseek-v3-tiny-code", "tiny-deepseek-v32", "tiny-deepseek-v4", "small-deepseek-v4-fp8-fp4"}) {
     for (const Scenario& s : scenarios()) out.push_back({m, s});
   }
   return out;
