@@ -3,29 +3,13 @@
 #include <gtest/gtest.h>
 
 #include "core/error.h"
+#include "issue_yaml.h"
 #include "server/serve_config.h"
 
 namespace dsinfer {
 namespace {
 
-const char* kIssueYaml = R"(circuit_breaker:
-  max_latency_ms: 500          # latency budget over the sliding window
-  sliding_window: 10s
-  error_threshold: 3/60s       # errors per window that trip the breaker
-  error_types: [CUDA_ERROR, TIMEOUT]
-  fallback_strategies:
-    - type: reduce_batch_size
-      params: {min_batch: 2, step: 2}
-    - type: switch_precision
-      params: {target: bf16}     # fp8 -> bf16 without a restart (takes effect once FP8 exists)
-  metrics_rules:
-    - metric: gpu_utilization
-      condition: ">90% for 30s"
-      action: scale_out
-    - metric: memory_fragmentation
-      condition: ">25%"
-      action: reinit_cache
-)";
+const std::string kIssueYaml = issue_circuit_breaker_yaml();
 
 server::ServeConfig load(const std::string& text) {
   server::ServeConfig c;

@@ -10,6 +10,7 @@
 
 #include "../server/http_test_client.h"
 #include "../server/subprocess.h"
+#include "issue_yaml.h"
 
 namespace dsinfer::testing {
 namespace {
@@ -18,24 +19,7 @@ using namespace std::chrono_literals;
 
 const std::string kModel = std::string(DSINFER_SOURCE_DIR) + "/models/deepseek-v3-tiny-code";
 
-const char* kIssueYaml = R"(circuit_breaker:
-  max_latency_ms: 500          # latency budget over the sliding window
-  sliding_window: 10s
-  error_threshold: 3/60s       # errors per window that trip the breaker
-  error_types: [CUDA_ERROR, TIMEOUT]
-  fallback_strategies:
-    - type: reduce_batch_size
-      params: {min_batch: 2, step: 2}
-    - type: switch_precision
-      params: {target: bf16}     # fp8 -> bf16 without a restart (takes effect once FP8 exists)
-  metrics_rules:
-    - metric: gpu_utilization
-      condition: ">90% for 30s"
-      action: scale_out
-    - metric: memory_fragmentation
-      condition: ">25%"
-      action: reinit_cache
-)";
+const std::string kIssueYaml = issue_circuit_breaker_yaml();
 
 std::string write_config(const std::string& name, const std::string& text) {
   const std::string path = (std::filesystem::temp_directory_path() / name).string();
