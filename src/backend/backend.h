@@ -66,6 +66,8 @@ class Backend {
   virtual std::string name() const = 0;
   // Where this backend's activations and KV cache live.
   virtual Device device() const { return Device::kCpu; }
+  // The element type of the KV cache this backend's attention kernels read and write.
+  virtual DType kv_dtype() const { return DType::F32; }
   // The backend's storage form of a weight read as host float32 (WeightLoader::get calls it for every
   // weight): identity on the CPU; the CUDA backend returns a bf16 device copy.
   virtual Tensor prepare_weight(Tensor host_f32) { return host_f32; }
@@ -109,6 +111,20 @@ class Backend {
                              const std::vector<MlpWeights>& experts) = 0;
   // Selected rows of x [T, H] -> [rows, H].
   virtual Tensor gather_rows(const Tensor& x, const std::vector<int32_t>& rows) = 0;
+
+  // ---- Fused ops (backend_fused_ops.cpp): each default composes the primitives above in the order the
+  // reference computes them; a backend overrides them to fuse kernels (e.g. the CUDA GEMV path). ----
+  // x [T, H] -> [linear(rms_norm(x, norm, eps), *linears[i]) for each i] ([T, out_i] each).
+  virtual std::vector<Tensor> norm_linears(const Tensor& x, const Tensor& norm, float eps,
+                                           const std::vector<const Linear*>& linears);
+  // residual [..., N] += linear(x [..., K], w).
+  virtual void linear_residual(const Tensor& x, const Linear& w, Tensor& residual);
+  // residual [T, H] += mlp(rms_norm(residual, norm, eps), w).
+  virtual void norm_mlp_residual(Tensor& residual, const Tensor& norm, float eps, const MlpWeights& w);
+  // Rotates q [T, Hq, D] and k [T, Hkv, D] in place (layout, dims [0, table.rope_dim)), then writes the
+  // cache rows [k | v] (v [T, Hkv * Dv]) of the plan's tokens to cache layer `layer`.
+  virtual void rope_write_kv(Tensor& q, Tensor& k, const Tensor& v, const RopeTable& table, RopeLayout layout,
+                             KvCache& cache, int64_t layer, const BatchPlan& plan);
 
   // ---- DeepSeek-V4 (cpu_v4_*.cpp) ----
   // x [T, H] -> n identical residual streams [T, n, H].

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 
+#include "core/dtype.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "kv/kv_capacity.h"
@@ -41,6 +42,7 @@ EngineImpl::EngineImpl(const EngineConfig& config, std::unique_ptr<Backend> back
   capacity.cpu_bytes = config.cpu_kv_cache_bytes;
   capacity.gpu_free_mem_fraction = config.kv_cache_free_gpu_mem_fraction;
   capacity.block_size = config.kv_block_size;
+  capacity.element_bytes = static_cast<int64_t>(dtype_size(model_->kv_dtype()));
 #ifdef DSINFER_HAVE_CUDA
   if (model_->kv_device() == Device::kCuda) {  // weights are loaded: the cache takes a share of what is left
     const std::vector<cuda::DeviceInfo> gpus = cuda::query_devices();
@@ -56,7 +58,8 @@ EngineImpl::EngineImpl(const EngineConfig& config, std::unique_ptr<Backend> back
   bool reusable = true;
   for (const KvLayerSpec& l : layers) reusable = reusable && l.kind == KvKind::kFullHistory;
   reusable = reusable && model_->prefix_cache_exact();
-  cache_ = std::make_unique<KvCache>(layers, num_blocks, config.kv_block_size, model_->kv_device());
+  cache_ = std::make_unique<KvCache>(layers, num_blocks, config.kv_block_size, model_->kv_device(),
+                                     model_->kv_dtype());
   pool_ =
       std::make_unique<BlockPool>(num_blocks, config.kv_block_size, config.enable_prefix_caching && reusable);
   SchedulerConfig sc;

@@ -10,9 +10,16 @@
 
 namespace dsinfer {
 
-KvCache::KvCache(std::vector<KvLayerSpec> layers, int64_t num_blocks, int64_t block_size, Device device)
-    : layers_(std::move(layers)), num_blocks_(num_blocks), block_size_(block_size), device_(device) {
+KvCache::KvCache(std::vector<KvLayerSpec> layers, int64_t num_blocks, int64_t block_size, Device device,
+                 DType dtype)
+    : layers_(std::move(layers)),
+      num_blocks_(num_blocks),
+      block_size_(block_size),
+      device_(device),
+      dtype_(dtype) {
   DSI_CHECK(num_blocks > 0 && block_size > 0, "KvCache needs positive num_blocks and block_size");
+  DSI_CHECK(dtype == DType::F32 || (dtype == DType::BF16 && device != Device::kCpu), "KvCache: a ",
+            device_name(device), " cache cannot hold ", dtype_name(dtype));
   for (const KvLayerSpec& spec : layers_) {
     DSI_CHECK(spec.width >= 0, "KvCache: negative layer width");
     // Not zeroed: every slot is written before it is read, and untouched pages of a large cache then cost
@@ -24,7 +31,7 @@ KvCache::KvCache(std::vector<KvLayerSpec> layers, int64_t num_blocks, int64_t bl
 #ifdef DSINFER_HAVE_CUDA
       cuda::register_allocator();
 #endif
-      storage_.push_back(Tensor::empty_on(device, DType::F32, shape));
+      storage_.push_back(Tensor::empty_on(device, dtype, shape));
     }
   }
 }
@@ -46,7 +53,7 @@ void KvCache::copy_block(int64_t src, int64_t dst) {
     if (device_ != Device::kCpu) {
 #ifdef DSINFER_HAVE_CUDA
       char* base = static_cast<char*>(storage_[l].raw());
-      const size_t bytes = static_cast<size_t>(rows) * sizeof(float);
+      const size_t bytes = static_cast<size_t>(rows) * dtype_size(dtype_);
       cuda::copy_device_to_device(base + dst * bytes, base + src * bytes, bytes);
       continue;
 #else

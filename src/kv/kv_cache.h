@@ -1,5 +1,5 @@
-// KvCache: paged storage for every layer's cached per-token values (float32, on the host for the CPU
-// backend, on the GPU for the CUDA backend).
+// KvCache: paged storage for every layer's cached per-token values (float32 on the host for the CPU
+// backend; on the GPU for the CUDA backend, in the dtype the backend's kernels read: see kv_dtype).
 // A slot is one token position of one block; each layer stores `width` values per slot.
 #pragma once
 #include <cstdint>
@@ -27,8 +27,9 @@ struct KvLayerSpec {
 class KvCache {
  public:
   // Storage on `device` (a Device::kCuda cache is read and written by the CUDA backend's kernels alone).
+  // Storage of `dtype` (F32 or BF16; host caches are always F32).
   KvCache(std::vector<KvLayerSpec> layers, int64_t num_blocks, int64_t block_size,
-          Device device = Device::kCpu);
+          Device device = Device::kCpu, DType dtype = DType::F32);
 
   int64_t num_layers() const { return static_cast<int64_t>(layers_.size()); }
   int64_t num_blocks() const { return num_blocks_; }
@@ -36,7 +37,8 @@ class KvCache {
   const KvLayerSpec& layer(int64_t i) const { return layers_[i]; }
   int64_t width(int64_t layer) const { return layers_[layer].width; }
   Device device() const { return device_; }
-  // One layer's rows [num_blocks * block_size, width] (F32, on device()).
+  DType dtype() const { return dtype_; }
+  // One layer's rows [num_blocks * block_size, width] (dtype(), on device()).
   const Tensor& storage(int64_t layer) const { return storage_[layer]; }
   size_t bytes() const;
   // Bytes one block occupies across all layers.
@@ -55,6 +57,7 @@ class KvCache {
   int64_t num_blocks_;
   int64_t block_size_;
   Device device_;
+  DType dtype_;
   std::vector<Tensor> storage_;  // per layer [num_blocks * block_size, width]
 };
 

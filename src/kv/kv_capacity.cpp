@@ -8,10 +8,11 @@
 
 namespace dsinfer {
 
-int64_t kv_bytes_per_block(const std::vector<KvLayerSpec>& layers, int32_t block_size) {
-  int64_t floats = 0;
-  for (const KvLayerSpec& l : layers) floats += l.width * block_size;  // every kind keeps block_size rows
-  return std::max<int64_t>(1, floats * static_cast<int64_t>(sizeof(float)));
+int64_t kv_bytes_per_block(const std::vector<KvLayerSpec>& layers, int32_t block_size,
+                           int64_t element_bytes) {
+  int64_t values = 0;
+  for (const KvLayerSpec& l : layers) values += l.width * block_size;  // every kind keeps block_size rows
+  return std::max<int64_t>(1, values * element_bytes);
 }
 
 int32_t kv_num_blocks(const std::vector<KvLayerSpec>& layers, const KvCapacityRequest& r) {
@@ -20,7 +21,7 @@ int32_t kv_num_blocks(const std::vector<KvLayerSpec>& layers, const KvCapacityRe
   if (r.max_tokens > 0) {
     blocks = (r.max_tokens + r.block_size - 1) / r.block_size;
   } else {
-    const int64_t per_block = kv_bytes_per_block(layers, r.block_size);
+    const int64_t per_block = kv_bytes_per_block(layers, r.block_size, r.element_bytes);
     int64_t budget = 0;
     if (r.on_gpu) {
       DSI_CHECK(r.gpu_free_mem_fraction > 0.0 && r.gpu_free_mem_fraction <= 1.0,

@@ -15,10 +15,12 @@ struct KvCapacityRequest {
   double gpu_free_mem_fraction = 0.9;  // GPU: share of gpu_free_bytes for the cache
   int64_t cpu_bytes = 0;               // CPU: byte budget
   int32_t block_size = 64;
+  int64_t element_bytes = 4;  // bytes per cached value (KvCache::dtype: 4 for F32, 2 for BF16)
 };
 
-// Bytes one block of `block_size` tokens takes across all layers (float32 rows on the CPU backend).
-int64_t kv_bytes_per_block(const std::vector<KvLayerSpec>& layers, int32_t block_size);
+// Bytes one block of `block_size` tokens takes across all layers with `element_bytes` per value.
+int64_t kv_bytes_per_block(const std::vector<KvLayerSpec>& layers, int32_t block_size,
+                           int64_t element_bytes = 4);
 
 // Number of blocks (at least 1); throws dsinfer::Error when the budget cannot hold a single block.
 int32_t kv_num_blocks(const std::vector<KvLayerSpec>& layers, const KvCapacityRequest& request);

@@ -17,6 +17,8 @@ class Model {
   virtual std::vector<KvLayerSpec> kv_layout() const = 0;
   // Where the KV cache for forward() must live (the backend's device).
   virtual Device kv_device() const { return Device::kCpu; }
+  // The element type of that cache (Backend::kv_dtype of the model's backend).
+  virtual DType kv_dtype() const { return DType::F32; }
   // Runs plan's tokens (writing their cache rows) and returns host float32 logits
   // [plan.logits_rows.size(), vocab].
   virtual Tensor forward(const BatchPlan& plan, KvCache& cache) = 0;

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "backend/cuda/attention_kernels.h"
+#include "backend/cuda/stream.h"
 #include "core/error.h"
 
 namespace dsinfer::cuda {
@@ -100,7 +101,8 @@ __global__ void __launch_bounds__(kWarps * 32)
 void launch_write_kv(float* cache, int64_t width, const int64_t* slot_mapping, const float* a, int64_t wa,
                      const float* b, int64_t wb, int64_t T) {
   if (T == 0) return;
-  write_kv_kernel<<<static_cast<unsigned>(T), 256>>>(cache, width, slot_mapping, a, wa, b, b ? wb : 0);
+  write_kv_kernel<<<static_cast<unsigned>(T), 256, 0, stream()>>>(cache, width, slot_mapping, a, wa, b,
+                                                                  b ? wb : 0);
   check_launch("write_kv");
 }
 
@@ -114,9 +116,9 @@ void launch_attention_gqa(const float* q, const float* cache, int64_t width, con
   DSI_CHECK(Hq <= 65535 || T == 0, "attention_gqa: too many heads");
   if (T == 0) return;
   const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(Hq));
-  attention_gqa_kernel<<<grid, kWarps * 32>>>(q, cache, width, plan, out, static_cast<int>(Hq),
-                                              static_cast<int>(Hkv), static_cast<int>(D),
-                                              static_cast<int>(Dv), scale);
+  attention_gqa_kernel<<<grid, kWarps * 32, 0, stream()>>>(q, cache, width, plan, out, static_cast<int>(Hq),
+                                                           static_cast<int>(Hkv), static_cast<int>(D),
+                                                           static_cast<int>(Dv), scale);
   check_launch("attention_gqa");
 }
 

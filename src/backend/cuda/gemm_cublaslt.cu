@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include "backend/cuda/gemm_cublaslt.h"
+#include "backend/cuda/stream.h"
 #include "core/error.h"
 
 namespace dsinfer::cuda {
@@ -140,7 +141,7 @@ class GemmContext {
 
 void add_bias(float* y, const uint16_t* bias, int64_t M, int64_t N) {
   if (!bias) return;
-  add_bias_kernel<<<blocks_for(M * N, 256), 256>>>(y, bias, M, N);
+  add_bias_kernel<<<blocks_for(M * N, 256), 256, 0, stream()>>>(y, bias, M, N);
   check_cuda(cudaGetLastError(), "bias kernel launch");
 }
 
@@ -149,7 +150,7 @@ void add_bias(float* y, const uint16_t* bias, int64_t M, int64_t N) {
 void linear_bf16_reference(const float* x, const uint16_t* w, const uint16_t* bias, float* y, int64_t M,
                            int64_t N, int64_t K) {
   if (M == 0 || N == 0) return;
-  linear_reference_kernel<<<blocks_for(M * N, 128), 128>>>(x, w, y, M, N, K);
+  linear_reference_kernel<<<blocks_for(M * N, 128), 128, 0, stream()>>>(x, w, y, M, N, K);
   check_cuda(cudaGetLastError(), "reference GEMM kernel launch");
   add_bias(y, bias, M, N);
 }
@@ -170,15 +171,15 @@ void linear_bf16(const float* x, const uint16_t* w, const uint16_t* bias, float*
   __nv_bfloat16* lo =
       split ? reinterpret_cast<__nv_bfloat16*>(reinterpret_cast<char*>(hi) + GemmContext::half_bytes(M * K))
             : nullptr;
-  split_bf16_kernel<<<blocks_for(M * K, 256), 256>>>(x, hi, lo, M * K);
+  split_bf16_kernel<<<blocks_for(M * K, 256), 256, 0, stream()>>>(x, hi, lo, M * K);
   check_cuda(cudaGetLastError(), "bf16 conversion kernel launch");
   const float alpha = 1.0f, beta0 = 0.0f, beta1 = 1.0f;
   check_lt(cublasLtMatmul(ctx.handle(), p.op, &alpha, w, p.a, hi, p.b, &beta0, y, p.c, y, p.c, &p.algo,
-                          ctx.workspace(), kWorkspaceBytes, nullptr),
+                          ctx.workspace(), kWorkspaceBytes, stream()),
            "matmul");
   if (split) {
     check_lt(cublasLtMatmul(ctx.handle(), p.op, &alpha, w, p.a, lo, p.b, &beta1, y, p.c, y, p.c, &p.algo,
-                            ctx.workspace(), kWorkspaceBytes, nullptr),
+                            ctx.workspace(), kWorkspaceBytes, stream()),
              "matmul (low half)");
   }
   add_bias(y, bias, M, N);

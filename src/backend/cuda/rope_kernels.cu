@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include "backend/cuda/rope_kernels.h"
+#include "backend/cuda/stream.h"
 #include "core/error.h"
 
 namespace dsinfer::cuda {
@@ -34,9 +35,9 @@ void launch_rope(float* x, const int32_t* positions, const float* inv_freq, int6
                  int64_t head_dim, int64_t offset, int64_t rope_dim, float attention_scaling,
                  bool interleaved, bool inverse) {
   if (T == 0 || heads == 0 || rope_dim < 2) return;
-  rope_kernel<<<static_cast<unsigned>(T), 128>>>(x, positions, inv_freq, heads, head_dim, offset,
-                                                 rope_dim / 2, attention_scaling, interleaved,
-                                                 inverse ? -1.0f : 1.0f);
+  rope_kernel<<<static_cast<unsigned>(T), 128, 0, stream()>>>(x, positions, inv_freq, heads, head_dim, offset,
+                                                              rope_dim / 2, attention_scaling, interleaved,
+                                                              inverse ? -1.0f : 1.0f);
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) fail("CUDA kernel rope failed to launch: ", cudaGetErrorString(err));
 }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend/cuda/runtime.h"
+#include "backend/cuda/stream.h"
 #include "core/error.h"
 
 namespace dsinfer::cuda {
@@ -107,24 +108,40 @@ CachingAllocator& allocator() {
 
 }  // namespace
 
-void* device_alloc(size_t bytes) { return allocator().alloc(bytes); }
+void* device_alloc(size_t bytes) {
+  return allocator().alloc(bytes);
+}
 
-void device_free(void* ptr) { allocator().free(ptr); }
+void device_free(void* ptr) {
+  allocator().free(ptr);
+}
+
+cudaStream_t stream() {
+  // Created on first use; never destroyed (kernels may still be queued while statics are torn down).
+  static cudaStream_t s = [] {
+    cudaStream_t created = nullptr;
+    check(cudaStreamCreate(&created), "stream creation");
+    return created;
+  }();
+  return s;
+}
 
 void copy_to_device(void* dst, const void* src, size_t bytes) {
-  check(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "host-to-device copy");
+  check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream()), "host-to-device copy");
+  check(cudaStreamSynchronize(stream()), "host-to-device copy");  // the host buffer may go away
 }
 
 void copy_to_host(void* dst, const void* src, size_t bytes) {
-  check(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), "device-to-host copy");
+  check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream()), "device-to-host copy");
+  check(cudaStreamSynchronize(stream()), "device-to-host copy");
 }
 
 void copy_device_to_device(void* dst, const void* src, size_t bytes) {
-  check(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice), "device-to-device copy");
+  check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream()), "device-to-device copy");
 }
 
 void synchronize() {
-  check(cudaDeviceSynchronize(), "synchronize");
+  check(cudaStreamSynchronize(stream()), "synchronize");
 }
 
 }  // namespace dsinfer::cuda

@@ -47,6 +47,7 @@ class LlamaModel : public Model {
   const ModelConfig& config() const override { return config_; }
 
   Device kv_device() const override { return backend_.device(); }
+  DType kv_dtype() const override { return backend_.kv_dtype(); }
 
   std::vector<KvLayerSpec> kv_layout() const override {
     KvLayerSpec spec;
@@ -58,23 +59,21 @@ class LlamaModel : public Model {
     Backend& b = backend_;
     const int64_t T = plan.num_tokens(), D = config_.head_dim;
     Tensor h = b.embed(embed_, plan.token_ids);  // [T, H]
+    const float eps = static_cast<float>(config_.rms_norm_eps);
     for (size_t i = 0; i < layers_.size(); ++i) {
       const LlamaLayer& L = layers_[i];
-      Tensor x = b.rms_norm(h, L.input_norm, static_cast<float>(config_.rms_norm_eps));
-      Tensor q = b.linear(x, L.q).reshape({T, config_.num_heads, D});     // [T, Hq, D]
-      Tensor k = b.linear(x, L.k).reshape({T, config_.num_kv_heads, D});  // [T, Hkv, D]
-      Tensor v = b.linear(x, L.v);                                        // [T, Hkv * D]
-      b.rope(q, plan.positions, rope_, 0, RopeLayout::kHalf);
-      b.rope(k, plan.positions, rope_, 0, RopeLayout::kHalf);
-      b.write_kv(cache, static_cast<int64_t>(i), plan, k, v);
-      Tensor attn =
-          b.attention_gqa(q, cache, static_cast<int64_t>(i), plan, config_.num_kv_heads, D, D, scale_);
-      b.add_inplace(h, b.linear(attn, L.o));
-      x = b.rms_norm(h, L.post_norm, static_cast<float>(config_.rms_norm_eps));
-      b.add_inplace(h, b.mlp(x, L.mlp));
+      std::vector<Tensor> qkv = b.norm_linears(h, L.input_norm, eps, {&L.q, &L.k, &L.v});
+      Tensor q = qkv[0].reshape({T, config_.num_heads, D});     // [T, Hq, D]
+      Tensor k = qkv[1].reshape({T, config_.num_kv_heads, D});  // [T, Hkv, D]
+      const Tensor& v = qkv[2];                                 // [T, Hkv * D]
+      b.rope_write_kv(q, k, v, rope_, RopeLayout::kHalf, cache, static_cast<int64_t>(i), plan);
+      Tensor attn = b.attention_gqa(q, cache, static_cast<int64_t>(i), plan, config_.num_kv_heads, D, D,
+                                    scale_);  // [T, Hq * D]
+      b.linear_residual(attn, L.o, h);
+      b.norm_mlp_residual(h, L.post_norm, eps, L.mlp);
     }
-    Tensor last = b.gather_rows(h, plan.logits_rows);  // [rows, H]
-    return b.to_host(b.linear(b.rms_norm(last, norm_, static_cast<float>(config_.rms_norm_eps)), lm_head_));
+    Tensor last = b.gather_rows(h, plan.logits_rows);                    // [rows, H]
+    return b.to_host(b.norm_linears(last, norm_, eps, {&lm_head_})[0]);  // [rows, vocab]
   }
 
  private:

@@ -1,0 +1,31 @@
+// Default implementations of the Backend's fused ops: the primitive ops in the reference's order, so a
+// backend that does not fuse (the CPU reference) computes exactly what the unfused model code did.
+#include "backend/backend.h"
+
+namespace dsinfer {
+
+std::vector<Tensor> Backend::norm_linears(const Tensor& x, const Tensor& norm, float eps,
+                                          const std::vector<const Linear*>& linears) {
+  const Tensor normed = rms_norm(x, norm, eps);  // [T, H]
+  std::vector<Tensor> out;
+  out.reserve(linears.size());
+  for (const Linear* w : linears) out.push_back(linear(normed, *w));  // [T, out_i]
+  return out;
+}
+
+void Backend::linear_residual(const Tensor& x, const Linear& w, Tensor& residual) {
+  add_inplace(residual, linear(x, w));
+}
+
+void Backend::norm_mlp_residual(Tensor& residual, const Tensor& norm, float eps, const MlpWeights& w) {
+  add_inplace(residual, mlp(rms_norm(residual, norm, eps), w));
+}
+
+void Backend::rope_write_kv(Tensor& q, Tensor& k, const Tensor& v, const RopeTable& table, RopeLayout layout,
+                            KvCache& cache, int64_t layer, const BatchPlan& plan) {
+  rope(q, plan.positions, table, 0, layout);
+  rope(k, plan.positions, table, 0, layout);
+  write_kv(cache, layer, plan, k, v);
+}
+
+}  // namespace dsinfer
