@@ -73,6 +73,10 @@ class Backend {
   virtual Tensor prepare_weight(Tensor host_f32) { return host_f32; }
   // A host float32 copy of a tensor this backend produced (identity for host tensors).
   virtual Tensor to_host(const Tensor& t) { return t; }
+  // Brackets one forward pass over `plan` (see StepScope): a device backend uploads the plan's arrays once,
+  // and ops given one of the plan's arrays read that copy.
+  virtual void begin_step(const BatchPlan& plan) {}
+  virtual void end_step() {}
 
   // [T, H] rows of table [V, H] for ids [T].
   virtual Tensor embed(const Tensor& table, const std::vector<int32_t>& ids) = 0;
@@ -181,6 +185,18 @@ class Backend {
   virtual Tensor attention_mla_sparse(const Tensor& q_lat, const Tensor& q_pe, const KvCache& cache,
                                       int64_t layer, const BatchPlan& plan, const Tensor& selected,
                                       float scale) = 0;
+};
+
+// Calls begin_step / end_step around a model's forward pass (also when it throws).
+class StepScope {
+ public:
+  StepScope(Backend& backend, const BatchPlan& plan) : backend_(backend) { backend_.begin_step(plan); }
+  ~StepScope() { backend_.end_step(); }
+  StepScope(const StepScope&) = delete;
+  StepScope& operator=(const StepScope&) = delete;
+
+ private:
+  Backend& backend_;
 };
 
 }  // namespace dsinfer

@@ -58,8 +58,9 @@ EngineImpl::EngineImpl(const EngineConfig& config, std::unique_ptr<Backend> back
   bool reusable = true;
   for (const KvLayerSpec& l : layers) reusable = reusable && l.kind == KvKind::kFullHistory;
   reusable = reusable && model_->prefix_cache_exact();
-  cache_ = std::make_unique<KvCache>(layers, num_blocks, config.kv_block_size, model_->kv_device(),
-                                     model_->kv_dtype());
+  // The model's scratch blocks (CUDA graph padding) sit after the pool's blocks.
+  cache_ = std::make_unique<KvCache>(layers, num_blocks + model_->scratch_kv_blocks(), config.kv_block_size,
+                                     model_->kv_device(), model_->kv_dtype());
   pool_ =
       std::make_unique<BlockPool>(num_blocks, config.kv_block_size, config.enable_prefix_caching && reusable);
   SchedulerConfig sc;
@@ -257,6 +258,7 @@ void EngineImpl::publish_stats() {
                                   : 0.0;
   s.preemptions = scheduler_->preemptions();
   s.steps = scheduler_->steps();
+  s.cuda_graph_replays = model_->graph_replays();
   s.prefix_cache_hit_tokens = scheduler_->prefix_hit_tokens();
   peak_utilization_ = std::max(peak_utilization_, s.kv_utilization);
   s.kv_utilization_peak = peak_utilization_;

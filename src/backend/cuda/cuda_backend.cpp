@@ -57,6 +57,14 @@ Tensor CudaBackend::to_host(const Tensor& t) {
   return host.dtype() == DType::F32 ? host : host.to_f32();
 }
 
+void CudaBackend::begin_step(const BatchPlan& plan) {
+  step_.upload(plan, context_bound_);
+}
+
+void CudaBackend::end_step() {
+  step_.clear_host();
+}
+
 Tensor CudaBackend::embed(const Tensor& table, const std::vector<int32_t>& ids) {
   DSI_CHECK(table.ndim() == 2, "embed: table must be 2-D, got ", shape_str(table.shape()));
   const uint16_t* tab = dev_bf16(table, "embed", "the table");
@@ -64,7 +72,7 @@ Tensor CudaBackend::embed(const Tensor& table, const std::vector<int32_t>& ids) 
   for (int32_t id : ids)
     DSI_CHECK(id >= 0 && id < V, "token id ", id, " is outside the vocabulary [0, ", V, ")");
   Tensor out = device_empty({T, H});  // [T, H]
-  cuda::launch_embed(tab, ids_.upload(ids), out.data<float>(), T, H, V);
+  cuda::launch_embed(tab, device_array(ids, ids_), out.data<float>(), T, H, V);
   return out;
 }
 
@@ -107,9 +115,9 @@ void CudaBackend::rope(Tensor& x, const std::vector<int32_t>& positions, const R
   DSI_CHECK(offset >= 0 && offset + R <= D, "rope: rope dims exceed the head dimension");
   DSI_CHECK(static_cast<int64_t>(table.inv_freq.size()) == R / 2, "rope: table has ", table.inv_freq.size(),
             " frequencies for rope_dim ", R);
-  cuda::launch_rope(dev_f32(x, "rope", "x"), positions_.upload(positions), inv_freq_.upload(table.inv_freq),
-                    T, heads, D, offset, R, table.attention_scaling, layout == RopeLayout::kInterleaved,
-                    inverse);
+  cuda::launch_rope(dev_f32(x, "rope", "x"), device_array(positions, positions_),
+                    inv_freq_.upload(table.inv_freq), T, heads, D, offset, R, table.attention_scaling,
+                    layout == RopeLayout::kInterleaved, inverse);
 }
 
 Tensor CudaBackend::mlp(const Tensor& x, const MlpWeights& w) {
@@ -134,8 +142,9 @@ void CudaBackend::write_kv(KvCache& cache, int64_t layer, const BatchPlan& plan,
   DSI_CHECK(static_cast<int64_t>(plan.slot_mapping.size()) == T, "write_kv: slot_mapping has ",
             plan.slot_mapping.size(), " entries for ", T, " tokens");
   Tensor storage = cache.storage(layer);
-  cuda::launch_write_kv(storage.data<float>(), cache.width(layer), slot_mapping_.upload(plan.slot_mapping),
-                        dev_f32(a, "write_kv", "a"), wa, b ? dev_f32(b, "write_kv", "b") : nullptr, wb, T);
+  cuda::launch_write_kv(storage.data<float>(), cache.width(layer),
+                        device_array(plan.slot_mapping, slot_mapping_), dev_f32(a, "write_kv", "a"), wa,
+                        b ? dev_f32(b, "write_kv", "b") : nullptr, wb, T);
 }
 
 Tensor CudaBackend::attention_gqa(const Tensor& q, const KvCache& cache, int64_t layer, const BatchPlan& plan,
@@ -148,18 +157,19 @@ Tensor CudaBackend::attention_gqa(const Tensor& q, const KvCache& cache, int64_t
             shape_str(q.shape()));
   DSI_CHECK(cache.width(layer) == kv_heads * (D + Dv), "attention_gqa: cache row width mismatch");
   DSI_CHECK(T == plan.num_tokens(), "attention_gqa: ", T, " query tokens for a plan of ", plan.num_tokens());
-  std::vector<int32_t> seq_of(static_cast<size_t>(T));
-  for (int32_t s = 0; s < plan.num_seqs(); ++s)
-    for (int32_t t = plan.cu_seqlens[s]; t < plan.cu_seqlens[s + 1]; ++t) seq_of[t] = s;
+  const bool lone_call = step_.host() != &plan;  // outside a model's step (op tests)
+  if (lone_call) step_.upload(plan, context_bound_);
+  const cuda::DevicePlan& dp = step_.device();
   cuda::DevicePlanView view;
-  view.positions = positions_.upload(plan.positions);
-  view.token_seq = token_seq_.upload(seq_of);
-  view.block_table = block_table_.upload(plan.block_table);
-  view.block_table_indptr = block_table_indptr_.upload(plan.block_table_indptr);
+  view.positions = dp.positions;
+  view.token_seq = dp.token_seq;
+  view.block_table = dp.block_table;
+  view.block_table_indptr = dp.block_table_indptr;
   view.block_size = plan.block_size;
   Tensor out = device_empty({T, Hq * Dv});
   cuda::launch_attention_gqa(dev_f32(q, "attention_gqa", "q"), cache.storage(layer).data<float>(),
                              cache.width(layer), view, out.data<float>(), T, Hq, kv_heads, D, Dv, scale);
+  if (lone_call) step_.clear_host();
   return out;
 }
 
@@ -169,7 +179,7 @@ Tensor CudaBackend::gather_rows(const Tensor& x, const std::vector<int32_t>& row
   Shape shape = x.shape();
   shape[0] = static_cast<int64_t>(rows.size());
   Tensor out = device_empty(shape);
-  cuda::launch_gather_rows(dev_f32(x, "gather_rows", "x"), rows_.upload(rows), out.data<float>(),
+  cuda::launch_gather_rows(dev_f32(x, "gather_rows", "x"), device_array(rows, rows_), out.data<float>(),
                            static_cast<int64_t>(rows.size()), H);
   return out;
 }

@@ -7,6 +7,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/device_mirror.h"
+#include "backend/cuda/step_plan.h"
 
 namespace dsinfer {
 
@@ -23,6 +24,16 @@ class CudaBackend : public Backend {
   Device device() const override { return Device::kCuda; }
   Tensor prepare_weight(Tensor host_f32) override;
   Tensor to_host(const Tensor& t) override;
+  void begin_step(const BatchPlan& plan) override;
+  void end_step() override;
+
+  // Step plan on the device (CUDA graphs: its buffer's generation() changes when addresses move).
+  const cuda::StepPlan& step_plan() const { return step_; }
+  // Uploads `plan` as the step plan without starting a step (a graph replay's inputs).
+  void stage_plan(const BatchPlan& plan) { step_.upload(plan, context_bound_); }
+  // Attention kernels size their grids for contexts up to max(longest context, bound): set by the graph
+  // runner to its context bucket so that a captured graph serves every step of the bucket.
+  void set_context_bound(int32_t bound) { context_bound_ = bound; }
 
   Tensor embed(const Tensor& table, const std::vector<int32_t>& ids) override;
   Tensor rms_norm(const Tensor& x, const Tensor& weight, float eps) override;
@@ -69,10 +80,19 @@ class CudaBackend : public Backend {
                               const BatchPlan& plan, const Tensor& selected, float scale) override;
 
  private:
+  // Device pointer of a host array: the step plan's copy when `v` is one of the current plan's arrays, else
+  // `mirror`'s.
+  template <typename T>
+  const T* device_array(const std::vector<T>& v, cuda::DeviceMirror& mirror) {
+    if (const T* p = step_.find(v)) return p;
+    return mirror.upload(v);
+  }
+
   CudaBackendOptions options_;
+  cuda::StepPlan step_;
+  int32_t context_bound_ = 0;
   // Device copies of the host arrays ops receive, one mirror per kind so they do not evict each other.
-  cuda::DeviceMirror ids_, rows_, positions_, slot_mapping_, token_seq_, block_table_, block_table_indptr_,
-      inv_freq_;
+  cuda::DeviceMirror ids_, rows_, positions_, slot_mapping_, inv_freq_;
 };
 
 }  // namespace dsinfer

@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include "backend/cuda/gemm_cublaslt.h"
+#include "backend/cuda/runtime.h"
 #include "backend/cuda/stream.h"
 #include "core/error.h"
 
@@ -114,7 +115,9 @@ class GemmContext {
   __nv_bfloat16* scratch(int64_t n) {
     const size_t bytes = 2 * half_bytes(n);
     if (bytes > scratch_bytes_) {
+      DSI_CHECK(!capturing(), "the GEMM scratch buffer cannot grow during a CUDA graph capture");
       if (scratch_) cudaFree(scratch_);  // synchronizes: no kernel still reads the old buffer
+      invalidate_graphs();
       scratch_ = nullptr;
       check_cuda(cudaMalloc(&scratch_, bytes), "GEMM scratch allocation");
       scratch_bytes_ = bytes;
