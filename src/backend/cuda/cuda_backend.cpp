@@ -47,7 +47,9 @@ Tensor CudaBackend::prepare_weight(Tensor host_f32) {
   Tensor bits = Tensor::empty(DType::BF16, host_f32.shape());
   const float* src = host_f32.f32();
   uint16_t* dst = bits.data<uint16_t>();
-  for (int64_t i = 0, n = host_f32.numel(); i < n; ++i) dst[i] = f32_to_bf16(src[i]);
+  const int64_t n = host_f32.numel();
+#pragma omp parallel for schedule(static) if (n > (int64_t{1} << 20))
+  for (int64_t i = 0; i < n; ++i) dst[i] = f32_to_bf16(src[i]);
   return cuda::to_device(bits);
 }
 
