@@ -13,6 +13,7 @@
 #include "resilience/step_error.h"
 #ifdef DSINFER_HAVE_CUDA
 #include "backend/cuda/device_query.h"
+#include "backend/cuda/runtime.h"
 #endif
 
 namespace dsinfer {
@@ -48,7 +49,13 @@ EngineImpl::EngineImpl(const EngineConfig& config, std::unique_ptr<Backend> back
     const std::vector<cuda::DeviceInfo> gpus = cuda::query_devices();
     DSI_CHECK(!gpus.empty(), "the model runs on the GPU, but no CUDA device is visible");
     capacity.on_gpu = true;
-    capacity.gpu_free_bytes = static_cast<int64_t>(gpus[0].free_memory) - (int64_t{256} << 20);  // workspace
+    // Activations first (one step of max_num_tokens tokens, peak kept by the caching allocator), then the
+    // cache takes its share of what is left, less a reserve for CUDA graphs' private pool.
+    profile_step_memory(layers);
+    const int64_t free_bytes = static_cast<int64_t>(cuda::query_devices()[0].free_memory);
+    capacity.gpu_free_bytes = free_bytes - (int64_t{512} << 20);
+    DSI_CHECK(capacity.gpu_free_bytes > 0, "the model does not fit: ", free_bytes >> 20,
+              " MiB of GPU memory are left after the weights and one step's activations");
   }
 #endif
   const int32_t num_blocks = kv_num_blocks(layers, capacity);
@@ -80,6 +87,40 @@ EngineImpl::EngineImpl(const EngineConfig& config, std::unique_ptr<Backend> back
   init_resilience();
   publish_stats();
   thread_ = std::thread([this] { loop(); });
+}
+
+void EngineImpl::profile_step_memory(const std::vector<KvLayerSpec>& layers) {
+#ifdef DSINFER_HAVE_CUDA
+  // One prefill of the largest step the scheduler may build, on a cache just big enough for it.
+  const int32_t bs = config_.kv_block_size;
+  const int32_t T = static_cast<int32_t>(std::min<int64_t>(config_.max_num_tokens, context_ - 1));
+  if (T <= 0) return;
+  const int32_t blocks = (T + bs - 1) / bs;
+  BatchPlan plan;
+  plan.block_size = bs;
+  plan.cu_seqlens = {0, T};
+  plan.context_lens = {T};
+  plan.block_table_indptr = {0, blocks};
+  plan.seq_ids = {-1};
+  for (int32_t b = 0; b < blocks; ++b) plan.block_table.push_back(b);
+  for (int32_t t = 0; t < T; ++t) {
+    plan.token_ids.push_back(t % vocab_);
+    plan.positions.push_back(t);
+    plan.slot_mapping.push_back(t);
+  }
+  for (int32_t r = std::max(0, T - config_.max_batch_size); r < T; ++r) plan.logits_rows.push_back(r);
+  try {
+    KvCache cache(layers, blocks + model_->scratch_kv_blocks(), bs, model_->kv_device(), model_->kv_dtype());
+    model_->forward(plan, cache);
+    cuda::synchronize();
+  } catch (const std::exception& e) {
+    fail("the model does not fit: one step of max_num_tokens = ", T, " tokens failed on the GPU after the ",
+         "weights were loaded (", e.what(), "); lower max_num_tokens");
+  }
+  model_->release_sequence(-1);
+#else
+  (void)layers;
+#endif
 }
 
 EngineImpl::~EngineImpl() {
