@@ -22,6 +22,9 @@ class Model {
   // Runs plan's tokens (writing their cache rows) and returns host float32 logits
   // [plan.logits_rows.size(), vocab].
   virtual Tensor forward(const BatchPlan& plan, KvCache& cache) = 0;
+  // forward() with the float32 logits [plan.logits_rows.size(), vocab] left where the backend keeps them
+  // (device memory on the GPU backend), for Backend::sample. Default: forward() (host).
+  virtual Tensor forward_device(const BatchPlan& plan, KvCache& cache) { return forward(plan, cache); }
   // Drops per-sequence state kept outside the paged cache (none for most models).
   virtual void release_sequence(int64_t seq_id) {}
   // Whether a prefix's cached rows are the same whatever prompt they were computed in, so that the prefix

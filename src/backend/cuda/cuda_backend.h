@@ -1,7 +1,7 @@
 // CudaBackend: the dense-model ops (Llama / Qwen2) on one NVIDIA GPU. Weights are bf16 device tensors
 // (prepare_weight), activations float32 device tensors, the KV cache float32 on the GPU; logits come back
-// through to_host. Ops of the DeepSeek architectures throw until they have kernels. Built into dsinfer_lib
-// when CUDA is on; the kernels it launches live in dsinfer_cuda.
+// through to_host, or stay on the GPU for sample(). Ops of the DeepSeek architectures throw until they have
+// kernels. Built into dsinfer_lib when CUDA is on; the kernels it launches live in dsinfer_cuda.
 #pragma once
 #include <vector>
 
@@ -23,6 +23,9 @@ class CudaBackend : public Backend {
   Device device() const override { return Device::kCuda; }
   Tensor prepare_weight(Tensor host_f32) override;
   Tensor to_host(const Tensor& t) override;
+  // Samples on the GPU (cuda_backend_sampling.cpp): only the chosen tokens and logprobs are copied back.
+  // Host logits go to the default (host) implementation.
+  std::vector<SampledToken> sample(const Tensor& logits, const std::vector<SamplingRow>& rows) override;
 
   Tensor embed(const Tensor& table, const std::vector<int32_t>& ids) override;
   Tensor rms_norm(const Tensor& x, const Tensor& weight, float eps) override;
@@ -73,6 +76,7 @@ class CudaBackend : public Backend {
   // Device copies of the host arrays ops receive, one mirror per kind so they do not evict each other.
   cuda::DeviceMirror ids_, rows_, positions_, slot_mapping_, token_seq_, block_table_, block_table_indptr_,
       inv_freq_;
+  cuda::DeviceMirror sample_params_, sample_seen_, sample_gen_ids_, sample_gen_counts_;
 };
 
 }  // namespace dsinfer
