@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "backend/batch_plan.h"
+#include "backend/sampling_row.h"
 #include "core/tensor.h"
 #include "kv/kv_cache.h"
 #include "model/rope.h"
@@ -77,6 +78,12 @@ class Backend {
   // and ops given one of the plan's arrays read that copy.
   virtual void begin_step(const BatchPlan& plan) {}
   virtual void end_step() {}
+
+  // Samples one token per row of logits [rows.size(), vocab] (float32, host or this backend's device, left
+  // unmodified) with each row's parameters and state; only the results come back to the host. The default
+  // runs HostSampler on a host copy (backend_sampling.cpp), drawing from each row's host_rng. A row that
+  // cannot be sampled reports SampledToken::error; the others are unaffected.
+  virtual std::vector<SampledToken> sample(const Tensor& logits, const std::vector<SamplingRow>& rows);
 
   // [T, H] rows of table [V, H] for ids [T].
   virtual Tensor embed(const Tensor& table, const std::vector<int32_t>& ids) = 0;

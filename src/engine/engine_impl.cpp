@@ -235,13 +235,13 @@ void EngineImpl::run_step() {
   if (step.empty()) return;
   const Clock::time_point now = Clock::now();
   for (const ScheduledSeq& e : step.seqs) requests_.at(e.seq->id)->on_scheduled(now);
-  Tensor logits;  // [sampled sequences, vocab]
+  Tensor logits;  // [sampled sequences, vocab], host or device
   const Clock::time_point start = Clock::now();
   begin_step_watch(start);
   try {
     if (faults_) faults_->before_step();
     BatchPlan plan = scheduler_->build_plan(step);
-    logits = model_->forward(plan, *cache_);
+    logits = model_->forward_device(plan, *cache_);
   } catch (const std::exception& e) {
     const bool watchdog_reported = end_step_watch();
     const StepErrorType type = classify_step_error(e);
@@ -251,8 +251,22 @@ void EngineImpl::run_step() {
   end_step_watch();  // a slow step is counted as a TIMEOUT; its results are still good
   on_step_success(step, start, Clock::now());
   scheduler_->complete(step);
-  const int32_t V = static_cast<int32_t>(logits.dim(1));
-  int64_t row = 0;
+  // One sampling call for the whole batch: on the GPU only the chosen tokens (and requested logprobs) come
+  // back to the host. Rows borrow each request's state; nothing touches it until the results are in.
+  std::vector<SamplingRow> rows;
+  for (const ScheduledSeq& e : step.seqs) {
+    if (e.sample) rows.push_back(requests_.at(e.seq->id)->sampling_row());
+  }
+  std::vector<SampledToken> sampled;
+  try {
+    sampled = backend_->sample(logits, rows);
+  } catch (const std::exception& ex) {  // the whole call failed (not one row): every sampled request ends
+    for (const ScheduledSeq& e : step.seqs) {
+      if (e.sample) abort_request(e.seq->id, std::string("sampling failed: ") + ex.what());
+    }
+    return;
+  }
+  size_t row = 0;
   for (const ScheduledSeq& e : step.seqs) {
     if (!e.sample) continue;
     Sequence* seq = e.seq;
@@ -260,13 +274,11 @@ void EngineImpl::run_step() {
     RequestState& state = *requests_.at(id);
     RequestEvent event;
     try {
-      event = state.on_logits(logits.f32() + row * V, V, seq->num_tokens(), seq->cached_tokens);
+      event = state.on_token(sampled.at(row++), seq->num_tokens(), seq->cached_tokens);
     } catch (const std::exception& ex) {
-      ++row;
       abort_request(id, std::string("sampling failed: ") + ex.what());
       continue;
     }
-    ++row;
     std::unique_ptr<RequestState> finished;
     if (event.finished) {
       scheduler_->remove(id);

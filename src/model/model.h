@@ -22,8 +22,9 @@ class Model {
   // Runs plan's tokens (writing their cache rows) and returns host float32 logits
   // [plan.logits_rows.size(), vocab].
   virtual Tensor forward(const BatchPlan& plan, KvCache& cache) = 0;
-  // The same logits left where the backend computed them (a device tensor on the GPU; valid until the
-  // next forward call). Default: forward().
+  // forward() with the float32 logits [plan.logits_rows.size(), vocab] left where the backend keeps them
+  // (device memory on the GPU backend, valid until the next forward call), for Backend::sample. Default:
+  // forward() (host).
   virtual Tensor forward_device(const BatchPlan& plan, KvCache& cache) { return forward(plan, cache); }
   // KV blocks the model needs beyond the ones the block pool hands out: the engine allocates the cache with
   // this many extra blocks at the end (CudaGraphModel writes padding rows there).

@@ -1,7 +1,7 @@
 // CudaBackend: the dense-model ops (Llama / Qwen2) on one NVIDIA GPU. Weights are bf16 device tensors
 // (prepare_weight), activations float32 device tensors, the KV cache float32 on the GPU; logits come back
-// through to_host. Ops of the DeepSeek architectures throw until they have kernels. Built into dsinfer_lib
-// when CUDA is on; the kernels it launches live in dsinfer_cuda.
+// through to_host, or stay on the GPU for sample(). Ops of the DeepSeek architectures throw until they have
+// kernels. Built into dsinfer_lib when CUDA is on; the kernels it launches live in dsinfer_cuda.
 #pragma once
 #include <vector>
 
@@ -34,6 +34,9 @@ class CudaBackend : public Backend {
   // Attention kernels size their grids for contexts up to max(longest context, bound): set by the graph
   // runner to its context bucket so that a captured graph serves every step of the bucket.
   void set_context_bound(int32_t bound) { context_bound_ = bound; }
+  // Samples on the GPU (cuda_backend_sampling.cpp): only the chosen tokens and logprobs are copied back.
+  // Host logits go to the default (host) implementation.
+  std::vector<SampledToken> sample(const Tensor& logits, const std::vector<SamplingRow>& rows) override;
 
   Tensor embed(const Tensor& table, const std::vector<int32_t>& ids) override;
   Tensor rms_norm(const Tensor& x, const Tensor& weight, float eps) override;
@@ -93,6 +96,7 @@ class CudaBackend : public Backend {
   int32_t context_bound_ = 0;
   // Device copies of the host arrays ops receive, one mirror per kind so they do not evict each other.
   cuda::DeviceMirror ids_, rows_, positions_, slot_mapping_, inv_freq_;
+  cuda::DeviceMirror sample_params_, sample_seen_, sample_gen_ids_, sample_gen_counts_;
 };
 
 }  // namespace dsinfer
