@@ -1,7 +1,10 @@
-// Rotary embedding: one block per token, one thread per (head, pair). Precise cosf/sinf (no fast math) so
+// Rotary embedding: one block per token, one thread per (head, pair); and rope fused with the KV-cache
+// write (the block first puts the token's cos/sin in shared memory, rotates q in place, rotates k in place
+// and writes [k | v] to the token's cache slot as float32 or bf16). Precise cosf/sinf (no fast math) so
 // the angles match the CPU reference to float32 rounding.
 #include <cuda_runtime.h>
 
+#include "backend/cuda/attention_common.cuh"
 #include "backend/cuda/rope_kernels.h"
 #include "backend/cuda/stream.h"
 #include "core/error.h"
@@ -29,7 +32,75 @@ __global__ void rope_kernel(float* x, const int32_t* positions, const float* inv
   }
 }
 
+template <typename KV>
+__global__ void rope_write_kv_kernel(float* q, float* k, const float* v, KV* cache, int64_t width,
+                                     const int32_t* positions, const int64_t* slot_mapping,
+                                     const float* inv_freq, int Hq, int Hkv, int D, int Dv, int half,
+                                     float scaling, bool interleaved) {
+  extern __shared__ float cs[];  // [2 * half]: cos, then sin
+  const int64_t t = blockIdx.x;
+  const float pos = static_cast<float>(positions[t]);
+  for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    const float freq = inv_freq[i] * pos;
+    cs[i] = cosf(freq) * scaling;
+    cs[half + i] = sinf(freq) * scaling;
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < Hq * half; idx += blockDim.x) {
+    const int h = idx / half, i = idx % half;
+    float* x = q + (t * Hq + h) * D;
+    const int a = interleaved ? 2 * i : i, b = interleaved ? 2 * i + 1 : i + half;
+    const float x0 = x[a], x1 = x[b];
+    x[a] = x0 * cs[i] - x1 * cs[half + i];
+    x[b] = x1 * cs[i] + x0 * cs[half + i];
+  }
+  KV* row = cache + slot_mapping[t] * width;
+  for (int idx = threadIdx.x; idx < Hkv * half; idx += blockDim.x) {
+    const int h = idx / half, i = idx % half;
+    float* x = k + (t * Hkv + h) * D;
+    const int a = interleaved ? 2 * i : i, b = interleaved ? 2 * i + 1 : i + half;
+    const float x0 = x[a], x1 = x[b];
+    const float y0 = x0 * cs[i] - x1 * cs[half + i], y1 = x1 * cs[i] + x0 * cs[half + i];
+    x[a] = y0;
+    x[b] = y1;
+    row[h * D + a] = attn::from_float<KV>(y0);
+    row[h * D + b] = attn::from_float<KV>(y1);
+  }
+  const int rest = D - 2 * half;  // dims past rope_dim are copied as they are
+  for (int idx = threadIdx.x; idx < Hkv * rest; idx += blockDim.x) {
+    const int h = idx / rest, d = 2 * half + idx % rest;
+    row[h * D + d] = attn::from_float<KV>(k[(t * Hkv + h) * D + d]);
+  }
+  const int64_t wv = static_cast<int64_t>(Hkv) * Dv;
+  for (int64_t idx = threadIdx.x; idx < wv; idx += blockDim.x)
+    row[static_cast<int64_t>(Hkv) * D + idx] = attn::from_float<KV>(v[t * wv + idx]);
+}
+
 }  // namespace
+
+void launch_rope_write_kv(float* q, float* k, const float* v, const DeviceCacheView& cache,
+                          const int32_t* positions, const int64_t* slot_mapping, const float* inv_freq,
+                          int64_t T, int64_t Hq, int64_t Hkv, int64_t D, int64_t Dv, int64_t rope_dim,
+                          float attention_scaling, bool interleaved) {
+  DSI_CHECK(rope_dim >= 0 && rope_dim % 2 == 0 && rope_dim <= D, "rope_write_kv: rope_dim ", rope_dim,
+            " for head_dim ", D);
+  DSI_CHECK(cache.width == Hkv * (D + Dv), "rope_write_kv: cache rows of ", cache.width, " values for ", Hkv,
+            " kv heads of ", D, " + ", Dv);
+  if (T == 0) return;
+  const int half = static_cast<int>(rope_dim / 2);
+  const size_t smem = 2 * static_cast<size_t>(half) * sizeof(float);
+  const int args[] = {static_cast<int>(Hq), static_cast<int>(Hkv), static_cast<int>(D), static_cast<int>(Dv)};
+  if (cache.bf16) {
+    rope_write_kv_kernel<<<static_cast<unsigned>(T), 128, smem, stream()>>>(
+        q, k, v, static_cast<__nv_bfloat16*>(cache.data), cache.width, positions, slot_mapping, inv_freq,
+        args[0], args[1], args[2], args[3], half, attention_scaling, interleaved);
+  } else {
+    rope_write_kv_kernel<<<static_cast<unsigned>(T), 128, smem, stream()>>>(
+        q, k, v, static_cast<float*>(cache.data), cache.width, positions, slot_mapping, inv_freq, args[0],
+        args[1], args[2], args[3], half, attention_scaling, interleaved);
+  }
+  attn::check_launch("rope_write_kv");
+}
 
 void launch_rope(float* x, const int32_t* positions, const float* inv_freq, int64_t T, int64_t heads,
                  int64_t head_dim, int64_t offset, int64_t rope_dim, float attention_scaling,
