@@ -48,8 +48,8 @@ void launch_attention_gqa(const float* q, const DeviceCacheView& cache, const De
 // num_queries, the shape, and `max_context` (an upper bound of positions[t] + 1 over the queries; the
 // lengths themselves are read on the device), so a captured CUDA graph replays it for any lengths up to
 // max_context. `partials` must hold decode_partial_floats(...) floats (unused when that is 0).
-// D, Dv multiples of 8 (decode_supported).
-bool decode_supported(const GqaShape& shape);
+// D, Dv multiples of 8 and the group's tiles within the shared memory (decode_supported).
+bool decode_supported(const GqaShape& shape, bool bf16_cache);
 int64_t decode_splits(int64_t num_queries, const GqaShape& shape, int64_t max_context);
 int64_t decode_partial_floats(int64_t num_queries, const GqaShape& shape, int64_t max_context);
 void launch_attention_decode(const float* q, const DeviceCacheView& cache, const DevicePlanView& plan,

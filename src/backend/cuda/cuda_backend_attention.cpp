@@ -124,7 +124,7 @@ Tensor CudaBackend::attention_gqa(const Tensor& q, const KvCache& cache, int64_t
   view.block_size = plan.block_size;
   const float* qd = dev_f32(q, "attention_gqa", "q");
 
-  if (!cuda::decode_supported(shape)) {
+  if (!cuda::decode_supported(shape, cv.bf16)) {
     cuda::launch_attention_gqa(qd, cv, view, out.data<float>(), T, shape);
     return out;
   }

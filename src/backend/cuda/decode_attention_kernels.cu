@@ -1,7 +1,8 @@
 // Split-KV paged GQA for decode (and any query whose shape the flash kernel does not take). One CTA per
-// (query, kv head, context split) holds the Hq / Hkv query heads of its group: per tile of 64 positions it
-// copies the tile's K and V rows (16-byte cp.async, float32 or bf16 cache) into shared memory, scores every
-// (head, position), runs the online softmax (one warp per head) and accumulates P V in shared memory. With
+// (query, kv head, context split) holds the Hq / Hkv query heads of its group: per tile of 32 positions it
+// copies the tile's K and V rows (16-byte cp.async, float32 or bf16 cache; slots looked up once per tile, the
+// next tile's copy in flight while this one is used) into shared memory, scores every (head, position), runs
+// the online softmax (one warp per head) and accumulates P V in shared memory. With
 // several splits each CTA writes its normalised partial output and log-sum-exp, and a second kernel merges
 // them. The grid depends only on the query count, the shape and max_context (CUDA-graph friendly): splits
 // past a query's context exit at once.
@@ -25,7 +26,7 @@ using attn::cp_async16;
 
 constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / 32;
-constexpr int kTile = 64;            // positions per shared-memory tile
+constexpr int kTile = 32;            // positions per shared-memory tile (one per lane in the softmax)
 constexpr int kMaxSplits = 64;       // context splits of one query
 constexpr int kMinSplitLen = 128;    // positions a split covers at least
 constexpr int kMaxSmem = 160 << 10;  // dynamic shared memory the kernel may ask for (sm_80: 163 KiB)
@@ -54,8 +55,8 @@ constexpr int kVec = 16 / static_cast<int>(sizeof(KV));
 template <typename KV>
 int64_t smem_bytes(const GqaShape& s) {
   const int64_t G = s.Hq / s.Hkv;
-  const int64_t kv = kTile * (s.D + kVec<KV>)+kTile * (s.Dv + kVec<KV>);
-  return kv * static_cast<int64_t>(sizeof(KV)) + (G * s.D + G * kTile + G * s.Dv + 3 * G) * 4;
+  const int64_t kv = 2 * kTile * (s.D + kVec<KV> + s.Dv + kVec<KV>);  // two buffers of K and V rows
+  return 2 * kTile * 8 + kv * static_cast<int64_t>(sizeof(KV)) + (G * s.D + G * kTile + G * s.Dv + 3 * G) * 4;
 }
 
 struct SplitPlan {
@@ -108,19 +109,19 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int E = kVec<KV>;
   const int G = Hq / Hkv;
   const int ldk = D + E, ldv = Dv + E;
-  KV* k_s = reinterpret_cast<KV*>(smem);                     // [kTile, ldk]
-  KV* v_s = k_s + kTile * ldk;                               // [kTile, ldv]
-  float* q_s = reinterpret_cast<float*>(v_s + kTile * ldv);  // [G, D]
-  float* s_s = q_s + G * D;                                  // [G, kTile] scores, then probabilities
-  float* o_s = s_s + G * kTile;                              // [G, Dv] unnormalised outputs
-  float* m_s = o_s + G * Dv;                                 // [G] running max (log2 domain)
-  float* l_s = m_s + G;                                      // [G] running sum
-  float* c_s = l_s + G;                                      // [G] rescale factor of this tile
+  int64_t* slot_s = reinterpret_cast<int64_t*>(smem);   // [2, kTile] cache slot per position, -1 past the end
+  KV* k_s = reinterpret_cast<KV*>(slot_s + 2 * kTile);  // [2, kTile, ldk]
+  KV* v_s = k_s + 2 * kTile * ldk;                      // [2, kTile, ldv]
+  float* q_s = reinterpret_cast<float*>(v_s + 2 * kTile * ldv);  // [G, D]
+  float* s_s = q_s + G * D;                                      // [G, kTile] scores, then probabilities
+  float* o_s = s_s + G * kTile;                                  // [G, Dv] unnormalised outputs
+  float* m_s = o_s + G * Dv;                                     // [G] running max (log2 domain)
+  float* l_s = m_s + G;                                          // [G] running sum
+  float* c_s = l_s + G;                                          // [G] rescale factor of this tile
 
   const int i = blockIdx.x, kvh = blockIdx.y, sp = blockIdx.z;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int t = tokens ? tokens[i] : i;
-  const int seq = plan.token_seq[t];
   const int ctx = plan.positions[t] + 1;
   const int begin = sp * chunk, end = min(ctx, begin + chunk);
   const int h0 = kvh * G;
@@ -130,6 +131,34 @@ __global__ void __launch_bounds__(kThreads)
       lse[(static_cast<int64_t>(i) * Hq + h0 + g) * splits + sp] = -INFINITY;
     return;
   }
+  const int32_t* blocks = plan.block_table + plan.block_table_indptr[plan.token_seq[t]];
+  const int64_t bs = plan.block_size;
+  // Slots of tile [n0, n0 + kTile) into slot_s[buf] (read by every thread after the next barrier).
+  auto find_slots = [&](int buf, int n0) {
+    for (int r = tid; r < kTile; r += kThreads) {
+      const int p = n0 + r;
+      slot_s[buf * kTile + r] = p < end ? static_cast<int64_t>(blocks[p / bs]) * bs + p % bs : -1;
+    }
+  };
+  const int64_t kcol = static_cast<int64_t>(kvh) * D, vcol = static_cast<int64_t>(Hkv) * D + kvh * Dv;
+  const int kvec = D / E, vvec = Dv / E;
+  // 16-byte copies of the tile's K and V rows into buffer `buf` (zeros past the end), one commit group.
+  auto load_tile = [&](int buf) {
+    KV* kd = k_s + buf * kTile * ldk;
+    KV* vd = v_s + buf * kTile * ldv;
+    for (int idx = tid; idx < kTile * (kvec + vvec); idx += kThreads) {
+      const bool is_k = idx < kTile * kvec;
+      const int local = is_k ? idx : idx - kTile * kvec;
+      const int per_row = is_k ? kvec : vvec;
+      const int r = local / per_row, c = local % per_row;
+      const int64_t slot = slot_s[buf * kTile + r];
+      const KV* src = slot >= 0 ? cache + slot * width + (is_k ? kcol : vcol) + c * E : cache;
+      cp_async16(is_k ? kd + r * ldk + c * E : vd + r * ldv + c * E, src, slot >= 0 ? 16 : 0);
+    }
+    attn::cp_async_commit();
+  };
+
+  find_slots(0, begin);
   const float* qt = q + (static_cast<int64_t>(t) * Hq + h0) * D;  // the group's heads are consecutive
   for (int idx = tid; idx < G * D; idx += kThreads) q_s[idx] = qt[idx];
   for (int idx = tid; idx < G * Dv; idx += kThreads) o_s[idx] = 0.0f;
@@ -137,35 +166,39 @@ __global__ void __launch_bounds__(kThreads)
     m_s[g] = -INFINITY;
     l_s[g] = 0.0f;
   }
-  const int64_t kcol = static_cast<int64_t>(kvh) * D, vcol = static_cast<int64_t>(Hkv) * D + kvh * Dv;
-  const int kvec = D / E, vvec = Dv / E;
+  __syncthreads();
+  load_tile(0);
 
-  for (int n0 = begin; n0 < end; n0 += kTile) {
-    const int jn = min(kTile, end - n0);
-    for (int idx = tid; idx < kTile * (kvec + vvec); idx += kThreads) {
-      const bool is_k = idx < kTile * kvec;
-      const int local = is_k ? idx : idx - kTile * kvec;
-      const int per_row = is_k ? kvec : vvec;
-      const int r = local / per_row, c = local % per_row;
-      const bool ok = r < jn;
-      const KV* src = cache;
-      if (ok) src = cache + attn::slot_of(plan, seq, n0 + r) * width + (is_k ? kcol : vcol) + c * E;
-      KV* dst = is_k ? k_s + r * ldk + c * E : v_s + r * ldv + c * E;
-      cp_async16(dst, src, ok ? 16 : 0);
-    }
-    attn::cp_async_commit();
-    attn::cp_async_wait<0>();
+  for (int n0 = begin, it = 0; n0 < end; n0 += kTile, ++it) {
+    const int buf = it & 1;
+    const bool more = n0 + kTile < end;
+    if (more) find_slots(buf ^ 1, n0 + kTile);
     __syncthreads();
+    if (more) {
+      load_tile(buf ^ 1);  // overlaps this tile's math
+      attn::cp_async_wait<1>();
+    } else {
+      attn::cp_async_wait<0>();
+    }
+    __syncthreads();
+    const KV* kb = k_s + buf * kTile * ldk;
+    const KV* vb = v_s + buf * kTile * ldv;
+    const int jn = min(kTile, end - n0);
 
     for (int idx = tid; idx < G * kTile; idx += kThreads) {
       const int g = idx / kTile, j = idx % kTile;
       float s = -INFINITY;
       if (j < jn) {
         const float* qg = q_s + g * D;
-        const KV* kj = k_s + j * ldk;
-        float dot = 0.0f;
-        for (int d = 0; d < D; d += E) dot += dot_chunk(qg + d, kj + d);
-        s = dot * scale_log2;
+        const KV* kj = kb + j * ldk;
+        float dot0 = 0.0f, dot1 = 0.0f;  // two chains for more instruction-level parallelism
+        int d = 0;
+        for (; d + E < D; d += 2 * E) {
+          dot0 += dot_chunk(qg + d, kj + d);
+          dot1 += dot_chunk(qg + d + E, kj + d + E);
+        }
+        if (d < D) dot0 += dot_chunk(qg + d, kj + d);
+        s = (dot0 + dot1) * scale_log2;
       }
       s_s[idx] = s;
     }
@@ -173,17 +206,15 @@ __global__ void __launch_bounds__(kThreads)
 
     for (int g = warp; g < G; g += kWarps) {
       float* sg = s_s + g * kTile;
-      const float a = sg[lane], b = sg[lane + 32];
-      float mx = fmaxf(a, b);
+      const float a = sg[lane];  // kTile == 32: one position per lane
+      float mx = a;
       for (int off = 16; off > 0; off /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
       const float m_old = m_s[g];
       const float m_new = fmaxf(m_old, mx);  // finite: position n0 is in the tile
-      const float pa = exp2f(a - m_new), pb = exp2f(b - m_new);
+      const float pa = exp2f(a - m_new);
       sg[lane] = pa;
-      sg[lane + 32] = pb;
-      float sum = pa + pb;
+      float sum = pa;
       for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-      __syncwarp();
       if (lane == 0) {
         const float corr = exp2f(m_old - m_new);  // 0 on the first tile
         c_s[g] = corr;
@@ -197,16 +228,23 @@ __global__ void __launch_bounds__(kThreads)
     for (int idx = tid; idx < G * half_dv; idx += kThreads) {
       const int g = idx / half_dv, d = (idx % half_dv) * 2;
       const float corr = c_s[g];
-      float a0 = o_s[g * Dv + d] * corr, a1 = o_s[g * Dv + d + 1] * corr;
+      float a0 = 0.0f, a1 = 0.0f, b0 = 0.0f, b1 = 0.0f;
       const float* p = s_s + g * kTile;
-      for (int j = 0; j < jn; ++j) {
-        const float pj = p[j];
-        const float2 v = load2(v_s + j * ldv + d);
-        a0 += pj * v.x;
-        a1 += pj * v.y;
+      int j = 0;
+      for (; j + 1 < jn; j += 2) {
+        const float2 v = load2(vb + j * ldv + d), w = load2(vb + (j + 1) * ldv + d);
+        a0 += p[j] * v.x;
+        a1 += p[j] * v.y;
+        b0 += p[j + 1] * w.x;
+        b1 += p[j + 1] * w.y;
       }
-      o_s[g * Dv + d] = a0;
-      o_s[g * Dv + d + 1] = a1;
+      if (j < jn) {
+        const float2 v = load2(vb + j * ldv + d);
+        a0 += p[j] * v.x;
+        a1 += p[j] * v.y;
+      }
+      o_s[g * Dv + d] = o_s[g * Dv + d] * corr + a0 + b0;
+      o_s[g * Dv + d + 1] = o_s[g * Dv + d + 1] * corr + a1 + b1;
     }
     __syncthreads();
   }
@@ -282,10 +320,10 @@ void launch_decode_typed(const float* q, const DeviceCacheView& cache, const Dev
 
 }  // namespace
 
-bool decode_supported(const GqaShape& s) {
+bool decode_supported(const GqaShape& s, bool bf16_cache) {
   return s.Hkv > 0 && s.Hq % s.Hkv == 0 && s.Hkv <= 65535 && s.D > 0 && s.Dv > 0 && s.D % 8 == 0 &&
          s.Dv % 8 == 0 && s.D <= kMaxAttentionHeadDim && s.Dv <= kMaxAttentionHeadDim &&
-         smem_bytes<float>(s) <= kMaxSmem;
+         (bf16_cache ? smem_bytes<__nv_bfloat16>(s) : smem_bytes<float>(s)) <= kMaxSmem;
 }
 
 int64_t decode_splits(int64_t num_queries, const GqaShape& shape, int64_t max_context) {
@@ -300,8 +338,8 @@ int64_t decode_partial_floats(int64_t num_queries, const GqaShape& shape, int64_
 void launch_attention_decode(const float* q, const DeviceCacheView& cache, const DevicePlanView& plan,
                              const int32_t* tokens, int64_t num_queries, float* out, const GqaShape& shape,
                              int64_t max_context, float* partials) {
-  DSI_CHECK(decode_supported(shape), "attention decode: unsupported shape (Hq ", shape.Hq, ", Hkv ",
-            shape.Hkv, ", D ", shape.D, ", Dv ", shape.Dv, ")");
+  DSI_CHECK(decode_supported(shape, cache.bf16), "attention decode: unsupported shape (Hq ", shape.Hq,
+            ", Hkv ", shape.Hkv, ", D ", shape.D, ", Dv ", shape.Dv, ")");
   DSI_CHECK(max_context > 0, "attention decode: max_context must be positive");
   if (num_queries == 0) return;
   const SplitPlan sp = split_plan(num_queries, shape, max_context);

@@ -59,7 +59,7 @@ constexpr int kLd = D + 8;  // shared-memory row stride in bf16 values
 
 template <int D>
 constexpr int smem_bytes() {
-  return 4 * kBN * kLd<D> * 2;  // K and V, two buffers each
+  return 2 * kBN * 8 + 4 * kBN * kLd<D> * 2;  // slots, K and V: two buffers each
 }
 
 // tiles[4 i ..]: sequence, first token, rows, keys read (max position + 1).
@@ -73,8 +73,9 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int NO = D / 8;       // n-tiles of O
   constexpr int CH = D / 8;       // 16-byte chunks per K or V row
   extern __shared__ __align__(16) unsigned char smem[];
-  __nv_bfloat16* k_s = reinterpret_cast<__nv_bfloat16*>(smem);  // [2][kBN][LD]
-  __nv_bfloat16* v_s = k_s + 2 * kBN * LD;                      // [2][kBN][LD]
+  int64_t* slot_s = reinterpret_cast<int64_t*>(smem);                       // [2][kBN]
+  __nv_bfloat16* k_s = reinterpret_cast<__nv_bfloat16*>(slot_s + 2 * kBN);  // [2][kBN][LD]
+  __nv_bfloat16* v_s = k_s + 2 * kBN * LD;                                  // [2][kBN][LD]
 
   const int h = blockIdx.x;
   const int tile = num_tiles - 1 - static_cast<int>(blockIdx.y);  // longest tiles first
@@ -89,21 +90,33 @@ __global__ void __launch_bounds__(kThreads)
   const int pos1 = valid1 ? plan.positions[t0 + r1] : kv_len - 1;
 
   const int64_t kcol = static_cast<int64_t>(kvh) * D, vcol = static_cast<int64_t>(Hkv) * D + kvh * D;
-  auto load_tile = [&](int buf, int n0) {
+  const int32_t* blocks = plan.block_table + plan.block_table_indptr[seq];
+  const int64_t bs = plan.block_size;
+  // Slots of keys [n0, n0 + kBN) into slot_s[buf] (-1 past kv_len); read after the next barrier.
+  auto find_slots = [&](int buf, int n0) {
+    for (int r = threadIdx.x; r < kBN; r += kThreads) {
+      const int p = n0 + r;
+      slot_s[buf * kBN + r] = p < kv_len ? static_cast<int64_t>(blocks[p / bs]) * bs + p % bs : -1;
+    }
+  };
+  auto load_tile = [&](int buf) {
     __nv_bfloat16* kd = k_s + buf * kBN * LD;
     __nv_bfloat16* vd = v_s + buf * kBN * LD;
+#pragma unroll
     for (int idx = threadIdx.x; idx < kBN * CH; idx += kThreads) {
-      const int r = idx / CH, c = idx % CH, p = n0 + r;
-      const bool ok = p < kv_len;
-      const __nv_bfloat16* row = ok ? cache + attn::slot_of(plan, seq, p) * width : cache;
-      cp_async16(kd + r * LD + c * 8, ok ? row + kcol + c * 8 : cache, ok ? 16 : 0);
-      cp_async16(vd + r * LD + c * 8, ok ? row + vcol + c * 8 : cache, ok ? 16 : 0);
+      const int r = idx / CH, c = idx % CH;
+      const int64_t slot = slot_s[buf * kBN + r];
+      const __nv_bfloat16* row = slot >= 0 ? cache + slot * width : cache;
+      cp_async16(kd + r * LD + c * 8, slot >= 0 ? row + kcol + c * 8 : cache, slot >= 0 ? 16 : 0);
+      cp_async16(vd + r * LD + c * 8, slot >= 0 ? row + vcol + c * 8 : cache, slot >= 0 ? 16 : 0);
     }
     attn::cp_async_commit();
   };
 
   const int n_tiles = (kv_len + kBN - 1) / kBN;
-  load_tile(0, 0);
+  find_slots(0, 0);
+  __syncthreads();
+  load_tile(0);
 
   // Q as A fragments: a0 (row gr, cols 2gc..), a1 (row gr + 8), a2 (row gr, cols 8 + 2gc..), a3 (row gr + 8).
   uint32_t qf[KSTEPS][4];
@@ -131,8 +144,10 @@ __global__ void __launch_bounds__(kThreads)
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
 
   for (int j = 0; j < n_tiles; ++j) {
+    if (j + 1 < n_tiles) find_slots((j + 1) & 1, (j + 1) * kBN);
+    __syncthreads();  // every warp is done with tile j - 1, whose buffer tile j + 1 now fills
     if (j + 1 < n_tiles) {
-      load_tile((j + 1) & 1, (j + 1) * kBN);
+      load_tile((j + 1) & 1);
       attn::cp_async_wait<1>();
     } else {
       attn::cp_async_wait<0>();
@@ -213,7 +228,6 @@ __global__ void __launch_bounds__(kThreads)
         mma_bf16(o[n + 1], a, b[2], b[3]);
       }
     }
-    __syncthreads();  // the buffer is refilled two tiles later
   }
 
 #pragma unroll
