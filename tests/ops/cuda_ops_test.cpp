@@ -354,8 +354,11 @@ class CudaAttentionTest : public CudaOpsTest {
   }
 };
 
-const std::vector<GqaCase> kGqaCases = {{1, 1, 64, 64}, {4, 1, 128, 128}, {8, 8, 128, 128}, {32, 8, 128, 128},
-                                        {8, 4, 64, 64}, {4, 4, 96, 96},   {8, 1, 256, 256}, {8, 2, 128, 64}};
+// Head counts 1..32 with groups of 1, 2, 4, 7, 8 and 16 (the decode kernel splits groups above 8), head dims
+// 64..256 (96 and Dv != D take the generic kernels).
+const std::vector<GqaCase> kGqaCases = {
+    {1, 1, 64, 64}, {4, 1, 128, 128}, {8, 8, 128, 128}, {32, 8, 128, 128}, {8, 4, 64, 64},
+    {4, 4, 96, 96}, {8, 1, 256, 256}, {8, 2, 128, 64},  {14, 2, 64, 64},   {16, 1, 128, 128}};
 
 TEST_F(CudaAttentionTest, CudaBackendUsesABf16Cache) {
   CudaBackend gpu;

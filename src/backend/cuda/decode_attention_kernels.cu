@@ -1,11 +1,13 @@
-// Split-KV paged GQA for decode (and any query whose shape the flash kernel does not take). One CTA per
-// (query, kv head, context split) holds the Hq / Hkv query heads of its group: per tile of 32 positions it
-// copies the tile's K and V rows (16-byte cp.async, float32 or bf16 cache; slots looked up once per tile, the
-// next tile's copy in flight while this one is used) into shared memory, scores every (head, position), runs
-// the online softmax (one warp per head) and accumulates P V in shared memory. With
-// several splits each CTA writes its normalised partial output and log-sum-exp, and a second kernel merges
-// them. The grid depends only on the query count, the shape and max_context (CUDA-graph friendly): splits
-// past a query's context exit at once.
+// Split-KV paged GQA for decode (and any query whose shape the flash kernel does not take): the split plan,
+// the combine kernel, and the generic kernel for shapes the register-resident warp kernel
+// (decode_attention_warp.cu: bf16 cache, D == Dv in {64, 128, 256}) does not take. Generic kernel: one CTA
+// per (query, kv head, context split) holds the Hq / Hkv query heads of its group: per tile of 32 positions
+// it copies the tile's K and V rows (16-byte cp.async, float32 or bf16 cache; slots looked up once per tile,
+// the next tile's copy in flight while this one is used) into shared memory, scores every (head, position),
+// runs the online softmax (one warp per head) and accumulates P V in shared memory. With several splits each
+// CTA writes its normalised partial output and log-sum-exp, and a second kernel merges them. The grid depends
+// only on the query count, the shape and max_context (CUDA-graph friendly): splits past a query's context
+// exit at once.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -14,6 +16,7 @@
 
 #include "backend/cuda/attention_common.cuh"
 #include "backend/cuda/attention_kernels.h"
+#include "backend/cuda/decode_attention_warp.h"
 #include "backend/cuda/stream.h"
 #include "core/error.h"
 
@@ -27,8 +30,8 @@ using attn::cp_async16;
 constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / 32;
 constexpr int kTile = 32;            // positions per shared-memory tile (one per lane in the softmax)
-constexpr int kMaxSplits = 64;       // context splits of one query
-constexpr int kMinSplitLen = 128;    // positions a split covers at least
+constexpr int kMaxSplits = 32;       // context splits of one query
+constexpr int kMinSplitLen = 64;     // positions a split covers at least
 constexpr int kMaxSmem = 160 << 10;  // dynamic shared memory the kernel may ask for (sm_80: 163 KiB)
 
 int64_t ceil_div(int64_t a, int64_t b) {
@@ -67,7 +70,7 @@ struct SplitPlan {
 SplitPlan split_plan(int64_t num_queries, const GqaShape& s, int64_t max_context) {
   const int64_t work = std::max<int64_t>(num_queries * s.Hkv, 1);
   const int64_t by_len = ceil_div(max_context, kMinSplitLen);
-  const int64_t want = ceil_div(2 * num_sms(), work);
+  const int64_t want = ceil_div(4 * num_sms(), work);  // CTAs for ~4 per SM
   const int64_t splits = std::clamp<int64_t>(std::min(by_len, want), 1, kMaxSplits);
   SplitPlan p;
   p.chunk = ceil_div(ceil_div(max_context, splits), kTile) * kTile;
@@ -344,7 +347,10 @@ void launch_attention_decode(const float* q, const DeviceCacheView& cache, const
   if (num_queries == 0) return;
   const SplitPlan sp = split_plan(num_queries, shape, max_context);
   DSI_CHECK(sp.splits == 1 || partials, "attention decode: ", sp.splits, " splits need a partials buffer");
-  if (cache.bf16) {
+  if (detail::decode_warp_supported(shape, cache.bf16)) {
+    detail::launch_decode_warp(q, cache, plan, tokens, num_queries, out, shape, sp.splits, sp.chunk,
+                               partials);
+  } else if (cache.bf16) {
     launch_decode_typed<__nv_bfloat16>(q, cache, plan, tokens, num_queries, out, shape, sp, partials);
   } else {
     launch_decode_typed<float>(q, cache, plan, tokens, num_queries, out, shape, sp, partials);
