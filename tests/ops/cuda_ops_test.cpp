@@ -5,7 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <memory>
 #include <random>
+#include <set>
+#include <string>
 #include <tuple>
 
 #include "backend/cpu/cpu_backend.h"
@@ -14,6 +17,7 @@
 
 #ifdef DSINFER_HAVE_CUDA
 #include "backend/backend_factory.h"
+#include "backend/cuda/attention_kernels.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_tensor.h"
 #include "backend/cuda/elementwise_kernels.h"
@@ -279,6 +283,198 @@ TEST_F(CudaOpsTest, WriteKvAndPagedAttentionMatchCpu) {
     const int64_t dst = prefill.block_table[1] * bs;
     for (int64_t i = 0; i < bs * width; ++i)
       ASSERT_EQ(host.f32()[dst * width + i], cpu_cache.slot(0, dst)[i]);
+  }
+}
+
+// ---- Paged attention with a bf16 cache (decode, flash prefill, mixed batches) and the fused rope write ----
+
+using SeqSpec = std::vector<std::pair<int32_t, int32_t>>;  // (cached tokens, new tokens) per sequence
+
+struct GqaCase {
+  int64_t Hq, Hkv, D, Dv;
+};
+
+std::string describe(const GqaCase& c, int32_t bs, const SeqSpec& seqs) {
+  std::string s = std::to_string(c.Hq) + "/" + std::to_string(c.Hkv) + " D " + std::to_string(c.D) + "/" +
+                  std::to_string(c.Dv) + " bs " + std::to_string(bs) + " seqs";
+  for (auto [cached, fresh] : seqs) s += " (" + std::to_string(cached) + "+" + std::to_string(fresh) + ")";
+  return s;
+}
+
+class CudaAttentionTest : public CudaOpsTest {
+ protected:
+  // Enough blocks for `seqs`, a count make_plan's scrambling (b * 7 + 3) turns into a permutation.
+  static int32_t blocks_for(const SeqSpec& seqs, int32_t bs) {
+    int32_t blocks = 3;
+    for (auto [cached, fresh] : seqs) blocks += (cached + fresh + bs - 1) / bs;
+    return blocks % 7 == 0 ? blocks + 1 : blocks;
+  }
+  // Caches of one GQA layer (CPU float32, GPU `dtype`) holding random K/V at every position of `seqs`;
+  // the CPU cache gets the values the GPU cache stores (bf16-rounded for a bf16 cache).
+  struct Filled {
+    std::unique_ptr<KvCache> cpu_cache, gpu_cache;
+    BatchPlan plan;  // the query plan of `seqs`
+  };
+  Filled fill(CudaBackend& gpu, const SeqSpec& seqs, int32_t bs, const GqaCase& c, DType dtype) {
+    SeqSpec full;
+    for (auto [cached, fresh] : seqs) full.push_back({0, cached + fresh});
+    const int32_t blocks = blocks_for(seqs, bs);
+    const BatchPlan fill_plan = make_plan(full, bs, blocks);
+    Filled f;
+    f.plan = make_plan(seqs, bs, blocks);
+    const KvLayerSpec spec{KvKind::kFullHistory, c.Hkv * (c.D + c.Dv)};
+    f.cpu_cache = std::make_unique<KvCache>(std::vector<KvLayerSpec>{spec}, blocks, bs);
+    f.gpu_cache = std::make_unique<KvCache>(std::vector<KvLayerSpec>{spec}, blocks, bs, Device::kCuda, dtype);
+    const int64_t T = fill_plan.num_tokens();
+    Tensor k = random_f32({T, c.Hkv * c.D}), v = random_f32({T, c.Hkv * c.Dv});
+    gpu.write_kv(*f.gpu_cache, 0, fill_plan, cuda::to_device(k), cuda::to_device(v));
+    if (dtype == DType::BF16) {
+      k = as_bf16(k).second;
+      v = as_bf16(v).second;
+    }
+    cpu.write_kv(*f.cpu_cache, 0, fill_plan, k, v);
+    return f;
+  }
+  // GPU attention_gqa over `seqs` against the CPU reference; returns the relative error.
+  double attention_error(CudaBackend& gpu, const SeqSpec& seqs, int32_t bs, const GqaCase& c, DType dtype) {
+    Filled f = fill(gpu, seqs, bs, c, dtype);
+    Tensor q = random_f32({f.plan.num_tokens(), c.Hq, c.D});
+    const float scale = 1.0f / std::sqrt(static_cast<float>(c.D));
+    const Tensor ref = cpu.attention_gqa(q, *f.cpu_cache, 0, f.plan, c.Hkv, c.D, c.Dv, scale);
+    const Tensor out =
+        gpu.to_host(gpu.attention_gqa(cuda::to_device(q), *f.gpu_cache, 0, f.plan, c.Hkv, c.D, c.Dv, scale));
+    return rel_err(out, ref);
+  }
+  // Device copy of an int32 array.
+  static Tensor device_i32(const std::vector<int32_t>& v) {
+    Tensor t = Tensor::empty(DType::I32, {static_cast<int64_t>(v.size())});
+    std::copy(v.begin(), v.end(), t.data<int32_t>());
+    return cuda::to_device(t);
+  }
+};
+
+// Head counts 1..32 with groups of 1, 2, 4, 7, 8 and 16 (the decode kernel splits groups above 8), head dims
+// 64..256 (96 and Dv != D take the generic kernels).
+const std::vector<GqaCase> kGqaCases = {
+    {1, 1, 64, 64}, {4, 1, 128, 128}, {8, 8, 128, 128}, {32, 8, 128, 128}, {8, 4, 64, 64},
+    {4, 4, 96, 96}, {8, 1, 256, 256}, {8, 2, 128, 64},  {14, 2, 64, 64},   {16, 1, 128, 128}};
+
+TEST_F(CudaAttentionTest, CudaBackendUsesABf16Cache) {
+  CudaBackend gpu;
+  EXPECT_EQ(gpu.kv_dtype(), DType::BF16);
+}
+
+// Decode steps (one new token per sequence) over contexts 1..5000: split-KV with several splits for the long
+// ones. fp32 math over the same bf16 values as the reference, so the tolerance is float32 rounding.
+TEST_F(CudaAttentionTest, DecodeMatchesCpu) {
+  CudaBackend gpu;
+  const SeqSpec seqs = {{0, 1}, {1, 1}, {62, 1}, {63, 1}, {64, 1}, {128, 1}, {999, 1}, {4999, 1}};
+  for (const GqaCase& c : kGqaCases)
+    for (int32_t bs : {16, 64}) {
+      EXPECT_LT(attention_error(gpu, seqs, bs, c, DType::BF16), 1e-5) << describe(c, bs, seqs);
+      // One long sequence alone: the most splits.
+      EXPECT_LT(attention_error(gpu, {{4321, 1}}, bs, c, DType::BF16), 1e-5) << describe(c, bs, {{4321, 1}});
+    }
+}
+
+// Prefill chunks with and without a cached prefix, and mixed batches of chunks and decode tokens. The flash
+// kernel rounds q and the probabilities to bf16 (~3e-3); other shapes run the fp32 per-token kernel.
+TEST_F(CudaAttentionTest, PrefillAndMixedBatchesMatchCpu) {
+  CudaBackend gpu;
+  const std::vector<SeqSpec> batches = {
+      {{0, 37}},
+      {{0, 200}, {0, 64}, {0, 2}},
+      {{100, 50}, {64, 64}, {1, 130}},
+      {{999, 1}, {0, 70}, {4999, 1}, {130, 3}, {17, 1}, {300, 129}},
+  };
+  for (const GqaCase& c : kGqaCases) {
+    const bool flash = cuda::flash_supported({c.Hq, c.Hkv, c.D, c.Dv, 1.0f}, true);
+    for (int32_t bs : {16, 64})
+      for (const SeqSpec& seqs : batches)
+        EXPECT_LT(attention_error(gpu, seqs, bs, c, DType::BF16), flash ? 1e-2 : 1e-5)
+            << describe(c, bs, seqs);
+  }
+}
+
+// A float32 cache with a flash-sized head runs the fp32 kernels (no bf16 rounding anywhere).
+TEST_F(CudaAttentionTest, Float32CacheMatchesCpuExactlyUpToRounding) {
+  CudaBackend gpu;
+  const SeqSpec seqs = {{0, 90}, {700, 1}, {33, 17}};
+  for (int32_t bs : {16, 64})
+    EXPECT_LT(attention_error(gpu, seqs, bs, {8, 2, 128, 128}, DType::F32), 1e-5) << bs;
+}
+
+// The decode launch depends on max_context, not on the lengths: any bound above the longest context gives the
+// same result (the split count changes; surplus splits exit), as a CUDA graph captured for a larger bucket.
+TEST_F(CudaAttentionTest, DecodeResultDoesNotDependOnMaxContext) {
+  CudaBackend gpu;
+  const GqaCase c{32, 8, 128, 128};
+  const SeqSpec seqs = {{0, 1}, {40, 1}, {299, 1}};
+  Filled f = fill(gpu, seqs, 16, c, DType::BF16);
+  Tensor q = random_f32({f.plan.num_tokens(), c.Hq, c.D});
+  const float scale = 0.09f;
+  const Tensor ref = cpu.attention_gqa(q, *f.cpu_cache, 0, f.plan, c.Hkv, c.D, c.Dv, scale);
+  std::vector<int32_t> seq_of = {0, 1, 2};
+  Tensor positions = device_i32(f.plan.positions), token_seq = device_i32(seq_of);
+  Tensor table = device_i32(f.plan.block_table), indptr = device_i32(f.plan.block_table_indptr);
+  cuda::DevicePlanView view{positions.data<int32_t>(), token_seq.data<int32_t>(), table.data<int32_t>(),
+                            indptr.data<int32_t>(), 16};
+  cuda::DeviceCacheView cv{const_cast<void*>(f.gpu_cache->storage(0).raw()), f.gpu_cache->width(0), true};
+  const cuda::GqaShape shape{c.Hq, c.Hkv, c.D, c.Dv, scale};
+  Tensor dq = cuda::to_device(q);
+  std::set<int64_t> split_counts;
+  for (int64_t max_context : {300, 512, 4096, 16384}) {
+    const int64_t floats = cuda::decode_partial_floats(3, shape, max_context);
+    split_counts.insert(cuda::decode_splits(3, shape, max_context));
+    Tensor partials = Tensor::empty_on(Device::kCuda, DType::F32, {std::max<int64_t>(floats, 1)});
+    Tensor out = Tensor::empty_on(Device::kCuda, DType::F32, {3, c.Hq * c.Dv});
+    cuda::launch_attention_decode(dq.data<float>(), cv, view, nullptr, 3, out.data<float>(), shape,
+                                  max_context, partials.data<float>());
+    EXPECT_LT(rel_err(cuda::to_host(out), ref), 1e-5) << "max_context " << max_context;
+  }
+  EXPECT_GT(split_counts.size(), 1u);  // the bound did change the launch
+}
+
+TEST_F(CudaAttentionTest, RopeWriteKvMatchesCpu) {
+  CudaBackend gpu;
+  const int32_t bs = 16;
+  const SeqSpec seqs = {{0, 5}, {4000, 1}, {31, 40}};
+  for (auto [Hq, Hkv, D, Dv, R, scaling] :
+       {std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, float>{8, 2, 128, 128, 128, 1.0f},
+        {4, 4, 64, 64, 64, 1.2f},
+        {6, 2, 128, 64, 64, 0.9f}}) {
+    RopeTable table;
+    table.rope_dim = R;
+    table.attention_scaling = scaling;
+    for (int64_t i = 0; i < R / 2; ++i)
+      table.inv_freq.push_back(std::pow(500000.0f, -2.0f * static_cast<float>(i) / static_cast<float>(R)));
+    for (RopeLayout layout : {RopeLayout::kHalf, RopeLayout::kInterleaved}) {
+      for (DType dtype : {DType::BF16, DType::F32}) {
+        const int32_t blocks = blocks_for(seqs, bs);
+        const BatchPlan plan = make_plan(seqs, bs, blocks);
+        const int64_t T = plan.num_tokens(), width = Hkv * (D + Dv);
+        const KvLayerSpec spec{KvKind::kFullHistory, width};
+        KvCache cpu_cache({spec}, blocks, bs);
+        KvCache gpu_cache({spec}, blocks, bs, Device::kCuda, dtype);
+        Tensor q = random_f32({T, Hq, D}), k = random_f32({T, Hkv, D}), v = random_f32({T, Hkv * Dv});
+        Tensor dq = cuda::to_device(q), dk = cuda::to_device(k), dv = cuda::to_device(v);
+        gpu.rope_write_kv(dq, dk, dv, table, layout, gpu_cache, 0, plan);
+        cpu.rope_write_kv(q, k, v, table, layout, cpu_cache, 0, plan);
+        const std::string what = "D " + std::to_string(D) + " R " + std::to_string(R) +
+                                 (layout == RopeLayout::kHalf ? " half " : " interleaved ") +
+                                 std::string(dtype_name(dtype));
+        EXPECT_LT(rel_err(gpu.to_host(dq), q), 1e-6) << what;
+        EXPECT_LT(rel_err(gpu.to_host(dk), k), 1e-6) << what;
+        Tensor rows = gpu.to_host(gpu_cache.storage(0));  // float32 either way
+        Tensor got = Tensor::empty(DType::F32, {T, width}), want = Tensor::empty(DType::F32, {T, width});
+        for (int64_t t = 0; t < T; ++t)
+          for (int64_t i = 0; i < width; ++i) {
+            got.f32()[t * width + i] = rows.f32()[plan.slot_mapping[t] * width + i];
+            want.f32()[t * width + i] = cpu_cache.slot(0, plan.slot_mapping[t])[i];
+          }
+        EXPECT_LT(rel_err(got, want), dtype == DType::BF16 ? 4e-3 : 1e-6) << what;
+      }
+    }
   }
 }
 

@@ -1,11 +1,10 @@
-// CudaBackend's dense ops: argument checks on the host, then the kernels of dsinfer_cuda on raw device
-// pointers. Every op returns fresh device tensors; the plan arrays reach the GPU through DeviceMirror.
+// CudaBackend's dense ops (attention, rope and cache writes: cuda_backend_attention.cpp): argument checks on
+// the host, then the kernels of dsinfer_cuda on raw device pointers. Every op returns fresh device tensors;
+// the plan arrays reach the GPU through DeviceMirror.
 #include "backend/cuda/cuda_backend.h"
 
-#include "backend/cuda/attention_kernels.h"
 #include "backend/cuda/elementwise_kernels.h"
 #include "backend/cuda/gemm_cublaslt.h"
-#include "backend/cuda/rope_kernels.h"
 #include "core/dtype.h"
 #include "core/error.h"
 
@@ -107,21 +106,6 @@ void CudaBackend::add_inplace(Tensor& a, const Tensor& b) {
   cuda::launch_add_inplace(dev_f32(a, "add_inplace", "a"), dev_f32(b, "add_inplace", "b"), a.numel());
 }
 
-void CudaBackend::rope(Tensor& x, const std::vector<int32_t>& positions, const RopeTable& table,
-                       int64_t offset, RopeLayout layout, bool inverse) {
-  // x [T, heads, head_dim]; rotate dims [offset, offset + rope_dim).
-  DSI_CHECK(x.ndim() == 3, "rope: x must be [T, heads, head_dim], got ", shape_str(x.shape()));
-  const int64_t T = x.dim(0), heads = x.dim(1), D = x.dim(2), R = table.rope_dim;
-  DSI_CHECK(static_cast<int64_t>(positions.size()) == T, "rope: ", positions.size(), " positions for ", T,
-            " tokens");
-  DSI_CHECK(offset >= 0 && offset + R <= D, "rope: rope dims exceed the head dimension");
-  DSI_CHECK(static_cast<int64_t>(table.inv_freq.size()) == R / 2, "rope: table has ", table.inv_freq.size(),
-            " frequencies for rope_dim ", R);
-  cuda::launch_rope(dev_f32(x, "rope", "x"), device_array(positions, positions_),
-                    inv_freq_.upload(table.inv_freq), T, heads, D, offset, R, table.attention_scaling,
-                    layout == RopeLayout::kInterleaved, inverse);
-}
-
 Tensor CudaBackend::mlp(const Tensor& x, const MlpWeights& w) {
   const int64_t H = x.dim(-1), M = x.numel() / H, I = w.gate.out_features();
   DSI_CHECK(w.gate.in_features() == H, "mlp: input has ", H, " features, weights expect ",
@@ -131,48 +115,6 @@ Tensor CudaBackend::mlp(const Tensor& x, const MlpWeights& w) {
   Tensor act = device_empty({M, I});
   cuda::launch_silu_mul(gate.data<float>(), up.data<float>(), act.data<float>(), M * I, w.swiglu_limit);
   return linear(act, w.down).reshape(x.shape());  // [..., H]
-}
-
-void CudaBackend::write_kv(KvCache& cache, int64_t layer, const BatchPlan& plan, const Tensor& a,
-                           const Tensor& b) {
-  DSI_CHECK(cache.device() == Device::kCuda, "write_kv: the KV cache is not on the GPU");
-  const int64_t T = plan.num_tokens();
-  const int64_t wa = a.numel() / std::max<int64_t>(T, 1);
-  const int64_t wb = b ? b.numel() / std::max<int64_t>(T, 1) : 0;
-  DSI_CHECK(wa + wb == cache.width(layer), "write_kv: rows of ", wa + wb, " values for a cache row of ",
-            cache.width(layer));
-  DSI_CHECK(static_cast<int64_t>(plan.slot_mapping.size()) == T, "write_kv: slot_mapping has ",
-            plan.slot_mapping.size(), " entries for ", T, " tokens");
-  Tensor storage = cache.storage(layer);
-  cuda::launch_write_kv(storage.data<float>(), cache.width(layer),
-                        device_array(plan.slot_mapping, slot_mapping_), dev_f32(a, "write_kv", "a"), wa,
-                        b ? dev_f32(b, "write_kv", "b") : nullptr, wb, T);
-}
-
-Tensor CudaBackend::attention_gqa(const Tensor& q, const KvCache& cache, int64_t layer, const BatchPlan& plan,
-                                  int64_t kv_heads, int64_t head_dim, int64_t v_head_dim, float scale) {
-  // q [T, Hq, D] -> out [T, Hq * Dv]
-  DSI_CHECK(cache.device() == Device::kCuda, "attention_gqa: the KV cache is not on the GPU");
-  DSI_CHECK(q.ndim() == 3, "attention_gqa: q must be [T, Hq, D], got ", shape_str(q.shape()));
-  const int64_t T = q.dim(0), Hq = q.dim(1), D = head_dim, Dv = v_head_dim;
-  DSI_CHECK(q.dim(2) == D && kv_heads > 0 && Hq % kv_heads == 0, "attention_gqa: bad query shape ",
-            shape_str(q.shape()));
-  DSI_CHECK(cache.width(layer) == kv_heads * (D + Dv), "attention_gqa: cache row width mismatch");
-  DSI_CHECK(T == plan.num_tokens(), "attention_gqa: ", T, " query tokens for a plan of ", plan.num_tokens());
-  const bool lone_call = step_.host() != &plan;  // outside a model's step (op tests)
-  if (lone_call) step_.upload(plan, context_bound_);
-  const cuda::DevicePlan& dp = step_.device();
-  cuda::DevicePlanView view;
-  view.positions = dp.positions;
-  view.token_seq = dp.token_seq;
-  view.block_table = dp.block_table;
-  view.block_table_indptr = dp.block_table_indptr;
-  view.block_size = plan.block_size;
-  Tensor out = device_empty({T, Hq * Dv});
-  cuda::launch_attention_gqa(dev_f32(q, "attention_gqa", "q"), cache.storage(layer).data<float>(),
-                             cache.width(layer), view, out.data<float>(), T, Hq, kv_heads, D, Dv, scale);
-  if (lone_call) step_.clear_host();
-  return out;
 }
 
 Tensor CudaBackend::gather_rows(const Tensor& x, const std::vector<int32_t>& rows) {

@@ -1,7 +1,7 @@
 // CudaBackend: the dense-model ops (Llama / Qwen2) on one NVIDIA GPU. Weights are bf16 device tensors
-// (prepare_weight), activations float32 device tensors, the KV cache float32 on the GPU; logits come back
-// through to_host, or stay on the GPU for sample(). Ops of the DeepSeek architectures throw until they have
-// kernels. Built into dsinfer_lib when CUDA is on; the kernels it launches live in dsinfer_cuda.
+// (prepare_weight), activations float32 device tensors, the KV cache bf16 on the GPU (kv_dtype); logits come
+// back through to_host, or stay on the GPU for sample(). Ops of the DeepSeek architectures throw until they
+// have kernels. Built into dsinfer_lib when CUDA is on; the kernels it launches live in dsinfer_cuda.
 #pragma once
 #include <vector>
 
@@ -22,6 +22,7 @@ class CudaBackend : public Backend {
   explicit CudaBackend(CudaBackendOptions options = {});
   std::string name() const override { return "cuda"; }
   Device device() const override { return Device::kCuda; }
+  DType kv_dtype() const override { return DType::BF16; }
   Tensor prepare_weight(Tensor host_f32) override;
   Tensor to_host(const Tensor& t) override;
   void begin_step(const BatchPlan& plan) override;
@@ -50,6 +51,9 @@ class CudaBackend : public Backend {
   Tensor attention_gqa(const Tensor& q, const KvCache& cache, int64_t layer, const BatchPlan& plan,
                        int64_t kv_heads, int64_t head_dim, int64_t v_head_dim, float scale) override;
   Tensor gather_rows(const Tensor& x, const std::vector<int32_t>& rows) override;
+  // One kernel: rope on q and k, then the [k | v] cache rows (float32 or bf16 cache).
+  void rope_write_kv(Tensor& q, Tensor& k, const Tensor& v, const RopeTable& table, RopeLayout layout,
+                     KvCache& cache, int64_t layer, const BatchPlan& plan) override;
 
   // DeepSeek ops: no kernels yet (each throws dsinfer::Error).
   Tensor attention_mla(const Tensor& q_lat, const Tensor& q_pe, const KvCache& cache, int64_t layer,
@@ -95,8 +99,10 @@ class CudaBackend : public Backend {
   cuda::StepPlan step_;
   int32_t context_bound_ = 0;
   // Device copies of the host arrays ops receive, one mirror per kind so they do not evict each other.
-  cuda::DeviceMirror ids_, rows_, positions_, slot_mapping_, inv_freq_;
+  cuda::DeviceMirror ids_, rows_, positions_, slot_mapping_, inv_freq_, decode_tokens_, flash_tiles_;
   cuda::DeviceMirror sample_params_, sample_seen_, sample_gen_ids_, sample_gen_counts_;
+  // Host scratch of attention_gqa: the tokens of decode sequences and the flash query tiles.
+  std::vector<int32_t> decode_tokens_host_, flash_tiles_host_;
 };
 
 }  // namespace dsinfer
