@@ -149,12 +149,13 @@ double bench_shape(const Shape& s, int64_t M, const Options& o) {
 
   double best = 0.0;
   if (M <= cuda::kGemvMaxRows) {
-    std::vector<std::pair<std::string, cuda::GemvConfig>> cfgs = {{"gemv t1 u4 (default)", {1, 4, false}},
-                                                                  {"gemv t1 u2", {1, 2, false}}};
-    if (s.kind != Shape::kSwiglu) {
-      cfgs.push_back({"gemv t2 u2", {2, 2, false}});
-      cfgs.push_back({"gemv t2 u4", {2, 4, false}});
-    }
+    // The default kernel first, then every compiled shape.
+    const bool swiglu = s.kind == Shape::kSwiglu;
+    std::vector<std::pair<std::string, cuda::GemvConfig>> cfgs = {{"gemv default", cuda::GemvConfig{}}};
+    for (const cuda::GemvConfig& c : cuda::gemv_configs(swiglu))
+      cfgs.push_back({"gemv t" + std::to_string(c.tiles) + " u" + std::to_string(c.unroll) + " s" +
+                          std::to_string(c.stages) + " x" + std::to_string(c.splits),
+                      c});
     if (o.quick) cfgs.resize(1);
     for (const auto& [name, cfg] : cfgs) {
       const double ms = cuda::time_graph_ms(

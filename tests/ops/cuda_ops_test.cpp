@@ -335,8 +335,9 @@ class CudaLinearTest : public CudaOpsTest {
 // Every kernel shape (and the generic kernel), M = 1..8, with and without bias, norm prologue and
 // accumulate; odd N everywhere, K % 8 != 0 and tiny K take the generic kernel.
 TEST_F(CudaLinearTest, GemvMatchesCpu) {
-  const std::vector<cuda::GemvConfig> configs = {
-      {1, 4, false}, {1, 2, false}, {2, 2, false}, {2, 4, false}, {1, 4, true}};
+  std::vector<cuda::GemvConfig> configs = cuda::gemv_configs(false);
+  configs.push_back({});                  // chosen by shape
+  configs.push_back({1, 2, 4, 3, true});  // generic kernel
   for (auto [N, K] :
        {std::pair<int64_t, int64_t>{67, 64}, {130, 264}, {33, 100}, {19, 1000}, {40, 7}, {300, 2048}}) {
     for (int64_t M : {1, 2, 3, 5, 8}) {
@@ -355,7 +356,8 @@ TEST_F(CudaLinearTest, GemvMatchesCpu) {
                           accumulate, c);
         EXPECT_LT(rel_err(cuda::to_host(y), ref), 1e-5)
             << "M " << M << " N " << N << " K " << K << " bias " << bias << " norm " << norm << " acc "
-            << accumulate << " tiles " << c.tiles << " unroll " << c.unroll << " generic " << c.generic;
+            << accumulate << " tiles " << c.tiles << " unroll " << c.unroll << " stages " << c.stages
+            << " splits " << c.splits << " generic " << c.generic;
       }
     }
   }
@@ -399,7 +401,10 @@ TEST_F(CudaLinearTest, GemvSwigluMatchesCpu) {
         const Tensor xn = norm ? cpu.rms_norm(x, nw, 1e-5f) : x;
         const Tensor ref = swiglu(cpu.linear(xn, g.cpu), cpu.linear(xn, u.cpu), limit);
         const Tensor dx = cuda::to_device(x), dnw = cuda::to_device(nw_bits);
-        for (cuda::GemvConfig c : {cuda::GemvConfig{1, 4, false}, {1, 2, false}, {1, 4, true}}) {
+        std::vector<cuda::GemvConfig> configs = cuda::gemv_configs(true);
+        configs.push_back({});
+        configs.push_back({2, 1, 4, 3, true});
+        for (const cuda::GemvConfig& c : configs) {
           Tensor out = Tensor::empty_on(Device::kCuda, DType::F32, {M, N});
           cuda::launch_gemv_swiglu(dx.data<float>(), M, K, g.gpu.weight.data<uint16_t>(),
                                    bias ? g.gpu.bias.data<uint16_t>() : nullptr,
@@ -408,7 +413,7 @@ TEST_F(CudaLinearTest, GemvSwigluMatchesCpu) {
                                    {norm ? dnw.data<uint16_t>() : nullptr, 1e-5f}, limit, c);
           EXPECT_LT(rel_err(cuda::to_host(out), ref), 1e-5)
               << "M " << M << " N " << N << " K " << K << " limit " << limit << " unroll " << c.unroll
-              << " generic " << c.generic;
+              << " stages " << c.stages << " splits " << c.splits << " generic " << c.generic;
         }
       }
     }

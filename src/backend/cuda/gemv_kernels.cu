@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "backend/cuda/gemv_kernels.h"
 #include "backend/cuda/stream.h"
@@ -45,27 +46,35 @@ __device__ __forceinline__ float bf16_to_f32(uint16_t bits) {
   return __uint_as_float(static_cast<uint32_t>(bits) << 16);
 }
 
-// 8 weights, streamed: not kept in L1, 256-byte L2 prefetch.
-__device__ __forceinline__ uint4 load_stream(const uint16_t* p) {
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-  return v;
+// 16 bytes global -> shared without registers, L2 only (weights are read once); bytes = 0 writes zeros.
+__device__ __forceinline__ void copy_async16(uint4* dst, const void* src, bool valid) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  const int bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void copy_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void copy_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
-// (a, b) -> bf16 parts hi, mid, lo with a = hi.x + mid.x + lo.x exactly (same for b); low half = a.
-__device__ __forceinline__ void split3(float a, float b, uint32_t& hi, uint32_t& mid, uint32_t& lo) {
-  __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
-  float2 hf = __bfloat1622float2(h);
-  a -= hf.x;
-  b -= hf.y;
-  __nv_bfloat162 m = __floats2bfloat162_rn(a, b);
-  float2 mf = __bfloat1622float2(m);
-  __nv_bfloat162 l = __floats2bfloat162_rn(a - mf.x, b - mf.y);
-  hi = *reinterpret_cast<uint32_t*>(&h);
-  mid = *reinterpret_cast<uint32_t*>(&m);
-  lo = *reinterpret_cast<uint32_t*>(&l);
+// (a, b) -> SPLITS bf16 pairs (low half = a) that add up to (a, b): with 3 parts exactly (24 bits), with
+// 2 parts to ~16 bits (relative error <= 2^-17).
+template <int SPLITS>
+__device__ __forceinline__ void split_bf16(float a, float b, uint32_t (&parts)[SPLITS]) {
+#pragma unroll
+  for (int l = 0; l < SPLITS; ++l) {
+    __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+    parts[l] = *reinterpret_cast<uint32_t*>(&h);
+    if (l + 1 < SPLITS) {
+      const float2 hf = __bfloat1622float2(h);
+      a -= hf.x;
+      b -= hf.y;
+    }
+  }
 }
 
 // c [16 x 8] += a [16 x 16] b [16 x 8] (bf16 in, fp32 accumulate).
@@ -107,15 +116,26 @@ __device__ __forceinline__ void store_output(const Params& p, const MatDesc& d, 
   *dst = p.accumulate ? *dst + r : r;
 }
 
+// Shared memory of the MMA kernel's weight pipeline: per warp S stages of U chunks x TILES tiles x rows
+// (g, g + 8) x 32 lanes x 16 bytes.
+constexpr int pipeline_bytes(int tiles, int unroll, int stages) {
+  return kWarps * stages * unroll * tiles * 2 * 32 * 16;
+}
+
 // Block = kWarps warps over 16 * TILES weight rows (SwiGLU: 16 gate rows and the same 16 up rows); warp w
-// takes the 32 * U-column slices w, w + kWarps, ... of K. Needs K % 8 == 0 and 16-byte aligned pointers.
-template <int TILES, int U, bool SWIGLU>
-__global__ void __launch_bounds__(kThreads, (TILES * U >= 8) ? 1 : 2) gemv_mma_kernel(const Params p) {
+// takes the 32 * U-column slices w, w + kWarps, ... of K. The weights stream through an S-stage cp.async
+// pipeline per lane (each lane reads back only what it copied, so no barrier is needed); activations and
+// the norm weight come through L1. Needs K % 8 == 0 and 16-byte aligned pointers.
+template <int TILES, int U, int S, int SPLITS, bool SWIGLU>
+__global__ void __launch_bounds__(kThreads, 2) gemv_mma_kernel(const Params p) {
+  extern __shared__ uint4 pipe[];  // [kWarps][S][U][TILES][2][32]
   int64_t local = 0;
   const MatDesc d = block_matrix(p, blockIdx.x, local);
   const int64_t row0 = local * (SWIGLU ? 16 : 16 * TILES);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int64_t K = p.K;
+  uint4* mine = pipe + static_cast<int64_t>(warp) * S * U * TILES * 2 * 32 + lane;
+  auto slot = [&](int s, int u, int j, int h) { return mine + (((s * U + u) * TILES + j) * 2 + h) * 32; };
 
   // Rows g and g + 8 of every tile (out-of-range rows read as zeros).
   const uint16_t* wrow[TILES][2];
@@ -134,30 +154,52 @@ __global__ void __launch_bounds__(kThreads, (TILES * U >= 8) ? 1 : 2) gemv_mma_k
   const float* xrow = p.x + (xok ? g : 0) * K;
   const bool has_norm = p.norm != nullptr;
 
-  float acc[TILES][4];
-#pragma unroll
-  for (int j = 0; j < TILES; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
-  float sumsq = 0.0f;  // of x[g, this lane's columns]
-
-  const uint4 zero4 = make_uint4(0, 0, 0, 0);
-  for (int64_t kb = static_cast<int64_t>(warp) * 32 * U; kb < K;
-       kb += static_cast<int64_t>(kWarps) * 32 * U) {
-    uint4 wv[U][TILES][2];
-    float4 xv[U][2];
-    uint4 nv[U];
+  // Iteration i of this warp covers columns [kb(i), kb(i) + 32 U).
+  const int64_t first = static_cast<int64_t>(warp) * 32 * U, step = static_cast<int64_t>(kWarps) * 32 * U;
+  const int64_t iters = first < K ? (K - first + step - 1) / step : 0;
+  auto issue = [&](int64_t i) {
+    const int s = static_cast<int>(i % S);
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const int64_t k0 = kb + 32 * u + 8 * t;
+      const int64_t k0 = first + i * step + 32 * u + 8 * t;
       const bool kin = k0 < K;
 #pragma unroll
       for (int j = 0; j < TILES; ++j)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) wv[u][j][h] = (kin && wok[j][h]) ? load_stream(wrow[j][h] + k0) : zero4;
-      const bool xin = kin && xok;
+        for (int h = 0; h < 2; ++h)
+          copy_async16(slot(s, u, j, h), wrow[j][h] + (kin ? k0 : 0), kin && wok[j][h]);
+    }
+  };
+#pragma unroll
+  for (int s = 0; s < S - 1; ++s) {
+    if (s < iters) issue(s);
+    copy_async_commit();
+  }
+
+  // One accumulator per tile and activation part: independent MMA chains.
+  float acc[TILES][SPLITS][4];
+#pragma unroll
+  for (int j = 0; j < TILES; ++j)
+#pragma unroll
+    for (int l = 0; l < SPLITS; ++l) acc[j][l][0] = acc[j][l][1] = acc[j][l][2] = acc[j][l][3] = 0.0f;
+  float sumsq = 0.0f;  // of x[g, this lane's columns]
+  const uint4 zero4 = make_uint4(0, 0, 0, 0);
+  for (int64_t i = 0; i < iters; ++i) {
+    if (i + S - 1 < iters) issue(i + S - 1);
+    copy_async_commit();
+    // Activations and norm weights of this iteration (L1 hits mostly) while the weights land.
+    float4 xv[U][2];
+    uint4 nv[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t k0 = first + i * step + 32 * u + 8 * t;
+      const bool xin = k0 < K && xok;
       xv[u][0] = xin ? __ldg(reinterpret_cast<const float4*>(xrow + k0)) : make_float4(0, 0, 0, 0);
       xv[u][1] = xin ? __ldg(reinterpret_cast<const float4*>(xrow + k0 + 4)) : make_float4(0, 0, 0, 0);
-      nv[u] = (kin && has_norm) ? __ldg(reinterpret_cast<const uint4*>(p.norm + k0)) : zero4;
+      nv[u] = (k0 < K && has_norm) ? __ldg(reinterpret_cast<const uint4*>(p.norm + k0)) : zero4;
     }
+    copy_async_wait<S - 1>();
+    const int s = static_cast<int>(i % S);
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       float xs[8] = {xv[u][0].x, xv[u][0].y, xv[u][0].z, xv[u][0].w,
@@ -165,27 +207,27 @@ __global__ void __launch_bounds__(kThreads, (TILES * U >= 8) ? 1 : 2) gemv_mma_k
       if (has_norm) {
         const uint32_t nw[4] = {nv[u].x, nv[u].y, nv[u].z, nv[u].w};
 #pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          sumsq += xs[i] * xs[i];
-          const uint32_t bits = (i % 2 == 0) ? (nw[i / 2] << 16) : (nw[i / 2] & 0xffff0000u);
-          xs[i] *= __uint_as_float(bits);
+        for (int e = 0; e < 8; ++e) {
+          sumsq += xs[e] * xs[e];
+          const uint32_t bits = (e % 2 == 0) ? (nw[e / 2] << 16) : (nw[e / 2] & 0xffff0000u);
+          xs[e] *= __uint_as_float(bits);
         }
       }
-      uint32_t bh[4], bm[4], bl[4];
+      uint32_t bp[4][SPLITS];  // pair e = (xs[2e], xs[2e + 1]), part l
 #pragma unroll
-      for (int i = 0; i < 4; ++i) split3(xs[2 * i], xs[2 * i + 1], bh[i], bm[i], bl[i]);
+      for (int e = 0; e < 4; ++e) split_bf16<SPLITS>(xs[2 * e], xs[2 * e + 1], bp[e]);
 #pragma unroll
       for (int j = 0; j < TILES; ++j) {
-        const uint4 a = wv[u][j][0], b = wv[u][j][1];  // rows g, g + 8
-        mma(acc[j], a.x, b.x, a.y, b.y, bl[0], bl[1]);
-        mma(acc[j], a.x, b.x, a.y, b.y, bm[0], bm[1]);
-        mma(acc[j], a.x, b.x, a.y, b.y, bh[0], bh[1]);
-        mma(acc[j], a.z, b.z, a.w, b.w, bl[2], bl[3]);
-        mma(acc[j], a.z, b.z, a.w, b.w, bm[2], bm[3]);
-        mma(acc[j], a.z, b.z, a.w, b.w, bh[2], bh[3]);
+        const uint4 a = *slot(s, u, j, 0), b = *slot(s, u, j, 1);  // rows g, g + 8
+#pragma unroll
+        for (int l = 0; l < SPLITS; ++l) {
+          mma(acc[j][l], a.x, b.x, a.y, b.y, bp[0][l], bp[1][l]);
+          mma(acc[j][l], a.z, b.z, a.w, b.w, bp[2][l], bp[3][l]);
+        }
       }
     }
   }
+  copy_async_wait<0>();
 
   // Sum the warps' partial tiles (and sums of squares) in a fixed order.
   __shared__ float red[kWarps][TILES * 4][32];
@@ -193,7 +235,12 @@ __global__ void __launch_bounds__(kThreads, (TILES * U >= 8) ? 1 : 2) gemv_mma_k
 #pragma unroll
   for (int j = 0; j < TILES; ++j)
 #pragma unroll
-    for (int i = 0; i < 4; ++i) red[warp][j * 4 + i][lane] = acc[j][i];
+    for (int i = 0; i < 4; ++i) {
+      float sum = acc[j][SPLITS - 1][i];  // smallest part first
+#pragma unroll
+      for (int l = SPLITS - 2; l >= 0; --l) sum += acc[j][l][i];
+      red[warp][j * 4 + i][lane] = sum;
+    }
   ssq[warp][lane] = sumsq;
   __syncthreads();
   if (warp != 0) return;
@@ -277,25 +324,63 @@ void check_launch(const char* what) {
   if (err != cudaSuccess) fail("CUDA kernel ", what, " failed to launch: ", cudaGetErrorString(err));
 }
 
+template <int TILES, int U, int S, int SPLITS, bool SWIGLU>
+void launch_mma_kernel(const Params& p, unsigned blocks) {
+  constexpr int bytes = pipeline_bytes(TILES, U, S);
+  static const bool configured = [] {
+    // More than the default 48 KiB of dynamic shared memory must be asked for (once per kernel).
+    return cudaFuncSetAttribute(gemv_mma_kernel<TILES, U, S, SPLITS, SWIGLU>,
+                                cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) == cudaSuccess;
+  }();
+  if (!configured) fail("gemv: cannot configure ", bytes, " bytes of shared memory");
+  gemv_mma_kernel<TILES, U, S, SPLITS, SWIGLU><<<blocks, kThreads, bytes, stream()>>>(p);
+}
+
+// The kernel shapes that are compiled (see gemv_configs).
 template <bool SWIGLU>
 void launch_mma(const Params& p, unsigned blocks, GemvConfig c) {
-  cudaStream_t s = stream();
+  const int key = c.splits * 1000 + (SWIGLU ? 2 : c.tiles) * 100 + c.unroll * 10 + c.stages;
   if (SWIGLU) {
-    if (c.unroll == 2)
-      gemv_mma_kernel<2, 2, SWIGLU><<<blocks, kThreads, 0, s>>>(p);
-    else
-      gemv_mma_kernel<2, 4, SWIGLU><<<blocks, kThreads, 0, s>>>(p);
-  } else if (c.tiles == 1) {
-    if (c.unroll == 2)
-      gemv_mma_kernel<1, 2, SWIGLU><<<blocks, kThreads, 0, s>>>(p);
-    else
-      gemv_mma_kernel<1, 4, SWIGLU><<<blocks, kThreads, 0, s>>>(p);
+    switch (key) {
+      case 3214:
+        return launch_mma_kernel<2, 1, 4, 3, true>(p, blocks);
+      case 3223:
+        return launch_mma_kernel<2, 2, 3, 3, true>(p, blocks);
+      case 2214:
+        return launch_mma_kernel<2, 1, 4, 2, true>(p, blocks);
+      case 2223:
+        return launch_mma_kernel<2, 2, 3, 2, true>(p, blocks);
+    }
   } else {
-    if (c.unroll == 2)
-      gemv_mma_kernel<2, 2, SWIGLU><<<blocks, kThreads, 0, s>>>(p);
-    else
-      gemv_mma_kernel<2, 4, SWIGLU><<<blocks, kThreads, 0, s>>>(p);
+    switch (key) {
+      case 3124:
+        return launch_mma_kernel<1, 2, 4, 3, false>(p, blocks);
+      case 3143:
+        return launch_mma_kernel<1, 4, 3, 3, false>(p, blocks);
+      case 3214:
+        return launch_mma_kernel<2, 1, 4, 3, false>(p, blocks);
+      case 3223:
+        return launch_mma_kernel<2, 2, 3, 3, false>(p, blocks);
+      case 2124:
+        return launch_mma_kernel<1, 2, 4, 2, false>(p, blocks);
+      case 2143:
+        return launch_mma_kernel<1, 4, 3, 2, false>(p, blocks);
+      case 2214:
+        return launch_mma_kernel<2, 1, 4, 2, false>(p, blocks);
+      case 2223:
+        return launch_mma_kernel<2, 2, 3, 2, false>(p, blocks);
+    }
   }
+  fail("gemv: no kernel for tiles ", c.tiles, ", unroll ", c.unroll, ", stages ", c.stages, ", splits ",
+       c.splits);
+}
+
+// The kernel shape for a launch (measured on the H200 with bench/cuda_linear_bench): long rows (K >= 8192)
+// 16 rows per block with 4 chunks per stage, otherwise 32 rows per block (2 tiles; SwiGLU: gate + up).
+GemvConfig choose_config(const Params& p, bool swiglu) {
+  if (swiglu) return {2, 2, 3, 3, false};
+  if (p.K >= 8192) return {1, 4, 3, 3, false};
+  return {2, 1, 4, 3, false};
 }
 
 // Assigns blocks to matrices and launches the MMA kernel when K and every pointer allow 16-byte loads,
@@ -303,9 +388,8 @@ void launch_mma(const Params& p, unsigned blocks, GemvConfig c) {
 template <bool SWIGLU>
 void launch(Params& p, GemvConfig c, const char* what) {
   if (p.M == 0) return;
+  if (c.tiles == 0 && !c.generic) c = choose_config(p, SWIGLU);
   DSI_CHECK(p.M >= 1 && p.M <= kGemvMaxRows, what, ": M = ", p.M, " rows, the GEMV takes 1..", kGemvMaxRows);
-  DSI_CHECK(c.tiles == 1 || c.tiles == 2, what, ": tiles must be 1 or 2");
-  DSI_CHECK(c.unroll == 2 || c.unroll == 4, what, ": unroll must be 2 or 4");
   const int mats = p.count;  // SwiGLU: 1 (up shares gate's blocks)
   bool fast = !c.generic && p.K % 8 == 0 && aligned16(p.x) && aligned16(p.norm);
   for (int i = 0; i < (SWIGLU ? 2 : p.count); ++i) fast = fast && aligned16(p.mats[i].w);
@@ -330,6 +414,23 @@ void launch(Params& p, GemvConfig c, const char* what) {
 }
 
 }  // namespace
+
+std::vector<GemvConfig> gemv_configs(bool swiglu) {
+  std::vector<GemvConfig> out;
+  for (int splits : {3, 2}) {
+    if (swiglu) {
+      out.push_back({2, 1, 4, splits, false});
+      out.push_back({2, 2, 3, splits, false});
+    } else {
+      for (GemvConfig c :
+           {GemvConfig{1, 2, 4}, GemvConfig{1, 4, 3}, GemvConfig{2, 1, 4}, GemvConfig{2, 2, 3}}) {
+        c.splits = splits;
+        out.push_back(c);
+      }
+    }
+  }
+  return out;
+}
 
 void launch_gemv(const float* x, int64_t M, int64_t K, const GemvMatrix* mats, int count, GemvNorm norm,
                  bool accumulate, GemvConfig config) {

@@ -2,14 +2,15 @@
 // y [M, N] = x [M, K] (float32) w [N, K]^T (bf16, row-major as Hugging Face stores it) (+ bf16 bias),
 // accumulated in fp32 with x kept exact: each activation is split into three bf16 parts (hi + mid + lo
 // = x) and fed to bf16 tensor-core MMAs (m16n8k16: 16 weight rows x 8 activation rows), so the result is
-// the fp32 dot product of x and the bf16 weights. The kernels stream the weights with 16-byte loads;
-// a block of 8 warps covers 16 (or 32) weight rows and splits K among its warps (deterministic
-// reduction in shared memory). Options: an RMSNorm prologue (sum of squares gathered during the same
-// pass, the scale applied at the end), several matrices with the same K in one launch, y += (fused
-// residual add), and a SwiGLU variant over gate and up weights. K % 8 != 0 or unaligned pointers run a
-// simple warp-per-row kernel with the same semantics.
+// the fp32 dot product of x and the bf16 weights (GemvConfig::splits = 2 keeps ~16 bits instead). The weights
+// stream through a per-warp cp.async pipeline (16-byte copies, several stages in flight); a block of 8 warps
+// covers 16 (or 32) weight rows and splits K among its warps (deterministic reduction in shared memory).
+// Options: an RMSNorm prologue (sum of squares gathered during the same pass, the scale applied at the end),
+// several matrices with the same K in one launch, y += (fused residual add), and a SwiGLU variant over gate
+// and up weights. K % 8 != 0 or unaligned pointers run a simple warp-per-row kernel with the same semantics.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 namespace dsinfer::cuda {
 
@@ -30,12 +31,18 @@ struct GemvNorm {
   float eps = 0.0f;
 };
 
-// Kernel shape. The default is what CudaBackend uses; the benchmark compares the others.
+// Kernel shape: the default (tiles = 0) picks one by the problem's shape; gemv_configs lists the compiled
+// ones (what the tests and the benchmark run).
 struct GemvConfig {
-  int tiles = 1;         // 16-row MMA tiles per block (1 or 2; SwiGLU always uses gate + up)
-  int unroll = 4;        // 32-column chunks in flight per warp (2 or 4)
+  int tiles = 0;         // 16-row MMA tiles per block (SwiGLU: 2, gate + up); 0: choose by shape
+  int unroll = 2;        // 32-column chunks per pipeline stage and warp
+  int stages = 4;        // cp.async pipeline stages
+  int splits = 3;        // bf16 parts per activation: 3 = exact fp32, 2 = ~16 bits (relative error 2^-17)
   bool generic = false;  // force the simple warp-per-row kernel (tests)
 };
+
+// The MMA kernel shapes launch_gemv (swiglu false) or launch_gemv_swiglu (true) accept.
+std::vector<GemvConfig> gemv_configs(bool swiglu);
 
 // For each of `count` matrices (<= kGemvMaxMatrices, same K): y_i = (or += with accumulate)
 // norm(x) w_i^T + b_i. x [M, K] float32 device, 1 <= M <= kGemvMaxRows.
