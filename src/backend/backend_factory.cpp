@@ -18,11 +18,12 @@ namespace dsinfer {
 namespace {
 
 #ifdef DSINFER_HAVE_CUDA
-// DSINFER_CUDA_GEMM=bf16 rounds GEMM activations to bf16 (one GEMM) instead of the hi/lo split.
+// GEMMs over more than 8 rows round activations to bf16 (one GEMM); DSINFER_CUDA_GEMM=split keeps ~16 bits
+// of each activation (hi/lo halves, two GEMMs). Read once, when the backend is made.
 std::unique_ptr<Backend> make_cuda_backend() {
   CudaBackendOptions options;
   const char* gemm = std::getenv("DSINFER_CUDA_GEMM");
-  if (gemm && std::strcmp(gemm, "bf16") == 0) options.split_gemm_activations = false;
+  if (gemm && std::strcmp(gemm, "split") == 0) options.split_gemm_activations = true;
   return std::make_unique<CudaBackend>(options);
 }
 #endif

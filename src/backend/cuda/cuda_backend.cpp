@@ -1,10 +1,10 @@
-// CudaBackend's dense ops (attention, rope and cache writes: cuda_backend_attention.cpp): argument checks on
-// the host, then the kernels of dsinfer_cuda on raw device pointers. Every op returns fresh device tensors;
-// the plan arrays reach the GPU through DeviceMirror.
+// CudaBackend's dense ops: argument checks on the host, then the kernels of dsinfer_cuda on raw device
+// pointers. Every op returns fresh device tensors; plan arrays come from the step plan (StepPlan) or a
+// DeviceMirror. Attention, rope and cache writes are in cuda_backend_attention.cpp, the linear layers
+// (linear, mlp and the fused norm/residual forms) in cuda_backend_linear.cpp.
 #include "backend/cuda/cuda_backend.h"
 
 #include "backend/cuda/elementwise_kernels.h"
-#include "backend/cuda/gemm_cublaslt.h"
 #include "core/dtype.h"
 #include "core/error.h"
 
@@ -86,35 +86,11 @@ Tensor CudaBackend::rms_norm(const Tensor& x, const Tensor& weight, float eps) {
   return out;
 }
 
-Tensor CudaBackend::linear(const Tensor& x, const Linear& w) {
-  const int64_t K = w.in_features(), N = w.out_features();
-  DSI_CHECK(x.dim(-1) == K, "linear: input has ", x.dim(-1), " features, weight expects ", K);
-  DSI_CHECK(!w.bias || w.bias.numel() == N, "linear: bias has ", w.bias.numel(), " values for ", N,
-            " outputs");
-  const int64_t M = x.numel() / K;
-  Shape shape = x.shape();
-  shape.back() = N;
-  Tensor out = device_empty(shape);  // [..., N]
-  cuda::linear_bf16(dev_f32(x, "linear", "x"), dev_bf16(w.weight, "linear", "the weight"),
-                    w.bias ? dev_bf16(w.bias, "linear", "the bias") : nullptr, out.data<float>(), M, N, K,
-                    options_.split_gemm_activations);
-  return out;
-}
-
 void CudaBackend::add_inplace(Tensor& a, const Tensor& b) {
   DSI_CHECK(a.numel() == b.numel(), "add: shapes ", shape_str(a.shape()), " and ", shape_str(b.shape()));
   cuda::launch_add_inplace(dev_f32(a, "add_inplace", "a"), dev_f32(b, "add_inplace", "b"), a.numel());
 }
 
-Tensor CudaBackend::mlp(const Tensor& x, const MlpWeights& w) {
-  const int64_t H = x.dim(-1), M = x.numel() / H, I = w.gate.out_features();
-  DSI_CHECK(w.gate.in_features() == H, "mlp: input has ", H, " features, weights expect ",
-            w.gate.in_features());
-  const Tensor rows = x.reshape({M, H});
-  Tensor gate = linear(rows, w.gate), up = linear(rows, w.up);  // [M, I]
-  Tensor act = device_empty({M, I});
-  cuda::launch_silu_mul(gate.data<float>(), up.data<float>(), act.data<float>(), M * I, w.swiglu_limit);
-  return linear(act, w.down).reshape(x.shape());  // [..., H]
 }
 
 Tensor CudaBackend::gather_rows(const Tensor& x, const std::vector<int32_t>& rows) {

@@ -12,9 +12,10 @@
 namespace dsinfer {
 
 struct CudaBackendOptions {
-  // Linear layers keep ~16 bits of each activation (two bf16 GEMMs, hi and lo halves) instead of rounding
-  // activations to bf16 (one GEMM). See gemm_cublaslt.h.
-  bool split_gemm_activations = true;
+  // Linear layers over more than 8 rows (prefill, large batches) keep ~16 bits of each activation (two
+  // bf16 GEMMs, hi and lo halves) instead of rounding activations to bf16 (one GEMM, the default). See
+  // gemm_cublaslt.h. Up to 8 rows run the GEMV kernels, which keep fp32 activations either way.
+  bool split_gemm_activations = false;
 };
 
 class CudaBackend : public Backend {
@@ -46,6 +47,11 @@ class CudaBackend : public Backend {
   void rope(Tensor& x, const std::vector<int32_t>& positions, const RopeTable& table, int64_t offset,
             RopeLayout layout, bool inverse) override;
   Tensor mlp(const Tensor& x, const MlpWeights& w) override;
+  // Fused linear layers (cuda_backend_linear.cpp): GEMV kernels for <= 8 rows, cuBLASLt above.
+  std::vector<Tensor> norm_linears(const Tensor& x, const Tensor& norm, float eps,
+                                   const std::vector<const Linear*>& linears) override;
+  void linear_residual(const Tensor& x, const Linear& w, Tensor& residual) override;
+  void norm_mlp_residual(Tensor& residual, const Tensor& norm, float eps, const MlpWeights& w) override;
   void write_kv(KvCache& cache, int64_t layer, const BatchPlan& plan, const Tensor& a,
                 const Tensor& b) override;
   Tensor attention_gqa(const Tensor& q, const KvCache& cache, int64_t layer, const BatchPlan& plan,
