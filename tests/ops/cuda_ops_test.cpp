@@ -1,10 +1,10 @@
 // CUDA kernels and CudaBackend ops against the CPU reference on random inputs (runs where a GPU is visible;
 // CI compiles it and skips). Weights are bf16 on the GPU; the CPU op gets the same bf16 values widened to
 // float32, so elementwise results agree to float32 rounding and GEMMs to the activation rounding
-// (GEMV kernels, fp32 activations: ~1e-6; hi/lo split: ~1e-5; plain bf16 activations: ~1e-3).
+// (GEMV kernels, 2 or 3 bf16 parts per activation: ~5e-6 / ~1e-7; hi/lo split GEMMs: ~1e-5; plain bf16
+// activations: ~1e-3).
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <random>
@@ -204,7 +204,7 @@ TEST_F(CudaOpsTest, LinearMatchesCpu) {
 }
 
 TEST_F(CudaOpsTest, MlpMatchesCpu) {
-  CudaBackend gpu(CudaBackendOptions{true});
+  CudaBackend gpu;
   const int64_t T = 9, H = 128, I = 352;
   Tensor x = random_f32({T, H});
   MlpWeights wc, wg;
@@ -475,233 +475,230 @@ TEST_F(CudaAttentionTest, RopeWriteKvMatchesCpu) {
             want.f32()[t * width + i] = cpu_cache.slot(0, plan.slot_mapping[t])[i];
           }
         EXPECT_LT(rel_err(got, want), dtype == DType::BF16 ? 4e-3 : 1e-6) << what;
+      }
+    }
+  }
+}
 
-        // ---- Linear layers: GEMV kernels (M <= 8) and the cuBLASLt path (M > 8) ----
+// ---- Linear layers: GEMV kernels (M <= 8) and the cuBLASLt path (M > 8) ----
 
-        // A Linear on both sides: the CPU one holds the bf16 values widened to float32.
-        struct LinearPair {
-          Linear cpu, gpu;
-        };
+// A Linear on both sides: the CPU one holds the bf16 values widened to float32.
+struct LinearPair {
+  Linear cpu, gpu;
+};
 
-        class CudaLinearTest : public CudaOpsTest {
-         protected:
-          LinearPair make_linear(int64_t N, int64_t K, bool bias) {
-            LinearPair l;
-            auto [bits, w] = as_bf16(random_f32({N, K}));
-            l.cpu.weight = w;
-            l.gpu.weight = cuda::to_device(bits);
-            if (bias) {
-              auto [b_bits, b] = as_bf16(random_f32({N}));
-              l.cpu.bias = b;
-              l.gpu.bias = cuda::to_device(b_bits);
-            }
-            return l;
-          }
-          std::pair<MlpWeights, MlpWeights> make_mlp(int64_t H, int64_t I, bool bias, float limit) {
-            LinearPair g = make_linear(I, H, bias), u = make_linear(I, H, bias), d = make_linear(H, I, bias);
-            MlpWeights c{g.cpu, u.cpu, d.cpu, limit}, w{g.gpu, u.gpu, d.gpu, limit};
-            return {c, w};
-          }
-          static Tensor minus(const Tensor& a, const Tensor& b) {
-            Tensor d = a.clone();
-            for (int64_t i = 0; i < d.numel(); ++i) d.f32()[i] -= b.f32()[i];
-            return d;
-          }
-          // silu(g) * u with the swiglu_limit clamp, on the host.
-          static Tensor swiglu(const Tensor& g, const Tensor& u, float limit) {
-            Tensor out = Tensor::empty(DType::F32, g.shape());
-            for (int64_t i = 0; i < g.numel(); ++i) {
-              float gv = g.f32()[i], uv = u.f32()[i];
-              if (limit > 0.0f) {
-                gv = std::min(gv, limit);
-                uv = std::clamp(uv, -limit, limit);
-              }
-              out.f32()[i] = gv / (1.0f + std::exp(-gv)) * uv;
-            }
-            return out;
-          }
-        };
+class CudaLinearTest : public CudaOpsTest {
+ protected:
+  LinearPair make_linear(int64_t N, int64_t K, bool bias) {
+    LinearPair l;
+    auto [bits, w] = as_bf16(random_f32({N, K}));
+    l.cpu.weight = w;
+    l.gpu.weight = cuda::to_device(bits);
+    if (bias) {
+      auto [b_bits, b] = as_bf16(random_f32({N}));
+      l.cpu.bias = b;
+      l.gpu.bias = cuda::to_device(b_bits);
+    }
+    return l;
+  }
+  std::pair<MlpWeights, MlpWeights> make_mlp(int64_t H, int64_t I, bool bias, float limit) {
+    LinearPair g = make_linear(I, H, bias), u = make_linear(I, H, bias), d = make_linear(H, I, bias);
+    MlpWeights c{g.cpu, u.cpu, d.cpu, limit}, w{g.gpu, u.gpu, d.gpu, limit};
+    return {c, w};
+  }
+  static Tensor minus(const Tensor& a, const Tensor& b) {
+    Tensor d = a.clone();
+    for (int64_t i = 0; i < d.numel(); ++i) d.f32()[i] -= b.f32()[i];
+    return d;
+  }
+  // silu(g) * u with the swiglu_limit clamp, on the host.
+  static Tensor swiglu(const Tensor& g, const Tensor& u, float limit) {
+    Tensor out = Tensor::empty(DType::F32, g.shape());
+    for (int64_t i = 0; i < g.numel(); ++i) {
+      float gv = g.f32()[i], uv = u.f32()[i];
+      if (limit > 0.0f) {
+        gv = std::min(gv, limit);
+        uv = std::clamp(uv, -limit, limit);
+      }
+      out.f32()[i] = gv / (1.0f + std::exp(-gv)) * uv;
+    }
+    return out;
+  }
+};
 
-        // Every kernel shape (and the generic kernel), M = 1..8, with and without bias, norm prologue and
-        // accumulate; odd N everywhere, K % 8 != 0 and tiny K take the generic kernel.
-        TEST_F(CudaLinearTest, GemvMatchesCpu) {
-          std::vector<cuda::GemvConfig> configs = cuda::gemv_configs(false);
-          configs.push_back({});                  // chosen by shape
-          configs.push_back({1, 2, 4, 3, true});  // generic kernel
-          for (auto [N, K] : {std::pair<int64_t, int64_t>{67, 64},
-                              {130, 264},
-                              {33, 100},
-                              {19, 1000},
-                              {40, 7},
-                              {300, 2048}}) {
-            for (int64_t M : {1, 2, 3, 5, 8}) {
-              const bool bias = (N + M) % 2 == 1, norm = M % 2 == 1, accumulate = M >= 3;
-              LinearPair l = make_linear(N, K, bias);
-              auto [nw_bits, nw] = as_bf16(random_f32({K}));
-              const Tensor x = random_f32({M, K}), y0 = random_f32({M, N});
-              Tensor ref = cpu.linear(norm ? cpu.rms_norm(x, nw, 1e-5f) : x, l.cpu);
-              if (accumulate) cpu.add_inplace(ref, y0);
-              const Tensor dx = cuda::to_device(x), dnw = cuda::to_device(nw_bits);
-              for (const cuda::GemvConfig& c : configs) {
-                Tensor y = cuda::to_device(y0);
-                const cuda::GemvMatrix mat{l.gpu.weight.data<uint16_t>(),
-                                           bias ? l.gpu.bias.data<uint16_t>() : nullptr, y.data<float>(), N};
-                cuda::launch_gemv(dx.data<float>(), M, K, &mat, 1,
-                                  {norm ? dnw.data<uint16_t>() : nullptr, 1e-5f}, accumulate, c);
-                EXPECT_LT(rel_err(cuda::to_host(y), ref), 1e-5)
-                    << "M " << M << " N " << N << " K " << K << " bias " << bias << " norm " << norm
-                    << " acc " << accumulate << " tiles " << c.tiles << " unroll " << c.unroll << " stages "
-                    << c.stages << " splits " << c.splits << " generic " << c.generic;
-              }
-            }
-          }
-          const float* x = nullptr;
-          const cuda::GemvMatrix none{};
-          EXPECT_THROW(cuda::launch_gemv(x, 9, 64, &none, 1, {}, false), Error);
+// Every kernel shape (and the generic kernel), M = 1..8, with and without bias, norm prologue and
+// accumulate; odd N everywhere, K % 8 != 0 and tiny K take the generic kernel.
+TEST_F(CudaLinearTest, GemvMatchesCpu) {
+  std::vector<cuda::GemvConfig> configs = cuda::gemv_configs(false);
+  configs.push_back({});                  // chosen by shape
+  configs.push_back({1, 2, 4, 3, true});  // generic kernel
+  for (auto [N, K] :
+       {std::pair<int64_t, int64_t>{67, 64}, {130, 264}, {33, 100}, {19, 1000}, {40, 7}, {300, 2048}}) {
+    for (int64_t M : {1, 2, 3, 5, 8}) {
+      const bool bias = (N + M) % 2 == 1, norm = M % 2 == 1, accumulate = M >= 3;
+      LinearPair l = make_linear(N, K, bias);
+      auto [nw_bits, nw] = as_bf16(random_f32({K}));
+      const Tensor x = random_f32({M, K}), y0 = random_f32({M, N});
+      Tensor ref = cpu.linear(norm ? cpu.rms_norm(x, nw, 1e-5f) : x, l.cpu);
+      if (accumulate) cpu.add_inplace(ref, y0);
+      const Tensor dx = cuda::to_device(x), dnw = cuda::to_device(nw_bits);
+      for (const cuda::GemvConfig& c : configs) {
+        Tensor y = cuda::to_device(y0);
+        const cuda::GemvMatrix mat{l.gpu.weight.data<uint16_t>(),
+                                   bias ? l.gpu.bias.data<uint16_t>() : nullptr, y.data<float>(), N};
+        cuda::launch_gemv(dx.data<float>(), M, K, &mat, 1, {norm ? dnw.data<uint16_t>() : nullptr, 1e-5f},
+                          accumulate, c);
+        EXPECT_LT(rel_err(cuda::to_host(y), ref), 1e-5)
+            << "M " << M << " N " << N << " K " << K << " bias " << bias << " norm " << norm << " acc "
+            << accumulate << " tiles " << c.tiles << " unroll " << c.unroll << " stages " << c.stages
+            << " splits " << c.splits << " generic " << c.generic;
+      }
+    }
+  }
+  const float* x = nullptr;
+  const cuda::GemvMatrix none{};
+  EXPECT_THROW(cuda::launch_gemv(x, 9, 64, &none, 1, {}, false), Error);
+}
+
+TEST_F(CudaLinearTest, GemvSeveralMatricesInOneLaunch) {
+  const int64_t K = 512;
+  std::vector<LinearPair> ls = {make_linear(96, K, true), make_linear(17, K, false),
+                                make_linear(200, K, true), make_linear(8, K, false)};
+  auto [nw_bits, nw] = as_bf16(random_f32({K}));
+  const Tensor dnw = cuda::to_device(nw_bits);
+  for (int64_t M : {1, 4, 8}) {
+    const Tensor x = random_f32({M, K}), dx = cuda::to_device(x);
+    const Tensor normed = cpu.rms_norm(x, nw, 1e-6f);
+    std::vector<Tensor> ys;
+    cuda::GemvMatrix mats[4];
+    for (size_t i = 0; i < ls.size(); ++i) {
+      ys.push_back(Tensor::empty_on(Device::kCuda, DType::F32, {M, ls[i].gpu.out_features()}));
+      mats[i] = {ls[i].gpu.weight.data<uint16_t>(),
+                 ls[i].gpu.bias ? ls[i].gpu.bias.data<uint16_t>() : nullptr, ys[i].data<float>(),
+                 ls[i].gpu.out_features()};
+    }
+    cuda::launch_gemv(dx.data<float>(), M, K, mats, 4, {dnw.data<uint16_t>(), 1e-6f}, false);
+    for (size_t i = 0; i < ls.size(); ++i)
+      EXPECT_LT(rel_err(cuda::to_host(ys[i]), cpu.linear(normed, ls[i].cpu)), 1e-5)
+          << "M " << M << " i " << i;
+  }
+}
+
+TEST_F(CudaLinearTest, GemvSwigluMatchesCpu) {
+  for (auto [N, K] : {std::pair<int64_t, int64_t>{352, 128}, {45, 72}, {30, 50}}) {
+    for (int64_t M : {1, 3, 8}) {
+      for (float limit : {0.0f, 3.0f}) {
+        const bool norm = M != 3, bias = M != 1;
+        LinearPair g = make_linear(N, K, bias), u = make_linear(N, K, bias);
+        auto [nw_bits, nw] = as_bf16(random_f32({K}));
+        const Tensor x = random_f32({M, K});
+        const Tensor xn = norm ? cpu.rms_norm(x, nw, 1e-5f) : x;
+        const Tensor ref = swiglu(cpu.linear(xn, g.cpu), cpu.linear(xn, u.cpu), limit);
+        const Tensor dx = cuda::to_device(x), dnw = cuda::to_device(nw_bits);
+        std::vector<cuda::GemvConfig> configs = cuda::gemv_configs(true);
+        configs.push_back({});
+        configs.push_back({2, 1, 4, 3, true});
+        for (const cuda::GemvConfig& c : configs) {
+          Tensor out = Tensor::empty_on(Device::kCuda, DType::F32, {M, N});
+          cuda::launch_gemv_swiglu(dx.data<float>(), M, K, g.gpu.weight.data<uint16_t>(),
+                                   bias ? g.gpu.bias.data<uint16_t>() : nullptr,
+                                   u.gpu.weight.data<uint16_t>(),
+                                   bias ? u.gpu.bias.data<uint16_t>() : nullptr, out.data<float>(), N,
+                                   {norm ? dnw.data<uint16_t>() : nullptr, 1e-5f}, limit, c);
+          EXPECT_LT(rel_err(cuda::to_host(out), ref), 1e-5)
+              << "M " << M << " N " << N << " K " << K << " limit " << limit << " unroll " << c.unroll
+              << " stages " << c.stages << " splits " << c.splits << " generic " << c.generic;
         }
+      }
+    }
+  }
+}
 
-        TEST_F(CudaLinearTest, GemvSeveralMatricesInOneLaunch) {
-          const int64_t K = 512;
-          std::vector<LinearPair> ls = {make_linear(96, K, true), make_linear(17, K, false),
-                                        make_linear(200, K, true), make_linear(8, K, false)};
-          auto [nw_bits, nw] = as_bf16(random_f32({K}));
-          const Tensor dnw = cuda::to_device(nw_bits);
-          for (int64_t M : {1, 4, 8}) {
-            const Tensor x = random_f32({M, K}), dx = cuda::to_device(x);
-            const Tensor normed = cpu.rms_norm(x, nw, 1e-6f);
-            std::vector<Tensor> ys;
-            cuda::GemvMatrix mats[4];
-            for (size_t i = 0; i < ls.size(); ++i) {
-              ys.push_back(Tensor::empty_on(Device::kCuda, DType::F32, {M, ls[i].gpu.out_features()}));
-              mats[i] = {ls[i].gpu.weight.data<uint16_t>(),
-                         ls[i].gpu.bias ? ls[i].gpu.bias.data<uint16_t>() : nullptr, ys[i].data<float>(),
-                         ls[i].gpu.out_features()};
-            }
-            cuda::launch_gemv(dx.data<float>(), M, K, mats, 4, {dnw.data<uint16_t>(), 1e-6f}, false);
-            for (size_t i = 0; i < ls.size(); ++i)
-              EXPECT_LT(rel_err(cuda::to_host(ys[i]), cpu.linear(normed, ls[i].cpu)), 1e-5)
-                  << "M " << M << " i " << i;
-          }
-        }
+// The CudaBackend linear ops against the CPU backend's (default, composed) ones: GEMV rows (M <= 8) to the
+// hi/lo activation split (~5e-6 a stage, two stages in the MLP), cuBLASLt rows (M > 8) to the bf16
+// activation rounding (split: ~1e-5).
+TEST_F(CudaLinearTest, BackendLinearOpsMatchCpu) {
+  CudaBackend plain, split(CudaBackendOptions{true});
+  const int64_t H = 256, I = 344;
+  LinearPair q = make_linear(128, H, true), k = make_linear(40, H, true), v = make_linear(40, H, false);
+  LinearPair o = make_linear(H, 128, false);
+  auto [nw_bits, nw] = as_bf16(random_f32({H}));
+  const Tensor dnw = cuda::to_device(nw_bits);
+  for (int64_t M : {1, 2, 5, 8, 9, 40, 130}) {
+    const double tol_plain = M <= 8 ? 3e-5 : 1e-2, tol_split = M <= 8 ? 3e-5 : 1e-4;
+    for (CudaBackend* gpu : {&plain, &split}) {
+      const double tol = gpu == &plain ? tol_plain : tol_split;
+      const std::string what = "M " + std::to_string(M) + (gpu == &plain ? " bf16" : " split");
+      const Tensor x = random_f32({M, H}), dx = cuda::to_device(x);
+      // norm_linears (q, k, v) and linear.
+      const std::vector<Tensor> ref = cpu.norm_linears(x, nw, 1e-5f, {&q.cpu, &k.cpu, &v.cpu});
+      const std::vector<Tensor> out = gpu->norm_linears(dx, dnw, 1e-5f, {&q.gpu, &k.gpu, &v.gpu});
+      ASSERT_EQ(out.size(), 3u);
+      for (size_t i = 0; i < 3; ++i) {
+        EXPECT_EQ(out[i].shape(), ref[i].shape());
+        EXPECT_LT(rel_err(gpu->to_host(out[i]), ref[i]), tol) << what << " norm_linears " << i;
+      }
+      EXPECT_LT(rel_err(gpu->to_host(gpu->linear(dx, q.gpu)), cpu.linear(x, q.cpu)), tol)
+          << what << " linear";
+      // linear_residual: compare the added part.
+      const Tensor a = random_f32({M, 128}), r0 = random_f32({M, H});
+      Tensor r = cuda::to_device(r0), rc = r0.clone();
+      gpu->linear_residual(cuda::to_device(a), o.gpu, r);
+      cpu.linear_residual(a, o.cpu, rc);
+      EXPECT_LT(rel_err(minus(gpu->to_host(r), r0), minus(rc, r0)), tol) << what << " linear_residual";
+      // norm_mlp_residual and mlp, with and without swiglu_limit and biases.
+      for (float limit : {0.0f, 20.0f}) {
+        auto [mc, mg] = make_mlp(H, I, limit > 0.0f, limit);
+        Tensor h = cuda::to_device(r0), hc = r0.clone();
+        gpu->norm_mlp_residual(h, dnw, 1e-5f, mg);
+        cpu.norm_mlp_residual(hc, nw, 1e-5f, mc);
+        EXPECT_LT(rel_err(minus(gpu->to_host(h), r0), minus(hc, r0)), tol)
+            << what << " norm_mlp_residual limit " << limit;
+        EXPECT_LT(rel_err(gpu->to_host(gpu->mlp(dx, mg)), cpu.mlp(x, mc)), tol)
+            << what << " mlp limit " << limit;
+      }
+    }
+  }
+}
 
-        TEST_F(CudaLinearTest, GemvSwigluMatchesCpu) {
-          for (auto [N, K] : {std::pair<int64_t, int64_t>{352, 128}, {45, 72}, {30, 50}}) {
-            for (int64_t M : {1, 3, 8}) {
-              for (float limit : {0.0f, 3.0f}) {
-                const bool norm = M != 3, bias = M != 1;
-                LinearPair g = make_linear(N, K, bias), u = make_linear(N, K, bias);
-                auto [nw_bits, nw] = as_bf16(random_f32({K}));
-                const Tensor x = random_f32({M, K});
-                const Tensor xn = norm ? cpu.rms_norm(x, nw, 1e-5f) : x;
-                const Tensor ref = swiglu(cpu.linear(xn, g.cpu), cpu.linear(xn, u.cpu), limit);
-                const Tensor dx = cuda::to_device(x), dnw = cuda::to_device(nw_bits);
-                std::vector<cuda::GemvConfig> configs = cuda::gemv_configs(true);
-                configs.push_back({});
-                configs.push_back({2, 1, 4, 3, true});
-                for (const cuda::GemvConfig& c : configs) {
-                  Tensor out = Tensor::empty_on(Device::kCuda, DType::F32, {M, N});
-                  cuda::launch_gemv_swiglu(dx.data<float>(), M, K, g.gpu.weight.data<uint16_t>(),
-                                           bias ? g.gpu.bias.data<uint16_t>() : nullptr,
-                                           u.gpu.weight.data<uint16_t>(),
-                                           bias ? u.gpu.bias.data<uint16_t>() : nullptr, out.data<float>(), N,
-                                           {norm ? dnw.data<uint16_t>() : nullptr, 1e-5f}, limit, c);
-                  EXPECT_LT(rel_err(cuda::to_host(out), ref), 1e-5)
-                      << "M " << M << " N " << N << " K " << K << " limit " << limit << " unroll " << c.unroll
-                      << " stages " << c.stages << " splits " << c.splits << " generic " << c.generic;
-                }
-              }
-            }
-          }
-        }
+// cuBLASLt with bf16 activations, accumulate (beta = 1) and the fallback kernel for unaligned operands.
+TEST_F(CudaLinearTest, GemmBf16AccumulatesAndFallsBack) {
+  for (auto [M, N, K] : {std::tuple<int64_t, int64_t, int64_t>{16, 64, 64}, {300, 130, 256}}) {
+    auto [x_bits, x] = as_bf16(random_f32({M, K}));
+    LinearPair l = make_linear(N, K, true);
+    const Tensor y0 = random_f32({M, N});
+    Tensor ref = cpu.linear(x, l.cpu);
+    cpu.add_inplace(ref, y0);
+    const Tensor dx = cuda::to_device(x_bits);
+    Tensor y = cuda::to_device(y0);
+    cuda::gemm_bf16(dx.data<uint16_t>(), l.gpu.weight.data<uint16_t>(), l.gpu.bias.data<uint16_t>(),
+                    y.data<float>(), M, N, K, true);
+    EXPECT_LT(rel_err(cuda::to_host(y), ref), 1e-5) << M << "x" << N << "x" << K;
+    // Rows 1.. of x as a [M - 1, K] operand: not 256-byte aligned, so the reference kernel runs.
+    Tensor y1 = Tensor::empty_on(Device::kCuda, DType::F32, {M - 1, N});
+    cuda::gemm_bf16(dx.data<uint16_t>() + K, l.gpu.weight.data<uint16_t>(), nullptr, y1.data<float>(), M - 1,
+                    N, K, false);
+    const Tensor ref1 = cpu.linear(x, Linear{l.cpu.weight, Tensor()});
+    const Tensor got1 = cuda::to_host(y1);
+    double d = 0, n = 0;
+    for (int64_t i = 0; i < (M - 1) * N; ++i) {
+      d += std::pow(double(got1.f32()[i]) - ref1.f32()[N + i], 2);
+      n += std::pow(double(ref1.f32()[N + i]), 2);
+    }
+    EXPECT_LT(std::sqrt(d / n), 1e-5) << "unaligned " << M << "x" << N << "x" << K;
+  }
+  cuda::gemm_reserve(4096, 4096);  // sizing the scratch up front works and later calls still run
+  CudaBackend plain;
+  LinearPair l = make_linear(64, 96, false);
+  const Tensor x = random_f32({20, 96});
+  EXPECT_LT(rel_err(plain.to_host(plain.linear(cuda::to_device(x), l.gpu)), cpu.linear(x, l.cpu)), 1e-2);
+}
 
-        // The CudaBackend linear ops against the CPU backend's (default, composed) ones: GEMV rows (M <= 8)
-        // to fp32 rounding, cuBLASLt rows (M > 8) to the bf16 activation rounding (split: ~1e-5).
-        TEST_F(CudaLinearTest, BackendLinearOpsMatchCpu) {
-          CudaBackend plain, split(CudaBackendOptions{true});
-          const int64_t H = 256, I = 344;
-          LinearPair q = make_linear(128, H, true), k = make_linear(40, H, true),
-                     v = make_linear(40, H, false);
-          LinearPair o = make_linear(H, 128, false);
-          auto [nw_bits, nw] = as_bf16(random_f32({H}));
-          const Tensor dnw = cuda::to_device(nw_bits);
-          for (int64_t M : {1, 2, 5, 8, 9, 40, 130}) {
-            const double tol_plain = M <= 8 ? 1e-5 : 1e-2, tol_split = M <= 8 ? 1e-5 : 1e-4;
-            for (CudaBackend* gpu : {&plain, &split}) {
-              const double tol = gpu == &plain ? tol_plain : tol_split;
-              const std::string what = "M " + std::to_string(M) + (gpu == &plain ? " bf16" : " split");
-              const Tensor x = random_f32({M, H}), dx = cuda::to_device(x);
-              // norm_linears (q, k, v) and linear.
-              const std::vector<Tensor> ref = cpu.norm_linears(x, nw, 1e-5f, {&q.cpu, &k.cpu, &v.cpu});
-              const std::vector<Tensor> out = gpu->norm_linears(dx, dnw, 1e-5f, {&q.gpu, &k.gpu, &v.gpu});
-              ASSERT_EQ(out.size(), 3u);
-              for (size_t i = 0; i < 3; ++i) {
-                EXPECT_EQ(out[i].shape(), ref[i].shape());
-                EXPECT_LT(rel_err(gpu->to_host(out[i]), ref[i]), tol) << what << " norm_linears " << i;
-              }
-              EXPECT_LT(rel_err(gpu->to_host(gpu->linear(dx, q.gpu)), cpu.linear(x, q.cpu)), tol)
-                  << what << " linear";
-              // linear_residual: compare the added part.
-              const Tensor a = random_f32({M, 128}), r0 = random_f32({M, H});
-              Tensor r = cuda::to_device(r0), rc = r0.clone();
-              gpu->linear_residual(cuda::to_device(a), o.gpu, r);
-              cpu.linear_residual(a, o.cpu, rc);
-              EXPECT_LT(rel_err(minus(gpu->to_host(r), r0), minus(rc, r0)), tol)
-                  << what << " linear_residual";
-              // norm_mlp_residual and mlp, with and without swiglu_limit and biases.
-              for (float limit : {0.0f, 20.0f}) {
-                auto [mc, mg] = make_mlp(H, I, limit > 0.0f, limit);
-                Tensor h = cuda::to_device(r0), hc = r0.clone();
-                gpu->norm_mlp_residual(h, dnw, 1e-5f, mg);
-                cpu.norm_mlp_residual(hc, nw, 1e-5f, mc);
-                EXPECT_LT(rel_err(minus(gpu->to_host(h), r0), minus(hc, r0)), tol)
-                    << what << " norm_mlp_residual limit " << limit;
-                EXPECT_LT(rel_err(gpu->to_host(gpu->mlp(dx, mg)), cpu.mlp(x, mc)), tol)
-                    << what << " mlp limit " << limit;
-              }
-            }
-          }
-        }
-
-        // cuBLASLt with bf16 activations, accumulate (beta = 1) and the fallback kernel for unaligned
-        // operands.
-        TEST_F(CudaLinearTest, GemmBf16AccumulatesAndFallsBack) {
-          for (auto [M, N, K] : {std::tuple<int64_t, int64_t, int64_t>{16, 64, 64}, {300, 130, 256}}) {
-            auto [x_bits, x] = as_bf16(random_f32({M, K}));
-            LinearPair l = make_linear(N, K, true);
-            const Tensor y0 = random_f32({M, N});
-            Tensor ref = cpu.linear(x, l.cpu);
-            cpu.add_inplace(ref, y0);
-            const Tensor dx = cuda::to_device(x_bits);
-            Tensor y = cuda::to_device(y0);
-            cuda::gemm_bf16(dx.data<uint16_t>(), l.gpu.weight.data<uint16_t>(), l.gpu.bias.data<uint16_t>(),
-                            y.data<float>(), M, N, K, true);
-            EXPECT_LT(rel_err(cuda::to_host(y), ref), 1e-5) << M << "x" << N << "x" << K;
-            // Rows 1.. of x as a [M - 1, K] operand: not 256-byte aligned, so the reference kernel runs.
-            Tensor y1 = Tensor::empty_on(Device::kCuda, DType::F32, {M - 1, N});
-            cuda::gemm_bf16(dx.data<uint16_t>() + K, l.gpu.weight.data<uint16_t>(), nullptr, y1.data<float>(),
-                            M - 1, N, K, false);
-            const Tensor ref1 = cpu.linear(x, Linear{l.cpu.weight, Tensor()});
-            const Tensor got1 = cuda::to_host(y1);
-            double d = 0, n = 0;
-            for (int64_t i = 0; i < (M - 1) * N; ++i) {
-              d += std::pow(double(got1.f32()[i]) - ref1.f32()[N + i], 2);
-              n += std::pow(double(ref1.f32()[N + i]), 2);
-            }
-            EXPECT_LT(std::sqrt(d / n), 1e-5) << "unaligned " << M << "x" << N << "x" << K;
-          }
-          cuda::gemm_reserve(4096, 4096);  // sizing the scratch up front works and later calls still run
-          CudaBackend plain;
-          LinearPair l = make_linear(64, 96, false);
-          const Tensor x = random_f32({20, 96});
-          EXPECT_LT(rel_err(plain.to_host(plain.linear(cuda::to_device(x), l.gpu)), cpu.linear(x, l.cpu)),
-                    1e-2);
-        }
-
-        TEST_F(CudaOpsTest, FactorySelectsCuda) {
-          EXPECT_EQ(make_backend("cuda")->name(), "cuda");
-          EXPECT_EQ(make_backend("auto")->name(), "cuda");
-          EXPECT_EQ(make_backend("cpu")->name(), "cpu");
-        }
+TEST_F(CudaOpsTest, FactorySelectsCuda) {
+  EXPECT_EQ(make_backend("cuda")->name(), "cuda");
+  EXPECT_EQ(make_backend("auto")->name(), "cuda");
+  EXPECT_EQ(make_backend("cpu")->name(), "cpu");
+}
 
 #else
 
@@ -711,5 +708,5 @@ TEST(CudaOpsTest, NotBuilt) {
 
 #endif
 
-      }  // namespace
-    }    // namespace dsinfer
+}  // namespace
+}  // namespace dsinfer

@@ -91,8 +91,6 @@ void CudaBackend::add_inplace(Tensor& a, const Tensor& b) {
   cuda::launch_add_inplace(dev_f32(a, "add_inplace", "a"), dev_f32(b, "add_inplace", "b"), a.numel());
 }
 
-}
-
 Tensor CudaBackend::gather_rows(const Tensor& x, const std::vector<int32_t>& rows) {
   const int64_t H = x.dim(0) ? x.numel() / x.dim(0) : 0;
   for (int32_t r : rows) DSI_CHECK(r >= 0 && r < x.dim(0), "gather_rows: row ", r, " out of range");
