@@ -1,7 +1,8 @@
 // CUDA kernels and CudaBackend ops against the CPU reference on random inputs (runs where a GPU is visible;
 // CI compiles it and skips). Weights are bf16 on the GPU; the CPU op gets the same bf16 values widened to
 // float32, so elementwise results agree to float32 rounding and GEMMs to the activation rounding
-// (GEMV kernels, fp32 activations: ~1e-6; hi/lo split: ~1e-5; plain bf16 activations: ~1e-3).
+// (GEMV kernels, 2 or 3 bf16 parts per activation: ~5e-6 / ~1e-7; hi/lo split GEMMs: ~1e-5; plain bf16
+// activations: ~1e-3).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -420,8 +421,9 @@ TEST_F(CudaLinearTest, GemvSwigluMatchesCpu) {
   }
 }
 
-// The CudaBackend linear ops against the CPU backend's (default, composed) ones: GEMV rows (M <= 8) to
-// fp32 rounding, cuBLASLt rows (M > 8) to the bf16 activation rounding (split: ~1e-5).
+// The CudaBackend linear ops against the CPU backend's (default, composed) ones: GEMV rows (M <= 8) to the
+// hi/lo activation split (~5e-6 a stage, two stages in the MLP), cuBLASLt rows (M > 8) to the bf16
+// activation rounding (split: ~1e-5).
 TEST_F(CudaLinearTest, BackendLinearOpsMatchCpu) {
   CudaBackend plain, split(CudaBackendOptions{true});
   const int64_t H = 256, I = 344;
@@ -430,7 +432,7 @@ TEST_F(CudaLinearTest, BackendLinearOpsMatchCpu) {
   auto [nw_bits, nw] = as_bf16(random_f32({H}));
   const Tensor dnw = cuda::to_device(nw_bits);
   for (int64_t M : {1, 2, 5, 8, 9, 40, 130}) {
-    const double tol_plain = M <= 8 ? 1e-5 : 1e-2, tol_split = M <= 8 ? 1e-5 : 1e-4;
+    const double tol_plain = M <= 8 ? 3e-5 : 1e-2, tol_split = M <= 8 ? 3e-5 : 1e-4;
     for (CudaBackend* gpu : {&plain, &split}) {
       const double tol = gpu == &plain ? tol_plain : tol_split;
       const std::string what = "M " + std::to_string(M) + (gpu == &plain ? " bf16" : " split");
