@@ -375,12 +375,18 @@ void launch_mma(const Params& p, unsigned blocks, GemvConfig c) {
        c.splits);
 }
 
-// The kernel shape for a launch (measured on the H200 with bench/cuda_linear_bench): long rows (K >= 8192)
-// 16 rows per block with 4 chunks per stage, otherwise 32 rows per block (2 tiles; SwiGLU: gate + up).
+// The kernel shape for a launch, from bench/cuda_linear_bench on the H200 (2026-11-30; Llama-3.1-8B shapes,
+// M = 1 and 8): two activation parts (the third costs 2-10% and buys bits below the 2^-17 relative error
+// of two), long rows (K >= 8192: down) 16 rows per block with 4 chunks per stage; otherwise 32 rows per
+// block once that still gives every SM more than one block (qkv: 6144 rows, lm_head), else 16 (o: 4096).
 GemvConfig choose_config(const Params& p, bool swiglu) {
-  if (swiglu) return {2, 2, 3, 3, false};
-  if (p.K >= 8192) return {1, 4, 3, 3, false};
-  return {2, 1, 4, 3, false};
+  if (swiglu) return {2, 2, 3, 2, false};
+  int64_t rows = 0;
+  for (int i = 0; i < p.count; ++i) rows += p.mats[i].N;
+  if (p.K >= 8192) return {1, 4, 3, 2, false};
+  if (rows >= 32 * 264) return {2, 1, 4, 2, false};  // >= 2 blocks of 32 rows per SM (132 SMs)
+  if (rows >= 32 * 160) return {2, 2, 3, 2, false};
+  return {1, 2, 4, 2, false};
 }
 
 // Assigns blocks to matrices and launches the MMA kernel when K and every pointer allow 16-byte loads,

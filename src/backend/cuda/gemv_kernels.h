@@ -1,8 +1,8 @@
 // GEMV kernels for Linear layers at decode batch sizes (M <= 8 rows of activations), CUDA-header free.
 // y [M, N] = x [M, K] (float32) w [N, K]^T (bf16, row-major as Hugging Face stores it) (+ bf16 bias),
-// accumulated in fp32 with x kept exact: each activation is split into three bf16 parts (hi + mid + lo
-// = x) and fed to bf16 tensor-core MMAs (m16n8k16: 16 weight rows x 8 activation rows), so the result is
-// the fp32 dot product of x and the bf16 weights (GemvConfig::splits = 2 keeps ~16 bits instead). The weights
+// accumulated in fp32 without rounding x to bf16: each activation is split into bf16 parts (hi + lo, ~16
+// bits, relative error <= 2^-17, the default; or hi + mid + lo = x exactly) fed to bf16 tensor-core MMAs
+// (m16n8k16: 16 weight rows x 8 activation rows). The weights
 // stream through a per-warp cp.async pipeline (16-byte copies, several stages in flight); a block of 8 warps
 // covers 16 (or 32) weight rows and splits K among its warps (deterministic reduction in shared memory).
 // Options: an RMSNorm prologue (sum of squares gathered during the same pass, the scale applied at the end),
@@ -37,7 +37,7 @@ struct GemvConfig {
   int tiles = 0;         // 16-row MMA tiles per block (SwiGLU: 2, gate + up); 0: choose by shape
   int unroll = 2;        // 32-column chunks per pipeline stage and warp
   int stages = 4;        // cp.async pipeline stages
-  int splits = 3;        // bf16 parts per activation: 3 = exact fp32, 2 = ~16 bits (relative error 2^-17)
+  int splits = 2;        // bf16 parts per activation: 2 = ~16 bits (relative error 2^-17), 3 = exact fp32
   bool generic = false;  // force the simple warp-per-row kernel (tests)
 };
 
