@@ -204,7 +204,7 @@ TEST_F(CudaOpsTest, LinearMatchesCpu) {
 }
 
 TEST_F(CudaOpsTest, MlpMatchesCpu) {
-  CudaBackend gpu;
+  CudaBackend gpu(CudaBackendOptions{true});  // hi/lo split GEMMs: the 1e-4 tolerance below
   const int64_t T = 9, H = 128, I = 352;
   Tensor x = random_f32({T, H});
   MlpWeights wc, wg;
