@@ -86,6 +86,8 @@ struct Shared {
   int32_t red_i32[kWarps];
   uint64_t top_keys[kSampleMaxTopLogprobs];
   int top_n;
+  int32_t token;
+  double scan[kThreads];
 };
 
 __device__ uint64_t block_max_u64(uint64_t v, Shared& sm) {
@@ -122,16 +124,31 @@ __device__ void count_pass(const Src& src, int n, const Keys& keys, Shared& sm) 
   uint64_t t[kNT];
   uint32_t cnt[kNT];
   double mass[kNT];
+  uint64_t tmin = kNoThreshold, tmax = 0;
 #pragma unroll
   for (int j = 0; j < kNT; ++j) {
     t[j] = j < sm.nthr ? sm.thr[j] : kNoThreshold;
     cnt[j] = 0;
     mass[j] = 0.0;
+    if (j < sm.nthr) {
+      tmin = umin64(tmin, t[j]);
+      tmax = umax64(tmax, t[j]);
+    }
   }
+  // Elements below every threshold count for none, those at or above the largest for all: only the ones in
+  // between (few, once a search has narrowed its bracket) are compared with each threshold.
+  uint32_t all_cnt = 0;
+  double all_mass = 0.0;
   for (int i = threadIdx.x; i < n; i += kThreads) {
     const float v = src.value(i);
     const uint64_t k = keys.make(v, src.id(i));
+    if (k < tmin) continue;
     const double m = src.mass_of(v);
+    if (k >= tmax) {
+      ++all_cnt;
+      all_mass += m;
+      continue;
+    }
 #pragma unroll
     for (int j = 0; j < kNT; ++j) {
       if (k >= t[j]) {
@@ -139,6 +156,11 @@ __device__ void count_pass(const Src& src, int n, const Keys& keys, Shared& sm) 
         mass[j] += m;
       }
     }
+  }
+#pragma unroll
+  for (int j = 0; j < kNT; ++j) {
+    cnt[j] += all_cnt;
+    mass[j] += all_mass;
   }
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 #pragma unroll
@@ -313,31 +335,61 @@ __device__ uint4 philox(uint4 c, uint2 k) {
   return c;
 }
 
-// log of an Exp(1) variate for token `id` of draw `draw` of a request seeded with `seed`.
-__device__ float log_exponential(uint64_t seed, uint64_t draw, int32_t id) {
-  const uint4 r = philox(make_uint4(static_cast<uint32_t>(id), static_cast<uint32_t>(draw),
-                                    static_cast<uint32_t>(draw >> 32), 0x53414D50u),
-                         make_uint2(static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)));
-  const float u = (static_cast<float>(r.x >> 8) + 0.5f) * (1.0f / 16777216.0f);  // (0, 1)
-  return logf(-logf(u));
+// A uniform double in [0, 1) (53 bits) for draw `draw` of a request seeded with `seed`.
+__device__ double uniform(uint64_t seed, uint64_t draw) {
+  const uint4 r =
+      philox(make_uint4(0u, static_cast<uint32_t>(draw), static_cast<uint32_t>(draw >> 32), 0x53414D50u),
+             make_uint2(static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)));
+  return (static_cast<double>(r.x >> 5) * 67108864.0 + static_cast<double>(r.y >> 6)) * 0x1.0p-53;
 }
 
-// The kept token with the largest log w - log E (lowest id on exact ties): a draw with probability
-// w / sum(kept w).
+// Draws a kept element (key >= kept) in proportion to its mass: u * (kept mass) located in the cumulative
+// mass in source order. Each thread owns a contiguous segment; a block scan of the segment sums (boundaries
+// shared exactly between neighbours) picks the segment, its thread walks it. `fallback` (the argmax) answers
+// if rounding puts the target past the end, as on the host.
 template <class Src>
-__device__ int32_t race(const Src& src, int n, const Keys& keys, uint64_t kept, uint64_t seed, uint64_t draw,
-                        Shared& sm) {
-  uint64_t best = 0;
-  for (int i = threadIdx.x; i < n; i += kThreads) {
+__device__ int32_t draw_token(const Src& src, int n, const Keys& keys, uint64_t kept, uint64_t seed,
+                              uint64_t draw, int32_t fallback, Shared& sm) {
+  const int seg = (n + kThreads - 1) / kThreads;
+  const int begin = min(n, static_cast<int>(threadIdx.x) * seg), end = min(n, begin + seg);
+  double sum = 0.0;
+  for (int i = begin; i < end; ++i) {
     const float w = src.value(i);
-    const int32_t id = src.id(i);
-    if (keys.make(w, id) < kept) continue;
-    const float score = logf(w) - log_exponential(seed, draw, id);
-    best = umax64(best, (static_cast<uint64_t>(ordered_bits(score)) << 32) |
-                            static_cast<uint64_t>(0xFFFFFFFFu - static_cast<uint32_t>(id)));
+    if (keys.make(w, src.id(i)) >= kept) sum += w;
   }
-  best = block_max_u64(best, sm);
-  return static_cast<int32_t>(0xFFFFFFFFu - static_cast<uint32_t>(best & 0xFFFFFFFFu));
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  double incl = sum;
+  for (int o = 1; o < 32; o *= 2) {
+    const double up = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += up;
+  }
+  if (lane == 31) sm.red_f64[warp] = incl;
+  if (threadIdx.x == 0) sm.token = -1;
+  __syncthreads();
+  double warp_base = 0.0;
+  for (int w = 0; w < warp; ++w) warp_base += sm.red_f64[w];
+  sm.scan[threadIdx.x] = warp_base + incl;
+  __syncthreads();
+  const double before = threadIdx.x > 0 ? sm.scan[threadIdx.x - 1] : 0.0;
+  const double after = sm.scan[threadIdx.x];
+  const double r = uniform(seed, draw) * sm.scan[kThreads - 1];
+  if (sum > 0.0 && r >= before && r < after) {
+    double cumulative = before;
+    int32_t last = -1;
+    for (int i = begin; i < end; ++i) {
+      const float w = src.value(i);
+      const int32_t id = src.id(i);
+      if (keys.make(w, id) < kept) continue;
+      last = id;
+      cumulative += w;
+      if (r < cumulative) break;
+    }
+    sm.token = last;  // the walk may fall short of r by rounding: its last kept element then
+  }
+  __syncthreads();
+  const int32_t token = sm.token >= 0 ? sm.token : fallback;
+  __syncthreads();
+  return token;
 }
 
 // Collects the elements of src with key >= kept (at most kSampleMaxTopLogprobs) into sm.top_*, best first.
@@ -402,6 +454,9 @@ __device__ int32_t sample_token(const float* x, const RowMax& mx, const SampleRo
   const uint64_t hi = keys.make(1.0f, mx.id);              // the argmax: w == 1
   const bool min_p_on = p.min_p > 0.0f;
   const uint64_t k_min = min_p_on ? (static_cast<uint64_t>(ordered_bits(p.min_p)) << keys.idbits) : 0;
+  if (p.top_k <= 0 && p.top_p >= 1.0f && !min_p_on) {  // no filter: draw over every positive weight
+    return draw_token(row, V, keys, lo_all, p.seed, p.draw_index, mx.id, sm);
+  }
   // Ladder pass: every positive weight, the min-p cut and fixed weight cuts.
   if (threadIdx.x == 0) {
     const float cuts[] = {0.5f,  0.25f, 0.1f,  0.05f, 0.02f, 1e-2f, 3e-3f,
@@ -459,10 +514,10 @@ __device__ int32_t sample_token(const float* x, const RowMax& mx, const SampleRo
       kept = umax64(kept, f.key);  // !ok only by rounding at the cut: keep the cut
     }
     if (min_p_on) kept = umax64(kept, k_min);
-    token = listed ? race(list, n, keys, kept, p.seed, p.draw_index, sm)
-                   : race(row, n, keys, kept, p.seed, p.draw_index, sm);
+    token = listed ? draw_token(list, n, keys, kept, p.seed, p.draw_index, mx.id, sm)
+                   : draw_token(row, n, keys, kept, p.seed, p.draw_index, mx.id, sm);
   } else {
-    token = race(row, V, keys, kept, p.seed, p.draw_index, sm);
+    token = draw_token(row, V, keys, kept, p.seed, p.draw_index, mx.id, sm);
   }
   return token;
 }

@@ -8,9 +8,11 @@
 // else the passes run over the whole row), and a 16-way search over the (w, id) key finds each boundary
 // exactly. Masses are summed in double in a different order than the host, so a top-p boundary can differ
 // from the host only when the mass of a prefix equals the target to ~1e-12, and expf may differ from
-// std::exp by an ulp: kept sets then differ only at such (near) float ties. The draw is an exponential race
-// (argmax of log w - log E, E ~ Exp(1) from Philox4x32-10 keyed by the seed and counted by (draw index,
-// token id)): a seeded request is reproducible on the GPU, but it is not the host's mt19937_64 stream.
+// std::exp by an ulp: kept sets then differ only at such (near) float ties. The draw is the host's: one
+// uniform u, and the kept token where the cumulative weight passes u * (kept weight); the walk goes in
+// token-id order (the host walks its candidate order) and u comes from Philox4x32-10 keyed by the seed and
+// counted by the draw index, so a seeded request is reproducible on the GPU but does not repeat the host's
+// mt19937_64 stream.
 #pragma once
 #include <cstddef>
 #include <cstdint>
