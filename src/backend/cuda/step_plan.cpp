@@ -55,11 +55,14 @@ const DevicePlan& StepPlan::upload(const BatchPlan& plan, int32_t context_bound)
     for (int32_t t = plan.cu_seqlens[s]; t < plan.cu_seqlens[s + 1]; ++t) token_seq[t] = s;
   std::vector<char> packed;
   packed.reserve(packed_.size());
+  // Every array's offset depends only on the token, sequence and logits-row counts, with the block table
+  // (whose length changes from step to step as contexts grow) last: a CUDA graph captured for one step
+  // reads the right addresses in every later step of its batch bucket.
   const size_t o_ids = append(packed, plan.token_ids), o_pos = append(packed, plan.positions),
-               o_seq = append(packed, token_seq), o_cu = append(packed, plan.cu_seqlens),
-               o_ctx = append(packed, plan.context_lens), o_bti = append(packed, plan.block_table_indptr),
-               o_bt = append(packed, plan.block_table), o_slot = append(packed, plan.slot_mapping),
-               o_rows = append(packed, plan.logits_rows);
+               o_seq = append(packed, token_seq), o_slot = append(packed, plan.slot_mapping),
+               o_cu = append(packed, plan.cu_seqlens), o_ctx = append(packed, plan.context_lens),
+               o_bti = append(packed, plan.block_table_indptr), o_rows = append(packed, plan.logits_rows),
+               o_bt = append(packed, plan.block_table);
   reserve(packed.size());
   if (packed != packed_) {
     DSI_CHECK(!capturing(), "a CUDA graph capture needs its plan uploaded before the capture");
