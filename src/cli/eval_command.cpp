@@ -66,7 +66,7 @@ struct PplArgs {
   std::string corpus;
   std::string device = "cpu";
   std::string cuda_arch = "auto";
-  std::string precision = "fp32";
+  std::string precision = "auto";
   int64_t window = 256;
   int64_t max_windows = 0;
   bool json = false;

@@ -1,6 +1,5 @@
-// Batched-vs-one-at-a-time greedy agreement (see batch_agreement.h). The two runs are sequential phases
-// (the one-at-a-time model is released before the engine loads its own), so the GPU holds one copy of the
-// weights at a time.
+// Batched-vs-one-at-a-time greedy agreement (see batch_agreement.h). The model is loaded once: the
+// one-at-a-time phase runs on it directly, then it is handed to an engine for the batched phase.
 #include "engine/batch_agreement.h"
 
 #include <algorithm>
@@ -11,6 +10,7 @@
 
 #include "backend/backend_factory.h"
 #include "core/error.h"
+#include "engine/engine_impl.h"
 #include "engine/sequence_runner.h"
 #include "model/model.h"
 #include "model/safetensors.h"
@@ -65,11 +65,12 @@ std::vector<StepInfo> run_one(Model& model, const std::vector<int32_t>& prompt, 
   return steps;
 }
 
-// All prompts submitted at once; returns each one's generated ids (errors throw).
-std::vector<std::vector<int32_t>> run_batched(const EngineConfig& config,
+// All prompts submitted at once to an engine over `model`; returns each one's generated ids (errors throw).
+std::vector<std::vector<int32_t>> run_batched(const EngineConfig& config, std::unique_ptr<Backend> backend,
+                                              std::unique_ptr<Model> model,
                                               const std::vector<std::vector<int32_t>>& prompts,
                                               int32_t max_tokens) {
-  std::unique_ptr<Engine> engine = Engine::create(config);
+  std::unique_ptr<Engine> engine = make_engine(config, std::move(backend), std::move(model), std::nullopt);
   std::mutex mutex;
   std::condition_variable cv;
   std::vector<std::vector<int32_t>> out(prompts.size());
@@ -166,13 +167,13 @@ BatchAgreementReport run_batch_agreement(const BatchAgreementOptions& options) {
 
   // Phase 1: one at a time.
   std::vector<std::vector<StepInfo>> single;
+  std::unique_ptr<Backend> backend = make_backend(ec.device, ec.model_dir, ec.cuda_arch);
+  report.backend = backend->name();
+  LoadOptions load;
+  load.progress = false;
+  load.dummy_weights = ec.dummy_weights;
+  std::unique_ptr<Model> model = load_model(ec.model_dir, *backend, load);
   {
-    std::unique_ptr<Backend> backend = make_backend(ec.device, ec.model_dir, ec.cuda_arch);
-    report.backend = backend->name();
-    LoadOptions load;
-    load.progress = false;
-    load.dummy_weights = ec.dummy_weights;
-    std::unique_ptr<Model> model = load_model(ec.model_dir, *backend, load);
     const ModelConfig& mc = model->config();
     for (auto& p : synthetic_prompts(options.prompts - static_cast<int32_t>(from_golden), options.prompt_len,
                                      mc.vocab_size, options.seed)) {
@@ -189,7 +190,8 @@ BatchAgreementReport run_batch_agreement(const BatchAgreementOptions& options) {
   // Phase 2: all together through the engine.
   EngineConfig config = ec;
   config.max_batch_size = std::max(config.max_batch_size, options.prompts);
-  std::vector<std::vector<int32_t>> batched = run_batched(config, prompts, options.max_tokens);
+  std::vector<std::vector<int32_t>> batched =
+      run_batched(config, std::move(backend), std::move(model), prompts, options.max_tokens);
 
   for (size_t i = 0; i < prompts.size(); ++i) {
     BatchAgreementCase c;

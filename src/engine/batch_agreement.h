@@ -1,5 +1,6 @@
 // Batched-vs-one-at-a-time agreement: N prompts run greedily one at a time (SequenceRunner, the path of
-// `eval golden`, which also gives every step's logits) and then all together through the batched engine;
+// `eval golden`, which also gives every step's logits) and then all together through the batched engine
+// over the same loaded model;
 // the token sequences are compared exactly and under the margin rule (engine/margin_rule.h), with the
 // one-at-a-time run as the reference (its top-1 minus top-2 logit at the first differing step).
 #pragma once
