@@ -20,13 +20,15 @@ namespace dsinfer {
 namespace {
 
 #ifdef DSINFER_HAVE_CUDA
-// DSINFER_CUDA_GEMM=bf16 rounds GEMM activations to bf16 (one GEMM) instead of the hi/lo split.
+// GEMMs over more than 8 rows round activations to bf16 (one GEMM); DSINFER_CUDA_GEMM=split keeps ~16 bits
+// of each activation (hi/lo halves, two GEMMs). Read once, when the backend is made. The kernel path
+// (cuda/arch_path.h) is chosen first: it throws below sm_80 or for a request the GPU cannot honour.
 std::unique_ptr<Backend> make_cuda_backend(const std::string& cuda_arch) {
-  const cuda::ArchPath path = cuda::init_arch_path(cuda_arch);  // throws below sm_80 or for a bad request
+  const cuda::ArchPath path = cuda::init_arch_path(cuda_arch);
   log_info("CUDA backend: ", cuda::arch_path_name(path), " kernel path");
   CudaBackendOptions options;
   const char* gemm = std::getenv("DSINFER_CUDA_GEMM");
-  if (gemm && std::strcmp(gemm, "bf16") == 0) options.split_gemm_activations = false;
+  if (gemm && std::strcmp(gemm, "split") == 0) options.split_gemm_activations = true;
   return std::make_unique<CudaBackend>(options);
 }
 

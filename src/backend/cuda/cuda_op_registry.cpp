@@ -11,23 +11,47 @@ namespace dsinfer::cuda {
 
 const std::vector<CudaOpSupport>& cuda_op_support() {
   static const std::vector<CudaOpSupport> table = {
-      // ---- dense ops (cuda_backend.cpp) ----
+      // ---- dense ops (cuda_backend*.cpp). Linear layers: GEMV kernels for <= 8 rows (decode), cuBLASLt
+      // above (bf16 activations; hi/lo split with DSINFER_CUDA_GEMM=split). ----
       {"embed", {"launch_embed"}, {}, {}, ""},
       {"rms_norm", {"launch_rms_norm"}, {}, {}, ""},
-      {"linear", {"linear_bf16 (cuBLASLt)"}, {}, {}, ""},
+      {"linear", {"launch_gemv", "linear_bf16 (cuBLASLt)"}, {}, {}, ""},
       {"add_inplace", {"launch_add_inplace"}, {}, {}, ""},
       {"rope", {"launch_rope"}, {}, {}, ""},
-      {"mlp", {"linear_bf16 (cuBLASLt)", "launch_silu_mul"}, {}, {}, ""},
+      {"mlp",
+       {"launch_gemv_swiglu", "launch_gemv", "gemm_bf16 (cuBLASLt)", "launch_silu_mul_bf16",
+        "linear_bf16 (cuBLASLt)", "launch_silu_mul"},
+       {},
+       {},
+       ""},
       {"write_kv", {"launch_write_kv"}, {}, {}, ""},
-      {"attention_gqa", {"launch_attention_gqa"}, {}, {}, ""},
+      {"attention_gqa",
+       {"launch_attention_decode", "launch_attention_flash", "launch_attention_gqa"},
+       {},
+       {},
+       ""},
       {"gather_rows", {"launch_gather_rows"}, {}, {}, ""},
-      // ---- fused ops: Backend's composed defaults until a fused kernel lands ----
-      {"norm_linears", {}, {}, {"rms_norm", "linear"}, ""},
-      {"linear_residual", {}, {}, {"linear", "add_inplace"}, ""},
-      {"norm_mlp_residual", {}, {}, {"rms_norm", "mlp", "add_inplace"}, ""},
-      {"rope_write_kv", {}, {}, {"rope", "write_kv"}, ""},
-      // ---- sampling: the engine samples on the host from the logits until GPU sampling lands ----
-      {"sample", {}, {}, {}, "host sampler over the logits copied back"},
+      // ---- fused ops (own kernels; Backend's composed defaults otherwise) ----
+      {"norm_linears",
+       {"launch_gemv (fused RMSNorm)", "launch_rms_norm_bf16", "gemm_bf16 (cuBLASLt)",
+        "linear_bf16 (cuBLASLt)"},
+       {},
+       {"rms_norm", "linear"},
+       ""},
+      {"linear_residual",
+       {"launch_gemv (accumulate)", "linear_bf16 (cuBLASLt, accumulate)"},
+       {},
+       {"linear", "add_inplace"},
+       ""},
+      {"norm_mlp_residual",
+       {"launch_gemv_swiglu (fused RMSNorm)", "launch_gemv (accumulate)", "launch_rms_norm_bf16",
+        "gemm_bf16 (cuBLASLt)", "launch_silu_mul_bf16"},
+       {},
+       {"rms_norm", "mlp", "add_inplace"},
+       ""},
+      {"rope_write_kv", {"launch_rope_write_kv"}, {}, {"rope", "write_kv"}, ""},
+      // ---- sampling on the GPU (greedy/temperature/top-k/top-p/min-p/penalties) ----
+      {"sample", {"launch_sample_rows"}, {}, {}, "host sampler over the logits copied back"},
       // ---- DeepSeek MLA / MoE (V2, V3) ----
       {"attention_mla", {}, {}, {}, ""},
       {"head_matmul", {}, {}, {}, ""},

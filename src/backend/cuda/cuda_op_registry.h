@@ -15,11 +15,13 @@
 namespace dsinfer::cuda {
 
 struct CudaOpSupport {
-  std::string op;                    // the Backend method's name
-  std::vector<std::string> kernels;  // launchers in dsinfer_cuda it runs (both paths); empty: none
+  std::string op;  // the Backend method's name
+  // Launchers in dsinfer_cuda it runs on both paths (the set over its shape-dependent variants, e.g. GEMV
+  // for decode rows and cuBLASLt above); the first word of each is the launcher's name. Empty: none.
+  std::vector<std::string> kernels;
   // Launchers replacing `kernels` on the Hopper path (sm_90); empty: the same as the Ampere path.
   std::vector<std::string> hopper_kernels;
-  // A fused op without its own kernels runs as these ops (Backend's composed default).
+  // What the fused op is made of: it runs as these ops (Backend's composed default) when it has no kernels.
   std::vector<std::string> composed_of;
   // Non-empty: without a kernel the op still runs this way (e.g. sampling on the host over the logits).
   std::string host_fallback;

@@ -115,6 +115,7 @@ class DeepseekModel : public Model {
 
   Tensor forward(const BatchPlan& plan, KvCache& cache) override {
     Backend& b = backend_;
+    const StepScope step(b, plan);
     const float eps = static_cast<float>(config_.rms_norm_eps);
     Tensor h = b.embed(embed_, plan.token_ids);  // [T, hidden]
     for (size_t i = 0; i < layers_.size(); ++i) {
