@@ -294,7 +294,7 @@ int run_check(CheckArgs& a) {
                 with.size() + without.size(), target.arch_path.c_str());
     for (const auto& row : ops) {
       const auto kernels = row["kernels"].get<std::vector<std::string>>();
-      std::string what = kernels.empty() ? "NO CUDA KERNEL" : joined(kernels, " + ");
+      std::string what = kernels.empty() ? "NO CUDA KERNEL" : joined(kernels, ", ");
       if (row.contains("fallback")) what = row["fallback"].get<std::string>();
       std::printf("  %-20s %-13s %s\n", row["op"].get<std::string>().c_str(),
                   row["coverage"].get<std::string>().c_str(), what.c_str());
