@@ -22,6 +22,7 @@ struct ModelConfig;
 struct EngineConfig {
   std::string model_dir;
   std::string device = "auto";               // auto | cpu | cuda
+  std::string cuda_arch = "auto";            // CUDA kernel path: auto | sm_90 | sm_80 (DSINFER_CUDA_ARCH)
   bool dummy_weights = false;                // random weights from config.json alone (benchmarks)
   int32_t max_batch_size = 64;               // sequences per step
   int32_t max_num_tokens = 2048;             // tokens per step (decode tokens + prefill chunks)

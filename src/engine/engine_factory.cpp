@@ -13,7 +13,7 @@
 namespace dsinfer {
 
 std::unique_ptr<Engine> Engine::create(const EngineConfig& config) {
-  std::unique_ptr<Backend> backend = make_backend(config.device, config.model_dir);
+  std::unique_ptr<Backend> backend = make_backend(config.device, config.model_dir, config.cuda_arch);
   LoadOptions options;
   options.dummy_weights = config.dummy_weights;
   std::unique_ptr<Model> model = load_model(config.model_dir, *backend, options);
