@@ -30,7 +30,8 @@ std::unique_ptr<Backend> make_cuda_backend() {
 }  // namespace
 
 bool cuda_runs(const ModelConfig& config) {
-  return config.arch == Arch::kLlama || config.arch == Arch::kQwen2;
+  return config.arch == Arch::kLlama || config.arch == Arch::kQwen2 || config.arch == Arch::kDeepseekV2 ||
+         config.arch == Arch::kDeepseekV3;
 }
 
 std::unique_ptr<Backend> make_backend(const std::string& device, const std::string& model_dir) {
