@@ -193,7 +193,8 @@ TEST_F(CudaDeepseekOpsTest, MoeRouteMatchesCpu) {
     Tensor bias;
     if (c.bias) {
       bias = Tensor::empty(DType::F32, {E});
-      for (int64_t e = 0; e < E; ++e) bias.f32()[e] = static_cast<float>((e * 37) % 11) / 64.0f;
+      // Whole numbers: sigmoid scores differ by less than 1, so experts of different biases never tie.
+      for (int64_t e = 0; e < E; ++e) bias.f32()[e] = static_cast<float>((e * 37) % 3);
     }
     // Planted ties: expert 1 copies expert 0; with groups, group 1 copies group 0.
     auto copy_expert = [&](int64_t dst, int64_t src) {
@@ -357,6 +358,7 @@ Tensor device_bf16_filled(CudaDeepseekOpsTest* test, Shape shape) {
 }
 
 TEST_F(CudaDeepseekOpsTest, DISABLED_BenchMlaDecode) {
+  CudaBackend gpu;  // registers the device allocator
   // Device copy bandwidth (read + write) for reference.
   const int64_t copy_bytes = int64_t{1} << 30;
   Tensor src = Tensor::empty_on(Device::kCuda, DType::U8, {copy_bytes}),
@@ -365,9 +367,8 @@ TEST_F(CudaDeepseekOpsTest, DISABLED_BenchMlaDecode) {
       time_calls([&] { cuda::copy_device_to_device(dst.raw(), src.raw(), copy_bytes); }, 10);
   const double copy_gbs = 2.0 * copy_bytes / copy_s / 1e9;
   std::printf("device copy: %.0f GB/s (read + write)\n", copy_gbs);
-  CudaBackend gpu;
   for (auto [batch, ctx, H] :
-       {std::tuple<int32_t, int32_t, int64_t>{64, 4096, 16}, {64, 4096, 128}, {1, 4096, 16}, {1, 256, 16}}) {
+       {std::tuple<int32_t, int32_t, int64_t>{64, 4096, 16}, {64, 4096, 128}, {1, 4096, 16}, {1, 192, 16}}) {
     const int64_t R = 512, P = 64;
     const int32_t bs = 64, blocks = batch * ((ctx + bs - 1) / bs) + 1;
     std::vector<std::pair<int32_t, int32_t>> seqs(batch, {ctx - 1, 1});
@@ -392,6 +393,29 @@ TEST_F(CudaDeepseekOpsTest, DISABLED_BenchMlaDecode) {
           bytes / s / 1e9, 100.0 * bytes / s / 1e9 / copy_gbs);
     }
   }
+}
+
+// The DeepSeek-V2-Lite decode shapes of the other ops at batch 1 (latency per call).
+TEST_F(CudaDeepseekOpsTest, DISABLED_BenchDecodeOps) {
+  CudaBackend gpu;
+  const int64_t H = 2048, E = 64, heads = 16, nope = 128, v = 128, R = 512;
+  const Tensor x = cuda::to_device(random_bf16_values({1, H}));
+  const Tensor router = device_bf16_filled(this, {E, H});
+  RoutingParams p;
+  p.scoring = "softmax";
+  p.method = "greedy";
+  p.top_k = 6;
+  Tensor ids, w;
+  double s = time_calls([&] { gpu.moe_route(x, router, Tensor(), p, &ids, &w); }, 50);
+  std::printf("moe_route T 1, 64 experts, hidden 2048: %.1f us\n", s * 1e6);
+  const Tensor q_nope = cuda::to_device(random_bf16_values({1, heads, nope}));
+  const Tensor w_uk = device_bf16_filled(this, {heads, nope, R});
+  s = time_calls([&] { gpu.head_matmul(q_nope, w_uk, true); }, 50);
+  std::printf("head_matmul T 1 [16, 128] -> [16, 512] (w^T x): %.1f us\n", s * 1e6);
+  const Tensor o_lat = cuda::to_device(random_bf16_values({1, heads, R}));
+  const Tensor w_uv = device_bf16_filled(this, {heads, v, R});
+  s = time_calls([&] { gpu.head_matmul(o_lat, w_uv, false); }, 50);
+  std::printf("head_matmul T 1 [16, 512] -> [16, 128] (w x): %.1f us\n", s * 1e6);
 }
 
 TEST_F(CudaDeepseekOpsTest, DISABLED_BenchGroupedExperts) {
@@ -427,6 +451,12 @@ TEST_F(CudaDeepseekOpsTest, DISABLED_BenchGroupedExperts) {
         "moe_experts T %lld (%lld routed rows, %zu experts): %.1f us, %.1f TFLOP/s, weights %.0f GB/s\n",
         static_cast<long long>(T), static_cast<long long>(T * K), active.size(), s * 1e6, flops / s / 1e12,
         bytes / s / 1e9);
+    if (T * K >= 16 * E) {
+      CudaBackend plain(CudaBackendOptions{false});
+      const double sp = time_calls([&] { plain.moe_experts(dx, dids, dw, experts); }, 20);
+      std::printf("  activations rounded to bf16 (one MMA): %.1f us, %.1f TFLOP/s\n", sp * 1e6,
+                  flops / sp / 1e12);
+    }
   }
   // The dense bf16 GEMM rate for comparison: [8192, 2048] x [2816, 2048]^T, activations rounded to bf16.
   CudaBackend plain(CudaBackendOptions{false});

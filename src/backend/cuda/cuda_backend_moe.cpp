@@ -191,19 +191,20 @@ Tensor CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor
                    cuda::moe_mma_supported(H, reinterpret_cast<uintptr_t>(xd), gate.base, gate.stride) &&
                    cuda::moe_mma_supported(H, 0, up.base, up.stride) &&
                    cuda::moe_mma_supported(I, 0, down.base, down.stride);
-  cuda::launch_moe_permute(ids.data<int32_t>(), pairs, E, mma ? cuda::kMoeMmaTileRows : cuda::kMoeTileRows,
-                           offsets.data<int32_t>(), tiles.data<int32_t>(), slot_pair.data<int32_t>(),
-                           pair_slot.data<int32_t>());
+  const int tile_rows = mma ? cuda::kMoeMmaTileRows : cuda::moe_rows_per_tile(pairs, E);
+  cuda::launch_moe_permute(ids.data<int32_t>(), pairs, E, tile_rows, offsets.data<int32_t>(),
+                           tiles.data<int32_t>(), slot_pair.data<int32_t>(), pair_slot.data<int32_t>());
   if (mma) {
-    cuda::launch_moe_gate_up_mma(xd, K, offsets.data<int32_t>(), tiles.data<int32_t>(),
-                                 slot_pair.data<int32_t>(), gate, up, act.data<float>(), pairs, E, H, I,
-                                 experts[0].swiglu_limit);
-    cuda::launch_moe_down_mma(act.data<float>(), offsets.data<int32_t>(), tiles.data<int32_t>(), down,
-                              y.data<float>(), pairs, E, H, I);
+    cuda::launch_moe_gate_up_mma(options_.split_gemm_activations, xd, K, offsets.data<int32_t>(),
+                                 tiles.data<int32_t>(), slot_pair.data<int32_t>(), gate, up,
+                                 act.data<float>(), pairs, E, H, I, experts[0].swiglu_limit);
+    cuda::launch_moe_down_mma(options_.split_gemm_activations, act.data<float>(), offsets.data<int32_t>(),
+                              tiles.data<int32_t>(), down, y.data<float>(), pairs, E, H, I);
   } else {
-    cuda::launch_moe_gate_up(xd, K, offsets.data<int32_t>(), tiles.data<int32_t>(), slot_pair.data<int32_t>(),
-                             gate, up, act.data<float>(), pairs, E, H, I, experts[0].swiglu_limit);
-    cuda::launch_moe_down(act.data<float>(), offsets.data<int32_t>(), tiles.data<int32_t>(), down,
+    cuda::launch_moe_gate_up(tile_rows, xd, K, offsets.data<int32_t>(), tiles.data<int32_t>(),
+                             slot_pair.data<int32_t>(), gate, up, act.data<float>(), pairs, E, H, I,
+                             experts[0].swiglu_limit);
+    cuda::launch_moe_down(tile_rows, act.data<float>(), offsets.data<int32_t>(), tiles.data<int32_t>(), down,
                           y.data<float>(), pairs, E, H, I);
   }
   cuda::launch_moe_combine(y.data<float>(), pair_slot.data<int32_t>(),

@@ -211,11 +211,11 @@ __global__ void __launch_bounds__(kPermuteThreads)
   }
 }
 
-// One block: a tile of up to kMoeTileRows permuted rows of one expert x kColsPerBlock output columns; each
-// warp streams kColsPerWarp weight rows (of w1, and of w2 for gate/up) once for all the tile's rows.
+// One block: a tile of up to TM (1, 2, 4 or 8) permuted rows of one expert x kColsPerBlock output columns;
+// each warp streams kColsPerWarp weight rows (of w1, and of w2 for gate/up) once for all the tile's rows.
 // kGateUp: rows of a are x[slot_pair[r] / topk], out = silu(a w1^T) * (a w2^T); else rows of a are the
 // permuted rows themselves and out = a w1^T.
-template <bool kGateUp, bool kVec>
+template <bool kGateUp, bool kVec, int TM>
 __global__ void __launch_bounds__(kRowsThreads)
     moe_rows_kernel(const float* a, int topk, const int32_t* offsets, const int32_t* tiles,
                     const int32_t* slot_pair, StackedWeights w1, StackedWeights w2, float* out, int E, int K,
@@ -232,14 +232,14 @@ __global__ void __launch_bounds__(kRowsThreads)
     }
   }
   const int e = lo;
-  const int row0 = offsets[e] + (tile - tiles[e]) * kMoeTileRows;
-  const int nr = min(kMoeTileRows, offsets[e + 1] - row0);
+  const int row0 = offsets[e] + (tile - tiles[e]) * TM;
+  const int nr = min(TM, offsets[e + 1] - row0);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int n0 = blockIdx.y * kColsPerBlock + warp * kColsPerWarp;
   if (n0 >= N) return;
-  const float* arow[kMoeTileRows];
+  const float* arow[TM];
 #pragma unroll
-  for (int r = 0; r < kMoeTileRows; ++r) {
+  for (int r = 0; r < TM; ++r) {
     const int rr = row0 + min(r, nr - 1);
     const int src = kGateUp ? slot_pair[rr] / topk : rr;
     arow[r] = a + static_cast<int64_t>(src) * K;
@@ -252,17 +252,18 @@ __global__ void __launch_bounds__(kRowsThreads)
     w1r[c] = w1.base + e * w1.stride + static_cast<int64_t>(n) * K;
     w2r[c] = kGateUp ? w2.base + e * w2.stride + static_cast<int64_t>(n) * K : nullptr;
   }
-  float acc1[kColsPerWarp][kMoeTileRows], acc2[kColsPerWarp][kMoeTileRows];
+  float acc1[kColsPerWarp][TM], acc2[kColsPerWarp][TM];
 #pragma unroll
   for (int c = 0; c < kColsPerWarp; ++c)
 #pragma unroll
-    for (int r = 0; r < kMoeTileRows; ++r) acc1[c][r] = acc2[c][r] = 0.0f;
+    for (int r = 0; r < TM; ++r) acc1[c][r] = acc2[c][r] = 0.0f;
 
   if (kVec) {
+#pragma unroll 2
     for (int kk = lane * 8; kk < K; kk += 256) {
-      float av[kMoeTileRows][8];
+      float av[TM][8];
 #pragma unroll
-      for (int r = 0; r < kMoeTileRows; ++r) {
+      for (int r = 0; r < TM; ++r) {
         if (r < nr) {
           const float4 lo4 = *reinterpret_cast<const float4*>(arow[r] + kk);
           const float4 hi4 = *reinterpret_cast<const float4*>(arow[r] + kk + 4);
@@ -290,7 +291,7 @@ __global__ void __launch_bounds__(kRowsThreads)
           }
         }
 #pragma unroll
-        for (int r = 0; r < kMoeTileRows; ++r) {
+        for (int r = 0; r < TM; ++r) {
           if (r < nr) {
 #pragma unroll
             for (int i = 0; i < 8; ++i) {
@@ -308,7 +309,7 @@ __global__ void __launch_bounds__(kRowsThreads)
         const float f1 = bf16f(w1r[c][kk]);
         const float f2 = kGateUp ? bf16f(w2r[c][kk]) : 0.0f;
 #pragma unroll
-        for (int r = 0; r < kMoeTileRows; ++r) {
+        for (int r = 0; r < TM; ++r) {
           if (r < nr) {
             const float av = arow[r][kk];
             acc1[c][r] += f1 * av;
@@ -321,7 +322,7 @@ __global__ void __launch_bounds__(kRowsThreads)
 #pragma unroll
   for (int c = 0; c < kColsPerWarp; ++c) {
 #pragma unroll
-    for (int r = 0; r < kMoeTileRows; ++r) {
+    for (int r = 0; r < TM; ++r) {
       const float g = warp_sum(acc1[c][r]);
       const float u = kGateUp ? warp_sum(acc2[c][r]) : 0.0f;
       const int n = n0 + c;
@@ -354,26 +355,49 @@ __global__ void moe_combine_kernel(const float* y, const int32_t* pair_slot, con
   }
 }
 
-template <bool kGateUp>
-void launch_rows(const float* a, int topk, const int32_t* offsets, const int32_t* tiles,
-                 const int32_t* slot_pair, StackedWeights w1, StackedWeights w2, float* out, int64_t pairs,
-                 int64_t E, int64_t K, int64_t N, float limit) {
-  const int64_t max_tiles = (pairs + kMoeTileRows - 1) / kMoeTileRows + E;
+template <bool kGateUp, int TM>
+void launch_rows_tm(const float* a, int topk, const int32_t* offsets, const int32_t* tiles,
+                    const int32_t* slot_pair, StackedWeights w1, StackedWeights w2, float* out, int64_t pairs,
+                    int64_t E, int64_t K, int64_t N, float limit) {
+  // Every tile holds at least one row: at most min(pairs, ceil(pairs / TM) + E) tiles.
+  const int64_t max_tiles = std::min(pairs, (pairs + TM - 1) / TM + E);
   const dim3 grid(static_cast<unsigned>(max_tiles),
                   static_cast<unsigned>((N + kColsPerBlock - 1) / kColsPerBlock));
   auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   const bool vec = K % 8 == 0 && aligned(a) && aligned(w1.base) && w1.stride % 8 == 0 &&
                    (!kGateUp || (aligned(w2.base) && w2.stride % 8 == 0));
   if (vec) {
-    moe_rows_kernel<kGateUp, true><<<grid, kRowsThreads, 0, stream()>>>(
+    moe_rows_kernel<kGateUp, true, TM><<<grid, kRowsThreads, 0, stream()>>>(
         a, topk, offsets, tiles, slot_pair, w1, w2, out, static_cast<int>(E), static_cast<int>(K),
         static_cast<int>(N), limit);
   } else {
-    moe_rows_kernel<kGateUp, false><<<grid, kRowsThreads, 0, stream()>>>(
+    moe_rows_kernel<kGateUp, false, TM><<<grid, kRowsThreads, 0, stream()>>>(
         a, topk, offsets, tiles, slot_pair, w1, w2, out, static_cast<int>(E), static_cast<int>(K),
         static_cast<int>(N), limit);
   }
   check_launch(kGateUp ? "moe gate/up" : "moe down");
+}
+
+template <bool kGateUp>
+void launch_rows(int tile_rows, const float* a, int topk, const int32_t* offsets, const int32_t* tiles,
+                 const int32_t* slot_pair, StackedWeights w1, StackedWeights w2, float* out, int64_t pairs,
+                 int64_t E, int64_t K, int64_t N, float limit) {
+  switch (tile_rows) {
+    case 1:
+      return launch_rows_tm<kGateUp, 1>(a, topk, offsets, tiles, slot_pair, w1, w2, out, pairs, E, K, N,
+                                        limit);
+    case 2:
+      return launch_rows_tm<kGateUp, 2>(a, topk, offsets, tiles, slot_pair, w1, w2, out, pairs, E, K, N,
+                                        limit);
+    case 4:
+      return launch_rows_tm<kGateUp, 4>(a, topk, offsets, tiles, slot_pair, w1, w2, out, pairs, E, K, N,
+                                        limit);
+    case 8:
+      return launch_rows_tm<kGateUp, 8>(a, topk, offsets, tiles, slot_pair, w1, w2, out, pairs, E, K, N,
+                                        limit);
+    default:
+      fail("moe_experts: ", tile_rows, " rows per tile (1, 2, 4 or 8)");
+  }
 }
 
 }  // namespace
@@ -403,17 +427,25 @@ void launch_moe_permute(const int32_t* ids, int64_t pairs, int64_t E, int tile_r
   check_launch("moe_permute");
 }
 
-void launch_moe_gate_up(const float* x, int64_t k, const int32_t* offsets, const int32_t* tiles,
-                        const int32_t* slot_pair, StackedWeights gate, StackedWeights up, float* act,
-                        int64_t pairs, int64_t E, int64_t H, int64_t I, float limit) {
-  if (pairs == 0 || I == 0) return;
-  launch_rows<true>(x, static_cast<int>(k), offsets, tiles, slot_pair, gate, up, act, pairs, E, H, I, limit);
+int moe_rows_per_tile(int64_t pairs, int64_t E) {
+  const int64_t per_expert = (pairs + std::min(pairs, E) - 1) / std::max<int64_t>(1, std::min(pairs, E));
+  return per_expert <= 1 ? 1 : per_expert <= 2 ? 2 : per_expert <= 4 ? 4 : 8;
 }
 
-void launch_moe_down(const float* act, const int32_t* offsets, const int32_t* tiles, StackedWeights down,
-                     float* y, int64_t pairs, int64_t E, int64_t H, int64_t I) {
+void launch_moe_gate_up(int tile_rows, const float* x, int64_t k, const int32_t* offsets,
+                        const int32_t* tiles, const int32_t* slot_pair, StackedWeights gate,
+                        StackedWeights up, float* act, int64_t pairs, int64_t E, int64_t H, int64_t I,
+                        float limit) {
+  if (pairs == 0 || I == 0) return;
+  launch_rows<true>(tile_rows, x, static_cast<int>(k), offsets, tiles, slot_pair, gate, up, act, pairs, E, H,
+                    I, limit);
+}
+
+void launch_moe_down(int tile_rows, const float* act, const int32_t* offsets, const int32_t* tiles,
+                     StackedWeights down, float* y, int64_t pairs, int64_t E, int64_t H, int64_t I) {
   if (pairs == 0 || H == 0) return;
-  launch_rows<false>(act, 1, offsets, tiles, nullptr, down, StackedWeights{}, y, pairs, E, I, H, 0.0f);
+  launch_rows<false>(tile_rows, act, 1, offsets, tiles, nullptr, down, StackedWeights{}, y, pairs, E, I, H,
+                     0.0f);
 }
 
 void launch_moe_combine(const float* y, const int32_t* pair_slot, const float* weights, float* out, int64_t T,

@@ -1,8 +1,9 @@
 // Tensor-core grouped expert GEMMs for many routed rows (prefill, large batches): one launch covers every
 // expert's 64-row tiles (found by binary search over the device tile offsets of launch_moe_permute, blocks
 // past the last tile exit). Each block computes a 64 x 64 output tile with mma.sync m16n8k16 (bf16 in, fp32
-// accumulate; sm_80 and later): 4 warps of 32 x 32, K in steps of 32 staged through shared memory. The fp32
-// activations are split into bf16 hi + lo halves (two MMAs), keeping ~16 bits of each as linear() does.
+// accumulate; sm_80 and later): 4 warps of 32 x 32, K in steps of 32 staged through shared memory. With
+// `split` the fp32 activations are split into bf16 hi + lo halves (two MMAs), keeping ~16 bits of each as
+// linear() does; without, they are rounded to bf16.
 // Gate/up blocks stage the gate and the up rows of the same outputs and apply SiLU-mul in the epilogue.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -62,7 +63,7 @@ __device__ __forceinline__ void load_b(uint32_t* b, const __nv_bfloat16* s, int 
   b[1] = ld32(s + (n0 + g) * kLd + k0 + 2 * t + 8);
 }
 
-template <bool kGateUp>
+template <bool kGateUp, bool kSplit>
 __global__ void __launch_bounds__(kThreads)
     moe_mma_kernel(const float* a, int topk, const int32_t* offsets, const int32_t* tiles,
                    const int32_t* slot_pair, StackedWeights w1, StackedWeights w2, float* out, int E, int K,
@@ -138,7 +139,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
         load_a(ah[i], a_hi, wm + 16 * i, kk, lane);
-        load_a(al[i], a_lo, wm + 16 * i, kk, lane);
+        if (kSplit) load_a(al[i], a_lo, wm + 16 * i, kk, lane);
       }
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
@@ -147,14 +148,14 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
           mma_bf16(acc1[i][j], ah[i], b);
-          mma_bf16(acc1[i][j], al[i], b);
+          if (kSplit) mma_bf16(acc1[i][j], al[i], b);
         }
         if (kGateUp) {
           load_b(b, b2_s, wn + 8 * j, kk, lane);
 #pragma unroll
           for (int i = 0; i < 2; ++i) {
             mma_bf16(acc2[i][j], ah[i], b);
-            mma_bf16(acc2[i][j], al[i], b);
+            if (kSplit) mma_bf16(acc2[i][j], al[i], b);
           }
         }
       }
@@ -192,7 +193,7 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 template <bool kGateUp>
-void launch_mma(const float* a, int topk, const int32_t* offsets, const int32_t* tiles,
+void launch_mma(bool split, const float* a, int topk, const int32_t* offsets, const int32_t* tiles,
                 const int32_t* slot_pair, StackedWeights w1, StackedWeights w2, float* out, int64_t pairs,
                 int64_t E, int64_t K, int64_t N, float limit) {
   DSI_CHECK(moe_mma_supported(K, reinterpret_cast<uintptr_t>(a), w1.base, w1.stride) &&
@@ -201,9 +202,14 @@ void launch_mma(const float* a, int topk, const int32_t* offsets, const int32_t*
   if (pairs == 0 || N == 0) return;
   const int64_t max_tiles = (pairs + kBM - 1) / kBM + E;
   const dim3 grid(static_cast<unsigned>(max_tiles), static_cast<unsigned>((N + kBN - 1) / kBN));
-  moe_mma_kernel<kGateUp><<<grid, kThreads, 0, stream()>>>(a, topk, offsets, tiles, slot_pair, w1, w2, out,
-                                                           static_cast<int>(E), static_cast<int>(K),
-                                                           static_cast<int>(N), limit);
+  const int iE = static_cast<int>(E), iK = static_cast<int>(K), iN = static_cast<int>(N);
+  if (split) {
+    moe_mma_kernel<kGateUp, true>
+        <<<grid, kThreads, 0, stream()>>>(a, topk, offsets, tiles, slot_pair, w1, w2, out, iE, iK, iN, limit);
+  } else {
+    moe_mma_kernel<kGateUp, false>
+        <<<grid, kThreads, 0, stream()>>>(a, topk, offsets, tiles, slot_pair, w1, w2, out, iE, iK, iN, limit);
+  }
   check_launch(kGateUp ? "moe gate/up (tensor cores)" : "moe down (tensor cores)");
 }
 
@@ -213,15 +219,17 @@ bool moe_mma_supported(int64_t K, uintptr_t a, const uint16_t* w, int64_t stride
   return K % kBK == 0 && a % 16 == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0 && stride % 8 == 0;
 }
 
-void launch_moe_gate_up_mma(const float* x, int64_t k, const int32_t* offsets, const int32_t* tiles,
-                            const int32_t* slot_pair, StackedWeights gate, StackedWeights up, float* act,
-                            int64_t pairs, int64_t E, int64_t H, int64_t I, float limit) {
-  launch_mma<true>(x, static_cast<int>(k), offsets, tiles, slot_pair, gate, up, act, pairs, E, H, I, limit);
+void launch_moe_gate_up_mma(bool split, const float* x, int64_t k, const int32_t* offsets,
+                            const int32_t* tiles, const int32_t* slot_pair, StackedWeights gate,
+                            StackedWeights up, float* act, int64_t pairs, int64_t E, int64_t H, int64_t I,
+                            float limit) {
+  launch_mma<true>(split, x, static_cast<int>(k), offsets, tiles, slot_pair, gate, up, act, pairs, E, H, I,
+                   limit);
 }
 
-void launch_moe_down_mma(const float* act, const int32_t* offsets, const int32_t* tiles, StackedWeights down,
-                         float* y, int64_t pairs, int64_t E, int64_t H, int64_t I) {
-  launch_mma<false>(act, 1, offsets, tiles, nullptr, down, StackedWeights{}, y, pairs, E, I, H, 0.0f);
+void launch_moe_down_mma(bool split, const float* act, const int32_t* offsets, const int32_t* tiles,
+                         StackedWeights down, float* y, int64_t pairs, int64_t E, int64_t H, int64_t I) {
+  launch_mma<false>(split, act, 1, offsets, tiles, nullptr, down, StackedWeights{}, y, pairs, E, I, H, 0.0f);
 }
 
 }  // namespace dsinfer::cuda
