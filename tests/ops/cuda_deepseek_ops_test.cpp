@@ -306,7 +306,7 @@ TEST_F(CudaDeepseekOpsTest, MoeExpertsMatchCpuWithSkewedRouting) {
     EXPECT_EQ(static_cast<const char*>(stacked[1].gate.weight.raw()) -
                   static_cast<const char*>(stacked[0].gate.weight.raw()),
               static_cast<int64_t>(2 * I * H * 2));
-    for (int64_t T : {1, 2, 7, 64, 600}) {
+    for (int64_t T : {1, 2, 4, 7, 64, 600}) {  // tiles of 1, 2, 4 and 8 rows and the tensor-core path
       // Skewed: slot 0 always takes expert E / 2 + 1 (the busy one); the rest come from the lower half, so
       // the upper experts but one stay empty.
       Tensor ids = Tensor::empty(DType::I32, {T, K});

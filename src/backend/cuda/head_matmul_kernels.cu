@@ -1,6 +1,6 @@
 // Per-head matmul kernels: a block stages up to 8 tokens' inputs of one head in shared memory and streams
 // that head's weights once for them. transpose_w false (w [H, B, A]): one warp per output, lanes along A;
-// transpose_w true (w [H, A, B]): one thread per output, threads along B (coalesced weight reads).
+// transpose_w true (w [H, A, B]): lanes along B (coalesced weight reads), warps along A.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -15,7 +15,7 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kMaxTokens = 8;
-constexpr int64_t kSmemFloats = 12288;  // 48 KiB of staged inputs
+constexpr int64_t kSmemFloats = 11264;  // 44 KiB of staged inputs (+ 2 KiB of partial sums)
 
 void check_launch(const char* what) {
   const cudaError_t err = cudaGetLastError();
@@ -64,28 +64,62 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// transpose_w: block (head, 64 outputs, tokens); lane l owns outputs 2l, 2l + 1 (one 32-bit weight load),
+// the 8 warps split A and add their partial sums through shared memory.
 __global__ void __launch_bounds__(kThreads)
     head_matmul_t_kernel(const float* x, const uint16_t* w, float* y, int T, int H, int A, int B, int tt) {
-  extern __shared__ float xs[];
+  extern __shared__ float xs[];  // [tt][A], then [8 warps][tt][64] partial sums
   const int h = blockIdx.x;
   const int64_t t0 = static_cast<int64_t>(blockIdx.z) * tt;
   const int nt = min(tt, static_cast<int>(T - t0));
   stage_inputs(xs, x, t0, nt, h, H, A);
-  const int b = blockIdx.y * kThreads + threadIdx.x;
-  if (b >= B) return;
-  const uint16_t* wh = w + static_cast<int64_t>(h) * A * B + b;
-  float acc[kMaxTokens];
+  float* part = xs + tt * A;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int b = blockIdx.y * 64 + 2 * lane;
+  const bool pair = b + 1 < B;
+  float acc[kMaxTokens][2];
 #pragma unroll
-  for (int k = 0; k < kMaxTokens; ++k) acc[k] = 0.0f;
-  for (int a = 0; a < A; ++a) {
-    const float wv = bf16f(wh[static_cast<int64_t>(a) * B]);
+  for (int k = 0; k < kMaxTokens; ++k) acc[k][0] = acc[k][1] = 0.0f;
+  if (b < B) {
+    const uint16_t* wh = w + static_cast<int64_t>(h) * A * B + b;
+    const int per = (A + 7) / 8, a0 = warp * per, a1 = min(A, a0 + per);
+#pragma unroll 4
+    for (int a = a0; a < a1; ++a) {
+      const uint16_t* wa = wh + static_cast<int64_t>(a) * B;
+      float w0, w1 = 0.0f;
+      if (pair && (reinterpret_cast<uintptr_t>(wa) & 3) == 0) {
+        const uint32_t v = *reinterpret_cast<const uint32_t*>(wa);
+        w0 = __uint_as_float(v << 16);
+        w1 = __uint_as_float(v & 0xffff0000u);
+      } else {
+        w0 = bf16f(wa[0]);
+        if (pair) w1 = bf16f(wa[1]);
+      }
 #pragma unroll
-    for (int k = 0; k < kMaxTokens; ++k)
-      if (k < nt) acc[k] += wv * xs[k * A + a];
+      for (int k = 0; k < kMaxTokens; ++k) {
+        if (k < nt) {
+          const float xv = xs[k * A + a];
+          acc[k][0] += w0 * xv;
+          acc[k][1] += w1 * xv;
+        }
+      }
+    }
   }
 #pragma unroll
-  for (int k = 0; k < kMaxTokens; ++k)
-    if (k < nt) y[((t0 + k) * H + h) * static_cast<int64_t>(B) + b] = acc[k];
+  for (int k = 0; k < kMaxTokens; ++k) {
+    if (k < nt) {
+      part[(warp * tt + k) * 64 + 2 * lane] = acc[k][0];
+      part[(warp * tt + k) * 64 + 2 * lane + 1] = acc[k][1];
+    }
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < nt * 64; i += kThreads) {
+    const int k = i / 64, c = i % 64, bo = blockIdx.y * 64 + c;
+    if (bo >= B) continue;
+    float v = 0.0f;
+    for (int wi = 0; wi < kThreads / 32; ++wi) v += part[(wi * tt + k) * 64 + c];
+    y[((t0 + k) * H + h) * static_cast<int64_t>(B) + bo] = v;
+  }
 }
 
 }  // namespace
@@ -99,8 +133,9 @@ void launch_head_matmul(const float* x, const uint16_t* w, float* y, int64_t T, 
   const unsigned zt = static_cast<unsigned>((T + tt - 1) / tt);
   const size_t smem = static_cast<size_t>(tt) * A * sizeof(float);
   if (transpose_w) {
-    const dim3 grid(static_cast<unsigned>(H), static_cast<unsigned>((B + kThreads - 1) / kThreads), zt);
-    head_matmul_t_kernel<<<grid, kThreads, smem, stream()>>>(
+    const dim3 grid(static_cast<unsigned>(H), static_cast<unsigned>((B + 63) / 64), zt);
+    const size_t smem_t = smem + static_cast<size_t>(kThreads / 32) * tt * 64 * sizeof(float);
+    head_matmul_t_kernel<<<grid, kThreads, smem_t, stream()>>>(
         x, w, y, static_cast<int>(T), static_cast<int>(H), static_cast<int>(A), static_cast<int>(B), tt);
   } else {
     const int per_block = kThreads / 32;

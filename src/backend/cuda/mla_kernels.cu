@@ -20,8 +20,8 @@ constexpr int kThreads = 256;
 constexpr int kTile = 16;    // cache positions per shared-memory tile
 constexpr int kMaxAcc = 32;  // latent outputs each thread accumulates
 constexpr int kMaxGroupHeads = 16;
-constexpr int64_t kMinChunk = 64;  // fewest positions a split handles
-constexpr int64_t kTargetBlocks = 264;
+constexpr int64_t kMinChunk = 64;       // fewest positions a split handles
+constexpr int64_t kTargetBlocks = 528;  // 4 per SM of an H100 / H200
 
 void check_launch(const char* what) {
   const cudaError_t err = cudaGetLastError();
@@ -33,6 +33,15 @@ __device__ __forceinline__ float load_elem(const float* p) {
 }
 __device__ __forceinline__ float load_elem(const uint16_t* p) {
   return __uint_as_float(static_cast<uint32_t>(*p) << 16);
+}
+
+__device__ __forceinline__ float4 load4(const float* p) {
+  return *reinterpret_cast<const float4*>(p);
+}
+__device__ __forceinline__ float4 load4(const uint16_t* p) {
+  const uint2 v = *reinterpret_cast<const uint2*>(p);
+  return make_float4(__uint_as_float(v.x << 16), __uint_as_float(v.x & 0xffff0000u),
+                     __uint_as_float(v.y << 16), __uint_as_float(v.y & 0xffff0000u));
 }
 
 struct MlaParams {
@@ -47,6 +56,7 @@ struct MlaParams {
   float scale;
   int splits;
   int64_t chunk;
+  bool vec4;  // R and P multiples of 4: vector loads
 };
 
 int heads_per_group(int64_t H, int64_t R) {
@@ -80,10 +90,23 @@ __global__ void __launch_bounds__(kThreads) mla_kernel(MlaParams p, const Elem* 
   const int32_t* blocks = p.plan.block_table + p.plan.block_table_indptr[p.plan.token_seq[t]];
   const int64_t bs = p.plan.block_size;
 
-  for (int i = tid; i < hg * D; i += kThreads) {
-    const int h = i / D, d = i % D;
-    const int64_t row = t * p.H + h0 + h;
-    q_s[h * ld + d] = d < p.R ? p.q_lat[row * p.R + d] : p.q_pe[row * p.P + (d - p.R)];
+  if (p.vec4) {  // 4 values per load, several loads in flight
+    const int D4 = D / 4;
+#pragma unroll 4
+    for (int i = tid; i < hg * D4; i += kThreads) {
+      const int h = i / D4, d = (i % D4) * 4;
+      const int64_t row = t * p.H + h0 + h;
+      const float4 v = *reinterpret_cast<const float4*>(d < p.R ? p.q_lat + row * p.R + d
+                                                                : p.q_pe + row * p.P + (d - p.R));
+      float* q = q_s + h * ld + d;
+      q[0] = v.x, q[1] = v.y, q[2] = v.z, q[3] = v.w;
+    }
+  } else {
+    for (int i = tid; i < hg * D; i += kThreads) {
+      const int h = i / D, d = i % D;
+      const int64_t row = t * p.H + h0 + h;
+      q_s[h * ld + d] = d < p.R ? p.q_lat[row * p.R + d] : p.q_pe[row * p.P + (d - p.R)];
+    }
   }
   for (int h = tid; h < hg; h += kThreads) {
     m_s[h] = -INFINITY;
@@ -97,11 +120,24 @@ __global__ void __launch_bounds__(kThreads) mla_kernel(MlaParams p, const Elem* 
 
   for (int64_t j0 = begin; j0 < end; j0 += kTile) {
     const int nt = static_cast<int>(min(static_cast<int64_t>(kTile), end - j0));
-    for (int i = tid; i < nt * D; i += kThreads) {
-      const int j = i / D, d = i % D;
-      const int64_t pos = j0 + j;
-      const int64_t slot = static_cast<int64_t>(blocks[pos / bs]) * bs + pos % bs;
-      k_s[j * ld + d] = load_elem(cache + slot * p.width + d);
+    if (p.vec4) {
+      const int D4 = D / 4;
+#pragma unroll 4
+      for (int i = tid; i < nt * D4; i += kThreads) {
+        const int j = i / D4, d = (i % D4) * 4;
+        const int64_t pos = j0 + j;
+        const int64_t slot = static_cast<int64_t>(blocks[pos / bs]) * bs + pos % bs;
+        const float4 v = load4(cache + slot * p.width + d);
+        float* k = k_s + j * ld + d;
+        k[0] = v.x, k[1] = v.y, k[2] = v.z, k[3] = v.w;
+      }
+    } else {
+      for (int i = tid; i < nt * D; i += kThreads) {
+        const int j = i / D, d = i % D;
+        const int64_t pos = j0 + j;
+        const int64_t slot = static_cast<int64_t>(blocks[pos / bs]) * bs + pos % bs;
+        k_s[j * ld + d] = load_elem(cache + slot * p.width + d);
+      }
     }
     __syncthreads();
     for (int i = tid; i < hg * kTile; i += kThreads) {
@@ -261,6 +297,8 @@ void launch_attention_mla(const float* q_lat, const float* q_pe, const void* cac
   p.scale = scale;
   p.splits = split.splits;
   p.chunk = split.chunk;
+  p.vec4 = R % 4 == 0 && P % 4 == 0 && reinterpret_cast<uintptr_t>(cache) % 16 == 0 &&
+           reinterpret_cast<uintptr_t>(q_lat) % 16 == 0 && reinterpret_cast<uintptr_t>(q_pe) % 16 == 0;
   if (split.splits > 1) {
     DSI_CHECK(workspace != nullptr, "attention_mla: split launch without a workspace");
     p.ws_acc = workspace;
@@ -269,9 +307,11 @@ void launch_attention_mla(const float* q_lat, const float* q_pe, const void* cac
   DSI_CHECK(smem_bytes(p.HG, p.D) <= 200 * 1024, "attention_mla: rows of ", p.D,
             " values need too much shared memory");
   const int groups = static_cast<int>((H + p.HG - 1) / p.HG);
-  if (mla_tc_supported(R, P, cache_bf16, reinterpret_cast<uintptr_t>(cache))) {
-    launch_attention_mla_tc(q_lat, q_pe, static_cast<const uint16_t*>(cache), plan, out, p.ws_acc, p.ws_ml, T,
-                            H, scale, split);
+  if (mla_tc_supported(R, P, cache_bf16, reinterpret_cast<uintptr_t>(cache),
+                       reinterpret_cast<uintptr_t>(q_lat), reinterpret_cast<uintptr_t>(q_pe)) &&
+      launch_attention_mla_tc(q_lat, q_pe, static_cast<const uint16_t*>(cache), plan, out, p.ws_acc, p.ws_ml,
+                              T, H, scale, split)) {
+    // done on tensor cores
   } else if (cache_bf16) {
     launch_typed(p, static_cast<const uint16_t*>(cache), T, groups);
   } else {

@@ -38,10 +38,13 @@ void launch_attention_mla(const float* q_lat, const float* q_pe, const void* cac
                           int64_t H, int64_t R, int64_t P, float scale, const MlaSplit& split);
 
 // The tensor-core kernel launch_attention_mla picks where it applies (mla_tc_kernels.cu): a bf16 cache of
-// the DeepSeek-V2/V3 shape (R = 512, P = 64) at a 16-byte aligned address. It writes `out` directly when
-// split.splits == 1, else the partial states ws_acc [T, splits, H, R] and ws_ml [T, splits, H, 2].
-bool mla_tc_supported(int64_t R, int64_t P, bool cache_bf16, uintptr_t cache);
-void launch_attention_mla_tc(const float* q_lat, const float* q_pe, const uint16_t* cache,
+// the DeepSeek-V2/V3 shape (R = 512, P = 64), cache and queries at 16-byte aligned addresses. It writes `out`
+// directly when split.splits == 1, else the partial states ws_acc [T, splits, H, R] and ws_ml [T, splits, H,
+// 2].
+bool mla_tc_supported(int64_t R, int64_t P, bool cache_bf16, uintptr_t cache, uintptr_t q_lat,
+                      uintptr_t q_pe);
+// Returns false (launching nothing) where the GPU lacks the shared memory the kernel needs.
+bool launch_attention_mla_tc(const float* q_lat, const float* q_pe, const uint16_t* cache,
                              const MlaPlanView& plan, float* out, float* ws_acc, float* ws_ml, int64_t T,
                              int64_t H, float scale, const MlaSplit& split);
 

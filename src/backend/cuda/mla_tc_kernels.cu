@@ -1,5 +1,5 @@
 // Tensor-core MLA over a bf16 latent cache (R = 512, P = 64, the DeepSeek-V2/V3 shape): one block per
-// (query token, split of its context, group of 16 heads), 4 warps. Tiles of 32 cached rows stream through
+// (query token, split of its context, group of 16 heads), 4 warps. Tiles of 64 cached rows stream through
 // shared memory with cp.async (two stages), so the 16 heads read each cached byte once; scores
 // S = Q K^T and the output O += P V run on mma.sync m16n8k16 (bf16 in, fp32 accumulate). Q and P are split
 // into bf16 hi + lo halves (two MMAs each), so only the cache's own rounding remains. The partial states
@@ -18,7 +18,7 @@ namespace dsinfer::cuda {
 namespace {
 
 constexpr int kR = 512, kP = 64, kD = kR + kP;
-constexpr int kHeads = 16, kNT = 32, kThreads = 128;
+constexpr int kHeads = 16, kNT = 64, kThreads = 128;
 constexpr int kLdQ = kD + 8, kLdK = kD + 8, kLdP = kNT + 8;
 constexpr int kChunks = kD * 2 / 16;  // 16-byte chunks per cached row
 
@@ -33,10 +33,6 @@ struct Smem {
 void check_launch(const char* what) {
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) fail("CUDA kernel ", what, " failed to launch: ", cudaGetErrorString(err));
-}
-
-__device__ __forceinline__ uint32_t ld32(const __nv_bfloat16* p) {
-  return *reinterpret_cast<const uint32_t*>(p);
 }
 
 __device__ __forceinline__ void mma_bf16(float* c, const uint32_t* a, const uint32_t* b) {
@@ -67,6 +63,35 @@ template <int N>
 __device__ __forceinline__ void cp_async_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+#endif
+}
+
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+// The A fragment (16 x 16, rows r0.., columns k0..) of a row-major [rows][ld] bf16 tile.
+__device__ __forceinline__ void ldmatrix_a(uint32_t* a, const __nv_bfloat16* tile, int ld, int r0, int k0,
+                                           int lane) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const int idx = lane / 8, row = lane % 8;
+  const unsigned addr = smem_addr(tile + (r0 + (idx % 2) * 8 + row) * ld + k0 + (idx / 2) * 8);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
+               : "r"(addr));
+#endif
+}
+
+// Two B fragments (16 k x 8 n; b[0..1] for columns n0.., b[2..3] for n0 + 8..) of B = tile^T for a
+// [n][ld] tile holding k contiguously (the cached rows for S = Q K^T).
+__device__ __forceinline__ void ldmatrix_bt(uint32_t* b, const __nv_bfloat16* tile, int n0, int k0,
+                                            int lane) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const int idx = lane / 8, row = lane % 8;
+  const unsigned addr = smem_addr(tile + (n0 + (idx / 2) * 8 + row) * kLdK + k0 + (idx % 2) * 8);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3])
+               : "r"(addr));
 #endif
 }
 
@@ -112,16 +137,22 @@ __global__ void __launch_bounds__(kThreads)
   if (begin < end) load_tile(0, begin);
 
   // Queries split into hi + lo (rows past the last head are zero).
-  for (int i = tid; i < kHeads * kD; i += kThreads) {
-    const int h = i / kD, d = i % kD;
-    float v = 0.0f;
+  constexpr int kD4 = kD / 4;
+#pragma unroll 6
+  for (int i = tid; i < kHeads * kD4; i += kThreads) {
+    const int h = i / kD4, d = (i % kD4) * 4;
+    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     if (h < hg) {
       const int64_t row = t * H + h0 + h;
-      v = d < kR ? q_lat[row * kR + d] : q_pe[row * kP + (d - kR)];
+      v = *reinterpret_cast<const float4*>(d < kR ? q_lat + row * kR + d : q_pe + row * kP + (d - kR));
     }
-    const __nv_bfloat16 hi = __float2bfloat16_rn(v);
-    sm.q_hi[h * kLdQ + d] = hi;
-    sm.q_lo[h * kLdQ + d] = __float2bfloat16_rn(v - __bfloat162float(hi));
+    const float vals[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const __nv_bfloat16 hi = __float2bfloat16_rn(vals[c]);
+      sm.q_hi[h * kLdQ + d + c] = hi;
+      sm.q_lo[h * kLdQ + d + c] = __float2bfloat16_rn(vals[c] - __bfloat162float(hi));
+    }
   }
   if (tid < kHeads) {
     sm.m[tid] = -INFINITY;
@@ -145,48 +176,49 @@ __global__ void __launch_bounds__(kThreads)
     }
     __syncthreads();
     const __nv_bfloat16* kt = sm.k[stage];
-    // S [16, 32]: warp w scores positions [8w, 8w + 8).
+    // S [16, 64]: warp w scores positions [16w, 16w + 16) (two n tiles).
     {
-      float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
 #pragma unroll 4
       for (int k0 = 0; k0 < kD; k0 += 16) {
-        uint32_t ah[4], al[4], b[2];
-        ah[0] = ld32(sm.q_hi + g * kLdQ + k0 + 2 * tq);
-        ah[1] = ld32(sm.q_hi + (g + 8) * kLdQ + k0 + 2 * tq);
-        ah[2] = ld32(sm.q_hi + g * kLdQ + k0 + 2 * tq + 8);
-        ah[3] = ld32(sm.q_hi + (g + 8) * kLdQ + k0 + 2 * tq + 8);
-        al[0] = ld32(sm.q_lo + g * kLdQ + k0 + 2 * tq);
-        al[1] = ld32(sm.q_lo + (g + 8) * kLdQ + k0 + 2 * tq);
-        al[2] = ld32(sm.q_lo + g * kLdQ + k0 + 2 * tq + 8);
-        al[3] = ld32(sm.q_lo + (g + 8) * kLdQ + k0 + 2 * tq + 8);
-        b[0] = ld32(kt + (warp * 8 + g) * kLdK + k0 + 2 * tq);
-        b[1] = ld32(kt + (warp * 8 + g) * kLdK + k0 + 2 * tq + 8);
-        mma_bf16(s, ah, b);
-        mma_bf16(s, al, b);
+        uint32_t ah[4], al[4], b[4];
+        ldmatrix_a(ah, sm.q_hi, kLdQ, 0, k0, lane);
+        ldmatrix_a(al, sm.q_lo, kLdQ, 0, k0, lane);
+        ldmatrix_bt(b, kt, warp * 16, k0, lane);
+        mma_bf16(s[0], ah, b);
+        mma_bf16(s[0], al, b);
+        mma_bf16(s[1], ah, b + 2);
+        mma_bf16(s[1], al, b + 2);
       }
-      const int col = warp * 8 + 2 * tq;
 #pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const int h = g + (c / 2) * 8, j = col + c % 2;
-        sm.s[h][j] = j0 + j < end ? s[c] * scale : -INFINITY;
+      for (int jn = 0; jn < 2; ++jn) {
+        const int col = warp * 16 + jn * 8 + 2 * tq;
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const int h = g + (c / 2) * 8, j = col + c % 2;
+          sm.s[h][j] = j0 + j < end ? s[jn][c] * scale : -INFINITY;
+        }
       }
     }
     __syncthreads();
-    // Online softmax: warp w updates heads [4w, 4w + 4), one position per lane.
+    // Online softmax: warp w updates heads [4w, 4w + 4), positions lane and lane + 32.
 #pragma unroll
     for (int hh = 0; hh < 4; ++hh) {
       const int h = warp * 4 + hh;
-      const float sv = sm.s[h][lane];
-      float mx = sv;
+      const float s0 = sm.s[h][lane], s1 = sm.s[h][lane + 32];
+      float mx = fmaxf(s0, s1);
       for (int o = 16; o > 0; o /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
       const float m_old = sm.m[h];
       const float m_new = fmaxf(m_old, mx);
-      const float p = sv == -INFINITY ? 0.0f : expf(sv - m_new);
-      float sum = p;
+      const float p0 = s0 == -INFINITY ? 0.0f : expf(s0 - m_new);
+      const float p1 = s1 == -INFINITY ? 0.0f : expf(s1 - m_new);
+      float sum = p0 + p1;
       for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-      const __nv_bfloat16 hi = __float2bfloat16_rn(p);
-      sm.p_hi[h * kLdP + lane] = hi;
-      sm.p_lo[h * kLdP + lane] = __float2bfloat16_rn(p - __bfloat162float(hi));
+      const __nv_bfloat16 hi0 = __float2bfloat16_rn(p0), hi1 = __float2bfloat16_rn(p1);
+      sm.p_hi[h * kLdP + lane] = hi0;
+      sm.p_lo[h * kLdP + lane] = __float2bfloat16_rn(p0 - __bfloat162float(hi0));
+      sm.p_hi[h * kLdP + lane + 32] = hi1;
+      sm.p_lo[h * kLdP + lane + 32] = __float2bfloat16_rn(p1 - __bfloat162float(hi1));
       __syncwarp();
       if (lane == 0) {
         const float corr = expf(m_old - m_new);
@@ -196,7 +228,7 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
     __syncthreads();
-    // O [16, 512] += P [16, 32] V [32, 512]: warp w owns latent columns [128w, 128w + 128).
+    // O [16, 512] += P [16, 64] V [64, 512]: warp w owns latent columns [128w, 128w + 128).
     {
       const float c_lo = sm.c[g], c_hi = sm.c[g + 8];
 #pragma unroll
@@ -209,14 +241,8 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int k0 = 0; k0 < kNT; k0 += 16) {
         uint32_t ah[4], al[4];
-        ah[0] = ld32(sm.p_hi + g * kLdP + k0 + 2 * tq);
-        ah[1] = ld32(sm.p_hi + (g + 8) * kLdP + k0 + 2 * tq);
-        ah[2] = ld32(sm.p_hi + g * kLdP + k0 + 2 * tq + 8);
-        ah[3] = ld32(sm.p_hi + (g + 8) * kLdP + k0 + 2 * tq + 8);
-        al[0] = ld32(sm.p_lo + g * kLdP + k0 + 2 * tq);
-        al[1] = ld32(sm.p_lo + (g + 8) * kLdP + k0 + 2 * tq);
-        al[2] = ld32(sm.p_lo + g * kLdP + k0 + 2 * tq + 8);
-        al[3] = ld32(sm.p_lo + (g + 8) * kLdP + k0 + 2 * tq + 8);
+        ldmatrix_a(ah, sm.p_hi, kLdP, 0, k0, lane);
+        ldmatrix_a(al, sm.p_lo, kLdP, 0, k0, lane);
 #pragma unroll
         for (int j = 0; j < 16; j += 2) {
           uint32_t b[4];
@@ -253,27 +279,27 @@ __global__ void __launch_bounds__(kThreads)
 
 }  // namespace
 
-bool mla_tc_supported(int64_t R, int64_t P, bool cache_bf16, uintptr_t cache) {
-  return cache_bf16 && R == kR && P == kP && cache % 16 == 0;
+bool mla_tc_supported(int64_t R, int64_t P, bool cache_bf16, uintptr_t cache, uintptr_t q_lat,
+                      uintptr_t q_pe) {
+  return cache_bf16 && R == kR && P == kP && cache % 16 == 0 && q_lat % 16 == 0 && q_pe % 16 == 0;
 }
 
-void launch_attention_mla_tc(const float* q_lat, const float* q_pe, const uint16_t* cache,
+bool launch_attention_mla_tc(const float* q_lat, const float* q_pe, const uint16_t* cache,
                              const MlaPlanView& plan, float* out, float* ws_acc, float* ws_ml, int64_t T,
                              int64_t H, float scale, const MlaSplit& split) {
-  const size_t smem = sizeof(Smem);
-  static bool configured = false;
-  if (!configured) {
-    const cudaError_t err = cudaFuncSetAttribute(mla_tc_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                 static_cast<int>(smem));
-    if (err != cudaSuccess)
-      fail("attention_mla: cannot use ", smem, " bytes of shared memory: ", cudaGetErrorString(err));
-    configured = true;
+  // The tiles need ~196 KiB of shared memory: Hopper has it, an A100 (163 KiB) does not.
+  static const bool fits = cudaFuncSetAttribute(mla_tc_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                static_cast<int>(sizeof(Smem))) == cudaSuccess;
+  if (!fits) {
+    cudaGetLastError();
+    return false;
   }
   const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(split.splits),
                   static_cast<unsigned>((H + kHeads - 1) / kHeads));
-  mla_tc_kernel<<<grid, kThreads, smem, stream()>>>(q_lat, q_pe, cache, plan, out, ws_acc, ws_ml,
-                                                    static_cast<int>(H), scale, split.splits, split.chunk);
+  mla_tc_kernel<<<grid, kThreads, sizeof(Smem), stream()>>>(
+      q_lat, q_pe, cache, plan, out, ws_acc, ws_ml, static_cast<int>(H), scale, split.splits, split.chunk);
   check_launch("attention_mla (tensor cores)");
+  return true;
 }
 
 }  // namespace dsinfer::cuda

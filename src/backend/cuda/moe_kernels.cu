@@ -18,10 +18,18 @@ namespace dsinfer::cuda {
 namespace {
 
 constexpr int kRouteThreads = 256;
+constexpr int kRouteBatch = 8;  // experts a warp scores at once
 constexpr int kPermuteThreads = 1024;
 constexpr int kRowsThreads = 256;
-constexpr int kColsPerWarp = 4;
-constexpr int kColsPerBlock = kColsPerWarp * kRowsThreads / 32;
+// Weight rows each warp streams: fewer for tall tiles, whose accumulators take more registers.
+template <int TM>
+__host__ __device__ constexpr int cols_per_warp() {
+  return TM >= 8 ? 2 : 4;
+}
+template <int TM>
+__host__ __device__ constexpr int cols_per_block() {
+  return cols_per_warp<TM>() * kRowsThreads / 32;
+}
 
 void check_launch(const char* what) {
   const cudaError_t err = cudaGetLastError();
@@ -70,7 +78,7 @@ __device__ float warp_sum(float v) {
 
 __global__ void __launch_bounds__(kRouteThreads)
     moe_route_kernel(const float* x, const uint16_t* router, const float* bias, int32_t* ids, float* wout,
-                     int H, int E, MoeRouteParams p) {
+                     int H, int E, MoeRouteParams p, bool vec) {
   extern __shared__ float smem[];
   const int G = p.n_group > 0 ? p.n_group : 1, K = p.top_k;
   float* xs = smem;                                                     // [H]
@@ -83,12 +91,44 @@ __global__ void __launch_bounds__(kRouteThreads)
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   for (int i = tid; i < H; i += kRouteThreads) xs[i] = x[t * H + i];
   __syncthreads();
-  for (int e = warp; e < E; e += kRouteThreads / 32) {
-    const uint16_t* w = router + static_cast<int64_t>(e) * H;
-    float dot = 0.0f;
-    for (int i = lane; i < H; i += 32) dot += xs[i] * bf16f(w[i]);
-    dot = warp_sum(dot);
-    if (lane == 0) score[e] = dot;
+  if (vec) {
+    // Each warp takes kRouteBatch experts at a time (their weight loads in flight together), each lane 8
+    // inputs per step: every expert's dot product is summed in the same order.
+    for (int e0 = warp * kRouteBatch; e0 < E; e0 += kRouteThreads / 32 * kRouteBatch) {
+      float dot[kRouteBatch];
+#pragma unroll
+      for (int j = 0; j < kRouteBatch; ++j) dot[j] = 0.0f;
+      for (int kk = lane * 8; kk < H; kk += 256) {
+        const float4 x0 = *reinterpret_cast<const float4*>(xs + kk);
+        const float4 x1 = *reinterpret_cast<const float4*>(xs + kk + 4);
+        const float xv[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+#pragma unroll
+        for (int j = 0; j < kRouteBatch; ++j) {
+          if (e0 + j < E) {
+            const uint4 v = *reinterpret_cast<const uint4*>(router + static_cast<int64_t>(e0 + j) * H + kk);
+            const uint32_t b[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              dot[j] += xv[2 * i] * __uint_as_float(b[i] << 16);
+              dot[j] += xv[2 * i + 1] * __uint_as_float(b[i] & 0xffff0000u);
+            }
+          }
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < kRouteBatch; ++j) {
+        const float d = warp_sum(dot[j]);
+        if (lane == 0 && e0 + j < E) score[e0 + j] = d;
+      }
+    }
+  } else {
+    for (int e = warp; e < E; e += kRouteThreads / 32) {
+      const uint16_t* w = router + static_cast<int64_t>(e) * H;
+      float dot = 0.0f;
+      for (int i = lane; i < H; i += 32) dot += xs[i] * bf16f(w[i]);
+      dot = warp_sum(dot);
+      if (lane == 0) score[e] = dot;
+    }
   }
   __syncthreads();
   if (warp != 0) return;
@@ -211,8 +251,8 @@ __global__ void __launch_bounds__(kPermuteThreads)
   }
 }
 
-// One block: a tile of up to TM (1, 2, 4 or 8) permuted rows of one expert x kColsPerBlock output columns;
-// each warp streams kColsPerWarp weight rows (of w1, and of w2 for gate/up) once for all the tile's rows.
+// One block: a tile of up to TM (1, 2, 4 or 8) permuted rows of one expert x cols_per_block<TM>() outputs;
+// each warp streams kCW weight rows (of w1, and of w2 for gate/up) once for all the tile's rows.
 // kGateUp: rows of a are x[slot_pair[r] / topk], out = silu(a w1^T) * (a w2^T); else rows of a are the
 // permuted rows themselves and out = a w1^T.
 template <bool kGateUp, bool kVec, int TM>
@@ -220,6 +260,7 @@ __global__ void __launch_bounds__(kRowsThreads)
     moe_rows_kernel(const float* a, int topk, const int32_t* offsets, const int32_t* tiles,
                     const int32_t* slot_pair, StackedWeights w1, StackedWeights w2, float* out, int E, int K,
                     int N, float limit) {
+  constexpr int kCW = cols_per_warp<TM>();
   const int tile = blockIdx.x;
   if (tile >= tiles[E]) return;
   int lo = 0, hi = E;  // tiles[lo] <= tile < tiles[hi]
@@ -235,7 +276,7 @@ __global__ void __launch_bounds__(kRowsThreads)
   const int row0 = offsets[e] + (tile - tiles[e]) * TM;
   const int nr = min(TM, offsets[e + 1] - row0);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int n0 = blockIdx.y * kColsPerBlock + warp * kColsPerWarp;
+  const int n0 = blockIdx.y * cols_per_block<TM>() + warp * kCW;
   if (n0 >= N) return;
   const float* arow[TM];
 #pragma unroll
@@ -244,17 +285,17 @@ __global__ void __launch_bounds__(kRowsThreads)
     const int src = kGateUp ? slot_pair[rr] / topk : rr;
     arow[r] = a + static_cast<int64_t>(src) * K;
   }
-  const uint16_t* w1r[kColsPerWarp];
-  const uint16_t* w2r[kColsPerWarp];
+  const uint16_t* w1r[kCW];
+  const uint16_t* w2r[kCW];
 #pragma unroll
-  for (int c = 0; c < kColsPerWarp; ++c) {
+  for (int c = 0; c < kCW; ++c) {
     const int n = min(n0 + c, N - 1);
     w1r[c] = w1.base + e * w1.stride + static_cast<int64_t>(n) * K;
     w2r[c] = kGateUp ? w2.base + e * w2.stride + static_cast<int64_t>(n) * K : nullptr;
   }
-  float acc1[kColsPerWarp][TM], acc2[kColsPerWarp][TM];
+  float acc1[kCW][TM], acc2[kCW][TM];
 #pragma unroll
-  for (int c = 0; c < kColsPerWarp; ++c)
+  for (int c = 0; c < kCW; ++c)
 #pragma unroll
     for (int r = 0; r < TM; ++r) acc1[c][r] = acc2[c][r] = 0.0f;
 
@@ -272,7 +313,7 @@ __global__ void __launch_bounds__(kRowsThreads)
         }
       }
 #pragma unroll
-      for (int c = 0; c < kColsPerWarp; ++c) {
+      for (int c = 0; c < kCW; ++c) {
         const uint4 v1 = *reinterpret_cast<const uint4*>(w1r[c] + kk);
         const uint32_t b1[4] = {v1.x, v1.y, v1.z, v1.w};
         float f1[8], f2[8];
@@ -305,7 +346,7 @@ __global__ void __launch_bounds__(kRowsThreads)
   } else {
     for (int kk = lane; kk < K; kk += 32) {
 #pragma unroll
-      for (int c = 0; c < kColsPerWarp; ++c) {
+      for (int c = 0; c < kCW; ++c) {
         const float f1 = bf16f(w1r[c][kk]);
         const float f2 = kGateUp ? bf16f(w2r[c][kk]) : 0.0f;
 #pragma unroll
@@ -320,7 +361,7 @@ __global__ void __launch_bounds__(kRowsThreads)
     }
   }
 #pragma unroll
-  for (int c = 0; c < kColsPerWarp; ++c) {
+  for (int c = 0; c < kCW; ++c) {
 #pragma unroll
     for (int r = 0; r < TM; ++r) {
       const float g = warp_sum(acc1[c][r]);
@@ -362,7 +403,7 @@ void launch_rows_tm(const float* a, int topk, const int32_t* offsets, const int3
   // Every tile holds at least one row: at most min(pairs, ceil(pairs / TM) + E) tiles.
   const int64_t max_tiles = std::min(pairs, (pairs + TM - 1) / TM + E);
   const dim3 grid(static_cast<unsigned>(max_tiles),
-                  static_cast<unsigned>((N + kColsPerBlock - 1) / kColsPerBlock));
+                  static_cast<unsigned>((N + cols_per_block<TM>() - 1) / cols_per_block<TM>()));
   auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   const bool vec = K % 8 == 0 && aligned(a) && aligned(w1.base) && w1.stride % 8 == 0 &&
                    (!kGateUp || (aligned(w2.base) && w2.stride % 8 == 0));
@@ -414,7 +455,8 @@ void launch_moe_route(const float* x, const uint16_t* router, const float* bias,
   const size_t smem = static_cast<size_t>(H + 2 * E + G + p.top_k) * 4 + static_cast<size_t>(std::max(E, G));
   DSI_CHECK(smem <= 48 * 1024, "moe_route: hidden size ", H, " too large for the routing kernel");
   moe_route_kernel<<<static_cast<unsigned>(T), kRouteThreads, smem, stream()>>>(
-      x, router, bias, ids, weights, static_cast<int>(H), static_cast<int>(E), p);
+      x, router, bias, ids, weights, static_cast<int>(H), static_cast<int>(E), p,
+      H % 8 == 0 && reinterpret_cast<uintptr_t>(router) % 16 == 0);
   check_launch("moe_route");
 }
 
