@@ -29,6 +29,7 @@ __device__ __forceinline__ float bf16f(uint16_t bits) {
 // xs [tt][A] <- x[t0 + k, h, :]
 __device__ __forceinline__ void stage_inputs(float* xs, const float* x, int64_t t0, int nt, int h, int H,
                                              int A) {
+#pragma unroll 4
   for (int i = threadIdx.x; i < nt * A; i += blockDim.x) {
     const int k = i / A, a = i % A;
     xs[i] = x[((t0 + k) * H + h) * static_cast<int64_t>(A) + a];

@@ -66,19 +66,20 @@ int heads_per_group(int64_t H, int64_t R) {
 
 size_t smem_bytes(int HG, int D) {
   const int ld = D + 1;
-  return static_cast<size_t>(HG * ld + kTile * ld + HG * kTile + 3 * HG) * sizeof(float);
+  return static_cast<size_t>(2 * kTile + HG * ld + kTile * ld + HG * kTile + 3 * HG) * sizeof(float);
 }
 
 template <typename Elem>
 __global__ void __launch_bounds__(kThreads) mla_kernel(MlaParams p, const Elem* cache) {
   extern __shared__ float smem[];
   const int D = p.D, ld = D + 1, HG = p.HG;
-  float* q_s = smem;              // [HG][ld] queries [latent | rope] of the group
-  float* k_s = q_s + HG * ld;     // [kTile][ld] cached rows
-  float* p_s = k_s + kTile * ld;  // [HG][kTile] scores, then probabilities
-  float* m_s = p_s + HG * kTile;  // [HG] running max
-  float* l_s = m_s + HG;          // [HG] running sum
-  float* c_s = l_s + HG;          // [HG] this tile's rescale factor
+  int64_t* slot_s = reinterpret_cast<int64_t*>(smem);  // [kTile] cache slots of the tile's rows
+  float* q_s = smem + 2 * kTile;                       // [HG][ld] queries [latent | rope] of the group
+  float* k_s = q_s + HG * ld;                          // [kTile][ld] cached rows
+  float* p_s = k_s + kTile * ld;                       // [HG][kTile] scores, then probabilities
+  float* m_s = p_s + HG * kTile;                       // [HG] running max
+  float* l_s = m_s + HG;                               // [HG] running sum
+  float* c_s = l_s + HG;                               // [HG] this tile's rescale factor
   const int64_t t = blockIdx.x;
   const int split = blockIdx.y;
   const int h0 = blockIdx.z * HG;
@@ -120,23 +121,24 @@ __global__ void __launch_bounds__(kThreads) mla_kernel(MlaParams p, const Elem* 
 
   for (int64_t j0 = begin; j0 < end; j0 += kTile) {
     const int nt = static_cast<int>(min(static_cast<int64_t>(kTile), end - j0));
+    if (tid < nt) {
+      const int64_t pos = j0 + tid;
+      slot_s[tid] = static_cast<int64_t>(blocks[pos / bs]) * bs + pos % bs;
+    }
+    __syncthreads();
     if (p.vec4) {
       const int D4 = D / 4;
 #pragma unroll 4
       for (int i = tid; i < nt * D4; i += kThreads) {
         const int j = i / D4, d = (i % D4) * 4;
-        const int64_t pos = j0 + j;
-        const int64_t slot = static_cast<int64_t>(blocks[pos / bs]) * bs + pos % bs;
-        const float4 v = load4(cache + slot * p.width + d);
+        const float4 v = load4(cache + slot_s[j] * p.width + d);
         float* k = k_s + j * ld + d;
         k[0] = v.x, k[1] = v.y, k[2] = v.z, k[3] = v.w;
       }
     } else {
       for (int i = tid; i < nt * D; i += kThreads) {
         const int j = i / D, d = i % D;
-        const int64_t pos = j0 + j;
-        const int64_t slot = static_cast<int64_t>(blocks[pos / bs]) * bs + pos % bs;
-        k_s[j * ld + d] = load_elem(cache + slot * p.width + d);
+        k_s[j * ld + d] = load_elem(cache + slot_s[j] * p.width + d);
       }
     }
     __syncthreads();
@@ -212,25 +214,41 @@ __global__ void __launch_bounds__(kThreads) mla_kernel(MlaParams p, const Elem* 
   }
 }
 
-// out[t, h] = merge of the splits' states; split 0 always holds position 0, so the max is finite.
+// out[t, h] = merge of the splits' states; split 0 always holds position 0, so the max is finite. The
+// block first turns the splits' (max, sum) into weights in shared memory, then sums the latent partials.
 __global__ void mla_combine_kernel(const float* ws_acc, const float* ws_ml, float* out, int H, int R,
                                    int splits) {
+  extern __shared__ float weight[];  // [splits]
+  __shared__ float red[32];
   const int64_t t = blockIdx.x;
-  const int h = blockIdx.y;
-  float M = -INFINITY;
-  for (int s = 0; s < splits; ++s) M = fmaxf(M, ws_ml[((t * splits + s) * H + h) * 2]);
-  float L = 0.0f;
-  for (int s = 0; s < splits; ++s) {
-    const float m = ws_ml[((t * splits + s) * H + h) * 2];
-    if (m != -INFINITY) L += ws_ml[((t * splits + s) * H + h) * 2 + 1] * expf(m - M);
+  const int h = blockIdx.y, tid = threadIdx.x, lane = tid % 32, warp = tid / 32, nwarps = blockDim.x / 32;
+  const float* ml = ws_ml + (t * splits * H + h) * 2;  // split s at ml[s * H * 2]
+  float mx = -INFINITY;
+  for (int s = tid; s < splits; s += blockDim.x) mx = fmaxf(mx, ml[static_cast<int64_t>(s) * H * 2]);
+  for (int o = 16; o > 0; o /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+  if (lane == 0) red[warp] = mx;
+  __syncthreads();
+  float M = red[0];
+  for (int w = 1; w < nwarps; ++w) M = fmaxf(M, red[w]);
+  __syncthreads();
+  float l = 0.0f;
+  for (int s = tid; s < splits; s += blockDim.x) {
+    const float m = ml[static_cast<int64_t>(s) * H * 2];
+    const float w = m == -INFINITY ? 0.0f : expf(m - M);
+    weight[s] = w;
+    l += w * ml[static_cast<int64_t>(s) * H * 2 + 1];
   }
+  for (int o = 16; o > 0; o /= 2) l += __shfl_xor_sync(0xffffffffu, l, o);
+  if (lane == 0) red[warp] = l;
+  __syncthreads();
+  float L = 0.0f;
+  for (int w = 0; w < nwarps; ++w) L += red[w];
   const float inv = 1.0f / L;
-  for (int r = threadIdx.x; r < R; r += blockDim.x) {
+  const float* acc = ws_acc + (t * splits * H + h) * static_cast<int64_t>(R);  // split s at acc[s * H * R]
+  for (int r = tid; r < R; r += blockDim.x) {
     float o = 0.0f;
-    for (int s = 0; s < splits; ++s) {
-      const float m = ws_ml[((t * splits + s) * H + h) * 2];
-      if (m != -INFINITY) o += ws_acc[((t * splits + s) * H + h) * static_cast<int64_t>(R) + r] * expf(m - M);
-    }
+#pragma unroll 4
+    for (int s = 0; s < splits; ++s) o += weight[s] * acc[static_cast<int64_t>(s) * H * R + r];
     out[(t * H + h) * static_cast<int64_t>(R) + r] = o * inv;
   }
 }
@@ -319,7 +337,8 @@ void launch_attention_mla(const float* q_lat, const float* q_pe, const void* cac
   }
   if (split.splits > 1) {
     const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(H));
-    mla_combine_kernel<<<grid, 128, 0, stream()>>>(p.ws_acc, p.ws_ml, out, p.H, p.R, p.splits);
+    mla_combine_kernel<<<grid, 128, static_cast<size_t>(p.splits) * sizeof(float), stream()>>>(
+        p.ws_acc, p.ws_ml, out, p.H, p.R, p.splits);
     check_launch("attention_mla combine");
   }
 }

@@ -28,6 +28,7 @@ struct Smem {
   __nv_bfloat16 p_hi[kHeads * kLdP], p_lo[kHeads * kLdP];
   float s[kHeads][kNT];
   float m[kHeads], l[kHeads], c[kHeads];
+  int64_t slot[kNT];  // cache slot of each row of the tile being loaded (-1: past the end)
 };
 
 void check_launch(const char* what) {
@@ -124,13 +125,18 @@ __global__ void __launch_bounds__(kThreads)
   const int32_t* blocks = plan.block_table + plan.block_table_indptr[plan.token_seq[t]];
   const int64_t bs = plan.block_size;
 
-  auto load_tile = [&](int stage, int64_t j0) {
+  auto load_tile = [&](int stage, int64_t j0) {  // called by the whole block
+    __syncthreads();                             // earlier readers of sm.slot are done
+    if (tid < kNT) {
+      const int64_t pos = j0 + tid;
+      sm.slot[tid] = pos < end ? static_cast<int64_t>(blocks[pos / bs]) * bs + pos % bs : -1;
+    }
+    __syncthreads();
+#pragma unroll 4
     for (int i = tid; i < kNT * kChunks; i += kThreads) {
       const int j = i / kChunks, c = i % kChunks;
-      const int64_t pos = j0 + j;
-      const bool valid = pos < end;
-      const int64_t slot = valid ? static_cast<int64_t>(blocks[pos / bs]) * bs + pos % bs : 0;
-      cp_async16(sm.k[stage] + j * kLdK + c * 8, cache + slot * kD + c * 8, valid);
+      const int64_t slot = sm.slot[j];
+      cp_async16(sm.k[stage] + j * kLdK + c * 8, cache + (slot >= 0 ? slot : 0) * kD + c * 8, slot >= 0);
     }
     cp_async_commit();
   };

@@ -89,6 +89,7 @@ __global__ void __launch_bounds__(kRouteThreads)
   unsigned char* taken = reinterpret_cast<unsigned char*>(chosen + K);  // [max(E, G)]
   const int64_t t = blockIdx.x;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+#pragma unroll 4
   for (int i = tid; i < H; i += kRouteThreads) xs[i] = x[t * H + i];
   __syncthreads();
   if (vec) {
