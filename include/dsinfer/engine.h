@@ -22,6 +22,7 @@ struct ModelConfig;
 struct EngineConfig {
   std::string model_dir;
   std::string device = "auto";               // auto | cpu | cuda
+  std::string cuda_arch = "auto";            // CUDA kernel path: auto | sm_90 | sm_80 (DSINFER_CUDA_ARCH)
   bool dummy_weights = false;                // random weights from config.json alone (benchmarks)
   int32_t max_batch_size = 64;               // sequences per step
   int32_t max_num_tokens = 2048;             // tokens per step (decode tokens + prefill chunks)
@@ -33,7 +34,8 @@ struct EngineConfig {
   int64_t cpu_kv_cache_bytes = int64_t{1} << 30;  // CPU backend: KV byte budget
   bool enable_prefix_caching = true;
   int32_t max_queue_length = 1024;  // waiting requests beyond this are rejected
-  ResilienceConfig resilience;      // circuit breaker, watchdog, length tiers, fault injection
+  bool cuda_graphs = true;      // GPU: replay decode steps as CUDA graphs (env DSINFER_CUDA_GRAPHS=0: off)
+  ResilienceConfig resilience;  // circuit breaker, watchdog, length tiers, fault injection
 };
 
 struct Usage {
@@ -95,7 +97,8 @@ struct EngineStats {
   double engine_busy_fraction = 0.0;  // "gpu_utilization": busy share of the engine thread
   bool scale_out_recommended = false;
   int64_t cache_reinits = 0;
-  int32_t batch_limit = 0;  // current cap on sequences per step (0: max_batch_size)
+  int32_t batch_limit = 0;         // current cap on sequences per step (0: max_batch_size)
+  int64_t cuda_graph_replays = 0;  // decode steps replayed from CUDA graphs
 };
 
 // Whether a new request may start (the circuit breaker's gate and the device's health).

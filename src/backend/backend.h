@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "backend/batch_plan.h"
+#include "backend/sampling_row.h"
 #include "core/tensor.h"
 #include "kv/kv_cache.h"
 #include "model/rope.h"
@@ -80,6 +81,16 @@ class Backend {
   virtual void prepare_experts(std::vector<MlpWeights>& /*experts*/) {}
   // A host float32 copy of a tensor this backend produced (identity for host tensors).
   virtual Tensor to_host(const Tensor& t) { return t; }
+  // Brackets one forward pass over `plan` (see StepScope): a device backend uploads the plan's arrays once,
+  // and ops given one of the plan's arrays read that copy.
+  virtual void begin_step(const BatchPlan& plan) {}
+  virtual void end_step() {}
+
+  // Samples one token per row of logits [rows.size(), vocab] (float32, host or this backend's device, left
+  // unmodified) with each row's parameters and state; only the results come back to the host. The default
+  // runs HostSampler on a host copy (backend_sampling.cpp), drawing from each row's host_rng. A row that
+  // cannot be sampled reports SampledToken::error; the others are unaffected.
+  virtual std::vector<SampledToken> sample(const Tensor& logits, const std::vector<SamplingRow>& rows);
 
   // [T, H] rows of table [V, H] for ids [T].
   virtual Tensor embed(const Tensor& table, const std::vector<int32_t>& ids) = 0;
@@ -188,6 +199,18 @@ class Backend {
   virtual Tensor attention_mla_sparse(const Tensor& q_lat, const Tensor& q_pe, const KvCache& cache,
                                       int64_t layer, const BatchPlan& plan, const Tensor& selected,
                                       float scale) = 0;
+};
+
+// Calls begin_step / end_step around a model's forward pass (also when it throws).
+class StepScope {
+ public:
+  StepScope(Backend& backend, const BatchPlan& plan) : backend_(backend) { backend_.begin_step(plan); }
+  ~StepScope() { backend_.end_step(); }
+  StepScope(const StepScope&) = delete;
+  StepScope& operator=(const StepScope&) = delete;
+
+ private:
+  Backend& backend_;
 };
 
 }  // namespace dsinfer

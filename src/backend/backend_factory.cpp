@@ -9,7 +9,9 @@
 #include "core/log.h"
 #include "model/model_config.h"
 #ifdef DSINFER_HAVE_CUDA
+#include "backend/cuda/arch_path.h"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_op_registry.h"
 #include "backend/cuda/runtime.h"
 #endif
 
@@ -18,29 +20,50 @@ namespace dsinfer {
 namespace {
 
 #ifdef DSINFER_HAVE_CUDA
-// DSINFER_CUDA_GEMM=bf16 rounds GEMM activations to bf16 (one GEMM) instead of the hi/lo split.
-std::unique_ptr<Backend> make_cuda_backend() {
+// GEMMs over more than 8 rows round activations to bf16 (one GEMM); DSINFER_CUDA_GEMM=split keeps ~16 bits
+// of each activation (hi/lo halves, two GEMMs). Read once, when the backend is made. The kernel path
+// (cuda/arch_path.h) is chosen first: it throws below sm_80 or for a request the GPU cannot honour.
+std::unique_ptr<Backend> make_cuda_backend(const std::string& cuda_arch) {
+  const cuda::ArchPath path = cuda::init_arch_path(cuda_arch);
+  log_info("CUDA backend: ", cuda::arch_path_name(path), " kernel path");
   CudaBackendOptions options;
   const char* gemm = std::getenv("DSINFER_CUDA_GEMM");
-  if (gemm && std::strcmp(gemm, "bf16") == 0) options.split_gemm_activations = false;
+  if (gemm && std::strcmp(gemm, "split") == 0) options.split_gemm_activations = true;
   return std::make_unique<CudaBackend>(options);
 }
+
+std::string joined(const std::vector<std::string>& items) {
+  std::string out;
+  for (const std::string& s : items) out += (out.empty() ? "" : ", ") + s;
+  return out;
+}
 #endif
+
+void check_cuda_arch_value(const std::string& cuda_arch) {
+  DSI_CHECK(cuda_arch.empty() || cuda_arch == "auto" || cuda_arch == "sm_90" || cuda_arch == "sm_80",
+            "unknown --cuda-arch \"", cuda_arch, "\" (use auto, sm_90 or sm_80)");
+}
 
 }  // namespace
 
 bool cuda_runs(const ModelConfig& config) {
-  return config.arch == Arch::kLlama || config.arch == Arch::kQwen2 || config.arch == Arch::kDeepseekV2 ||
-         config.arch == Arch::kDeepseekV3;
+#ifdef DSINFER_HAVE_CUDA
+  return cuda::ops_without_cuda_kernel(config.arch).empty();
+#else
+  (void)config;
+  return false;
+#endif
 }
 
-std::unique_ptr<Backend> make_backend(const std::string& device, const std::string& model_dir) {
+std::unique_ptr<Backend> make_backend(const std::string& device, const std::string& model_dir,
+                                      const std::string& cuda_arch) {
+  check_cuda_arch_value(cuda_arch);
   if (device == "cpu") return std::make_unique<CpuBackend>();
   if (device == "auto") {
 #ifdef DSINFER_HAVE_CUDA
     // The GPU when there is one and it has kernels for this architecture; otherwise the CPU reference.
     if (cuda::device_available()) {
-      if (model_dir.empty() || cuda_runs(load_model_config(model_dir))) return make_cuda_backend();
+      if (model_dir.empty() || cuda_runs(load_model_config(model_dir))) return make_cuda_backend(cuda_arch);
       log_info("--device auto: no CUDA kernels for this architecture yet, running on the CPU");
     }
 #endif
@@ -48,8 +71,14 @@ std::unique_ptr<Backend> make_backend(const std::string& device, const std::stri
   }
   if (device == "cuda") {
 #ifdef DSINFER_HAVE_CUDA
+    if (!model_dir.empty()) {
+      const ModelConfig config = load_model_config(model_dir);
+      const std::vector<std::string> missing = cuda::ops_without_cuda_kernel(config.arch);
+      DSI_CHECK(missing.empty(), "--device cuda: the CUDA backend has no kernels yet for these ops of ",
+                config.model_type, ": ", joined(missing), " (use --device cpu; `dsinfer check` lists them)");
+    }
     DSI_CHECK(cuda::device_available(), "--device cuda: no CUDA device is visible");
-    return make_cuda_backend();
+    return make_cuda_backend(cuda_arch);
 #else
     fail("--device cuda: this build has no CUDA backend (no CUDA compiler was found); use --device cpu");
 #endif

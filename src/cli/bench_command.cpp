@@ -41,6 +41,7 @@ struct BenchArgs {
   int64_t max_kv_tokens = 0;
   bool no_prefix_caching = false;
   std::string device = "auto";
+  std::string cuda_arch = "auto";
   uint64_t seed = 0;
   bool json = false;
   double long_fraction = 0.0;  // share of requests with a --long-input-len prompt
@@ -132,6 +133,7 @@ int run_bench(const BenchArgs& a) {
   EngineConfig config;
   config.model_dir = a.model;
   config.device = a.device;
+  config.cuda_arch = a.cuda_arch;
   config.dummy_weights = a.dummy_weights;
   config.max_batch_size = a.max_batch_size;
   config.max_num_tokens = a.max_num_tokens;
@@ -309,6 +311,7 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--max-kv-tokens", a->max_kv_tokens, "KV capacity in tokens (default: the byte budget)");
   cmd->add_flag("--no-prefix-caching", a->no_prefix_caching, "Disable prefix caching");
   cmd->add_option("--device", a->device, "auto, cpu or cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  add_cuda_arch_option(cmd, a->cuda_arch);
   cmd->add_option("--seed", a->seed, "Seed of the synthetic prompts and lengths (0)");
   cmd->add_flag("--json", a->json, "Print one JSON object with every figure");
   cmd->add_option("--long-fraction", a->long_fraction,

@@ -1,6 +1,8 @@
 // `dsinfer check`: what a model needs on a GPU target — parameters, weight bytes, KV bytes per token, the
-// memory plan, which backend ops have CUDA kernels in this binary, and warnings for settings that will hurt.
-// Works without a GPU for a named target and on a directory holding only config.json.
+// memory plan, which backend ops have CUDA kernels in this binary (from the one op registry the backend
+// factory also uses, src/backend/cuda/cuda_op_registry.cpp), and warnings for settings that will hurt.
+// Works without a GPU for a named target (sm_90, sm_80 or a GPU model) and on a directory holding only
+// config.json.
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -12,6 +14,8 @@
 #include "model/model_size.h"
 #include "model/safetensors.h"
 #ifdef DSINFER_HAVE_CUDA
+#include "backend/cuda/arch_path.h"
+#include "backend/cuda/cuda_op_registry.h"
 #include "backend/cuda/device_query.h"
 #endif
 
@@ -23,27 +27,82 @@ struct CheckArgs {
   std::string model;
   std::string gpu = "auto";
   double gpu_memory_gib = 0;
-  std::string precision = "bf16";
+  std::string precision = "auto";
+  std::string kv_dtype = "bf16";
   MemoryPlanInput plan;
   int32_t context_chunk_size = 512;
   bool json = false;
 };
 
-// Backend ops a model needs; none has a CUDA kernel in this build yet (the CUDA backend arrives with the
-// "CUDA backend" issues) — `check` reports that instead of pretending.
-const std::vector<std::string>& backend_ops(const ModelConfig& c) {
-  static const std::vector<std::string> dense = {"embed",    "rms_norm",      "linear",      "rope",  "mlp",
-                                                 "write_kv", "attention_gqa", "gather_rows", "sample"};
-  static const std::vector<std::string> mla = {"embed",     "rms_norm",    "linear",        "rope",
-                                               "mlp",       "write_kv",    "attention_mla", "head_matmul",
-                                               "moe_route", "moe_experts", "gather_rows",   "sample"};
-  static const std::vector<std::string> v4 = {"embed",        "rms_norm",      "linear",
-                                              "rope",         "hc_pre",        "hc_post",
-                                              "hc_head",      "compress_rows", "write_compressed",
-                                              "indexer_topk", "attention_v4",  "moe_route",
-                                              "moe_experts",  "gather_rows",   "sample"};
-  if (c.arch == Arch::kDeepseekV4) return v4;
-  return c.is_deepseek_mla() ? mla : dense;
+// A GPU `check` can plan for without one: its compute capability and typical memory (MiB as the driver
+// reports it for the common SKU).
+struct NamedGpu {
+  const char* target;
+  const char* description;
+  int major, minor;
+  int64_t memory_mib;
+};
+
+const NamedGpu kNamedGpus[] = {
+    {"h100", "H100 SXM 80 GB", 9, 0, 81559}, {"h200", "H200 141 GB", 9, 0, 143771},
+    {"a100", "A100 80 GB", 8, 0, 81920},     {"a100-40gb", "A100 40 GB", 8, 0, 40960},
+    {"l40s", "L40S 48 GB", 8, 9, 46068},     {"a10", "A10 24 GB", 8, 6, 23028},
+};
+
+// What `check` plans for.
+struct Target {
+  std::string name;         // as given: auto, sm_90, h200, ...
+  std::string arch_path;    // sm_90 or sm_80: the kernel path
+  std::string device_name;  // the GPU's name (auto) or the assumed model
+  int major = 0, minor = 0;
+  int64_t memory = 0;
+  std::string memory_source;
+  bool fp8_tensor_cores() const { return major * 10 + minor >= 89; }
+  std::string sm() const { return str_cat("sm_", major, minor); }
+};
+
+Target resolve_target(const CheckArgs& a) {
+  Target t;
+  t.name = a.gpu;
+  if (a.gpu == "auto") {
+#ifdef DSINFER_HAVE_CUDA
+    std::string why;
+    auto devices = cuda::query_devices(&why);
+    DSI_CHECK(!devices.empty(), "--gpu auto: no GPU is visible (", why,
+              "); name a target instead: --gpu sm_90, sm_80, h100, h200, a100, a100-40gb, l40s or a10");
+    const auto& d = devices[0];
+    t.major = d.major;
+    t.minor = d.minor;
+    t.device_name = d.name;
+    t.arch_path =
+        cuda::arch_path_name(cuda::choose_arch_path(d.major, d.minor, d.name, cuda::arch_request("")));
+    t.memory = static_cast<int64_t>(d.free_memory);
+    t.memory_source = "free memory of GPU 0";
+#else
+    fail(
+        "--gpu auto: this binary was built without CUDA; name a target: --gpu sm_90, sm_80, h100, h200, "
+        "a100, "
+        "a100-40gb, l40s or a10");
+#endif
+  } else {
+    std::string named = a.gpu == "sm_90" ? "h100" : a.gpu == "sm_80" ? "a100" : a.gpu;
+    const NamedGpu* g = nullptr;
+    for (const NamedGpu& n : kNamedGpus)
+      if (named == n.target) g = &n;
+    DSI_CHECK(g, "unknown --gpu \"", a.gpu, "\"");
+    t.major = g->major;
+    t.minor = g->minor;
+    t.device_name = g->description;
+    t.arch_path = g->major == 9 ? "sm_90" : "sm_80";
+    t.memory = g->memory_mib << 20;
+    t.memory_source = str_cat("typical memory of an ", g->description,
+                              a.gpu == named ? "" : str_cat(" (assumed for ", a.gpu, ")"));
+  }
+  if (a.gpu_memory_gib > 0) {
+    t.memory = static_cast<int64_t>(a.gpu_memory_gib * 1073741824.0);
+    t.memory_source = "--gpu-memory-gib";
+  }
+  return t;
 }
 
 std::string gib(double bytes) {
@@ -52,53 +111,94 @@ std::string gib(double bytes) {
   return buf;
 }
 
+std::string joined(const std::vector<std::string>& items, const char* sep = ", ") {
+  std::string out;
+  for (const std::string& s : items) out += (out.empty() ? "" : sep) + s;
+  return out;
+}
+
+// The model's ops and their kernels on `arch_path`, from the CUDA op registry.
+nlohmann::json kernel_report(const ModelConfig& config, const std::string& arch_path,
+                             std::vector<std::string>* with, std::vector<std::string>* without) {
+  nlohmann::json ops = nlohmann::json::array();
+#ifdef DSINFER_HAVE_CUDA
+  const cuda::ArchPath path = arch_path == "sm_90" ? cuda::ArchPath::kHopper : cuda::ArchPath::kAmpere;
+  for (const std::string& op : cuda::model_backend_ops(config.arch)) {
+    const cuda::OpCoverage c = cuda::cuda_op_coverage(op);
+    nlohmann::json row = {{"op", op}, {"coverage", cuda::op_coverage_name(c)}};
+    row["kernels"] = cuda::cuda_kernels_for(op, path);
+    if (c == cuda::OpCoverage::kHostFallback) row["fallback"] = cuda::cuda_op(op).host_fallback;
+    ops.push_back(row);
+    (c == cuda::OpCoverage::kMissing ? without : with)->push_back(op);
+  }
+#else
+  (void)arch_path;
+  (void)with;
+  (void)without;
+  (void)config;
+#endif
+  return ops;
+}
+
 int run_check(CheckArgs& a) {
   ModelConfig config = load_model_config(a.model);
   ModelSize size = model_size(config);
   nlohmann::json out;
   std::vector<std::string> warnings;
+  const Target target = resolve_target(a);
 
-  // Target.
-  std::string target = a.gpu;
-  int64_t memory = static_cast<int64_t>(a.gpu_memory_gib * 1073741824.0);
-  std::string device_name;
-  if (a.gpu == "auto") {
-#ifdef DSINFER_HAVE_CUDA
-    std::string why;
-    auto devices = cuda::query_devices(&why);
-    DSI_CHECK(!devices.empty(), "--gpu auto: no GPU visible (", why,
-              "); name a target with --gpu sm_90 or sm_80");
-    const auto& d = devices[0];
-    DSI_CHECK(d.major >= 8, "GPU ", d.name, " is sm_", d.major, d.minor, ": dsinfer needs sm_80 or newer");
-    target = d.major >= 9 ? "sm_90" : "sm_80";
-    device_name = d.name;
-    if (memory == 0) memory = static_cast<int64_t>(d.free_memory);
-#else
-    fail("--gpu auto: this binary was built without CUDA; name a target with --gpu sm_90 or sm_80");
-#endif
-  }
-  if (memory == 0) memory = int64_t{80} << 30;  // H100 / A100 80 GB class
-  a.plan.gpu_memory_bytes = memory;
-  a.plan.precision = a.precision;
-  if (a.precision == "fp8" && target == "sm_80") {
+  // Precision: auto takes FP8 when the checkpoint is FP8 and the GPU has FP8 tensor cores.
+  a.plan.gpu_memory_bytes = target.memory;
+  std::string precision = a.precision;
+  if (precision == "auto") precision = config.quant.fp8_block && target.fp8_tensor_cores() ? "fp8" : "bf16";
+  if (precision == "fp8" && !target.fp8_tensor_cores()) {
     warnings.push_back(
-        "FP8 requested on sm_80: Ampere has no FP8 tensor cores; weights would be dequantized to bf16");
-    a.plan.precision = "bf16";
+        str_cat("FP8 requested on ", target.sm(), ": ", target.device_name,
+                " has no FP8 tensor cores (those start at sm_89); weights would be dequantized "
+                "to bf16, planned as bf16"));
+    precision = "bf16";
+  } else if (a.precision == "auto" && config.quant.fp8_block && !target.fp8_tensor_cores()) {
+    warnings.push_back(
+        str_cat("the checkpoint is FP8 (quantization_config) but ", target.sm(),
+                " has no FP8 tensor cores: weights are dequantized to bf16 (twice the bytes)"));
   }
-  if (a.context_chunk_size % a.plan.kv_block_size != 0) {
+  if (precision == "fp8") {
+    warnings.push_back(
+        "the CUDA backend has no FP8 GEMM yet: it loads weights as bf16 today, so the plan's "
+        "FP8 weight bytes are what a later build needs, not this one");
+  }
+  a.plan.precision = precision;
+  a.plan.kv_element_bytes = a.kv_dtype == "fp32" ? 4 : 2;
+
+  // Scheduler settings that hurt.
+  const int32_t block = a.plan.kv_block_size;
+  if (a.context_chunk_size % block != 0) {
     warnings.push_back(str_cat("context_chunk_size ", a.context_chunk_size,
-                               " is not a multiple of kv_block_size ", a.plan.kv_block_size,
+                               " is not a multiple of kv_block_size ", block,
                                ": chunks end mid-block, wasting KV slots and prefix-cache hits"));
   }
   if (a.plan.max_num_tokens < a.context_chunk_size) {
     warnings.push_back(str_cat("max_num_tokens ", a.plan.max_num_tokens, " is below context_chunk_size ",
                                a.context_chunk_size, ": prefill chunks will be cut to the step budget"));
   }
+  if (a.plan.max_num_tokens < block) {
+    warnings.push_back(str_cat("max_num_tokens ", a.plan.max_num_tokens, " is smaller than kv_block_size ",
+                               block, ": no step can fill a KV block; prefill crawls"));
+  }
+  if (a.plan.max_batch_size > a.plan.max_num_tokens) {
+    warnings.push_back(str_cat("max_batch_size ", a.plan.max_batch_size, " exceeds max_num_tokens ",
+                               a.plan.max_num_tokens,
+                               ": decode batches are capped at max_num_tokens sequences"));
+  }
   MemoryPlan plan = plan_memory(config, size, a.plan);
   if (!plan.fits) warnings.push_back("the model does not fit: " + plan.why_not);
   if (plan.fits && plan.kv_tokens < config.max_position_embeddings) {
     warnings.push_back(str_cat("only ", plan.kv_tokens, " KV tokens fit, less than one full context of ",
                                config.max_position_embeddings, " tokens"));
+  }
+  if (plan.fits && plan.kv_tokens < static_cast<int64_t>(a.plan.max_batch_size) * block) {
+    warnings.push_back(str_cat("only ", plan.kv_tokens / block, " KV blocks fit for max_batch_size ",
+                               a.plan.max_batch_size, ": batches will be limited by preemption"));
   }
 
   // Checkpoint on disk, when present.
@@ -110,7 +210,22 @@ int run_check(CheckArgs& a) {
     checkpoint = {{"error", e.what()}};
   }
 
-  std::vector<std::string> missing = backend_ops(config);
+  // Kernels.
+  std::vector<std::string> with, without;
+  nlohmann::json ops = kernel_report(config, target.arch_path, &with, &without);
+#ifdef DSINFER_HAVE_CUDA
+  const nlohmann::json compiled = nlohmann::json::array({"sm_90a", "sm_80"});
+  if (!without.empty()) {
+    warnings.push_back(str_cat(without.size(), " ops of ", config.model_type,
+                               " have no CUDA kernel in this binary (", joined(without),
+                               "): --device auto runs it on the CPU, --device cuda refuses it"));
+  }
+#else
+  const nlohmann::json compiled = nlohmann::json::array();
+  without = {"(this binary has no CUDA backend)"};
+  warnings.push_back("this binary was built without CUDA: every model runs on the CPU backend");
+#endif
+
   out["model"] = {{"dir", a.model},
                   {"architecture", config.model_type},
                   {"layers", config.num_layers},
@@ -123,24 +238,32 @@ int run_check(CheckArgs& a) {
                   {"bf16_weight_bytes", size.bf16_weight_bytes},
                   {"kv_bytes_per_token_bf16", size.kv_bytes_per_token_bf16},
                   {"kv_fixed_bytes_per_sequence_fp32", size.kv_fixed_bytes_per_sequence_fp32},
+                  {"fp8_checkpoint", config.quant.fp8_block},
                   {"checkpoint", checkpoint}};
   out["target"] = {
-      {"gpu", target}, {"device", device_name}, {"memory_bytes", memory}, {"precision", a.plan.precision}};
+      {"gpu", target.arch_path},       {"target", target.name},
+      {"device", target.device_name},  {"compute_capability", str_cat(target.major, ".", target.minor)},
+      {"arch_path", target.arch_path}, {"fp8_tensor_cores", target.fp8_tensor_cores()},
+      {"memory_bytes", target.memory}, {"memory_source", target.memory_source},
+      {"precision", precision},        {"kv_dtype", a.kv_dtype}};
+  out["settings"] = {{"max_num_tokens", a.plan.max_num_tokens},
+                     {"max_batch_size", a.plan.max_batch_size},
+                     {"kv_block_size", block},
+                     {"context_chunk_size", a.context_chunk_size},
+                     {"kv_cache_free_gpu_mem_fraction", a.plan.kv_cache_free_gpu_mem_fraction},
+                     {"max_tokens_in_paged_kv_cache", a.plan.max_tokens_in_paged_kv_cache}};
   out["memory_plan"] = {{"weight_bytes", plan.weight_bytes},
                         {"workspace_bytes", plan.workspace_bytes},
                         {"kv_bytes", plan.kv_bytes},
                         {"kv_tokens", plan.kv_tokens},
+                        {"kv_bytes_per_token", plan.kv_bytes_per_token},
                         {"fits", plan.fits}};
-  out["kernels"] = {{"compiled_archs",
-#ifdef DSINFER_HAVE_CUDA
-                     nlohmann::json::array({"sm_90a", "sm_80"})
-#else
-                     nlohmann::json::array()
-#endif
-                    },
-                    {"ops_with_cuda_kernel", nlohmann::json::array()},
-                    {"ops_without_cuda_kernel", missing}};
-  warnings.push_back("no backend op has a CUDA kernel in this build: models run on the CPU backend");
+  out["kernels"] = {{"compiled_archs", compiled},
+                    {"arch_path", target.arch_path},
+                    {"ops_with_cuda_kernel", with},
+                    {"ops_without_cuda_kernel", without},
+                    {"ops", ops},
+                    {"runs_on_gpu", without.empty()}};
   out["warnings"] = warnings;
 
   if (a.json) {
@@ -154,17 +277,28 @@ int run_check(CheckArgs& a) {
                 size.active_params / 1e9);
     std::printf("weights      %s as published, %s in bf16\n", gib(size.checkpoint_weight_bytes).c_str(),
                 gib(size.bf16_weight_bytes).c_str());
-    std::printf("KV cache     %.0f bytes per token (bf16)", size.kv_bytes_per_token_bf16);
+    std::printf("KV cache     %.0f bytes per token (%s)", plan.kv_bytes_per_token, a.kv_dtype.c_str());
     if (size.kv_fixed_bytes_per_sequence_fp32) {
       std::printf(" + %s per sequence of sliding windows (fp32)",
                   gib(size.kv_fixed_bytes_per_sequence_fp32).c_str());
     }
-    std::printf("\ntarget       %s%s%s, %s, %s weights\n", target.c_str(), device_name.empty() ? "" : " ",
-                device_name.c_str(), gib(memory).c_str(), a.plan.precision.c_str());
+    std::printf("\ntarget       %s: %s, compute capability %d.%d, %s path, %s (%s), %s weights\n",
+                target.name.c_str(), target.device_name.c_str(), target.major, target.minor,
+                target.arch_path.c_str(), gib(target.memory).c_str(), target.memory_source.c_str(),
+                precision.c_str());
     std::printf("memory plan  weights %s + workspace %s + KV %s = %lld tokens%s\n",
                 gib(plan.weight_bytes).c_str(), gib(plan.workspace_bytes).c_str(), gib(plan.kv_bytes).c_str(),
                 static_cast<long long>(plan.kv_tokens), plan.fits ? "" : " (DOES NOT FIT)");
-    std::printf("kernels      none of %zu ops has a CUDA kernel yet\n", missing.size());
+    std::printf("kernels      compiled for %s; %zu of %zu ops covered on the %s path\n",
+                compiled.empty() ? "nothing (no CUDA)" : "sm_90a, sm_80", with.size(),
+                with.size() + without.size(), target.arch_path.c_str());
+    for (const auto& row : ops) {
+      const auto kernels = row["kernels"].get<std::vector<std::string>>();
+      std::string what = kernels.empty() ? "NO CUDA KERNEL" : joined(kernels, ", ");
+      if (row.contains("fallback")) what = row["fallback"].get<std::string>();
+      std::printf("  %-20s %-13s %s\n", row["op"].get<std::string>().c_str(),
+                  row["coverage"].get<std::string>().c_str(), what.c_str());
+    }
     for (const std::string& w : warnings) std::printf("warning      %s\n", w.c_str());
   }
   return plan.fits ? 0 : 2;
@@ -177,11 +311,18 @@ void add_check_command(CLI::App& app) {
   CLI::App* cmd =
       app.add_subcommand("check", "What a model needs on a GPU target: sizes, memory plan, kernels");
   cmd->add_option("--model", a->model, "Model directory (config.json is enough)")->required();
-  cmd->add_option("--gpu", a->gpu, "auto (the visible GPU), sm_90 or sm_80")
-      ->check(CLI::IsMember({"auto", "sm_90", "sm_80"}));
+  cmd->add_option(
+         "--gpu", a->gpu,
+         "auto (the visible GPU), sm_90 (as an H100 80 GB), sm_80 (as an A100 80 GB), or a GPU: h100, "
+         "h200, a100, a100-40gb, l40s, a10")
+      ->check(CLI::IsMember({"auto", "sm_90", "sm_80", "h100", "h200", "a100", "a100-40gb", "l40s", "a10"}));
   cmd->add_option("--gpu-memory-gib", a->gpu_memory_gib,
-                  "GPU memory for a named target (default 80, or the GPU's free memory)");
-  cmd->add_option("--precision", a->precision, "bf16 or fp8 weights")->check(CLI::IsMember({"bf16", "fp8"}));
+                  "GPU memory to plan for (default: the named GPU's, or the visible GPU's free memory)");
+  cmd->add_option("--precision", a->precision,
+                  "Weights: auto (fp8 for an FP8 checkpoint on a GPU with FP8 tensor cores), bf16 or fp8")
+      ->check(CLI::IsMember({"auto", "bf16", "fp8"}));
+  cmd->add_option("--kv-dtype", a->kv_dtype, "KV cache element type: bf16 (default) or fp32")
+      ->check(CLI::IsMember({"bf16", "fp32"}));
   cmd->add_option("--kv-cache-free-gpu-mem-fraction", a->plan.kv_cache_free_gpu_mem_fraction,
                   "Share of the memory left after weights and workspace for the KV cache (0.9)")
       ->check(CLI::Range(0.0, 1.0));
@@ -193,7 +334,7 @@ void add_check_command(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--kv-block-size", a->plan.kv_block_size, "Tokens per KV block (64)")
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--context-chunk-size", a->context_chunk_size, "Prefill chunk (512)")
+  cmd->add_option("--context-chunk-size,--prefill-chunk", a->context_chunk_size, "Prefill chunk tokens (512)")
       ->check(CLI::PositiveNumber);
   cmd->add_flag("--json", a->json, "Print one JSON object");
   cmd->callback([a]() { run_guarded([&]() { return run_check(*a); }); });

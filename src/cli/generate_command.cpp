@@ -29,6 +29,7 @@ struct GenerateArgs {
   std::string system;
   std::string input;
   std::string device = "auto";
+  std::string cuda_arch = "auto";
   SamplingParams params;
   int64_t seed = -1;
   bool json = false;
@@ -83,6 +84,7 @@ int run_input_file(const GenerateArgs& a) {
   EngineConfig config;
   config.model_dir = a.model;
   config.device = a.device;
+  config.cuda_arch = a.cuda_arch;
   config.max_batch_size = a.max_batch_size;
   config.max_num_tokens = a.max_num_tokens;
   std::unique_ptr<Engine> engine = Engine::create(config);
@@ -160,7 +162,7 @@ int run_generate(GenerateArgs& a) {
   DSI_CHECK(sources == 1, "give exactly one of --prompt, --chat or --input (and it must not be empty)");
   if (a.seed >= 0) a.params.seed = static_cast<uint64_t>(a.seed);
   if (!a.input.empty()) return run_input_file(a);
-  std::unique_ptr<Backend> backend = make_backend(a.device, a.model);
+  std::unique_ptr<Backend> backend = make_backend(a.device, a.model, a.cuda_arch);
   Tokenizer tok = Tokenizer::load(a.model);
   std::unique_ptr<Model> model = load_model(a.model, *backend);
   a.params.validate(static_cast<int32_t>(model->config().vocab_size));
@@ -211,6 +213,7 @@ void add_generate_command(CLI::App& app) {
   cmd->add_flag("--ignore-eos", a->params.ignore_eos, "Keep generating after EOS");
   cmd->add_option("--seed", a->seed, "Sampling seed (same seed and inputs give the same text)");
   cmd->add_option("--device", a->device, "auto, cpu or cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  add_cuda_arch_option(cmd, a->cuda_arch);
   cmd->add_option("--max-batch-size", a->max_batch_size, "--input: sequences per engine step (64)");
   cmd->add_option("--max-num-tokens", a->max_num_tokens, "--input: tokens per engine step (2048)");
   cmd->add_flag("--json", a->json, "Print {\"text\", \"ids\", \"finish_reason\", \"usage\"}");

@@ -3,7 +3,9 @@
 
 #include "cli/commands.h"
 #ifdef DSINFER_HAVE_CUDA
+#include "backend/cuda/arch_path.h"
 #include "backend/cuda/device_query.h"
+#include "core/error.h"
 #endif
 
 namespace dsinfer::cli {
@@ -18,9 +20,17 @@ int run_info() {
   auto devices = cuda::query_devices(&why);
   if (devices.empty()) std::printf("GPUs: none (%s)\n", why.c_str());
   for (const auto& d : devices) {
-    std::printf("GPU %d: %s, sm_%d%d, %d SMs, %.1f GiB total, %.1f GiB free\n", d.index, d.name.c_str(),
+    std::string path;
+    try {
+      path = std::string(cuda::arch_path_name(
+                 cuda::choose_arch_path(d.major, d.minor, d.name, cuda::arch_request("")))) +
+             " kernel path";
+    } catch (const Error& e) {
+      path = e.what();
+    }
+    std::printf("GPU %d: %s, sm_%d%d, %d SMs, %.1f GiB total, %.1f GiB free, %s\n", d.index, d.name.c_str(),
                 d.major, d.minor, d.multiprocessors, d.total_memory / 1073741824.0,
-                d.free_memory / 1073741824.0);
+                d.free_memory / 1073741824.0, path.c_str());
   }
 #else
   std::printf("CUDA backend: not compiled (no nvcc at build time)\n");

@@ -28,6 +28,15 @@ void run_guarded(const std::function<int()>& body) {
   }
 }
 
+CLI::Option* add_cuda_arch_option(CLI::App* cmd, std::string& storage) {
+  return cmd
+      ->add_option(
+          "--cuda-arch", storage,
+          "CUDA kernel path: auto (from the GPU; default $DSINFER_CUDA_ARCH), sm_90, or sm_80 (forces "
+          "the Ampere path, also on a Hopper GPU)")
+      ->check(CLI::IsMember({"auto", "sm_90", "sm_80"}));
+}
+
 }  // namespace dsinfer::cli
 
 int main(int argc, char** argv) {

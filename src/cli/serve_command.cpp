@@ -130,6 +130,8 @@ void add_serve_command(CLI::App& app) {
   flag<std::string>(cmd, s, "--request-log-level", "Level of the per-request log lines (info)",
                     [](C& c) { return &c.server.request_log_level; });
   flag<std::string>(cmd, s, "--device", "auto, cpu or cuda", [](C& c) { return &c.engine.device; });
+  flag<std::string>(cmd, s, "--cuda-arch", "CUDA kernel path: auto, sm_90 or sm_80 (forces Ampere on Hopper)",
+                    [](C& c) { return &c.engine.cuda_arch; });
   flag<bool>(cmd, s, "--dummy-weights", "Random weights from config.json (benchmarks)",
              [](C& c) { return &c.engine.dummy_weights; });
   flag<int32_t>(cmd, s, "--max-batch-size", "Sequences per step (64)",

@@ -10,7 +10,7 @@
 namespace dsinfer {
 
 nlohmann::json LatencySummary::to_json() const {
-  return {{"count", count}, {"mean", mean}, {"p50", p50}, {"p90", p90}, {"p99", p99}, {"max", max}};
+  return {{"count", count}, {"min", min}, {"mean", mean}, {"p50", p50}, {"p90", p90}, {"p99", p99}, {"max", max}};
 }
 
 double percentile(std::vector<double> values, double q) {
@@ -30,6 +30,7 @@ LatencySummary summarize(const std::vector<double>& values) {
   s.p50 = percentile(values, 50);
   s.p90 = percentile(values, 90);
   s.p99 = percentile(values, 99);
+  s.min = *std::min_element(values.begin(), values.end());
   s.max = *std::max_element(values.begin(), values.end());
   return s;
 }

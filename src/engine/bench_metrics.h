@@ -10,6 +10,7 @@ namespace dsinfer {
 
 struct LatencySummary {
   int64_t count = 0;
+  double min = 0.0;
   double mean = 0.0;
   double p50 = 0.0;
   double p90 = 0.0;

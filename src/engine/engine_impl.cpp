@@ -13,6 +13,7 @@
 #include "resilience/step_error.h"
 #ifdef DSINFER_HAVE_CUDA
 #include "backend/cuda/device_query.h"
+#include "backend/cuda/runtime.h"
 #endif
 
 namespace dsinfer {
@@ -48,7 +49,13 @@ EngineImpl::EngineImpl(const EngineConfig& config, std::unique_ptr<Backend> back
     const std::vector<cuda::DeviceInfo> gpus = cuda::query_devices();
     DSI_CHECK(!gpus.empty(), "the model runs on the GPU, but no CUDA device is visible");
     capacity.on_gpu = true;
-    capacity.gpu_free_bytes = static_cast<int64_t>(gpus[0].free_memory) - (int64_t{256} << 20);  // workspace
+    // Activations first (one step of max_num_tokens tokens, peak kept by the caching allocator), then the
+    // cache takes its share of what is left, less a reserve for CUDA graphs' private pool.
+    profile_step_memory(layers);
+    const int64_t free_bytes = static_cast<int64_t>(cuda::query_devices()[0].free_memory);
+    capacity.gpu_free_bytes = free_bytes - (int64_t{512} << 20);
+    DSI_CHECK(capacity.gpu_free_bytes > 0, "the model does not fit: ", free_bytes >> 20,
+              " MiB of GPU memory are left after the weights and one step's activations");
   }
 #endif
   const int32_t num_blocks = kv_num_blocks(layers, capacity);
@@ -58,8 +65,9 @@ EngineImpl::EngineImpl(const EngineConfig& config, std::unique_ptr<Backend> back
   bool reusable = true;
   for (const KvLayerSpec& l : layers) reusable = reusable && l.kind == KvKind::kFullHistory;
   reusable = reusable && model_->prefix_cache_exact();
-  cache_ = std::make_unique<KvCache>(layers, num_blocks, config.kv_block_size, model_->kv_device(),
-                                     model_->kv_dtype());
+  // The model's scratch blocks (CUDA graph padding) sit after the pool's blocks.
+  cache_ = std::make_unique<KvCache>(layers, num_blocks + model_->scratch_kv_blocks(), config.kv_block_size,
+                                     model_->kv_device(), model_->kv_dtype());
   pool_ =
       std::make_unique<BlockPool>(num_blocks, config.kv_block_size, config.enable_prefix_caching && reusable);
   SchedulerConfig sc;
@@ -79,6 +87,40 @@ EngineImpl::EngineImpl(const EngineConfig& config, std::unique_ptr<Backend> back
   init_resilience();
   publish_stats();
   thread_ = std::thread([this] { loop(); });
+}
+
+void EngineImpl::profile_step_memory(const std::vector<KvLayerSpec>& layers) {
+#ifdef DSINFER_HAVE_CUDA
+  // One prefill of the largest step the scheduler may build, on a cache just big enough for it.
+  const int32_t bs = config_.kv_block_size;
+  const int32_t T = static_cast<int32_t>(std::min<int64_t>(config_.max_num_tokens, context_ - 1));
+  if (T <= 0) return;
+  const int32_t blocks = (T + bs - 1) / bs;
+  BatchPlan plan;
+  plan.block_size = bs;
+  plan.cu_seqlens = {0, T};
+  plan.context_lens = {T};
+  plan.block_table_indptr = {0, blocks};
+  plan.seq_ids = {-1};
+  for (int32_t b = 0; b < blocks; ++b) plan.block_table.push_back(b);
+  for (int32_t t = 0; t < T; ++t) {
+    plan.token_ids.push_back(t % vocab_);
+    plan.positions.push_back(t);
+    plan.slot_mapping.push_back(t);
+  }
+  for (int32_t r = std::max(0, T - config_.max_batch_size); r < T; ++r) plan.logits_rows.push_back(r);
+  try {
+    KvCache cache(layers, blocks + model_->scratch_kv_blocks(), bs, model_->kv_device(), model_->kv_dtype());
+    model_->forward(plan, cache);
+    cuda::synchronize();
+  } catch (const std::exception& e) {
+    fail("the model does not fit: one step of max_num_tokens = ", T, " tokens failed on the GPU after the ",
+         "weights were loaded (", e.what(), "); lower max_num_tokens");
+  }
+  model_->release_sequence(-1);
+#else
+  (void)layers;
+#endif
 }
 
 EngineImpl::~EngineImpl() {
@@ -193,13 +235,13 @@ void EngineImpl::run_step() {
   if (step.empty()) return;
   const Clock::time_point now = Clock::now();
   for (const ScheduledSeq& e : step.seqs) requests_.at(e.seq->id)->on_scheduled(now);
-  Tensor logits;  // [sampled sequences, vocab]
+  Tensor logits;  // [sampled sequences, vocab], host or device
   const Clock::time_point start = Clock::now();
   begin_step_watch(start);
   try {
     if (faults_) faults_->before_step();
     BatchPlan plan = scheduler_->build_plan(step);
-    logits = model_->forward(plan, *cache_);
+    logits = model_->forward_device(plan, *cache_);
   } catch (const std::exception& e) {
     const bool watchdog_reported = end_step_watch();
     const StepErrorType type = classify_step_error(e);
@@ -209,8 +251,22 @@ void EngineImpl::run_step() {
   end_step_watch();  // a slow step is counted as a TIMEOUT; its results are still good
   on_step_success(step, start, Clock::now());
   scheduler_->complete(step);
-  const int32_t V = static_cast<int32_t>(logits.dim(1));
-  int64_t row = 0;
+  // One sampling call for the whole batch: on the GPU only the chosen tokens (and requested logprobs) come
+  // back to the host. Rows borrow each request's state; nothing touches it until the results are in.
+  std::vector<SamplingRow> rows;
+  for (const ScheduledSeq& e : step.seqs) {
+    if (e.sample) rows.push_back(requests_.at(e.seq->id)->sampling_row());
+  }
+  std::vector<SampledToken> sampled;
+  try {
+    sampled = backend_->sample(logits, rows);
+  } catch (const std::exception& ex) {  // the whole call failed (not one row): every sampled request ends
+    for (const ScheduledSeq& e : step.seqs) {
+      if (e.sample) abort_request(e.seq->id, std::string("sampling failed: ") + ex.what());
+    }
+    return;
+  }
+  size_t row = 0;
   for (const ScheduledSeq& e : step.seqs) {
     if (!e.sample) continue;
     Sequence* seq = e.seq;
@@ -218,13 +274,11 @@ void EngineImpl::run_step() {
     RequestState& state = *requests_.at(id);
     RequestEvent event;
     try {
-      event = state.on_logits(logits.f32() + row * V, V, seq->num_tokens(), seq->cached_tokens);
+      event = state.on_token(sampled.at(row++), seq->num_tokens(), seq->cached_tokens);
     } catch (const std::exception& ex) {
-      ++row;
       abort_request(id, std::string("sampling failed: ") + ex.what());
       continue;
     }
-    ++row;
     std::unique_ptr<RequestState> finished;
     if (event.finished) {
       scheduler_->remove(id);
@@ -257,6 +311,7 @@ void EngineImpl::publish_stats() {
                                   : 0.0;
   s.preemptions = scheduler_->preemptions();
   s.steps = scheduler_->steps();
+  s.cuda_graph_replays = model_->graph_replays();
   s.prefix_cache_hit_tokens = scheduler_->prefix_hit_tokens();
   peak_utilization_ = std::max(peak_utilization_, s.kv_utilization);
   s.kv_utilization_peak = peak_utilization_;

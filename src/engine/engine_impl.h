@@ -54,6 +54,9 @@ class EngineImpl : public Engine {
 
   void loop();
   void admit(Submission submission);
+  // GPU: runs one step of max_num_tokens tokens so that the caching allocator holds the activations' peak
+  // before the KV cache takes its share of the memory left (throws a clear error when it does not fit).
+  void profile_step_memory(const std::vector<KvLayerSpec>& layers);
   void run_step();
   // Ends a request without a token: removes it everywhere and delivers its final event.
   void abort_request(uint64_t id, const std::string& error);

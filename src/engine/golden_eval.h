@@ -1,10 +1,11 @@
 // Golden checks: run the prompts of a golden.safetensors file (fixtures format) and compare the logits and
-// the 16-token greedy continuation with the reference.
+// the 16-token greedy continuation with the reference (exactly, or under the margin rule).
 #pragma once
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "engine/margin_rule.h"
 #include "model/model.h"
 
 namespace dsinfer {
@@ -19,12 +20,17 @@ struct GoldenCase {
   std::vector<int32_t> expected_greedy;  // reference
   int first_mismatch = -1;               // index into greedy, -1 when equal
   double mismatch_margin = 0.0;          // reference top-2 logit gap at the first mismatch (our logits)
+  // The first mismatch judged by the margin rule (engine/margin_rule.h); step -1 when the tokens match.
+  // When excused, the tokens after it were not compared (greedy stops there).
+  GreedyMismatch mismatch;
+  bool excused_mismatch = false;
   bool pass = false;
 };
 
 struct GoldenReport {
   bool pass = false;
   double tolerance = 1e-4;
+  bool margin_rule = false;
   std::vector<GoldenCase> cases;
   nlohmann::json to_json() const;
 };
@@ -32,6 +38,8 @@ struct GoldenReport {
 struct GoldenOptions {
   double rel_l2_tolerance = 1e-4;
   int64_t prefill_chunk = 0;  // > 0: prefill in chunks of this many tokens
+  // Excuse a greedy mismatch within bf16 noise (engine/margin_rule.h); on by default for non-CPU devices.
+  bool margin_rule = false;
 };
 
 GoldenReport run_golden(Model& model, const std::string& golden_path, const GoldenOptions& options = {});

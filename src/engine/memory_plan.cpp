@@ -18,7 +18,7 @@ MemoryPlan plan_memory(const ModelConfig& c, const ModelSize& size, const Memory
   const int64_t activations = static_cast<int64_t>(in.max_num_tokens) * (c.hidden_size * 3 + widest) * 2;
   const int64_t logits = static_cast<int64_t>(in.max_batch_size) * c.vocab_size * 4;
   p.workspace_bytes = activations + logits + (int64_t{64} << 20);
-  p.kv_bytes_per_token = size.kv_bytes_per_token_bf16;
+  p.kv_bytes_per_token = size.kv_bytes_per_token_bf16 * in.kv_element_bytes / 2.0;
   const int64_t left = in.gpu_memory_bytes - p.weight_bytes - p.workspace_bytes;
   if (left <= 0) {
     p.why_not = str_cat("weights (", p.weight_bytes >> 20, " MiB) and workspace (", p.workspace_bytes >> 20,

@@ -18,6 +18,7 @@ struct MemoryPlanInput {
   int32_t max_batch_size = 64;               // sequences per step (sizes logits)
   int32_t kv_block_size = 64;
   std::string precision = "bf16";  // weight precision on the GPU: bf16 | fp8
+  int32_t kv_element_bytes = 2;    // the KV cache's element size: 2 (bf16) or 4 (fp32)
 };
 
 struct MemoryPlan {

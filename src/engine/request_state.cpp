@@ -1,5 +1,8 @@
-// RequestState: sample -> detokenize -> stop-check for one step of one request (the generate() loop body).
+// RequestState: sample (or take the backend's sampled token) -> detokenize -> stop-check for one step of one
+// request (the generate() loop body).
 #include "engine/request_state.h"
+
+#include "core/error.h"
 
 namespace dsinfer {
 
@@ -38,7 +41,19 @@ Usage RequestState::usage(int32_t cached_tokens) const {
 
 RequestEvent RequestState::on_logits(const float* logits, int32_t vocab, int64_t sequence_tokens,
                                      int32_t cached_tokens) {
-  const int32_t token = sampler_.sample(logits, vocab);
+  SampledToken sampled;
+  sampled.token = sampler_.sample(logits, vocab);
+  if (request_.sampling.logprobs > 0) {
+    sampled.logprob = Sampler::logprob_of(logits, vocab, sampled.token);
+    sampled.top = Sampler::top_logprobs(logits, vocab, request_.sampling.logprobs);
+  }
+  return on_token(sampled, sequence_tokens, cached_tokens);
+}
+
+RequestEvent RequestState::on_token(const SampledToken& sampled, int64_t sequence_tokens,
+                                    int32_t cached_tokens) {
+  DSI_CHECK(sampled.error.empty(), sampled.error);
+  const int32_t token = sampled.token;
   sampler_.accept(token);
   last_token_ = token;
   ++completion_tokens_;
@@ -48,8 +63,8 @@ RequestEvent RequestState::on_logits(const float* logits, int32_t vocab, int64_t
   if (request_.sampling.logprobs > 0) {
     TokenLogprob lp;
     lp.token = token;
-    lp.logprob = Sampler::logprob_of(logits, vocab, token);
-    lp.top = Sampler::top_logprobs(logits, vocab, request_.sampling.logprobs);
+    lp.logprob = sampled.logprob;
+    lp.top = sampled.top;
     e.logprobs.push_back(std::move(lp));
   }
   std::string delta = detok_ && token < tokenizer_->vocab_size() ? detok_->push(token) : std::string();

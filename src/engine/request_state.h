@@ -1,5 +1,6 @@
 // RequestState: the engine's per-request generation state (Sampler, IncrementalDetokenizer, StopChecker,
-// event callback, usage and timing). Turns the logits of each step into the request's next event.
+// event callback, usage and timing). Turns the logits (or the sampled token) of each step into the request's
+// next event.
 #pragma once
 #include <chrono>
 #include <memory>
@@ -30,7 +31,14 @@ class RequestState {
   void on_scheduled(Clock::time_point now);
   // Samples the next token from logits[0, vocab) of a sequence that now holds `sequence_tokens` tokens
   // (prompt + generated, before this token) and returns the event to deliver (finished when it ends).
+  // (= HostSampler on the request's row, then on_token.)
   RequestEvent on_logits(const float* logits, int32_t vocab, int64_t sequence_tokens, int32_t cached_tokens);
+  // The request's sampling parameters and state for Backend::sample (valid until the next on_token).
+  SamplingRow sampling_row() { return sampler_.row(); }
+  // Handles a token a backend sampled for this request (with its logprobs when the request asked for
+  // them): records it, detokenizes, checks stops and returns the event to deliver. Throws when
+  // `sampled.error` is set.
+  RequestEvent on_token(const SampledToken& sampled, int64_t sequence_tokens, int32_t cached_tokens);
   // A final event for a request that ends without a token (cancellation, failure, shutdown).
   RequestEvent abort_event(const std::string& error, int32_t cached_tokens);
   // Delivers an event through the request's callback (no-op without one).

@@ -13,7 +13,8 @@ SequenceRunner::SequenceRunner(Model& model, int64_t capacity, int64_t block_siz
       block_size_(block_size),
       seq_id_(seq_id) {
   const int64_t blocks = (capacity_ + block_size_ - 1) / block_size_;
-  cache_ = std::make_unique<KvCache>(model.kv_layout(), blocks, block_size_, model.kv_device(), model.kv_dtype());
+  cache_ =
+      std::make_unique<KvCache>(model.kv_layout(), blocks, block_size_, model.kv_device(), model.kv_dtype());
 }
 
 SequenceRunner::~SequenceRunner() {

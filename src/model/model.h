@@ -22,6 +22,15 @@ class Model {
   // Runs plan's tokens (writing their cache rows) and returns host float32 logits
   // [plan.logits_rows.size(), vocab].
   virtual Tensor forward(const BatchPlan& plan, KvCache& cache) = 0;
+  // forward() with the float32 logits [plan.logits_rows.size(), vocab] left where the backend keeps them
+  // (device memory on the GPU backend, valid until the next forward call), for Backend::sample. Default:
+  // forward() (host).
+  virtual Tensor forward_device(const BatchPlan& plan, KvCache& cache) { return forward(plan, cache); }
+  // KV blocks the model needs beyond the ones the block pool hands out: the engine allocates the cache with
+  // this many extra blocks at the end (CudaGraphModel writes padding rows there).
+  virtual int32_t scratch_kv_blocks() const { return 0; }
+  // Steps run as CUDA graph replays so far (CudaGraphModel).
+  virtual int64_t graph_replays() const { return 0; }
   // Drops per-sequence state kept outside the paged cache (none for most models).
   virtual void release_sequence(int64_t seq_id) {}
   // Whether a prefix's cached rows are the same whatever prompt they were computed in, so that the prefix

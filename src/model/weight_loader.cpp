@@ -87,8 +87,11 @@ Tensor WeightLoader::dummy(const std::string& name, const Shape& shape) const {
   for (char c : name) state = (state ^ static_cast<uint8_t>(c)) * 0x100000001b3ull;
   const float scale = 1.0f / std::sqrt(static_cast<float>(shape.back()));
   float* p = out.f32();
-  for (int64_t i = 0, n = out.numel(); i < n; ++i) {
-    uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+  const int64_t n = out.numel();
+  // Element i is a function of (state, i) alone, so the stream fills in parallel (large dummy models).
+#pragma omp parallel for schedule(static) if (n > (int64_t{1} << 20))
+  for (int64_t i = 0; i < n; ++i) {
+    uint64_t z = state + static_cast<uint64_t>(i + 1) * 0x9e3779b97f4a7c15ull;
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     z ^= z >> 31;

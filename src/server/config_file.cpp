@@ -69,6 +69,7 @@ std::map<std::string, Section> base_sections() {
       {"engine",
        {
            DSI_ENGINE_KEY(std::string, device),
+           DSI_ENGINE_KEY(std::string, cuda_arch),
            DSI_ENGINE_KEY(bool, dummy_weights),
            DSI_ENGINE_KEY(int32_t, max_batch_size),
            DSI_ENGINE_KEY(int32_t, max_num_tokens),
@@ -172,6 +173,8 @@ void validate(const ServeConfig& c) {
   const EngineConfig& e = c.engine;
   DSI_CHECK(e.device == "auto" || e.device == "cpu" || e.device == "cuda",
             "engine.device must be auto, cpu or cuda, got \"", e.device, "\"");
+  DSI_CHECK(e.cuda_arch == "auto" || e.cuda_arch == "sm_90" || e.cuda_arch == "sm_80",
+            "engine.cuda_arch must be auto, sm_90 or sm_80, got \"", e.cuda_arch, "\"");
   DSI_CHECK(e.max_batch_size >= 1, "engine.max_batch_size must be >= 1, got ", e.max_batch_size);
   DSI_CHECK(e.max_num_tokens >= 1, "engine.max_num_tokens must be >= 1, got ", e.max_num_tokens);
   DSI_CHECK(e.context_chunk_size >= 1, "engine.context_chunk_size must be >= 1, got ", e.context_chunk_size);

@@ -263,4 +263,114 @@ TEST(CheckCli, MemoryPlanAndWarnings) {
   EXPECT_EQ(j["model"]["checkpoint"]["tensors"].get<int64_t>() > 0, true);
 }
 
+TEST(CheckCli, KernelsFromTheOpRegistryPerArchitecture) {
+  const std::string data = std::string(DSINFER_TEST_DATA) + "/models/";
+  CliRun r = run("check --model " + data + "tiny-llama --gpu sm_80 --max-num-tokens 32 --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["target"]["arch_path"], "sm_80");
+  EXPECT_EQ(j["target"]["compute_capability"], "8.0");
+  EXPECT_NE(j["target"]["memory_source"].get<std::string>().find("A100 80 GB"), std::string::npos);
+  EXPECT_EQ(j["target"]["memory_bytes"].get<int64_t>(), int64_t{81920} << 20);
+  EXPECT_EQ(j["settings"]["max_num_tokens"], 32);
+  const std::string warnings = j["warnings"].dump();
+  EXPECT_NE(warnings.find("max_num_tokens 32 is smaller than kv_block_size 64"), std::string::npos)
+      << warnings;
+#ifdef DSINFER_HAVE_CUDA
+  EXPECT_EQ(j["kernels"]["runs_on_gpu"], true);
+  EXPECT_TRUE(j["kernels"]["ops_without_cuda_kernel"].empty());
+  bool found = false;
+  for (const auto& op : j["kernels"]["ops"]) {
+    if (op["op"] == "attention_gqa") {
+      found = true;
+      EXPECT_EQ(op["coverage"], "kernel");
+      EXPECT_FALSE(op["kernels"].empty());
+    }
+  }
+  EXPECT_TRUE(found);
+
+  r = run("check --model " + data + "tiny-deepseek-v2 --gpu h200 --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["kernels"]["runs_on_gpu"], true);
+  EXPECT_TRUE(j["kernels"]["ops_without_cuda_kernel"].empty());
+
+  r = run("check --model " + data + "tiny-deepseek-v32 --gpu h200 --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["target"]["arch_path"], "sm_90");
+  EXPECT_EQ(j["target"]["memory_bytes"].get<int64_t>(), int64_t{143771} << 20);
+  EXPECT_EQ(j["kernels"]["runs_on_gpu"], false);
+  EXPECT_NE(j["kernels"]["ops_without_cuda_kernel"].dump().find("attention_mla_sparse"), std::string::npos);
+  EXPECT_NE(j["warnings"].dump().find("no CUDA kernel in this binary"), std::string::npos);
+#endif
+  // Text form names the ops too.
+  r = run("check --model " + data + "tiny-qwen2 --gpu l40s --prefill-chunk 100");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("attention_gqa"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("compute capability 8.9"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("context_chunk_size 100 is not a multiple"), std::string::npos) << r.out;
+}
+
+TEST(CheckCli, GpuAutoWithoutAGpuSaysSo) {
+  CliRun r = run("check --model " + std::string(DSINFER_TEST_DATA) + "/models/tiny-llama --gpu auto --json");
+  if (r.status == 0) GTEST_SKIP() << "a GPU is visible";
+  EXPECT_NE(r.err.find("--gpu auto"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("name a target"), std::string::npos) << r.err;
+}
+
+TEST(EvalCli, GoldenMarginRuleFlagAndDefaults) {
+  const std::string llama = std::string(DSINFER_TEST_DATA) + "/models/tiny-llama";
+  CliRun r = run("eval golden --model " + llama + " --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["margin_rule"], false);  // auto: off on the CPU
+  EXPECT_DOUBLE_EQ(j["tolerance"].get<double>(), 1e-4);
+  for (const auto& c : j["cases"]) EXPECT_TRUE(c["excused_mismatch"].is_null());
+  r = run("eval golden --model " + llama + " --margin-rule on --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["margin_rule"], true);
+  r = run("eval golden --model " + llama + " --margin-rule maybe");
+  EXPECT_NE(r.status, 0);
+}
+
+TEST(EvalCli, BatchAgreementOnTheCpuIsComplete) {
+  CliRun r = run("eval batch-agreement --model " + std::string(DSINFER_TEST_DATA) +
+                 "/models/tiny-llama --device cpu --prompts 5 --max-tokens 6 --prompt-len 30 --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["prompts"], 5);
+  EXPECT_EQ(j["exact"], 5);
+  EXPECT_EQ(j["agreement_rate"], 1.0);
+  EXPECT_EQ(j["backend"], "cpu");
+  r = run("eval batch-agreement --model " + std::string(DSINFER_TEST_DATA) +
+          "/models/tiny-llama --device cpu --prompts 3 --max-tokens 4");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("agreement 100.0%"), std::string::npos) << r.out;
+}
+
+TEST(DeviceCli, CudaErrorsAreClear) {
+  const std::string data = std::string(DSINFER_TEST_DATA) + "/models/";
+  // An architecture without CUDA kernels: refused with the missing ops named (GPU or not).
+  CliRun r = run("eval ppl --model " + data + "tiny-deepseek-v32 --corpus /dev/null --device cuda");
+  EXPECT_NE(r.status, 0);
+#ifdef DSINFER_HAVE_CUDA
+  EXPECT_NE(r.err.find("no kernels yet for these ops of deepseek_v32"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("attention_mla_sparse"), std::string::npos) << r.err;
+#endif
+  r = run("generate --model " + data + "tiny-llama --prompt hi --cuda-arch sm_70");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.err.find("--cuda-arch"), std::string::npos) << r.err;
+  for (const std::string& cmd :
+       {"eval golden --model " + data + "tiny-llama --device cuda",
+        "bench --model " + data + "tiny-llama --device cuda --num-prompts 1 --input-len 4 --output-len 2",
+        "eval batch-agreement --model " + data + "tiny-llama --device cuda --prompts 1 --max-tokens 1"}) {
+    r = run(cmd);
+    if (r.status == 0) continue;  // a GPU is visible
+    EXPECT_TRUE(r.err.find("no CUDA device is visible") != std::string::npos ||
+                r.err.find("no CUDA backend") != std::string::npos)
+        << cmd << ": " << r.err;
+  }
+}
+
 }  // namespace

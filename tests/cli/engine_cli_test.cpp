@@ -86,6 +86,7 @@ TEST(EngineCli, BenchReportsFiguresWithDummyWeights) {
   EXPECT_GT(j["output_tokens_per_s"].get<double>(), 0.0);
   for (const char* k : {"ttft_ms", "tpot_ms", "e2e_latency_ms"}) {
     EXPECT_EQ(j[k]["count"], 6) << k;
+    EXPECT_LE(j[k]["min"].get<double>(), j[k]["p50"].get<double>()) << k;
     EXPECT_LE(j[k]["p50"].get<double>(), j[k]["p99"].get<double>()) << k;
   }
   EXPECT_GT(j["kv_utilization_peak"].get<double>(), 0.0);

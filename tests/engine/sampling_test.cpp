@@ -4,8 +4,11 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <random>
+#include <set>
 #include <vector>
 
+#include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
 #include "engine/sampler.h"
 #include "engine/sampling_params.h"
@@ -356,6 +359,60 @@ TEST(SamplerTest, TopLogprobsAreLogSoftmaxOfRawLogits) {
   EXPECT_EQ(Sampler::top_logprobs(logits.data(), 4, 10).size(), 4u);
   EXPECT_TRUE(Sampler::top_logprobs(logits.data(), 4, 0).empty());
   EXPECT_THROW(Sampler::logprob_of(logits.data(), 4, 4), Error);
+}
+
+// ---- the SamplingRow path (Backend::sample) --------------------------------------------------------
+
+TEST(SamplerTest, CpuBackendSampleReproducesSamplerTokens) {
+  // The same two requests sampled directly and as rows of one batched Backend::sample call on the CPU
+  // backend: same seeds, same tokens (penalty lists grow as tokens are accepted), same logprobs.
+  SamplingParams p = params_with(0.9f);
+  p.top_k = 20;
+  p.top_p = 0.9f;
+  p.min_p = 0.02f;
+  p.repetition_penalty = 1.2f;
+  p.presence_penalty = 0.3f;
+  p.frequency_penalty = 0.2f;
+  p.logprobs = 3;
+  SamplingParams q = params_with(0.0f);  // greedy with penalties
+  q.repetition_penalty = 1.5f;
+  q.frequency_penalty = 1.0f;
+  const std::vector<int32_t> prompt = {1, 5, 9, 5};
+  Sampler direct_p(p, prompt), rows_p(p, prompt), direct_q(q, prompt), rows_q(q, prompt);
+  CpuBackend cpu;
+  const int32_t V = 64;
+  std::mt19937 gen(3);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  std::set<int32_t> distinct;
+  for (int step = 0; step < 300; ++step) {
+    Tensor logits = Tensor::empty(DType::F32, {2, V});
+    for (int64_t i = 0; i < logits.numel(); ++i) logits.f32()[i] = normal(gen);
+    const std::vector<SampledToken> out = cpu.sample(logits, {rows_p.row(), rows_q.row()});
+    ASSERT_EQ(out.size(), 2u);
+    ASSERT_TRUE(out[0].error.empty() && out[1].error.empty());
+    const int32_t a = direct_p.sample(logits.f32(), V), b = direct_q.sample(logits.f32() + V, V);
+    ASSERT_EQ(out[0].token, a) << "step " << step;
+    ASSERT_EQ(out[1].token, b) << "step " << step;
+    EXPECT_EQ(out[0].logprob, Sampler::logprob_of(logits.f32(), V, a));
+    EXPECT_EQ(out[0].top, Sampler::top_logprobs(logits.f32(), V, 3));
+    EXPECT_TRUE(out[1].top.empty());
+    distinct.insert(a);
+    direct_p.accept(a), rows_p.accept(a), direct_q.accept(b), rows_q.accept(b);
+  }
+  EXPECT_GT(distinct.size(), 10u);  // the draws really are random
+}
+
+TEST(SamplerTest, CpuBackendSampleReportsBadRowsAlone) {
+  CpuBackend cpu;
+  Tensor logits = Tensor::empty(DType::F32, {2, 4});
+  for (int i = 0; i < 8; ++i) logits.f32()[i] = static_cast<float>(i);
+  logits.f32()[5] = NAN;
+  Sampler a(params_with(1.0f), {}), b(params_with(1.0f), {});
+  const std::vector<SampledToken> out = cpu.sample(logits, {a.row(), b.row()});
+  EXPECT_TRUE(out[0].error.empty());
+  EXPECT_GE(out[0].token, 0);
+  EXPECT_EQ(out[1].token, -1);
+  EXPECT_NE(out[1].error.find("nan"), std::string::npos) << out[1].error;
 }
 
 }  // namespace

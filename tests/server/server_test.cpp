@@ -607,6 +607,9 @@ engine:
   EXPECT_NE(error_of("server:\n  port: eighty\n").find("server.port must be an integer"), std::string::npos);
   EXPECT_NE(error_of("engine:\n  enable_chunked_context: maybe\n").find("true or false"), std::string::npos);
   EXPECT_NE(error_of("engine:\n  max_batch_size: 0\n").find("engine.max_batch_size"), std::string::npos);
+  EXPECT_NE(error_of("engine:\n  cuda_arch: sm_70\n").find("engine.cuda_arch must be auto, sm_90 or sm_80"),
+            std::string::npos);
+  EXPECT_EQ(error_of("engine:\n  cuda_arch: sm_80\n"), "");
   EXPECT_NE(error_of("server: [1, 2]\n").find("must be a mapping"), std::string::npos);
   EXPECT_NE(error_of("server:\n  port: [1\n").find("invalid YAML"), std::string::npos);
   EXPECT_EQ(error_of(""), "");

@@ -1,9 +1,11 @@
-// Paged cache writes and a simple causal GQA kernel: one block per (token, head), each warp runs an online
-// softmax over every 4th cache position (lanes split the head dims), then the warps' partial states merge.
+// Paged cache writes (float32 or bf16 cache) and the simple causal GQA kernel (the fallback for shapes the
+// decode and flash kernels do not take): one block per (token, head), each warp runs an online softmax over
+// every 4th cache position (lanes split the head dims), then the warps' partial states merge.
 #include <cuda_runtime.h>
 
 #include <cmath>
 
+#include "backend/cuda/attention_common.cuh"
 #include "backend/cuda/attention_kernels.h"
 #include "backend/cuda/stream.h"
 #include "core/error.h"
@@ -15,21 +17,22 @@ namespace {
 constexpr int kWarps = 4;
 constexpr int kDimsPerLane = static_cast<int>(kMaxAttentionHeadDim / 32);
 
-void check_launch(const char* what) {
-  const cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess) fail("CUDA kernel ", what, " failed to launch: ", cudaGetErrorString(err));
-}
+using attn::check_launch;
+using attn::from_float;
+using attn::to_float;
 
-__global__ void write_kv_kernel(float* cache, int64_t width, const int64_t* slot_mapping, const float* a,
+template <typename KV>
+__global__ void write_kv_kernel(KV* cache, int64_t width, const int64_t* slot_mapping, const float* a,
                                 int64_t wa, const float* b, int64_t wb) {
   const int64_t t = blockIdx.x;
-  float* row = cache + slot_mapping[t] * width;
-  for (int64_t i = threadIdx.x; i < wa; i += blockDim.x) row[i] = a[t * wa + i];
-  for (int64_t i = threadIdx.x; i < wb; i += blockDim.x) row[wa + i] = b[t * wb + i];
+  KV* row = cache + slot_mapping[t] * width;
+  for (int64_t i = threadIdx.x; i < wa; i += blockDim.x) row[i] = from_float<KV>(a[t * wa + i]);
+  for (int64_t i = threadIdx.x; i < wb; i += blockDim.x) row[wa + i] = from_float<KV>(b[t * wb + i]);
 }
 
+template <typename KV>
 __global__ void __launch_bounds__(kWarps * 32)
-    attention_gqa_kernel(const float* q, const float* cache, int64_t width, DevicePlanView plan, float* out,
+    attention_gqa_kernel(const float* q, const KV* cache, int64_t width, DevicePlanView plan, float* out,
                          int Hq, int Hkv, int D, int Dv, float scale) {
   __shared__ float q_s[kMaxAttentionHeadDim];
   __shared__ float m_s[kWarps], l_s[kWarps];
@@ -50,21 +53,21 @@ __global__ void __launch_bounds__(kWarps * 32)
   for (int64_t j = warp; j < n; j += kWarps) {
     const int64_t slot =
         static_cast<int64_t>(blocks[j / plan.block_size]) * plan.block_size + j % plan.block_size;
-    const float* row = cache + slot * width;
-    const float* k = row + static_cast<int64_t>(kvh) * D;
+    const KV* row = cache + slot * width;
+    const KV* k = row + static_cast<int64_t>(kvh) * D;
     float dot = 0.0f;
-    for (int d = lane; d < D; d += 32) dot += q_s[d] * k[d];
+    for (int d = lane; d < D; d += 32) dot += q_s[d] * to_float(k[d]);
     for (int offset = 16; offset > 0; offset /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, offset);
     const float score = dot * scale;
     const float m_new = fmaxf(m, score);
     const float corr = expf(m - m_new);  // 0 on the first position (m = -inf)
     const float p = expf(score - m_new);
     l = l * corr + p;
-    const float* v = row + static_cast<int64_t>(Hkv) * D + static_cast<int64_t>(kvh) * Dv;
+    const KV* v = row + static_cast<int64_t>(Hkv) * D + static_cast<int64_t>(kvh) * Dv;
 #pragma unroll
     for (int i = 0; i < kDimsPerLane; ++i) {
       const int d = i * 32 + lane;
-      if (d < Dv) acc[i] = acc[i] * corr + p * v[d];
+      if (d < Dv) acc[i] = acc[i] * corr + p * to_float(v[d]);
     }
     m = m_new;
   }
@@ -98,17 +101,23 @@ __global__ void __launch_bounds__(kWarps * 32)
 
 }  // namespace
 
-void launch_write_kv(float* cache, int64_t width, const int64_t* slot_mapping, const float* a, int64_t wa,
+void launch_write_kv(const DeviceCacheView& cache, const int64_t* slot_mapping, const float* a, int64_t wa,
                      const float* b, int64_t wb, int64_t T) {
   if (T == 0) return;
-  write_kv_kernel<<<static_cast<unsigned>(T), 256, 0, stream()>>>(cache, width, slot_mapping, a, wa, b,
-                                                                  b ? wb : 0);
+  if (!b) wb = 0;
+  if (cache.bf16) {
+    write_kv_kernel<<<static_cast<unsigned>(T), 256, 0, stream()>>>(static_cast<__nv_bfloat16*>(cache.data),
+                                                                    cache.width, slot_mapping, a, wa, b, wb);
+  } else {
+    write_kv_kernel<<<static_cast<unsigned>(T), 256, 0, stream()>>>(static_cast<float*>(cache.data),
+                                                                    cache.width, slot_mapping, a, wa, b, wb);
+  }
   check_launch("write_kv");
 }
 
-void launch_attention_gqa(const float* q, const float* cache, int64_t width, const DevicePlanView& plan,
-                          float* out, int64_t T, int64_t Hq, int64_t Hkv, int64_t D, int64_t Dv,
-                          float scale) {
+void launch_attention_gqa(const float* q, const DeviceCacheView& cache, const DevicePlanView& plan,
+                          float* out, int64_t T, const GqaShape& shape) {
+  const int64_t Hq = shape.Hq, Hkv = shape.Hkv, D = shape.D, Dv = shape.Dv;
   DSI_CHECK(D > 0 && Dv > 0 && D <= kMaxAttentionHeadDim && Dv <= kMaxAttentionHeadDim,
             "attention_gqa: head dims ", D, "/", Dv, " (the CUDA kernel takes up to ", kMaxAttentionHeadDim,
             ")");
@@ -116,10 +125,22 @@ void launch_attention_gqa(const float* q, const float* cache, int64_t width, con
   DSI_CHECK(Hq <= 65535 || T == 0, "attention_gqa: too many heads");
   if (T == 0) return;
   const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(Hq));
-  attention_gqa_kernel<<<grid, kWarps * 32, 0, stream()>>>(q, cache, width, plan, out, static_cast<int>(Hq),
-                                                           static_cast<int>(Hkv), static_cast<int>(D),
-                                                           static_cast<int>(Dv), scale);
+  if (cache.bf16) {
+    attention_gqa_kernel<<<grid, kWarps * 32, 0, stream()>>>(
+        q, static_cast<const __nv_bfloat16*>(cache.data), cache.width, plan, out, static_cast<int>(Hq),
+        static_cast<int>(Hkv), static_cast<int>(D), static_cast<int>(Dv), shape.scale);
+  } else {
+    attention_gqa_kernel<<<grid, kWarps * 32, 0, stream()>>>(
+        q, static_cast<const float*>(cache.data), cache.width, plan, out, static_cast<int>(Hq),
+        static_cast<int>(Hkv), static_cast<int>(D), static_cast<int>(Dv), shape.scale);
+  }
   check_launch("attention_gqa");
+}
+
+int64_t attention_max_context_bucket(int64_t n) {
+  int64_t b = 256;
+  while (b < n) b *= 2;
+  return b;
 }
 
 }  // namespace dsinfer::cuda

@@ -1,16 +1,24 @@
-// Launchers of the paged-KV-cache CUDA kernels (cache writes, causal GQA) on raw device pointers
-// (CUDA-header free). The cache is float32 rows of `width` values, one row per slot; semantics of
-// CpuBackend::write_kv / attention_gqa (cpu_attention.cpp).
+// Launchers of the paged-KV-cache CUDA kernels (cache writes, fused rope + cache write, causal GQA: split-KV
+// decode, tensor-core flash prefill, a simple fallback) on raw device pointers (CUDA-header free). The cache
+// holds rows of `width` values (float32 or bf16 bits), one row per slot, [K (Hkv * D) | V (Hkv * Dv)] for
+// GQA; semantics of CpuBackend::write_kv / rope / attention_gqa (cpu_attention.cpp, cpu_rope.cpp).
 #pragma once
 #include <cstdint>
 
 namespace dsinfer::cuda {
 
-// Largest head_dim / v_head_dim launch_attention_gqa takes.
+// Largest head_dim / v_head_dim the attention launchers take.
 inline constexpr int64_t kMaxAttentionHeadDim = 256;
 
+// A device KV-cache layer: `data` points at float32 rows (bf16 false) or bf16 bit rows (bf16 true).
+struct DeviceCacheView {
+  void* data = nullptr;
+  int64_t width = 0;  // values per row
+  bool bf16 = false;
+};
+
 // Row slot_mapping[t] of `cache` gets [a[t] (wa values) | b[t] (wb values)] for t < T; b may be null (wb 0).
-void launch_write_kv(float* cache, int64_t width, const int64_t* slot_mapping, const float* a, int64_t wa,
+void launch_write_kv(const DeviceCacheView& cache, const int64_t* slot_mapping, const float* a, int64_t wa,
                      const float* b, int64_t wb, int64_t T);
 
 // The paged BatchPlan arrays a kernel reads, all on the device.
@@ -22,10 +30,43 @@ struct DevicePlanView {
   int64_t block_size = 0;
 };
 
-// out [T, Hq * Dv] = softmax(q . K^T * scale) V for q [T, Hq, D] over cache positions [0, positions[t]]
-// of token t's sequence; slot rows [K (Hkv * D) | V (Hkv * Dv)]; head h reads kv head h / (Hq / Hkv).
-// D, Dv <= kMaxAttentionHeadDim.
-void launch_attention_gqa(const float* q, const float* cache, int64_t width, const DevicePlanView& plan,
-                          float* out, int64_t T, int64_t Hq, int64_t Hkv, int64_t D, int64_t Dv, float scale);
+// The shape of one GQA call: q [T, Hq, D] attends to slot rows [K (Hkv * D) | V (Hkv * Dv)]; head h reads
+// kv head h / (Hq / Hkv); out [T, Hq * Dv]; query token t sees cache positions [0, positions[t]] of its
+// sequence.
+struct GqaShape {
+  int64_t Hq = 0, Hkv = 0, D = 0, Dv = 0;
+  float scale = 1.0f;
+};
+
+// The simple kernel (any D, Dv <= kMaxAttentionHeadDim): one block per (token, head), fp32 math.
+void launch_attention_gqa(const float* q, const DeviceCacheView& cache, const DevicePlanView& plan,
+                          float* out, int64_t T, const GqaShape& shape);
+
+// Split-KV decode kernel: one CTA per (query, kv head, context split) handles all Hq / Hkv query heads of the
+// group, so each cached K/V row is read once per group; a second kernel merges the splits. Queries are
+// tokens[i] for i < num_queries (tokens null: token i). The launch configuration depends only on
+// num_queries, the shape, and `max_context` (an upper bound of positions[t] + 1 over the queries; the
+// lengths themselves are read on the device), so a captured CUDA graph replays it for any lengths up to
+// max_context. `partials` must hold decode_partial_floats(...) floats (unused when that is 0).
+// D, Dv multiples of 8 and the group's tiles within the shared memory (decode_supported).
+bool decode_supported(const GqaShape& shape, bool bf16_cache);
+int64_t decode_splits(int64_t num_queries, const GqaShape& shape, int64_t max_context);
+int64_t decode_partial_floats(int64_t num_queries, const GqaShape& shape, int64_t max_context);
+void launch_attention_decode(const float* q, const DeviceCacheView& cache, const DevicePlanView& plan,
+                             const int32_t* tokens, int64_t num_queries, float* out, const GqaShape& shape,
+                             int64_t max_context, float* partials);
+
+// Tensor-core flash attention (mma.sync bf16, fp32 accumulate, online softmax) for query chunks: tile i
+// covers tokens [tiles[4i + 1], tiles[4i + 1] + tiles[4i + 2]) (at most kFlashTileRows, one sequence
+// tiles[4i]) whose positions are below tiles[4i + 3] (the keys the tile reads). bf16 cache, D == Dv in
+// {64, 128} (flash_supported).
+inline constexpr int64_t kFlashTileRows = 64;
+bool flash_supported(const GqaShape& shape, bool bf16_cache);
+void launch_attention_flash(const float* q, const DeviceCacheView& cache, const DevicePlanView& plan,
+                            const int32_t* tiles, int64_t num_tiles, float* out, const GqaShape& shape);
+
+// The next power of two >= max(n, 256): the max_context bucket decode launches use, so that decode steps of
+// similar lengths share one launch configuration (and one captured graph).
+int64_t attention_max_context_bucket(int64_t n);
 
 }  // namespace dsinfer::cuda

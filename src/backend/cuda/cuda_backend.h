@@ -1,19 +1,22 @@
 // CudaBackend: the dense-model ops (Llama / Qwen2) on one NVIDIA GPU. Weights are bf16 device tensors
-// (prepare_weight), activations float32 device tensors, the KV cache float32 on the GPU; logits come back
-// through to_host. DeepSeek-V2/V3's MLA and MoE ops have kernels; the V3.2 / V4 ops throw until they do.
-// Built into dsinfer_lib when CUDA is on; the kernels it launches live in dsinfer_cuda.
+// (prepare_weight), activations float32 device tensors, the KV cache bf16 on the GPU (kv_dtype); logits come
+// back through to_host, or stay on the GPU for sample(). DeepSeek-V2/V3's MLA and MoE ops have kernels; the
+// V3.2 / V4 ops throw until they do. Built into dsinfer_lib when CUDA is on; the kernels it launches live in
+// dsinfer_cuda.
 #pragma once
 #include <vector>
 
 #include "backend/backend.h"
 #include "backend/cuda/device_mirror.h"
+#include "backend/cuda/step_plan.h"
 
 namespace dsinfer {
 
 struct CudaBackendOptions {
-  // Linear layers keep ~16 bits of each activation (two bf16 GEMMs, hi and lo halves) instead of rounding
-  // activations to bf16 (one GEMM). See gemm_cublaslt.h.
-  bool split_gemm_activations = true;
+  // Linear layers over more than 8 rows (prefill, large batches) keep ~16 bits of each activation (two
+  // bf16 GEMMs, hi and lo halves) instead of rounding activations to bf16 (one GEMM, the default). See
+  // gemm_cublaslt.h. Up to 8 rows run the GEMV kernels, which keep fp32 activations either way.
+  bool split_gemm_activations = false;
 };
 
 class CudaBackend : public Backend {
@@ -21,8 +24,22 @@ class CudaBackend : public Backend {
   explicit CudaBackend(CudaBackendOptions options = {});
   std::string name() const override { return "cuda"; }
   Device device() const override { return Device::kCuda; }
+  DType kv_dtype() const override { return DType::BF16; }
   Tensor prepare_weight(Tensor host_f32) override;
   Tensor to_host(const Tensor& t) override;
+  void begin_step(const BatchPlan& plan) override;
+  void end_step() override;
+
+  // Step plan on the device (CUDA graphs: its buffer's generation() changes when addresses move).
+  const cuda::StepPlan& step_plan() const { return step_; }
+  // Uploads `plan` as the step plan without starting a step (a graph replay's inputs).
+  void stage_plan(const BatchPlan& plan) { step_.upload(plan, context_bound_); }
+  // Attention kernels size their grids for contexts up to max(longest context, bound): set by the graph
+  // runner to its context bucket so that a captured graph serves every step of the bucket.
+  void set_context_bound(int32_t bound) { context_bound_ = bound; }
+  // Samples on the GPU (cuda_backend_sampling.cpp): only the chosen tokens and logprobs are copied back.
+  // Host logits go to the default (host) implementation.
+  std::vector<SampledToken> sample(const Tensor& logits, const std::vector<SamplingRow>& rows) override;
 
   Tensor embed(const Tensor& table, const std::vector<int32_t>& ids) override;
   Tensor rms_norm(const Tensor& x, const Tensor& weight, float eps) override;
@@ -31,11 +48,19 @@ class CudaBackend : public Backend {
   void rope(Tensor& x, const std::vector<int32_t>& positions, const RopeTable& table, int64_t offset,
             RopeLayout layout, bool inverse) override;
   Tensor mlp(const Tensor& x, const MlpWeights& w) override;
+  // Fused linear layers (cuda_backend_linear.cpp): GEMV kernels for <= 8 rows, cuBLASLt above.
+  std::vector<Tensor> norm_linears(const Tensor& x, const Tensor& norm, float eps,
+                                   const std::vector<const Linear*>& linears) override;
+  void linear_residual(const Tensor& x, const Linear& w, Tensor& residual) override;
+  void norm_mlp_residual(Tensor& residual, const Tensor& norm, float eps, const MlpWeights& w) override;
   void write_kv(KvCache& cache, int64_t layer, const BatchPlan& plan, const Tensor& a,
                 const Tensor& b) override;
   Tensor attention_gqa(const Tensor& q, const KvCache& cache, int64_t layer, const BatchPlan& plan,
                        int64_t kv_heads, int64_t head_dim, int64_t v_head_dim, float scale) override;
   Tensor gather_rows(const Tensor& x, const std::vector<int32_t>& rows) override;
+  // One kernel: rope on q and k, then the [k | v] cache rows (float32 or bf16 cache).
+  void rope_write_kv(Tensor& q, Tensor& k, const Tensor& v, const RopeTable& table, RopeLayout layout,
+                     KvCache& cache, int64_t layer, const BatchPlan& plan) override;
 
   // DeepSeek-V2/V3: MLA (cuda_backend_mla.cpp) and DeepSeekMoE (cuda_backend_moe.cpp).
   Tensor prepare_weight_f32(Tensor host_f32) override;
@@ -73,10 +98,22 @@ class CudaBackend : public Backend {
                               const BatchPlan& plan, const Tensor& selected, float scale) override;
 
  private:
+  // Device pointer of a host array: the step plan's copy when `v` is one of the current plan's arrays, else
+  // `mirror`'s.
+  template <typename T>
+  const T* device_array(const std::vector<T>& v, cuda::DeviceMirror& mirror) {
+    if (const T* p = step_.find(v)) return p;
+    return mirror.upload(v);
+  }
+
   CudaBackendOptions options_;
+  cuda::StepPlan step_;
+  int32_t context_bound_ = 0;
   // Device copies of the host arrays ops receive, one mirror per kind so they do not evict each other.
-  cuda::DeviceMirror ids_, rows_, positions_, slot_mapping_, token_seq_, block_table_, block_table_indptr_,
-      inv_freq_;
+  cuda::DeviceMirror ids_, rows_, positions_, slot_mapping_, inv_freq_, decode_tokens_, flash_tiles_;
+  cuda::DeviceMirror sample_params_, sample_seen_, sample_gen_ids_, sample_gen_counts_;
+  // Host scratch of attention_gqa: the tokens of decode sequences and the flash query tiles.
+  std::vector<int32_t> decode_tokens_host_, flash_tiles_host_;
 };
 
 }  // namespace dsinfer

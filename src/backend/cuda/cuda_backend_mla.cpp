@@ -36,26 +36,31 @@ Tensor CudaBackend::attention_mla(const Tensor& q_lat, const Tensor& q_pe, const
   const Tensor& storage = cache.storage(layer);
   DSI_CHECK(storage.dtype() == DType::F32 || storage.dtype() == DType::BF16, "attention_mla: a ",
             dtype_name(storage.dtype()), " cache");
-  std::vector<int32_t> seq_of(static_cast<size_t>(T));
-  for (int32_t s = 0; s < plan.num_seqs(); ++s)
-    for (int32_t t = plan.cu_seqlens[s]; t < plan.cu_seqlens[s + 1]; ++t) seq_of[t] = s;
-  int64_t max_ctx = 1;
-  for (int32_t pos : plan.positions) max_ctx = std::max<int64_t>(max_ctx, static_cast<int64_t>(pos) + 1);
+  Tensor out = Tensor::empty_on(Device::kCuda, DType::F32, {T, H, R});
+  if (T == 0) return out;
+  // The step plan's device arrays (uploaded by begin_step; a lone op call outside a step uploads here).
+  const bool lone_call = step_.host() != &plan;
+  if (lone_call) step_.upload(plan, context_bound_);
+  const cuda::DevicePlan& dp = step_.device();
   cuda::MlaPlanView view;
-  view.positions = positions_.upload(plan.positions);
-  view.token_seq = token_seq_.upload(seq_of);
-  view.block_table = block_table_.upload(plan.block_table);
-  view.block_table_indptr = block_table_indptr_.upload(plan.block_table_indptr);
+  view.positions = dp.positions;
+  view.token_seq = dp.token_seq;
+  view.block_table = dp.block_table;
+  view.block_table_indptr = dp.block_table_indptr;
   view.block_size = plan.block_size;
+  // Splits sized for the longest context or the CUDA graph's context bucket, whichever is larger, so that a
+  // captured launch serves every step of the bucket.
+  int64_t max_ctx = std::max<int64_t>({1, dp.max_context, context_bound_});
+  for (int32_t pos : plan.positions) max_ctx = std::max<int64_t>(max_ctx, static_cast<int64_t>(pos) + 1);
   const cuda::MlaSplit split = cuda::mla_choose_split(T, H, R, max_ctx);
   const size_t ws_floats = cuda::mla_workspace_floats(T, H, R, split);
   Tensor workspace;
   if (ws_floats) workspace = Tensor::empty_on(Device::kCuda, DType::F32, {static_cast<int64_t>(ws_floats)});
-  Tensor out = Tensor::empty_on(Device::kCuda, DType::F32, {T, H, R});
   cuda::launch_attention_mla(dev_f32(q_lat, "attention_mla", "q_lat"), dev_f32(q_pe, "attention_mla", "q_pe"),
                              storage.raw(), storage.dtype() == DType::BF16, cache.width(layer), view,
                              out.data<float>(), ws_floats ? workspace.data<float>() : nullptr, T, H, R, P,
                              scale, split);
+  if (lone_call) step_.clear_host();
   return out;
 }
 

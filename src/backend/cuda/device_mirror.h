@@ -1,8 +1,13 @@
-// DeviceMirror: a device copy of a host array (BatchPlan arrays, token ids, row lists) that is uploaded
-// again only when the host contents change, so a forward step copies each plan array once although many
-// ops read it. Header-only glue of dsinfer_lib (uses Tensor); all copies run on the legacy default stream,
-// ordered after the kernels that read the previous contents.
+// DeviceMirror: a device copy of a host array (token ids, row lists, rope frequencies) that is uploaded
+// again only when the host contents change. Header-only glue of dsinfer_lib (uses Tensor). The arrays of
+// the step's BatchPlan do not come through here (cuda::StepPlan uploads them once per step).
+//
+// CUDA graphs: during a capture an upload that would copy is refused (the copy would be baked into the
+// graph with this step's contents); one that finds its contents already on the device is fine, and marks
+// the mirror as read by a graph, so that a later change of its contents bumps graph_invalidations() and
+// the graphs are captured again.
 #pragma once
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
@@ -17,7 +22,17 @@ class DeviceMirror {
   const T* upload(const std::vector<T>& v) {
     const size_t bytes = v.size() * sizeof(T);
     if (bytes == 0) return nullptr;
-    if (!(dev_ && bytes == host_.size() && std::memcmp(host_.data(), v.data(), bytes) == 0)) {
+    const bool same = dev_ && bytes == host_.size() && std::memcmp(host_.data(), v.data(), bytes) == 0;
+    if (capturing()) {
+      DSI_CHECK(same,
+                "an op uploaded per-step data while a CUDA graph was captured (it must read the step "
+                "plan instead)");
+      read_by_graph_ = true;
+      return static_cast<const T*>(dev_.raw());
+    }
+    if (!same) {
+      if (read_by_graph_) invalidate_graphs();
+      read_by_graph_ = false;
       host_.assign(reinterpret_cast<const char*>(v.data()), reinterpret_cast<const char*>(v.data()) + bytes);
       if (!dev_ || dev_.nbytes() < bytes) {
         register_allocator();
@@ -31,6 +46,7 @@ class DeviceMirror {
  private:
   std::vector<char> host_;  // what dev_ holds
   Tensor dev_;              // [capacity bytes] U8
+  bool read_by_graph_ = false;
 };
 
 }  // namespace dsinfer::cuda

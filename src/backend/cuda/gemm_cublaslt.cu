@@ -1,6 +1,6 @@
 // cuBLASLt GEMMs for Linear layers: column-major view y^T [N, M] = (w [N, K] row-major, transposed) x^T.
 // Process-wide state (handle, 32 MiB workspace, bf16 scratch, per-shape plans) lives here; every call runs
-// on the legacy default stream like the other kernels.
+// on stream(). The fused residual add is the GEMM's beta = 1 with C = D = y.
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include "backend/cuda/gemm_cublaslt.h"
+#include "backend/cuda/runtime.h"
 #include "backend/cuda/stream.h"
 #include "core/error.h"
 
@@ -43,17 +44,25 @@ __global__ void add_bias_kernel(float* y, const uint16_t* bias, int64_t M, int64
   if (i < M * N) y[i] += __uint_as_float(static_cast<uint32_t>(bias[i % N]) << 16);
 }
 
-// One output per thread: y[m, n] = sum_k x[m, k] w[n, k] in fp32 (x not rounded).
-__global__ void linear_reference_kernel(const float* x, const uint16_t* w, float* y, int64_t M, int64_t N,
-                                        int64_t K) {
+__device__ __forceinline__ float to_f32(float v) {
+  return v;
+}
+__device__ __forceinline__ float to_f32(uint16_t bf16_bits) {
+  return __uint_as_float(static_cast<uint32_t>(bf16_bits) << 16);
+}
+
+// One output per thread: y[m, n] (=|+=) sum_k x[m, k] w[n, k] in fp32 (x float32 or bf16 bits).
+template <typename X>
+__global__ void linear_reference_kernel(const X* x, const uint16_t* w, float* y, int64_t M, int64_t N,
+                                        int64_t K, bool accumulate) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= M * N) return;
   const int64_t m = i / N, n = i % N;
-  const float* xr = x + m * K;
+  const X* xr = x + m * K;
   const uint16_t* wr = w + n * K;
   float s = 0.0f;
-  for (int64_t k = 0; k < K; ++k) s += xr[k] * __uint_as_float(static_cast<uint32_t>(wr[k]) << 16);
-  y[i] = s;
+  for (int64_t k = 0; k < K; ++k) s += to_f32(xr[k]) * to_f32(wr[k]);
+  y[i] = accumulate ? y[i] + s : s;
 }
 
 unsigned blocks_for(int64_t n, int threads) {
@@ -110,11 +119,14 @@ class GemmContext {
   static size_t half_bytes(int64_t n) {
     return (static_cast<size_t>(n) * sizeof(__nv_bfloat16) + 255) / 256 * 256;
   }
-  // bf16 scratch for two halves (hi and lo) of n values each.
+  // bf16 scratch for two halves (hi and lo) of n values each. Grows only (gemm_reserve sizes it up
+  // front: growing frees the old buffer, which synchronizes the device and cannot be graph-captured).
   __nv_bfloat16* scratch(int64_t n) {
     const size_t bytes = 2 * half_bytes(n);
     if (bytes > scratch_bytes_) {
+      DSI_CHECK(!capturing(), "the GEMM scratch buffer cannot grow during a CUDA graph capture");
       if (scratch_) cudaFree(scratch_);  // synchronizes: no kernel still reads the old buffer
+      invalidate_graphs();
       scratch_ = nullptr;
       check_cuda(cudaMalloc(&scratch_, bytes), "GEMM scratch allocation");
       scratch_bytes_ = bytes;
@@ -145,26 +157,66 @@ void add_bias(float* y, const uint16_t* bias, int64_t M, int64_t N) {
   check_cuda(cudaGetLastError(), "bias kernel launch");
 }
 
+template <typename X>
+void reference(const X* x, const uint16_t* w, const uint16_t* bias, float* y, int64_t M, int64_t N, int64_t K,
+               bool accumulate) {
+  linear_reference_kernel<X><<<blocks_for(M * N, 128), 128, 0, stream()>>>(x, w, y, M, N, K, accumulate);
+  check_cuda(cudaGetLastError(), "reference GEMM kernel launch");
+  add_bias(y, bias, M, N);
+}
+
+bool aligned256(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 256 == 0;
+}
+
+// y (=|+=) x w^T for bf16 x through the shape's cuBLASLt plan; false when there is no usable algorithm
+// (the caller runs the reference kernel). The caller holds the context lock.
+bool matmul(GemmContext& ctx, const Plan& p, const __nv_bfloat16* x, const uint16_t* w, float* y,
+            bool accumulate) {
+  // The heuristic's algorithms assume 256-byte aligned operands (fresh allocations are).
+  if (!p.has_algo || !aligned256(w) || !aligned256(x) || !aligned256(y)) return false;
+  const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+  check_lt(cublasLtMatmul(ctx.handle(), p.op, &alpha, w, p.a, x, p.b, &beta, y, p.c, y, p.c, &p.algo,
+                          ctx.workspace(), kWorkspaceBytes, stream()),
+           "matmul");
+  return true;
+}
+
 }  // namespace
 
 void linear_bf16_reference(const float* x, const uint16_t* w, const uint16_t* bias, float* y, int64_t M,
                            int64_t N, int64_t K) {
   if (M == 0 || N == 0) return;
-  linear_reference_kernel<<<blocks_for(M * N, 128), 128, 0, stream()>>>(x, w, y, M, N, K);
-  check_cuda(cudaGetLastError(), "reference GEMM kernel launch");
+  reference(x, w, bias, y, M, N, K, false);
+}
+
+void gemm_reserve(int64_t max_M, int64_t max_K) {
+  GemmContext& ctx = GemmContext::get();
+  std::lock_guard<std::mutex> lock(ctx.mutex());
+  ctx.scratch(max_M * max_K);
+}
+
+void gemm_bf16(const uint16_t* x, const uint16_t* w, const uint16_t* bias, float* y, int64_t M, int64_t N,
+               int64_t K, bool accumulate) {
+  if (M == 0 || N == 0) return;
+  GemmContext& ctx = GemmContext::get();
+  std::lock_guard<std::mutex> lock(ctx.mutex());
+  if (K == 0 ||
+      !matmul(ctx, ctx.plan(M, N, K), reinterpret_cast<const __nv_bfloat16*>(x), w, y, accumulate)) {
+    reference(x, w, bias, y, M, N, K, accumulate);
+    return;
+  }
   add_bias(y, bias, M, N);
 }
 
 void linear_bf16(const float* x, const uint16_t* w, const uint16_t* bias, float* y, int64_t M, int64_t N,
-                 int64_t K, bool split) {
+                 int64_t K, bool split, bool accumulate) {
   if (M == 0 || N == 0) return;
   GemmContext& ctx = GemmContext::get();
   std::lock_guard<std::mutex> lock(ctx.mutex());
   const Plan& p = ctx.plan(M, N, K);
-  // The heuristic's algorithms assume 256-byte aligned operands (fresh allocations are).
-  const bool aligned = reinterpret_cast<uintptr_t>(w) % 256 == 0 && reinterpret_cast<uintptr_t>(y) % 256 == 0;
-  if (!p.has_algo || K == 0 || !aligned) {
-    linear_bf16_reference(x, w, bias, y, M, N, K);
+  if (!p.has_algo || K == 0 || !aligned256(w) || !aligned256(y)) {
+    reference(x, w, bias, y, M, N, K, accumulate);
     return;
   }
   __nv_bfloat16* hi = ctx.scratch(M * K);
@@ -173,15 +225,8 @@ void linear_bf16(const float* x, const uint16_t* w, const uint16_t* bias, float*
             : nullptr;
   split_bf16_kernel<<<blocks_for(M * K, 256), 256, 0, stream()>>>(x, hi, lo, M * K);
   check_cuda(cudaGetLastError(), "bf16 conversion kernel launch");
-  const float alpha = 1.0f, beta0 = 0.0f, beta1 = 1.0f;
-  check_lt(cublasLtMatmul(ctx.handle(), p.op, &alpha, w, p.a, hi, p.b, &beta0, y, p.c, y, p.c, &p.algo,
-                          ctx.workspace(), kWorkspaceBytes, stream()),
-           "matmul");
-  if (split) {
-    check_lt(cublasLtMatmul(ctx.handle(), p.op, &alpha, w, p.a, lo, p.b, &beta1, y, p.c, y, p.c, &p.algo,
-                            ctx.workspace(), kWorkspaceBytes, stream()),
-             "matmul (low half)");
-  }
+  matmul(ctx, p, hi, w, y, accumulate);
+  if (split) matmul(ctx, p, lo, w, y, true);
   add_bias(y, bias, M, N);
 }
 

@@ -36,30 +36,38 @@ namespace {
 // synchronise the device). Sizes up to 1 MiB round to a power of two, larger ones to 2 MiB; blocks of
 // 256 MiB and more (weights, the KV cache) bypass the cache. On cudaMalloc failure the cache is released
 // and the allocation retried once.
+//
+// While a CUDA graph is being captured (set_graph_pool(true)) allocations come from a separate pool whose
+// blocks are never handed out to work outside capture: a captured graph bakes in the addresses of its
+// temporaries, and replays (serialised on the one stream) must not overwrite memory that something else
+// keeps across steps. Graphs share the pool with each other, which is safe because they never run at once.
 class CachingAllocator {
  public:
   void* alloc(size_t bytes) {
     const size_t size = size_class(bytes);
     std::lock_guard<std::mutex> lock(mutex_);
+    const bool pooled = graph_pool_ && size < kBypass;
+    auto& free_lists = pooled ? pool_free_ : free_;
     if (size < kBypass) {
-      auto it = free_.find(size);
-      if (it != free_.end() && !it->second.empty()) {
+      auto it = free_lists.find(size);
+      if (it != free_lists.end() && !it->second.empty()) {
         void* p = it->second.back();
         it->second.pop_back();
-        live_[p] = size;
+        live_[p] = {size, pooled};
         return p;
       }
     }
     void* p = nullptr;
     if (cudaMalloc(&p, size) != cudaSuccess) {
       cudaGetLastError();
+      if (graph_pool_) return nullptr;  // no cudaFree (a device sync) in the middle of a capture
       release_cached_locked();
       if (cudaMalloc(&p, size) != cudaSuccess) {
         cudaGetLastError();
         return nullptr;
       }
     }
-    live_[p] = size;
+    live_[p] = {size, pooled};
     return p;
   }
 
@@ -68,16 +76,25 @@ class CachingAllocator {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = live_.find(p);
     if (it == live_.end()) return;
-    const size_t size = it->second;
+    const Block block = it->second;
     live_.erase(it);
-    if (size >= kBypass) {
+    if (block.size >= kBypass) {
       cudaFree(p);
     } else {
-      free_[size].push_back(p);
+      (block.pooled ? pool_free_ : free_)[block.size].push_back(p);
     }
   }
 
+  void set_graph_pool(bool on) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    graph_pool_ = on;
+  }
+
  private:
+  struct Block {
+    size_t size = 0;
+    bool pooled = false;  // belongs to the graph pool
+  };
   static constexpr size_t kBypass = size_t{256} << 20;
   static size_t size_class(size_t bytes) {
     if (bytes <= 512) return 512;
@@ -97,14 +114,19 @@ class CachingAllocator {
   }
 
   std::mutex mutex_;
-  std::unordered_map<void*, size_t> live_;
+  std::unordered_map<void*, Block> live_;
   std::map<size_t, std::vector<void*>> free_;
+  std::map<size_t, std::vector<void*>> pool_free_;
+  bool graph_pool_ = false;
 };
 
 CachingAllocator& allocator() {
   static CachingAllocator* a = new CachingAllocator();  // never destroyed: frees may come during exit
   return *a;
 }
+
+bool g_capturing = false;
+uint64_t g_graph_invalidations = 0;
 
 }  // namespace
 
@@ -127,11 +149,13 @@ cudaStream_t stream() {
 }
 
 void copy_to_device(void* dst, const void* src, size_t bytes) {
+  DSI_CHECK(!g_capturing, "a synchronous host-to-device copy cannot be part of a CUDA graph");
   check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream()), "host-to-device copy");
   check(cudaStreamSynchronize(stream()), "host-to-device copy");  // the host buffer may go away
 }
 
 void copy_to_host(void* dst, const void* src, size_t bytes) {
+  DSI_CHECK(!g_capturing, "a synchronous device-to-host copy cannot be part of a CUDA graph");
   check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream()), "device-to-host copy");
   check(cudaStreamSynchronize(stream()), "device-to-host copy");
 }
@@ -141,7 +165,85 @@ void copy_device_to_device(void* dst, const void* src, size_t bytes) {
 }
 
 void synchronize() {
+  DSI_CHECK(!g_capturing, "cannot wait for the GPU while a CUDA graph is being captured");
   check(cudaStreamSynchronize(stream()), "synchronize");
+}
+
+void* host_alloc_pinned(size_t bytes) {
+  void* p = nullptr;
+  check(cudaMallocHost(&p, bytes), "pinned host allocation");
+  return p;
+}
+
+void host_free_pinned(void* ptr) {
+  if (ptr) cudaFreeHost(ptr);
+}
+
+void copy_to_device_async(void* dst, const void* pinned_src, size_t bytes) {
+  check(cudaMemcpyAsync(dst, pinned_src, bytes, cudaMemcpyHostToDevice, stream()), "host-to-device copy");
+}
+
+void copy_to_host_async(void* pinned_dst, const void* src, size_t bytes) {
+  check(cudaMemcpyAsync(pinned_dst, src, bytes, cudaMemcpyDeviceToHost, stream()), "device-to-host copy");
+}
+
+bool capturing() {
+  return g_capturing;
+}
+
+EventHandle event_create() {
+  cudaEvent_t e = nullptr;
+  check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "event creation");
+  return e;
+}
+
+void event_record(EventHandle e) {
+  check(cudaEventRecord(static_cast<cudaEvent_t>(e), stream()), "event record");
+}
+
+void event_wait_host(EventHandle e) {
+  check(cudaEventSynchronize(static_cast<cudaEvent_t>(e)), "event wait");
+}
+
+void begin_capture() {
+  DSI_CHECK(!g_capturing, "CUDA graph capture is already in progress");
+  check(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeRelaxed), "graph capture begin");
+  allocator().set_graph_pool(true);
+  g_capturing = true;
+}
+
+GraphHandle end_capture(bool keep) {
+  g_capturing = false;
+  allocator().set_graph_pool(false);
+  cudaGraph_t graph = nullptr;
+  const cudaError_t err = cudaStreamEndCapture(stream(), &graph);
+  if (err != cudaSuccess || !keep) {
+    if (graph) cudaGraphDestroy(graph);
+    cudaGetLastError();
+    if (!keep) return nullptr;
+    fail("CUDA graph capture failed: ", cudaGetErrorString(err));
+  }
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  check(inst, "graph instantiation");
+  return exec;
+}
+
+void launch_graph(GraphHandle graph) {
+  check(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph), stream()), "graph launch");
+}
+
+void invalidate_graphs() {
+  ++g_graph_invalidations;
+}
+
+uint64_t graph_invalidations() {
+  return g_graph_invalidations;
+}
+
+void destroy_graph(GraphHandle graph) {
+  if (graph) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph));
 }
 
 }  // namespace dsinfer::cuda

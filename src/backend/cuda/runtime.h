@@ -2,6 +2,7 @@
 // copies. Implemented in runtime.cu (built only with nvcc); every failure throws dsinfer::Error.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace dsinfer::cuda {
@@ -12,6 +13,35 @@ void device_free(void* ptr);
 void copy_to_device(void* dst, const void* src, size_t bytes);
 void copy_to_host(void* dst, const void* src, size_t bytes);
 void copy_device_to_device(void* dst, const void* src, size_t bytes);
-void synchronize();
+void synchronize();  // waits for the stream
+
+// Page-locked host memory (needed for copies that overlap host work or are captured in graphs).
+void* host_alloc_pinned(size_t bytes);
+void host_free_pinned(void* ptr);
+// Queued on the stream; the host buffers must stay untouched until the stream passes the copy.
+void copy_to_device_async(void* dst, const void* pinned_src, size_t bytes);
+void copy_to_host_async(void* pinned_dst, const void* src, size_t bytes);
+
+// Events on the stream: the host can wait until the stream has passed a point.
+using EventHandle = void*;  // a cudaEvent_t (never destroyed: few, process-wide)
+EventHandle event_create();
+void event_record(EventHandle e);
+void event_wait_host(EventHandle e);
+
+// CUDA graphs of the stream's work. Between begin_capture and end_capture nothing runs: kernels are
+// recorded, device allocations come from the graph pool (see runtime.cu) and capturing() is true, so that
+// code which must not be captured (host copies, per-step uploads) can refuse.
+using GraphHandle = void*;  // a cudaGraphExec_t
+bool capturing();
+void begin_capture();
+// Ends the capture: an instantiated graph, or null when !keep (the capture is thrown away). Throws when
+// the capture failed and keep is set.
+GraphHandle end_capture(bool keep);
+void launch_graph(GraphHandle graph);
+// Memory a captured graph may read or write moved or changed (a grown workspace, a changed constant):
+// graphs captured before must be recorded again. graph_invalidations() counts the calls.
+void invalidate_graphs();
+uint64_t graph_invalidations();
+void destroy_graph(GraphHandle graph);
 
 }  // namespace dsinfer::cuda

@@ -130,7 +130,12 @@ class DeepseekModel : public Model {
   }
 
   Tensor forward(const BatchPlan& plan, KvCache& cache) override {
+    return backend_.to_host(forward_device(plan, cache));
+  }
+
+  Tensor forward_device(const BatchPlan& plan, KvCache& cache) override {
     Backend& b = backend_;
+    const StepScope step(b, plan);
     const float eps = static_cast<float>(config_.rms_norm_eps);
     Tensor h = b.embed(embed_, plan.token_ids);  // [T, hidden]
     for (size_t i = 0; i < layers_.size(); ++i) {
@@ -142,8 +147,8 @@ class DeepseekModel : public Model {
         b.norm_mlp_residual(h, L.post_norm, eps, L.mlp);
       }
     }
-    Tensor last = b.gather_rows(h, plan.logits_rows);                    // [rows, hidden]
-    return b.to_host(b.norm_linears(last, norm_, eps, {&lm_head_})[0]);  // [rows, vocab]
+    Tensor last = b.gather_rows(h, plan.logits_rows);         // [rows, hidden]
+    return b.norm_linears(last, norm_, eps, {&lm_head_})[0];  // [rows, vocab]
   }
 
  private:

@@ -74,6 +74,7 @@ class DeepseekV4Model : public Model {
 
   Tensor forward(const BatchPlan& plan, KvCache& cache) override {
     Backend& b = backend_;
+    const StepScope step(b, plan);
     DSI_CHECK(cache.num_layers() == static_cast<int64_t>(kv_layout().size()),
               "deepseek_v4: the KV cache was not built from this model's kv_layout()");
     for (int32_t s = 0; s < plan.num_seqs(); ++s) {

@@ -56,7 +56,12 @@ class LlamaModel : public Model {
   }
 
   Tensor forward(const BatchPlan& plan, KvCache& cache) override {
+    return backend_.to_host(forward_device(plan, cache));
+  }
+
+  Tensor forward_device(const BatchPlan& plan, KvCache& cache) override {
     Backend& b = backend_;
+    const StepScope step(b, plan);
     const int64_t T = plan.num_tokens(), D = config_.head_dim;
     Tensor h = b.embed(embed_, plan.token_ids);  // [T, H]
     const float eps = static_cast<float>(config_.rms_norm_eps);
@@ -72,8 +77,8 @@ class LlamaModel : public Model {
       b.linear_residual(attn, L.o, h);
       b.norm_mlp_residual(h, L.post_norm, eps, L.mlp);
     }
-    Tensor last = b.gather_rows(h, plan.logits_rows);                    // [rows, H]
-    return b.to_host(b.norm_linears(last, norm_, eps, {&lm_head_})[0]);  // [rows, vocab]
+    Tensor last = b.gather_rows(h, plan.logits_rows);         // [rows, H]
+    return b.norm_linears(last, norm_, eps, {&lm_head_})[0];  // [rows, vocab]
   }
 
  private:

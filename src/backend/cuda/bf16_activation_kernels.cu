@@ -1,0 +1,74 @@
+// RMSNorm and SiLU-mul writing bf16 (see bf16_activation_kernels.h); the arithmetic is that of the fp32
+// kernels in elementwise_kernels.cu, only the final store rounds.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "backend/cuda/bf16_activation_kernels.h"
+#include "backend/cuda/stream.h"
+#include "core/error.h"
+
+namespace dsinfer::cuda {
+
+namespace {
+
+__device__ __forceinline__ uint16_t to_bf16_bits(float v) {
+  const __nv_bfloat16 b = __float2bfloat16_rn(v);
+  return *reinterpret_cast<const uint16_t*>(&b);
+}
+
+// One block per row, warp-shuffle reduction of the sum of squares.
+__global__ void rms_norm_bf16_kernel(const float* x, const uint16_t* w, uint16_t* out, int64_t H, float eps) {
+  const int64_t t = blockIdx.x;
+  const float* row = x + t * H;
+  float ss = 0.0f;
+  for (int64_t i = threadIdx.x; i < H; i += blockDim.x) ss += row[i] * row[i];
+  __shared__ float partial[32];
+  for (int offset = 16; offset > 0; offset /= 2) ss += __shfl_xor_sync(0xffffffffu, ss, offset);
+  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = ss;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    float v = threadIdx.x < blockDim.x / 32 ? partial[threadIdx.x] : 0.0f;
+    for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+    if (threadIdx.x == 0) partial[0] = v;
+  }
+  __syncthreads();
+  const float inv = rsqrtf(partial[0] / static_cast<float>(H) + eps);
+  for (int64_t i = threadIdx.x; i < H; i += blockDim.x)
+    out[t * H + i] = to_bf16_bits(__uint_as_float(static_cast<uint32_t>(w[i]) << 16) * (row[i] * inv));
+}
+
+__global__ void silu_mul_bf16_kernel(const float* gate, const float* up, uint16_t* out, int64_t n,
+                                     float limit) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) {
+    float g = gate[i], u = up[i];
+    if (limit > 0.0f) {
+      g = fminf(g, limit);
+      u = fminf(fmaxf(u, -limit), limit);
+    }
+    out[i] = to_bf16_bits(g / (1.0f + expf(-g)) * u);
+  }
+}
+
+void check_launch(const char* what) {
+  cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) fail("CUDA kernel ", what, " failed to launch: ", cudaGetErrorString(err));
+}
+
+}  // namespace
+
+void launch_rms_norm_bf16(const float* x, const uint16_t* w, uint16_t* out, int64_t T, int64_t H, float eps) {
+  if (T == 0) return;
+  rms_norm_bf16_kernel<<<static_cast<unsigned>(T), 256, 0, stream()>>>(x, w, out, H, eps);
+  check_launch("rms_norm_bf16");
+}
+
+void launch_silu_mul_bf16(const float* gate, const float* up, uint16_t* out, int64_t n, float limit) {
+  if (n == 0) return;
+  const int threads = 256;
+  silu_mul_bf16_kernel<<<static_cast<unsigned>((n + threads - 1) / threads), threads, 0, stream()>>>(
+      gate, up, out, n, limit);
+  check_launch("silu_mul_bf16");
+}
+
+}  // namespace dsinfer::cuda

@@ -1,0 +1,182 @@
+// CudaBackend's attention-side ops: rope, cache writes (float32 or bf16 cache), the fused rope + cache write
+// and GQA attention, which routes each sequence of the plan to a kernel: query_len 1 (decode) -> split-KV
+// decode kernel; longer chunks -> tensor-core flash kernel (bf16 cache, head dim 64 or 128) or, for other
+// shapes, the decode kernel run per token; shapes neither takes -> the simple kernel. The split is made on
+// the host from the plan, so nothing waits for the GPU.
+#include <algorithm>
+
+#include "backend/cuda/attention_kernels.h"
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/rope_kernels.h"
+#include "core/dtype.h"
+#include "core/error.h"
+
+namespace dsinfer {
+
+namespace {
+
+float* dev_f32(const Tensor& x, const char* op, const char* what) {
+  DSI_CHECK(x.device() == Device::kCuda && x.dtype() == DType::F32, op, ": ", what,
+            " must be a float32 CUDA tensor, got ", dtype_name(x.dtype()), " on ", device_name(x.device()));
+  return const_cast<float*>(x.data<float>());
+}
+
+cuda::DeviceCacheView cache_view(const KvCache& cache, int64_t layer, const char* op) {
+  DSI_CHECK(cache.device() == Device::kCuda, op, ": the KV cache is not on the GPU");
+  DSI_CHECK(cache.dtype() == DType::F32 || cache.dtype() == DType::BF16, op, ": KV cache of ",
+            dtype_name(cache.dtype()));
+  DSI_CHECK(layer >= 0 && layer < cache.num_layers(), op, ": layer ", layer, " of ", cache.num_layers());
+  cuda::DeviceCacheView v;
+  v.data = const_cast<void*>(cache.storage(layer).raw());
+  v.width = cache.width(layer);
+  v.bf16 = cache.dtype() == DType::BF16;
+  return v;
+}
+
+void check_slots(const KvCache& cache, const BatchPlan& plan, const char* op) {
+  DSI_CHECK(static_cast<int64_t>(plan.slot_mapping.size()) == plan.num_tokens(), op, ": slot_mapping has ",
+            plan.slot_mapping.size(), " entries for ", plan.num_tokens(), " tokens");
+  const int64_t slots = cache.num_blocks() * cache.block_size();
+  for (int64_t s : plan.slot_mapping) DSI_CHECK(s >= 0 && s < slots, op, ": slot ", s, " outside the cache");
+}
+
+}  // namespace
+
+void CudaBackend::rope(Tensor& x, const std::vector<int32_t>& positions, const RopeTable& table,
+                       int64_t offset, RopeLayout layout, bool inverse) {
+  // x [T, heads, head_dim]; rotate dims [offset, offset + rope_dim).
+  DSI_CHECK(x.ndim() == 3, "rope: x must be [T, heads, head_dim], got ", shape_str(x.shape()));
+  const int64_t T = x.dim(0), heads = x.dim(1), D = x.dim(2), R = table.rope_dim;
+  DSI_CHECK(static_cast<int64_t>(positions.size()) == T, "rope: ", positions.size(), " positions for ", T,
+            " tokens");
+  DSI_CHECK(offset >= 0 && offset + R <= D, "rope: rope dims exceed the head dimension");
+  DSI_CHECK(static_cast<int64_t>(table.inv_freq.size()) == R / 2, "rope: table has ", table.inv_freq.size(),
+            " frequencies for rope_dim ", R);
+  cuda::launch_rope(dev_f32(x, "rope", "x"), device_array(positions, positions_),
+                    inv_freq_.upload(table.inv_freq), T, heads, D, offset, R, table.attention_scaling,
+                    layout == RopeLayout::kInterleaved, inverse);
+}
+
+void CudaBackend::write_kv(KvCache& cache, int64_t layer, const BatchPlan& plan, const Tensor& a,
+                           const Tensor& b) {
+  const cuda::DeviceCacheView view = cache_view(cache, layer, "write_kv");
+  const int64_t T = plan.num_tokens();
+  const int64_t wa = a.numel() / std::max<int64_t>(T, 1);
+  const int64_t wb = b ? b.numel() / std::max<int64_t>(T, 1) : 0;
+  DSI_CHECK(wa + wb == cache.width(layer), "write_kv: rows of ", wa + wb, " values for a cache row of ",
+            cache.width(layer));
+  check_slots(cache, plan, "write_kv");
+  cuda::launch_write_kv(view, device_array(plan.slot_mapping, slot_mapping_), dev_f32(a, "write_kv", "a"), wa,
+                        b ? dev_f32(b, "write_kv", "b") : nullptr, wb, T);
+}
+
+void CudaBackend::rope_write_kv(Tensor& q, Tensor& k, const Tensor& v, const RopeTable& table,
+                                RopeLayout layout, KvCache& cache, int64_t layer, const BatchPlan& plan) {
+  // q [T, Hq, D], k [T, Hkv, D] (rotated in place), v [T, Hkv * Dv] -> cache rows [k | v].
+  const cuda::DeviceCacheView view = cache_view(cache, layer, "rope_write_kv");
+  const int64_t T = plan.num_tokens();
+  DSI_CHECK(q.ndim() == 3 && k.ndim() == 3 && q.dim(0) == T && k.dim(0) == T && q.dim(2) == k.dim(2),
+            "rope_write_kv: q ", shape_str(q.shape()), " and k ", shape_str(k.shape()), " for ", T,
+            " tokens");
+  const int64_t Hq = q.dim(1), Hkv = k.dim(1), D = q.dim(2), R = table.rope_dim;
+  DSI_CHECK(Hkv > 0 && v.numel() % std::max<int64_t>(T * Hkv, 1) == 0, "rope_write_kv: v ",
+            shape_str(v.shape()), " for ", Hkv, " kv heads");
+  const int64_t Dv = T ? v.numel() / (T * Hkv) : cache.width(layer) / Hkv - D;
+  DSI_CHECK(Hkv * (D + Dv) == cache.width(layer), "rope_write_kv: rows of ", Hkv * (D + Dv),
+            " values for a cache row of ", cache.width(layer));
+  DSI_CHECK(R % 2 == 0 && R <= D && static_cast<int64_t>(table.inv_freq.size()) == R / 2,
+            "rope_write_kv: rope table of ", table.inv_freq.size(), " frequencies for rope_dim ", R,
+            " and head_dim ", D);
+  DSI_CHECK(static_cast<int64_t>(plan.positions.size()) == T, "rope_write_kv: positions for ", T, " tokens");
+  check_slots(cache, plan, "rope_write_kv");
+  if (T == 0) return;
+  cuda::launch_rope_write_kv(dev_f32(q, "rope_write_kv", "q"), dev_f32(k, "rope_write_kv", "k"),
+                             dev_f32(v, "rope_write_kv", "v"), view, device_array(plan.positions, positions_),
+                             device_array(plan.slot_mapping, slot_mapping_),
+                             R ? inv_freq_.upload(table.inv_freq) : nullptr, T, Hq, Hkv, D, Dv, R,
+                             table.attention_scaling, layout == RopeLayout::kInterleaved);
+}
+
+Tensor CudaBackend::attention_gqa(const Tensor& q, const KvCache& cache, int64_t layer, const BatchPlan& plan,
+                                  int64_t kv_heads, int64_t head_dim, int64_t v_head_dim, float scale) {
+  // q [T, Hq, D] -> out [T, Hq * Dv]
+  const cuda::DeviceCacheView cv = cache_view(cache, layer, "attention_gqa");
+  DSI_CHECK(q.ndim() == 3, "attention_gqa: q must be [T, Hq, D], got ", shape_str(q.shape()));
+  const int64_t T = q.dim(0), Hq = q.dim(1), D = head_dim, Dv = v_head_dim;
+  DSI_CHECK(q.dim(2) == D && kv_heads > 0 && Hq % kv_heads == 0, "attention_gqa: bad query shape ",
+            shape_str(q.shape()));
+  DSI_CHECK(cache.width(layer) == kv_heads * (D + Dv), "attention_gqa: cache row width mismatch");
+  DSI_CHECK(T == plan.num_tokens(), "attention_gqa: ", T, " query tokens for a plan of ", plan.num_tokens());
+  DSI_CHECK(plan.block_size == cache.block_size(), "attention_gqa: plan block size ", plan.block_size,
+            " for a cache of ", cache.block_size());
+  const cuda::GqaShape shape{Hq, kv_heads, D, Dv, scale};
+  Tensor out = Tensor::empty_on(Device::kCuda, DType::F32, {T, Hq * Dv});
+  if (T == 0) return out;
+
+  // The step plan's device arrays (uploaded by begin_step; a lone op call outside a step uploads here).
+  const bool lone_call = step_.host() != &plan;
+  if (lone_call) step_.upload(plan, context_bound_);
+  const cuda::DevicePlan& dp = step_.device();
+  cuda::DevicePlanView view;
+  view.positions = dp.positions;
+  view.token_seq = dp.token_seq;
+  view.block_table = dp.block_table;
+  view.block_table_indptr = dp.block_table_indptr;
+  view.block_size = plan.block_size;
+  const float* qd = dev_f32(q, "attention_gqa", "q");
+
+  if (!cuda::decode_supported(shape, cv.bf16)) {
+    cuda::launch_attention_gqa(qd, cv, view, out.data<float>(), T, shape);
+    if (lone_call) step_.clear_host();
+    return out;
+  }
+  // Route: flash tiles for the chunks of query_len > 1 (when the flash kernel takes the shape), every other
+  // token to the decode kernel.
+  const bool flash = cuda::flash_supported(shape, cv.bf16);
+  std::vector<int32_t>& dec = decode_tokens_host_;
+  std::vector<int32_t>& tiles = flash_tiles_host_;
+  dec.clear();
+  tiles.clear();
+  int64_t max_context = std::max<int64_t>(1, context_bound_);  // a CUDA graph's context bucket
+  for (int32_t s = 0; s < plan.num_seqs(); ++s) {
+    const int32_t begin = plan.cu_seqlens[s], end = plan.cu_seqlens[s + 1];
+    if (flash && end - begin > 1) {
+      for (int32_t t0 = begin; t0 < end; t0 += static_cast<int32_t>(cuda::kFlashTileRows)) {
+        const int32_t rows = std::min<int32_t>(static_cast<int32_t>(cuda::kFlashTileRows), end - t0);
+        int32_t keys = 0;
+        for (int32_t t = t0; t < t0 + rows; ++t) keys = std::max(keys, plan.positions[t] + 1);
+        tiles.insert(tiles.end(), {s, t0, rows, keys});
+      }
+    } else {
+      for (int32_t t = begin; t < end; ++t) {
+        dec.push_back(t);
+        max_context = std::max<int64_t>(max_context, plan.positions[t] + 1);
+      }
+    }
+  }
+  for (int32_t s = 0; s < plan.num_seqs(); ++s) {
+    const int64_t blocks = plan.block_table_indptr[s + 1] - plan.block_table_indptr[s];
+    for (int32_t t = plan.cu_seqlens[s]; t < plan.cu_seqlens[s + 1]; ++t)
+      DSI_CHECK(plan.positions[t] >= 0 && plan.positions[t] < blocks * plan.block_size,
+                "attention_gqa: position ", plan.positions[t], " of sequence ", s, " is past its ", blocks,
+                " blocks");
+  }
+  if (!tiles.empty()) {
+    cuda::launch_attention_flash(qd, cv, view, flash_tiles_.upload(tiles),
+                                 static_cast<int64_t>(tiles.size() / 4), out.data<float>(), shape);
+  }
+  if (!dec.empty()) {
+    const auto n = static_cast<int64_t>(dec.size());
+    // All tokens in order (a pure decode step): no token list, so a captured graph does not depend on it.
+    const int32_t* tokens = n == T ? nullptr : decode_tokens_.upload(dec);
+    const int64_t bucket = cuda::attention_max_context_bucket(max_context);
+    const int64_t floats = cuda::decode_partial_floats(n, shape, bucket);
+    Tensor partials = floats ? Tensor::empty_on(Device::kCuda, DType::F32, {floats}) : Tensor();
+    cuda::launch_attention_decode(qd, cv, view, tokens, n, out.data<float>(), shape, bucket,
+                                  floats ? partials.data<float>() : nullptr);
+  }
+  if (lone_call) step_.clear_host();
+  return out;
+}
+
+}  // namespace dsinfer

@@ -1,0 +1,129 @@
+// CudaGraphModel: bucketing, padding, capture and replay of decode steps.
+#include "backend/cuda/cuda_graph_model.h"
+
+#include <algorithm>
+
+#include "backend/cuda/device_mirror.h"
+#include "backend/cuda/runtime.h"
+#include "core/error.h"
+#include "core/log.h"
+
+namespace dsinfer {
+
+namespace {
+
+bool decode_only(const BatchPlan& plan) {
+  if (plan.num_seqs() == 0 || plan.num_tokens() != plan.num_seqs()) return false;
+  if (static_cast<int32_t>(plan.logits_rows.size()) != plan.num_tokens()) return false;
+  for (int32_t i = 0; i < plan.num_tokens(); ++i)
+    if (plan.logits_rows[i] != i) return false;
+  return true;
+}
+
+int32_t context_bucket(const BatchPlan& plan, int32_t min_bucket) {
+  int32_t longest = 0;
+  for (int32_t c : plan.context_lens) longest = std::max(longest, c);
+  int32_t b = min_bucket;
+  while (b < longest) b *= 2;
+  return b;
+}
+
+}  // namespace
+
+CudaGraphModel::CudaGraphModel(std::unique_ptr<Model> inner, CudaBackend& backend, CudaGraphOptions options)
+    : inner_(std::move(inner)), backend_(backend), options_(options) {
+  DSI_CHECK(options_.max_batch > 0, "CUDA graphs need a positive max_batch");
+  // 1, 2, 4, 8, then every 8 up to 64, then every 32: padding costs at most ~1/8 of a large step.
+  for (int32_t b : {1, 2, 4}) buckets_.push_back(b);
+  for (int32_t b = 8; b <= 64; b += 8) buckets_.push_back(b);
+  for (int32_t b = 96; b < options_.max_batch + 32; b += 32) buckets_.push_back(b);
+  while (buckets_.size() > 1 && buckets_[buckets_.size() - 2] >= options_.max_batch) buckets_.pop_back();
+}
+
+CudaGraphModel::~CudaGraphModel() {
+  drop_graphs();
+}
+
+void CudaGraphModel::drop_graphs() {
+  for (auto& [key, g] : graphs_) cuda::destroy_graph(g.exec);
+  graphs_.clear();
+}
+
+Tensor CudaGraphModel::forward(const BatchPlan& plan, KvCache& cache) {
+  return backend_.to_host(forward_device(plan, cache));
+}
+
+BatchPlan CudaGraphModel::padded(const BatchPlan& plan, int32_t bucket, const KvCache& cache) const {
+  BatchPlan p = plan;
+  const int32_t scratch = static_cast<int32_t>(cache.num_blocks()) - 1;
+  for (int32_t s = plan.num_seqs(); s < bucket; ++s) {
+    p.token_ids.push_back(0);
+    p.positions.push_back(0);
+    p.cu_seqlens.push_back(p.cu_seqlens.back() + 1);
+    p.context_lens.push_back(1);
+    p.block_table.push_back(scratch);
+    p.block_table_indptr.push_back(static_cast<int32_t>(p.block_table.size()));
+    p.slot_mapping.push_back(static_cast<int64_t>(scratch) * plan.block_size);
+    p.logits_rows.push_back(s);
+    p.seq_ids.push_back(-1 - s);
+    if (!p.prompt_lens.empty()) p.prompt_lens.push_back(1);
+  }
+  return p;
+}
+
+CudaGraphModel::Graph* CudaGraphModel::capture(const BatchPlan& padded_plan, KvCache& cache,
+                                               std::pair<int32_t, int32_t> key) {
+  // Warm up once eagerly (cuBLASLt plans, workspaces, mirrors and the allocator's blocks all settle),
+  // then record the same step.
+  backend_.stage_plan(padded_plan);
+  inner_->forward_device(padded_plan, cache);
+  Graph g;
+  cuda::begin_capture();
+  try {
+    g.logits = inner_->forward_device(padded_plan, cache);
+  } catch (const std::exception& e) {
+    cuda::end_capture(false);
+    log_warn("CUDA graphs off: capturing a decode step of ", key.first, " sequences failed: ", e.what());
+    disabled_ = true;
+    return nullptr;
+  }
+  g.exec = cuda::end_capture(true);
+  g.plan_generation = backend_.step_plan().generation();
+  g.invalidations = cuda::graph_invalidations();
+  ++captures_;
+  return &(graphs_[key] = std::move(g));
+}
+
+Tensor CudaGraphModel::forward_device(const BatchPlan& plan, KvCache& cache) {
+  if (disabled_ || !decode_only(plan) || plan.num_seqs() > buckets_.back() || cache.num_blocks() < 2)
+    return inner_->forward_device(plan, cache);
+  const int32_t n = plan.num_seqs();
+  const int32_t bucket = *std::lower_bound(buckets_.begin(), buckets_.end(), n);
+  const int32_t ctx = context_bucket(plan, options_.min_context_bucket);
+  const BatchPlan p = padded(plan, bucket, cache);
+  backend_.set_context_bound(ctx);
+  Graph* g = nullptr;
+  auto it = graphs_.find({bucket, ctx});
+  if (it != graphs_.end()) {
+    g = &it->second;
+    if (g->plan_generation != backend_.step_plan().generation() ||
+        g->invalidations != cuda::graph_invalidations()) {  // addresses or constants moved: record again
+      drop_graphs();
+      g = nullptr;
+    }
+  }
+  if (!g) {
+    g = capture(p, cache, {bucket, ctx});
+    if (!g) {
+      backend_.set_context_bound(0);
+      return inner_->forward_device(plan, cache);
+    }
+  }
+  backend_.stage_plan(p);
+  cuda::launch_graph(g->exec);
+  ++replays_;
+  backend_.set_context_bound(0);
+  return g->logits.rows(0, n);  // [n, vocab]
+}
+
+}  // namespace dsinfer

@@ -1,0 +1,64 @@
+// CudaGraphModel: wraps a model running on the CUDA backend and runs its decode-only steps (every sequence
+// adds one token) as replays of CUDA graphs, one per (batch-size bucket, context bucket). A step is padded
+// to its bucket with dummy sequences that write to a scratch KV block; the plan's arrays live in the
+// backend's step-plan buffer (fixed addresses), so a replay only uploads the new plan and launches.
+// Prefill and mixed steps, and steps beyond the largest bucket, run eagerly.
+#pragma once
+#include <map>
+#include <memory>
+#include <utility>
+
+#include "backend/cuda/cuda_backend.h"
+#include "model/model.h"
+
+namespace dsinfer {
+
+struct CudaGraphOptions {
+  int32_t max_batch = 256;           // largest bucket (the engine's max_batch_size)
+  int32_t min_context_bucket = 256;  // context buckets are powers of two from here
+};
+
+class CudaGraphModel : public Model {
+ public:
+  CudaGraphModel(std::unique_ptr<Model> inner, CudaBackend& backend, CudaGraphOptions options);
+  ~CudaGraphModel() override;
+
+  const ModelConfig& config() const override { return inner_->config(); }
+  std::vector<KvLayerSpec> kv_layout() const override { return inner_->kv_layout(); }
+  Device kv_device() const override { return inner_->kv_device(); }
+  DType kv_dtype() const override { return inner_->kv_dtype(); }
+  void release_sequence(int64_t seq_id) override { inner_->release_sequence(seq_id); }
+  bool prefix_cache_exact() const override { return inner_->prefix_cache_exact(); }
+  int32_t scratch_kv_blocks() const override { return 1; }
+
+  Tensor forward(const BatchPlan& plan, KvCache& cache) override;
+  Tensor forward_device(const BatchPlan& plan, KvCache& cache) override;
+
+  // Batch-size buckets (ascending) and the statistics of graph use.
+  const std::vector<int32_t>& batch_buckets() const { return buckets_; }
+  int64_t graph_replays() const override { return replays_; }
+  int64_t graph_captures() const { return captures_; }
+
+ private:
+  struct Graph {
+    void* exec = nullptr;  // cuda::GraphHandle
+    Tensor logits;         // [bucket, vocab] output, in the graph pool
+    uint64_t plan_generation = 0;
+    uint64_t invalidations = 0;
+  };
+  // The padded plan of a decode step for `bucket` sequences (padding writes to the scratch block).
+  BatchPlan padded(const BatchPlan& plan, int32_t bucket, const KvCache& cache) const;
+  Graph* capture(const BatchPlan& padded_plan, KvCache& cache, std::pair<int32_t, int32_t> key);
+  void drop_graphs();
+
+  std::unique_ptr<Model> inner_;
+  CudaBackend& backend_;
+  CudaGraphOptions options_;
+  std::vector<int32_t> buckets_;
+  std::map<std::pair<int32_t, int32_t>, Graph> graphs_;  // (batch bucket, context bucket)
+  bool disabled_ = false;                                // a capture failed: everything runs eagerly
+  int64_t replays_ = 0;
+  int64_t captures_ = 0;
+};
+
+}  // namespace dsinfer

@@ -1,0 +1,177 @@
+// The CUDA op support table (see cuda_op_registry.h). Kernel names are the launchers of dsinfer_cuda that
+// CudaBackend's ops call. When a kernel lands for an op (or a fused op gets its own kernel), edit its row
+// here in the same commit: `dsinfer check`, --device auto and --device cuda all follow this table.
+#include "backend/cuda/cuda_op_registry.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace dsinfer::cuda {
+
+const std::vector<CudaOpSupport>& cuda_op_support() {
+  static const std::vector<CudaOpSupport> table = {
+      // ---- dense ops (cuda_backend*.cpp). Linear layers: GEMV kernels for <= 8 rows (decode), cuBLASLt
+      // above (bf16 activations; hi/lo split with DSINFER_CUDA_GEMM=split). ----
+      {"embed", {"launch_embed"}, {}, {}, ""},
+      {"rms_norm", {"launch_rms_norm"}, {}, {}, ""},
+      {"linear", {"launch_gemv", "linear_bf16 (cuBLASLt)"}, {}, {}, ""},
+      {"add_inplace", {"launch_add_inplace"}, {}, {}, ""},
+      {"rope", {"launch_rope"}, {}, {}, ""},
+      {"mlp",
+       {"launch_gemv_swiglu", "launch_gemv", "gemm_bf16 (cuBLASLt)", "launch_silu_mul_bf16",
+        "linear_bf16 (cuBLASLt)", "launch_silu_mul"},
+       {},
+       {},
+       ""},
+      {"write_kv", {"launch_write_kv"}, {}, {}, ""},
+      {"attention_gqa",
+       {"launch_attention_decode", "launch_attention_flash", "launch_attention_gqa"},
+       {},
+       {},
+       ""},
+      {"gather_rows", {"launch_gather_rows"}, {}, {}, ""},
+      // ---- fused ops (own kernels; Backend's composed defaults otherwise) ----
+      {"norm_linears",
+       {"launch_gemv (fused RMSNorm)", "launch_rms_norm_bf16", "gemm_bf16 (cuBLASLt)",
+        "linear_bf16 (cuBLASLt)"},
+       {},
+       {"rms_norm", "linear"},
+       ""},
+      {"linear_residual",
+       {"launch_gemv (accumulate)", "linear_bf16 (cuBLASLt, accumulate)"},
+       {},
+       {"linear", "add_inplace"},
+       ""},
+      {"norm_mlp_residual",
+       {"launch_gemv_swiglu (fused RMSNorm)", "launch_gemv (accumulate)", "launch_rms_norm_bf16",
+        "gemm_bf16 (cuBLASLt)", "launch_silu_mul_bf16"},
+       {},
+       {"rms_norm", "mlp", "add_inplace"},
+       ""},
+      {"rope_write_kv", {"launch_rope_write_kv"}, {}, {"rope", "write_kv"}, ""},
+      // ---- sampling on the GPU (greedy/temperature/top-k/top-p/min-p/penalties) ----
+      {"sample", {"launch_sample_rows"}, {}, {}, "host sampler over the logits copied back"},
+      // ---- DeepSeek MLA / MoE (V2, V3) ----
+      {"attention_mla",
+       {"launch_attention_mla (CUDA cores; tensor cores for a bf16 cache with R 512, P 64)",
+        "launch_attention_mla_tc"},
+       {},
+       {},
+       ""},
+      {"head_matmul", {"launch_head_matmul"}, {}, {}, ""},
+      {"moe_route", {"launch_moe_route"}, {}, {}, ""},
+      {"moe_experts",
+       {"launch_moe_permute", "launch_moe_gate_up", "launch_moe_down", "launch_moe_gate_up_mma",
+        "launch_moe_down_mma", "launch_moe_combine"},
+       {},
+       {},
+       ""},
+      // ---- DeepSeek-V3.2 sparse attention ----
+      {"layer_norm", {}, {}, {}, ""},
+      {"dsa_indexer_topk", {}, {}, {}, ""},
+      {"attention_mla_sparse", {}, {}, {}, ""},
+      // ---- DeepSeek-V4 ----
+      {"hc_expand", {}, {}, {}, ""},
+      {"hc_pre", {}, {}, {}, ""},
+      {"hc_post", {}, {}, {}, ""},
+      {"hc_head", {}, {}, {}, ""},
+      {"moe_weights_for", {}, {}, {}, ""},
+      {"compress_rows", {}, {}, {}, ""},
+      {"write_compressed", {}, {}, {}, ""},
+      {"indexer_topk", {}, {}, {}, ""},
+      {"attention_v4", {}, {}, {}, ""},
+  };
+  return table;
+}
+
+const CudaOpSupport& cuda_op(std::string_view op) {
+  for (const CudaOpSupport& row : cuda_op_support())
+    if (row.op == op) return row;
+  fail("CUDA op registry: unknown backend op \"", std::string(op), "\"");
+}
+
+const char* op_coverage_name(OpCoverage c) {
+  switch (c) {
+    case OpCoverage::kKernel:
+      return "kernel";
+    case OpCoverage::kComposed:
+      return "composed";
+    case OpCoverage::kHostFallback:
+      return "host_fallback";
+    case OpCoverage::kMissing:
+      return "missing";
+  }
+  return "missing";
+}
+
+OpCoverage cuda_op_coverage(std::string_view op) {
+  const CudaOpSupport& row = cuda_op(op);
+  if (!row.kernels.empty()) return OpCoverage::kKernel;
+  if (!row.composed_of.empty()) {
+    for (const std::string& part : row.composed_of) {
+      const OpCoverage c = cuda_op_coverage(part);
+      if (c == OpCoverage::kMissing || c == OpCoverage::kHostFallback) return OpCoverage::kMissing;
+    }
+    return OpCoverage::kComposed;
+  }
+  return row.host_fallback.empty() ? OpCoverage::kMissing : OpCoverage::kHostFallback;
+}
+
+std::vector<std::string> cuda_kernels_for(std::string_view op, ArchPath path) {
+  const CudaOpSupport& row = cuda_op(op);
+  if (path == ArchPath::kHopper && !row.hopper_kernels.empty()) return row.hopper_kernels;
+  if (!row.kernels.empty()) return row.kernels;
+  std::vector<std::string> out;
+  for (const std::string& part : row.composed_of) {
+    for (std::string& k : cuda_kernels_for(part, path)) {
+      if (std::find(out.begin(), out.end(), k) == out.end()) out.push_back(std::move(k));
+    }
+  }
+  return out;
+}
+
+const std::vector<std::string>& model_backend_ops(Arch arch) {
+  // What src/model/arch/*.cpp call through the Backend (grep "b\.[a-z_]*(" there when it changes).
+  static const std::vector<std::string> dense = {"embed",         "norm_linears",    "rope_write_kv",
+                                                 "attention_gqa", "linear_residual", "norm_mlp_residual",
+                                                 "gather_rows",   "sample"};
+  static const std::vector<std::string> mla = {
+      "embed",           "norm_linears",      "rms_norm",    "linear",      "rope", "write_kv",
+      "attention_mla",   "head_matmul",       "moe_route",   "moe_experts", "mlp",  "add_inplace",
+      "linear_residual", "norm_mlp_residual", "gather_rows", "sample"};
+  static const std::vector<std::string> v32 = [] {
+    std::vector<std::string> ops = mla;
+    ops.insert(ops.end() - 1, {"layer_norm", "dsa_indexer_topk", "attention_mla_sparse"});
+    return ops;
+  }();
+  static const std::vector<std::string> v4 = {
+      "embed",         "rms_norm",         "linear",       "rope",
+      "write_kv",      "hc_expand",        "hc_pre",       "hc_post",
+      "hc_head",       "head_matmul",      "indexer_topk", "attention_v4",
+      "mlp",           "moe_route",        "moe_experts",  "moe_weights_for",
+      "compress_rows", "write_compressed", "add_inplace",  "gather_rows",
+      "sample"};
+  switch (arch) {
+    case Arch::kLlama:
+    case Arch::kQwen2:
+      return dense;
+    case Arch::kDeepseekV2:
+    case Arch::kDeepseekV3:
+      return mla;
+    case Arch::kDeepseekV32:
+      return v32;
+    case Arch::kDeepseekV4:
+      return v4;
+  }
+  return dense;
+}
+
+std::vector<std::string> ops_without_cuda_kernel(Arch arch) {
+  std::vector<std::string> out;
+  for (const std::string& op : model_backend_ops(arch))
+    if (cuda_op_coverage(op) == OpCoverage::kMissing) out.push_back(op);
+  return out;
+}
+
+}  // namespace dsinfer::cuda

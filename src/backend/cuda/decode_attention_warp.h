@@ -1,0 +1,18 @@
+// The register-resident decode kernel behind launch_attention_decode (decode_attention_kernels.cu) for the
+// common shapes: bf16 cache, D == Dv in {64, 128, 256}. Same split layout and partials as the generic kernel
+// (the caller runs the combine kernel). CUDA-header free.
+#pragma once
+#include <cstdint>
+
+#include "backend/cuda/attention_kernels.h"
+
+namespace dsinfer::cuda::detail {
+
+bool decode_warp_supported(const GqaShape& shape, bool bf16_cache);
+// One CTA per (query, kv head x chunk of up to 8 of its q heads, split); split sp covers positions
+// [sp * chunk, (sp + 1) * chunk). partials as in decode_attention_kernels.cu (splits > 1 only).
+void launch_decode_warp(const float* q, const DeviceCacheView& cache, const DevicePlanView& plan,
+                        const int32_t* tokens, int64_t num_queries, float* out, const GqaShape& shape,
+                        int64_t splits, int64_t chunk, float* partials);
+
+}  // namespace dsinfer::cuda::detail

@@ -1,0 +1,59 @@
+// GEMV kernels for Linear layers at decode batch sizes (M <= 8 rows of activations), CUDA-header free.
+// y [M, N] = x [M, K] (float32) w [N, K]^T (bf16, row-major as Hugging Face stores it) (+ bf16 bias),
+// accumulated in fp32 without rounding x to bf16: each activation is split into bf16 parts (hi + lo, ~16
+// bits, relative error <= 2^-17, the default; or hi + mid + lo = x exactly) fed to bf16 tensor-core MMAs
+// (m16n8k16: 16 weight rows x 8 activation rows). The weights
+// stream through a per-warp cp.async pipeline (16-byte copies, several stages in flight); a block of 8 warps
+// covers 16 (or 32) weight rows and splits K among its warps (deterministic reduction in shared memory).
+// Options: an RMSNorm prologue (sum of squares gathered during the same pass, the scale applied at the end),
+// several matrices with the same K in one launch, y += (fused residual add), and a SwiGLU variant over gate
+// and up weights. K % 8 != 0 or unaligned pointers run a simple warp-per-row kernel with the same semantics.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+namespace dsinfer::cuda {
+
+constexpr int64_t kGemvMaxRows = 8;  // the largest M the GEMV kernels take
+constexpr int kGemvMaxMatrices = 4;  // matrices per launch_gemv call
+
+// One weight matrix of a launch: y [M, N] (row stride N) = or += x w^T (+ bias).
+struct GemvMatrix {
+  const uint16_t* w = nullptr;     // [N, K] bf16
+  const uint16_t* bias = nullptr;  // [N] bf16 or null
+  float* y = nullptr;              // [M, N]
+  int64_t N = 0;
+};
+
+// Optional RMSNorm of x before the product: x_m / rms(x_m) * weight (weight [K] bf16), as launch_rms_norm.
+struct GemvNorm {
+  const uint16_t* weight = nullptr;  // null: no norm
+  float eps = 0.0f;
+};
+
+// Kernel shape: the default (tiles = 0) picks one by the problem's shape; gemv_configs lists the compiled
+// ones (what the tests and the benchmark run).
+struct GemvConfig {
+  int tiles = 0;         // 16-row MMA tiles per block (SwiGLU: 2, gate + up); 0: choose by shape
+  int unroll = 2;        // 32-column chunks per pipeline stage and warp
+  int stages = 4;        // cp.async pipeline stages
+  int splits = 2;        // bf16 parts per activation: 2 = ~16 bits (relative error 2^-17), 3 = exact fp32
+  bool generic = false;  // force the simple warp-per-row kernel (tests)
+};
+
+// The MMA kernel shapes launch_gemv (swiglu false) or launch_gemv_swiglu (true) accept.
+std::vector<GemvConfig> gemv_configs(bool swiglu);
+
+// For each of `count` matrices (<= kGemvMaxMatrices, same K): y_i = (or += with accumulate)
+// norm(x) w_i^T + b_i. x [M, K] float32 device, 1 <= M <= kGemvMaxRows.
+void launch_gemv(const float* x, int64_t M, int64_t K, const GemvMatrix* mats, int count, GemvNorm norm,
+                 bool accumulate, GemvConfig config = {});
+
+// out [M, N] = silu(g) * u with g = norm(x) gate^T + gate_bias, u = norm(x) up^T + up_bias (gate, up
+// [N, K] bf16; biases [N] or null); limit > 0 first clamps g to (-inf, limit] and u to [-limit, limit]
+// (swiglu_limit, as launch_silu_mul).
+void launch_gemv_swiglu(const float* x, int64_t M, int64_t K, const uint16_t* gate, const uint16_t* gate_bias,
+                        const uint16_t* up, const uint16_t* up_bias, float* out, int64_t N, GemvNorm norm,
+                        float limit, GemvConfig config = {});
+
+}  // namespace dsinfer::cuda

@@ -1,0 +1,66 @@
+// Launcher of the batched sampling kernel (penalties, greedy, temperature, top-k, top-p, min-p, a seeded
+// draw and logprobs) on raw device pointers; CUDA-header free. One thread block per row of logits.
+//
+// Semantics follow HostSampler (src/backend/host_sampling.h): weights w = exp((penalised logit - max) / T)
+// ordered by (w desc, id asc); top-k keeps the first k, top-p the shortest prefix of those whose mass reaches
+// top_p of theirs, min-p the tokens with w >= min_p. The kept set is found without sorting: a ladder of fixed
+// cuts (one pass) bounds it, the candidates above the cut are compacted (when at most the candidate capacity,
+// else the passes run over the whole row), and a 16-way search over the (w, id) key finds each boundary
+// exactly. Masses are summed in double in a different order than the host, so a top-p boundary can differ
+// from the host only when the mass of a prefix equals the target to ~1e-12, and expf may differ from
+// std::exp by an ulp: kept sets then differ only at such (near) float ties. The draw is the host's: one
+// uniform u, and the kept token where the cumulative weight passes u * (kept weight); the walk goes in
+// token-id order (the host walks its candidate order) and u comes from Philox4x32-10 keyed by the seed and
+// counted by the draw index, so a seeded request is reproducible on the GPU but does not repeat the host's
+// mt19937_64 stream.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace dsinfer::cuda {
+
+constexpr int kSampleMaxTopLogprobs = 20;
+
+// One row's parameters (POD, uploaded as an array). Penalty lists are ranges of flat device arrays.
+struct SampleRowParams {
+  float temperature;
+  float top_p;
+  float min_p;
+  float repetition_penalty;
+  float presence_penalty;
+  float frequency_penalty;
+  int32_t top_k;
+  int32_t logprobs;  // top logprobs wanted (0: none)
+  uint64_t seed;
+  uint64_t draw_index;
+  int32_t seen_begin, seen_end;  // [begin, end) of `seen`: repetition penalty
+  int32_t gen_begin, gen_end;    // [begin, end) of `gen_ids` / `gen_counts`: presence / frequency
+  int32_t work_row;              // row of `work` holding the penalised logits; -1: no penalties
+  int32_t pad;
+};
+
+enum SampleError : int32_t {
+  kSampleOk = 0,
+  kSampleBadLogit = 1,   // a NaN or +inf logit
+  kSampleAllMasked = 2,  // every logit is -inf
+};
+
+struct SampleRowResult {
+  int32_t token;  // -1 on error
+  int32_t error;  // SampleError
+  float logprob;  // log-softmax of the raw logits at token (when logprobs > 0)
+  int32_t num_top;
+  int32_t top_ids[kSampleMaxTopLogprobs];  // best first, lowest id first on ties
+  float top_logprobs[kSampleMaxTopLogprobs];
+};
+
+// Candidates kept per row in the compacted workspace (cand_ids / cand_values hold rows * this entries).
+int64_t sample_candidate_capacity(int64_t vocab);
+
+// Samples rows [R] of logits [R, V] (not modified). work [rows with penalties, V] is scratch for the
+// penalised logits; cand_ids / cand_values [R, sample_candidate_capacity(V)] are scratch; results [R].
+void launch_sample_rows(const float* logits, int64_t R, int64_t V, const SampleRowParams* params,
+                        const int32_t* seen, const int32_t* gen_ids, const int32_t* gen_counts, float* work,
+                        int32_t* cand_ids, float* cand_values, SampleRowResult* results);
+
+}  // namespace dsinfer::cuda

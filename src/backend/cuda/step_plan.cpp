@@ -1,0 +1,113 @@
+// StepPlan: packing and uploading one step's BatchPlan arrays.
+#include "backend/cuda/step_plan.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "backend/cuda/runtime.h"
+#include "core/error.h"
+
+namespace dsinfer::cuda {
+
+namespace {
+
+constexpr size_t kAlign = 256;
+
+size_t aligned(size_t n) {
+  return (n + kAlign - 1) / kAlign * kAlign;
+}
+
+// Appends v at an aligned offset of `out`; returns the offset.
+template <typename T>
+size_t append(std::vector<char>& out, const std::vector<T>& v) {
+  const size_t offset = aligned(out.size());
+  out.resize(offset + v.size() * sizeof(T));
+  if (!v.empty()) std::memcpy(out.data() + offset, v.data(), v.size() * sizeof(T));
+  return offset;
+}
+
+}  // namespace
+
+StepPlan::~StepPlan() {
+  // Process-lifetime objects in practice; the device buffer goes back to the CUDA driver at exit.
+  if (pinned_) host_free_pinned(pinned_);
+}
+
+void StepPlan::reserve(size_t bytes) {
+  if (bytes <= capacity_) return;
+  DSI_CHECK(!capturing(), "the step plan outgrew its buffer during a CUDA graph capture");
+  const size_t cap = std::max(bytes * 2, size_t{1} << 20);
+  if (copy_done_) event_wait_host(copy_done_);
+  if (pinned_) host_free_pinned(pinned_);
+  if (dev_) device_free(dev_);
+  pinned_ = static_cast<char*>(host_alloc_pinned(cap));
+  dev_ = static_cast<char*>(device_alloc(cap));
+  DSI_CHECK(dev_ != nullptr, "out of GPU memory for the step plan (", cap, " bytes)");
+  capacity_ = cap;
+  packed_.clear();
+  ++generation_;
+}
+
+const DevicePlan& StepPlan::upload(const BatchPlan& plan, int32_t context_bound) {
+  const int32_t S = plan.num_seqs(), T = plan.num_tokens();
+  std::vector<int32_t> token_seq(static_cast<size_t>(T));
+  for (int32_t s = 0; s < S; ++s)
+    for (int32_t t = plan.cu_seqlens[s]; t < plan.cu_seqlens[s + 1]; ++t) token_seq[t] = s;
+  std::vector<char> packed;
+  packed.reserve(packed_.size());
+  // Every array's offset depends only on the token, sequence and logits-row counts, with the block table
+  // (whose length changes from step to step as contexts grow) last: a CUDA graph captured for one step
+  // reads the right addresses in every later step of its batch bucket.
+  const size_t o_ids = append(packed, plan.token_ids), o_pos = append(packed, plan.positions),
+               o_seq = append(packed, token_seq), o_slot = append(packed, plan.slot_mapping),
+               o_cu = append(packed, plan.cu_seqlens), o_ctx = append(packed, plan.context_lens),
+               o_bti = append(packed, plan.block_table_indptr), o_rows = append(packed, plan.logits_rows),
+               o_bt = append(packed, plan.block_table);
+  reserve(packed.size());
+  if (packed != packed_) {
+    DSI_CHECK(!capturing(), "a CUDA graph capture needs its plan uploaded before the capture");
+    if (copy_done_) event_wait_host(copy_done_);  // the previous copy has left the staging buffer
+    std::memcpy(pinned_, packed.data(), packed.size());
+    copy_to_device_async(dev_, pinned_, packed.size());
+    if (!copy_done_) copy_done_ = event_create();
+    event_record(copy_done_);
+    packed_ = std::move(packed);
+  }
+  auto at = [&](size_t offset) { return dev_ + offset; };
+  device_.token_ids = reinterpret_cast<const int32_t*>(at(o_ids));
+  device_.positions = reinterpret_cast<const int32_t*>(at(o_pos));
+  device_.token_seq = reinterpret_cast<const int32_t*>(at(o_seq));
+  device_.cu_seqlens = reinterpret_cast<const int32_t*>(at(o_cu));
+  device_.context_lens = reinterpret_cast<const int32_t*>(at(o_ctx));
+  device_.block_table_indptr = reinterpret_cast<const int32_t*>(at(o_bti));
+  device_.block_table = reinterpret_cast<const int32_t*>(at(o_bt));
+  device_.slot_mapping = reinterpret_cast<const int64_t*>(at(o_slot));
+  device_.logits_rows = reinterpret_cast<const int32_t*>(at(o_rows));
+  device_.num_tokens = T;
+  device_.num_seqs = S;
+  device_.num_logits_rows = static_cast<int32_t>(plan.logits_rows.size());
+  device_.block_size = plan.block_size;
+  int32_t max_ctx = context_bound;
+  for (int32_t c : plan.context_lens) max_ctx = std::max(max_ctx, c);
+  device_.max_context = max_ctx;
+  host_ = &plan;
+  return device_;
+}
+
+const int32_t* StepPlan::find(const std::vector<int32_t>& v) const {
+  if (!host_) return nullptr;
+  if (&v == &host_->token_ids) return device_.token_ids;
+  if (&v == &host_->positions) return device_.positions;
+  if (&v == &host_->cu_seqlens) return device_.cu_seqlens;
+  if (&v == &host_->context_lens) return device_.context_lens;
+  if (&v == &host_->block_table_indptr) return device_.block_table_indptr;
+  if (&v == &host_->block_table) return device_.block_table;
+  if (&v == &host_->logits_rows) return device_.logits_rows;
+  return nullptr;
+}
+
+const int64_t* StepPlan::find(const std::vector<int64_t>& v) const {
+  return host_ && &v == &host_->slot_mapping ? device_.slot_mapping : nullptr;
+}
+
+}  // namespace dsinfer::cuda

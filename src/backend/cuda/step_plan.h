@@ -1,0 +1,47 @@
+// StepPlan: uploads a BatchPlan's arrays (and the per-token sequence index) into one device buffer with one
+// asynchronous copy from pinned memory per step. The buffer only grows; a growth changes the addresses,
+// which generation() reports so that captured CUDA graphs can be dropped. Uploading a plan whose contents
+// equal the last upload copies nothing (that is how a graph capture sees the plan its replay will use).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "backend/batch_plan.h"
+#include "backend/cuda/device_plan.h"
+
+namespace dsinfer::cuda {
+
+class StepPlan {
+ public:
+  StepPlan() = default;
+  StepPlan(const StepPlan&) = delete;
+  StepPlan& operator=(const StepPlan&) = delete;
+  ~StepPlan();
+
+  // Makes `plan` current (uploading it unless it equals the current contents); max_context is raised to
+  // at least context_bound.
+  const DevicePlan& upload(const BatchPlan& plan, int32_t context_bound = 0);
+  // The plan last uploaded and its host source (null when none is current).
+  const DevicePlan& device() const { return device_; }
+  const BatchPlan* host() const { return host_; }
+  void clear_host() { host_ = nullptr; }
+  // Device pointer of a host array that is a member of the current plan (null otherwise).
+  const int32_t* find(const std::vector<int32_t>& v) const;
+  const int64_t* find(const std::vector<int64_t>& v) const;
+  uint64_t generation() const { return generation_; }
+
+ private:
+  void reserve(size_t bytes);
+
+  std::vector<char> packed_;  // what the device buffer holds
+  char* pinned_ = nullptr;    // staging for the copy
+  char* dev_ = nullptr;
+  size_t capacity_ = 0;
+  void* copy_done_ = nullptr;  // event after the last copy (the staging buffer is free once it passed)
+  DevicePlan device_;
+  const BatchPlan* host_ = nullptr;
+  uint64_t generation_ = 0;
+};
+
+}  // namespace dsinfer::cuda
