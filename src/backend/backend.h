@@ -72,6 +72,13 @@ class Backend {
   // The backend's storage form of a weight read as host float32 (WeightLoader::get calls it for every
   // weight): identity on the CPU; the CUDA backend returns a bf16 device copy.
   virtual Tensor prepare_weight(Tensor host_f32) { return host_f32; }
+  // A small float32 weight whose precision matters more than its size (the router's selection bias), in
+  // the backend's storage: identity on the CPU, a float32 device copy on the GPU.
+  virtual Tensor prepare_weight_f32(Tensor host_f32) { return host_f32; }
+  // Called once per MoE layer after its routed experts are loaded (through prepare_weight): a backend may
+  // lay them out for its grouped kernels (the CUDA backend stacks them into one gate/up and one down tensor
+  // and points every MlpWeights at its slice, freeing the separate copies). Default: nothing.
+  virtual void prepare_experts(std::vector<MlpWeights>& /*experts*/) {}
   // A host float32 copy of a tensor this backend produced (identity for host tensors).
   virtual Tensor to_host(const Tensor& t) { return t; }
   // Brackets one forward pass over `plan` (see StepScope): a device backend uploads the plan's arrays once,

@@ -25,11 +25,14 @@ class WeightLoader {
   // Every get() result then goes through backend.prepare_weight (e.g. to bf16 on the GPU); without a
   // backend get() returns host float32.
   void set_backend(Backend* backend) { backend_ = backend; }
+  Backend* backend() const { return backend_; }
 
   bool has(const std::string& name) const { return archive_ && archive_->contains(name); }
   // Float32 copy of `name`, which must have `shape` (for packed FP4 the unpacked shape), prepared by the
   // backend when one is set.
   Tensor get(const std::string& name, const Shape& shape);
+  // The same as host float32, never prepared by the backend (for weights a model re-lays out first).
+  Tensor get_host(const std::string& name, const Shape& shape) { return read_f32(name, shape); }
   // Int32 copy of an integer table (I64 or I32 in the checkpoint), e.g. V4's tid2eid.
   Tensor get_ids(const std::string& name, const Shape& shape);
   // `prefix`.weight [out, in] (+ `prefix`.bias [out] when `bias`).

@@ -292,10 +292,16 @@ TEST(CheckCli, KernelsFromTheOpRegistryPerArchitecture) {
   r = run("check --model " + data + "tiny-deepseek-v2 --gpu h200 --json");
   ASSERT_EQ(r.status, 0) << r.err;
   j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["kernels"]["runs_on_gpu"], true);
+  EXPECT_TRUE(j["kernels"]["ops_without_cuda_kernel"].empty());
+
+  r = run("check --model " + data + "tiny-deepseek-v32 --gpu h200 --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["target"]["arch_path"], "sm_90");
   EXPECT_EQ(j["target"]["memory_bytes"].get<int64_t>(), int64_t{143771} << 20);
   EXPECT_EQ(j["kernels"]["runs_on_gpu"], false);
-  EXPECT_NE(j["kernels"]["ops_without_cuda_kernel"].dump().find("attention_mla"), std::string::npos);
+  EXPECT_NE(j["kernels"]["ops_without_cuda_kernel"].dump().find("attention_mla_sparse"), std::string::npos);
   EXPECT_NE(j["warnings"].dump().find("no CUDA kernel in this binary"), std::string::npos);
 #endif
   // Text form names the ops too.
@@ -346,11 +352,11 @@ TEST(EvalCli, BatchAgreementOnTheCpuIsComplete) {
 TEST(DeviceCli, CudaErrorsAreClear) {
   const std::string data = std::string(DSINFER_TEST_DATA) + "/models/";
   // An architecture without CUDA kernels: refused with the missing ops named (GPU or not).
-  CliRun r = run("eval ppl --model " + data + "tiny-deepseek-v2 --corpus /dev/null --device cuda");
+  CliRun r = run("eval ppl --model " + data + "tiny-deepseek-v32 --corpus /dev/null --device cuda");
   EXPECT_NE(r.status, 0);
 #ifdef DSINFER_HAVE_CUDA
-  EXPECT_NE(r.err.find("no kernels yet for these ops of deepseek_v2"), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("attention_mla"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("no kernels yet for these ops of deepseek_v32"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("attention_mla_sparse"), std::string::npos) << r.err;
 #endif
   r = run("generate --model " + data + "tiny-llama --prompt hi --cuda-arch sm_70");
   EXPECT_NE(r.status, 0);

@@ -1,7 +1,8 @@
 // CudaBackend: the dense-model ops (Llama / Qwen2) on one NVIDIA GPU. Weights are bf16 device tensors
 // (prepare_weight), activations float32 device tensors, the KV cache bf16 on the GPU (kv_dtype); logits come
-// back through to_host, or stay on the GPU for sample(). Ops of the DeepSeek architectures throw until they
-// have kernels. Built into dsinfer_lib when CUDA is on; the kernels it launches live in dsinfer_cuda.
+// back through to_host, or stay on the GPU for sample(). DeepSeek-V2/V3's MLA and MoE ops have kernels; the
+// V3.2 / V4 ops throw until they do. Built into dsinfer_lib when CUDA is on; the kernels it launches live in
+// dsinfer_cuda.
 #pragma once
 #include <vector>
 
@@ -61,7 +62,9 @@ class CudaBackend : public Backend {
   void rope_write_kv(Tensor& q, Tensor& k, const Tensor& v, const RopeTable& table, RopeLayout layout,
                      KvCache& cache, int64_t layer, const BatchPlan& plan) override;
 
-  // DeepSeek ops: no kernels yet (each throws dsinfer::Error).
+  // DeepSeek-V2/V3: MLA (cuda_backend_mla.cpp) and DeepSeekMoE (cuda_backend_moe.cpp).
+  Tensor prepare_weight_f32(Tensor host_f32) override;
+  void prepare_experts(std::vector<MlpWeights>& experts) override;
   Tensor attention_mla(const Tensor& q_lat, const Tensor& q_pe, const KvCache& cache, int64_t layer,
                        const BatchPlan& plan, float scale) override;
   Tensor head_matmul(const Tensor& x, const Tensor& w, bool transpose_w) override;
@@ -69,6 +72,8 @@ class CudaBackend : public Backend {
                  Tensor* ids, Tensor* weights) override;
   Tensor moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
                      const std::vector<MlpWeights>& experts) override;
+
+  // DeepSeek-V3.2 / V4 ops: no kernels yet (each throws dsinfer::Error).
   Tensor hc_expand(const Tensor& x, int64_t n) override;
   Tensor hc_pre(const Tensor& x, const HyperConnWeights& w, int64_t iters, float hc_eps, float norm_eps,
                 Tensor* post, Tensor* comb) override;

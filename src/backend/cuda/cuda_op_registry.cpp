@@ -53,10 +53,20 @@ const std::vector<CudaOpSupport>& cuda_op_support() {
       // ---- sampling on the GPU (greedy/temperature/top-k/top-p/min-p/penalties) ----
       {"sample", {"launch_sample_rows"}, {}, {}, "host sampler over the logits copied back"},
       // ---- DeepSeek MLA / MoE (V2, V3) ----
-      {"attention_mla", {}, {}, {}, ""},
-      {"head_matmul", {}, {}, {}, ""},
-      {"moe_route", {}, {}, {}, ""},
-      {"moe_experts", {}, {}, {}, ""},
+      {"attention_mla",
+       {"launch_attention_mla (CUDA cores; tensor cores for a bf16 cache with R 512, P 64)",
+        "launch_attention_mla_tc"},
+       {},
+       {},
+       ""},
+      {"head_matmul", {"launch_head_matmul"}, {}, {}, ""},
+      {"moe_route", {"launch_moe_route"}, {}, {}, ""},
+      {"moe_experts",
+       {"launch_moe_permute", "launch_moe_gate_up", "launch_moe_down", "launch_moe_gate_up_mma",
+        "launch_moe_down_mma", "launch_moe_combine"},
+       {},
+       {},
+       ""},
       // ---- DeepSeek-V3.2 sparse attention ----
       {"layer_norm", {}, {}, {}, ""},
       {"dsa_indexer_topk", {}, {}, {}, ""},
@@ -127,8 +137,9 @@ const std::vector<std::string>& model_backend_ops(Arch arch) {
                                                  "attention_gqa", "linear_residual", "norm_mlp_residual",
                                                  "gather_rows",   "sample"};
   static const std::vector<std::string> mla = {
-      "embed", "rms_norm",  "linear",      "rope",        "write_kv",    "attention_mla", "head_matmul",
-      "mlp",   "moe_route", "moe_experts", "add_inplace", "gather_rows", "sample"};
+      "embed",           "norm_linears",      "rms_norm",    "linear",      "rope", "write_kv",
+      "attention_mla",   "head_matmul",       "moe_route",   "moe_experts", "mlp",  "add_inplace",
+      "linear_residual", "norm_mlp_residual", "gather_rows", "sample"};
   static const std::vector<std::string> v32 = [] {
     std::vector<std::string> ops = mla;
     ops.insert(ops.end() - 1, {"layer_norm", "dsa_indexer_topk", "attention_mla_sparse"});

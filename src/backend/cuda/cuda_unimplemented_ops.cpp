@@ -1,5 +1,5 @@
-// CudaBackend ops of the DeepSeek architectures that have no CUDA kernel yet: each throws a clear error
-// (load_model already refuses those models on the GPU, so these guard direct callers).
+// CudaBackend ops of DeepSeek-V3.2 and V4 that have no CUDA kernel yet: each throws a clear error
+// (load_model refuses those models on the GPU, so these guard direct callers).
 #include "backend/cuda/cuda_backend.h"
 #include "core/error.h"
 
@@ -13,20 +13,6 @@ namespace {
 
 }  // namespace
 
-Tensor CudaBackend::attention_mla(const Tensor&, const Tensor&, const KvCache&, int64_t, const BatchPlan&,
-                                  float) {
-  no_kernel("attention_mla");
-}
-Tensor CudaBackend::head_matmul(const Tensor&, const Tensor&, bool) {
-  no_kernel("head_matmul");
-}
-void CudaBackend::moe_route(const Tensor&, const Tensor&, const Tensor&, const RoutingParams&, Tensor*,
-                            Tensor*) {
-  no_kernel("moe_route");
-}
-Tensor CudaBackend::moe_experts(const Tensor&, const Tensor&, const Tensor&, const std::vector<MlpWeights>&) {
-  no_kernel("moe_experts");
-}
 Tensor CudaBackend::hc_expand(const Tensor&, int64_t) {
   no_kernel("hc_expand");
 }

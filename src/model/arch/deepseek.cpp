@@ -13,11 +13,12 @@ namespace {
 
 struct MlaWeights {
   bool q_lora = false;
-  Linear q_proj;     // [H * qk, hidden] without q_lora
   Linear q_a_proj;   // [q_lora, hidden]
   Tensor q_a_norm;   // [q_lora]
-  Linear q_b_proj;   // [H * qk, q_lora]
-  Linear kv_a_proj;  // [R + P, hidden]
+  Linear q_nope;     // [H * nope, hidden or q_lora]: the no-rope dims of q_proj / q_b_proj
+  Linear q_pe;       // [H * P, hidden or q_lora]: the rope dims
+  Linear kv_latent;  // [R, hidden]: rows [0, R) of kv_a_proj_with_mqa
+  Linear kv_pe;      // [P, hidden]: rows [R, R + P)
   Tensor kv_a_norm;  // [R]
   Tensor w_uk;       // [H, nope, R] from kv_b_proj
   Tensor w_uv;       // [H, v, R] from kv_b_proj
@@ -33,15 +34,17 @@ struct DeepseekLayer {
   MoeWeights experts;
 };
 
-// Splits kv_b_proj [H * (nope + v), R] into per-head W_UK [H, nope, R] and W_UV [H, v, R].
-void split_kv_b(const Tensor& kv_b, int64_t H, int64_t nope, int64_t v, int64_t R, Tensor* w_uk,
-                Tensor* w_uv) {
-  *w_uk = Tensor::empty(DType::F32, {H, nope, R});
-  *w_uv = Tensor::empty(DType::F32, {H, v, R});
-  for (int64_t h = 0; h < H; ++h) {
-    const float* src = kv_b.f32() + h * (nope + v) * R;
-    std::copy(src, src + nope * R, w_uk->f32() + h * nope * R);
-    std::copy(src + nope * R, src + (nope + v) * R, w_uv->f32() + h * v * R);
+// Splits the rows of a host matrix [heads * (a + b), cols], head by head, into [heads * a, cols] and
+// [heads * b, cols] (q_proj into no-rope / rope dims, kv_b_proj into W_UK / W_UV, kv_a_proj into latent /
+// rope key with heads = 1).
+void split_head_rows(const Tensor& m, int64_t heads, int64_t a, int64_t b, Tensor* first, Tensor* second) {
+  const int64_t cols = m.dim(1);
+  *first = Tensor::empty(DType::F32, {heads * a, cols});
+  *second = Tensor::empty(DType::F32, {heads * b, cols});
+  for (int64_t h = 0; h < heads; ++h) {
+    const float* src = m.f32() + h * (a + b) * cols;
+    std::copy(src, src + a * cols, first->f32() + h * a * cols);
+    std::copy(src + a * cols, src + (a + b) * cols, second->f32() + h * b * cols);
   }
 }
 
@@ -60,17 +63,28 @@ class DeepseekModel : public Model {
       L.input_norm = w.get(p + ".input_layernorm.weight", {Hd});
       MlaWeights& a = L.attn;
       a.q_lora = c.q_lora_rank > 0;
+      // Split on the host, then prepared piece by piece, so that no op has to slice activations.
+      Tensor first, second;
       if (a.q_lora) {
         a.q_a_proj = w.linear(p + ".self_attn.q_a_proj", c.q_lora_rank, Hd);
         a.q_a_norm = w.get(p + ".self_attn.q_a_layernorm.weight", {c.q_lora_rank});
-        a.q_b_proj = w.linear(p + ".self_attn.q_b_proj", H * qk, c.q_lora_rank);
+        split_head_rows(w.get_host(p + ".self_attn.q_b_proj.weight", {H * qk, c.q_lora_rank}), H, nope, P,
+                        &first, &second);
       } else {
-        a.q_proj = w.linear(p + ".self_attn.q_proj", H * qk, Hd);
+        split_head_rows(w.get_host(p + ".self_attn.q_proj.weight", {H * qk, Hd}), H, nope, P, &first,
+                        &second);
       }
-      a.kv_a_proj = w.linear(p + ".self_attn.kv_a_proj_with_mqa", R + P, Hd);
+      a.q_nope.weight = backend.prepare_weight(first);
+      a.q_pe.weight = backend.prepare_weight(second);
+      split_head_rows(w.get_host(p + ".self_attn.kv_a_proj_with_mqa.weight", {R + P, Hd}), 1, R, P, &first,
+                      &second);
+      a.kv_latent.weight = backend.prepare_weight(first);
+      a.kv_pe.weight = backend.prepare_weight(second);
       a.kv_a_norm = w.get(p + ".self_attn.kv_a_layernorm.weight", {R});
-      Tensor kv_b = w.get(p + ".self_attn.kv_b_proj.weight", {H * (nope + v), R});
-      split_kv_b(kv_b, H, nope, v, R, &a.w_uk, &a.w_uv);
+      split_head_rows(w.get_host(p + ".self_attn.kv_b_proj.weight", {H * (nope + v), R}), H, nope, v, &first,
+                      &second);
+      a.w_uk = backend.prepare_weight(first.reshape({H, nope, R}));
+      a.w_uv = backend.prepare_weight(second.reshape({H, v, R}));
       a.o_proj = w.linear(p + ".self_attn.o_proj", Hd, H * v);
       L.post_norm = w.get(p + ".post_attention_layernorm.weight", {Hd});
       L.moe = c.is_moe_layer(i);
@@ -101,6 +115,8 @@ class DeepseekModel : public Model {
   }
 
   const ModelConfig& config() const override { return config_; }
+  Device kv_device() const override { return backend_.device(); }
+  DType kv_dtype() const override { return backend_.kv_dtype(); }
   bool prefix_cache_exact() const override { return selector_ == nullptr; }
 
   std::vector<KvLayerSpec> kv_layout() const override {
@@ -114,47 +130,63 @@ class DeepseekModel : public Model {
   }
 
   Tensor forward(const BatchPlan& plan, KvCache& cache) override {
+    return backend_.to_host(forward_device(plan, cache));
+  }
+
+  Tensor forward_device(const BatchPlan& plan, KvCache& cache) override {
     Backend& b = backend_;
     const StepScope step(b, plan);
     const float eps = static_cast<float>(config_.rms_norm_eps);
     Tensor h = b.embed(embed_, plan.token_ids);  // [T, hidden]
     for (size_t i = 0; i < layers_.size(); ++i) {
       const DeepseekLayer& L = layers_[i];
-      Tensor x = b.rms_norm(h, L.input_norm, eps);
-      b.add_inplace(h, attention(L.attn, x, plan, cache, static_cast<int64_t>(i)));
-      x = b.rms_norm(h, L.post_norm, eps);
-      b.add_inplace(h, L.moe ? run_moe(b, L.experts, x) : b.mlp(x, L.mlp));
+      attention(L, h, plan, cache, static_cast<int64_t>(i));
+      if (L.moe) {
+        b.add_inplace(h, run_moe(b, L.experts, b.rms_norm(h, L.post_norm, eps)));
+      } else {
+        b.norm_mlp_residual(h, L.post_norm, eps, L.mlp);
+      }
     }
-    Tensor last = b.gather_rows(h, plan.logits_rows);  // [rows, hidden]
-    return b.linear(b.rms_norm(last, norm_, eps), lm_head_);
+    Tensor last = b.gather_rows(h, plan.logits_rows);         // [rows, hidden]
+    return b.norm_linears(last, norm_, eps, {&lm_head_})[0];  // [rows, vocab]
   }
 
  private:
-  Tensor attention(const MlaWeights& a, const Tensor& x, const BatchPlan& plan, KvCache& cache,
-                   int64_t layer) {
+  // h [T, hidden] += the MLA block of layer `layer` (input norm included).
+  void attention(const DeepseekLayer& L, Tensor& h, const BatchPlan& plan, KvCache& cache, int64_t layer) {
     Backend& b = backend_;
+    const MlaWeights& a = L.attn;
     const ModelConfig& c = config_;
-    const int64_t T = plan.num_tokens(), H = c.num_heads, R = c.kv_lora_rank, P = c.qk_rope_head_dim;
-    const int64_t nope = c.qk_nope_head_dim, qk = c.qk_head_dim();
+    const int64_t T = plan.num_tokens(), H = c.num_heads, P = c.qk_rope_head_dim, nope = c.qk_nope_head_dim;
     const float eps = static_cast<float>(c.rms_norm_eps);
+    Tensor x;        // [T, hidden] normalised input (the sparse selector reads it)
     Tensor q_resid;  // [T, q_lora] normalised compressed query (q_lora only)
-    if (a.q_lora) q_resid = b.rms_norm(b.linear(x, a.q_a_proj), a.q_a_norm, eps);
-    Tensor q = a.q_lora ? b.linear(q_resid, a.q_b_proj) : b.linear(x, a.q_proj);  // [T, H * qk]
-    q = q.reshape({T, H, qk});
-    Tensor q_nope = Tensor::empty(DType::F32, {T, H, nope});  // [T, H, nope]
-    Tensor q_pe = Tensor::empty(DType::F32, {T, H, P});       // [T, H, P]
-    for (int64_t r = 0; r < T * H; ++r) {
-      std::copy(q.f32() + r * qk, q.f32() + r * qk + nope, q_nope.f32() + r * nope);
-      std::copy(q.f32() + r * qk + nope, q.f32() + (r + 1) * qk, q_pe.f32() + r * P);
+    std::vector<const Linear*> linears = {&a.kv_latent, &a.kv_pe};
+    if (a.q_lora) {
+      linears.push_back(&a.q_a_proj);
+    } else {
+      linears.insert(linears.end(), {&a.q_nope, &a.q_pe});
     }
-    Tensor kv = b.linear(x, a.kv_a_proj);                // [T, R + P]
-    Tensor latent = Tensor::empty(DType::F32, {T, R});   // [T, R]
-    Tensor k_pe = Tensor::empty(DType::F32, {T, 1, P});  // [T, 1, P]
-    for (int64_t t = 0; t < T; ++t) {
-      std::copy(kv.f32() + t * (R + P), kv.f32() + t * (R + P) + R, latent.f32() + t * R);
-      std::copy(kv.f32() + t * (R + P) + R, kv.f32() + (t + 1) * (R + P), k_pe.f32() + t * P);
+    std::vector<Tensor> proj;  // [latent, rope key, q_a] or [latent, rope key, q_nope, q_pe]
+    if (selector_) {
+      x = b.rms_norm(h, L.input_norm, eps);
+      for (const Linear* l : linears) proj.push_back(b.linear(x, *l));
+    } else {
+      proj = b.norm_linears(h, L.input_norm, eps, linears);
     }
-    latent = b.rms_norm(latent, a.kv_a_norm, eps);
+    Tensor q_nope, q_pe;  // [T, H * nope], [T, H * P]
+    if (a.q_lora) {
+      q_resid = b.rms_norm(proj[2], a.q_a_norm, eps);
+      q_nope = b.linear(q_resid, a.q_nope);
+      q_pe = b.linear(q_resid, a.q_pe);
+    } else {
+      q_nope = proj[2];
+      q_pe = proj[3];
+    }
+    q_nope = q_nope.reshape({T, H, nope});
+    q_pe = q_pe.reshape({T, H, P});
+    Tensor latent = b.rms_norm(proj[0], a.kv_a_norm, eps);  // [T, R]
+    Tensor k_pe = proj[1].reshape({T, 1, P});               // [T, 1, P]
     b.rope(q_pe, plan.positions, rope_, 0, layout_);
     b.rope(k_pe, plan.positions, rope_, 0, layout_);
     b.write_kv(cache, layer, plan, latent, k_pe);
@@ -167,7 +199,7 @@ class DeepseekModel : public Model {
       o_lat = b.attention_mla(q_lat, q_pe, cache, layer, plan, scale_);
     }
     Tensor o = b.head_matmul(o_lat, a.w_uv, /*transpose_w=*/false);  // [T, H, v]
-    return b.linear(o.reshape({T, H * c.v_head_dim}), a.o_proj);     // [T, hidden]
+    b.linear_residual(o.reshape({T, H * c.v_head_dim}), a.o_proj, h);
   }
 
   ModelConfig config_;

@@ -1,35 +1,25 @@
 // DeepSeekMoE loading and evaluation.
 #include "model/arch/deepseek_moe.h"
 
-#include <cstring>
-
 namespace dsinfer {
-
-namespace {
-
-// Rows [begin, begin + rows) of a [*, cols] matrix, copied.
-Tensor slice_rows(const Tensor& m, int64_t begin, int64_t rows) {
-  return m.rows(begin, begin + rows).clone();
-}
-
-}  // namespace
 
 MoeWeights load_deepseek_moe(const ModelConfig& c, WeightLoader& w, const std::string& prefix) {
   MoeWeights moe;
   const int64_t H = c.hidden_size, I = c.moe_intermediate_size, E = c.n_routed_experts;
   moe.router = w.get(prefix + ".gate.weight", {E, H});
   if (w.has(prefix + ".gate.e_score_correction_bias")) {
-    moe.router_bias = w.get(prefix + ".gate.e_score_correction_bias", {E});
+    // Kept in float32 on every backend: it decides which experts run.
+    moe.router_bias = w.get_host(prefix + ".gate.e_score_correction_bias", {E});
   }
   if (w.has(prefix + ".experts.gate_up_proj")) {
-    Tensor gate_up = w.get(prefix + ".experts.gate_up_proj", {E, 2 * I, H});
-    Tensor down = w.get(prefix + ".experts.down_proj", {E, H, I});
+    // Views into the fused tensors: expert e's gate rows [2eI, 2eI + I), up rows [2eI + I, 2(e + 1)I).
+    Tensor gate_up = w.get(prefix + ".experts.gate_up_proj", {E, 2 * I, H}).reshape({E * 2 * I, H});
+    Tensor down = w.get(prefix + ".experts.down_proj", {E, H, I}).reshape({E * H, I});
     for (int64_t e = 0; e < E; ++e) {
       MlpWeights m;
-      Tensor ge = gate_up.rows(e, e + 1).reshape({2 * I, H});
-      m.gate.weight = slice_rows(ge, 0, I);
-      m.up.weight = slice_rows(ge, I, I);
-      m.down.weight = down.rows(e, e + 1).reshape({H, I}).clone();
+      m.gate.weight = gate_up.rows(2 * e * I, 2 * e * I + I);
+      m.up.weight = gate_up.rows(2 * e * I + I, 2 * (e + 1) * I);
+      m.down.weight = down.rows(e * H, (e + 1) * H);
       moe.experts.push_back(std::move(m));
     }
   } else {
@@ -51,6 +41,10 @@ MoeWeights load_deepseek_moe(const ModelConfig& c, WeightLoader& w, const std::s
   if (moe.routing.method == "noaux_tc" && !moe.router_bias) {
     // transformers registers a zero buffer when the checkpoint has none.
     moe.router_bias = Tensor::zeros(DType::F32, {E});
+  }
+  if (Backend* b = w.backend()) {
+    if (moe.router_bias) moe.router_bias = b->prepare_weight_f32(moe.router_bias);
+    b->prepare_experts(moe.experts);
   }
   return moe;
 }

@@ -1,0 +1,83 @@
+// CudaBackend's MLA ops: attention_mla (absorbed form over the paged latent cache, float32 or bf16 rows) and
+// head_matmul. Host-side checks and split choice, then the kernels of mla_kernels.cu /
+// head_matmul_kernels.cu.
+#include <algorithm>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/head_matmul_kernels.h"
+#include "backend/cuda/mla_kernels.h"
+#include "core/dtype.h"
+#include "core/error.h"
+
+namespace dsinfer {
+
+namespace {
+
+const float* dev_f32(const Tensor& x, const char* op, const char* what) {
+  DSI_CHECK(x.device() == Device::kCuda && x.dtype() == DType::F32, op, ": ", what,
+            " must be a float32 CUDA tensor, got ", dtype_name(x.dtype()), " on ", device_name(x.device()));
+  return x.data<float>();
+}
+
+}  // namespace
+
+Tensor CudaBackend::attention_mla(const Tensor& q_lat, const Tensor& q_pe, const KvCache& cache,
+                                  int64_t layer, const BatchPlan& plan, float scale) {
+  // q_lat [T, H, R], q_pe [T, H, P] -> [T, H, R]
+  DSI_CHECK(cache.device() == Device::kCuda, "attention_mla: the KV cache is not on the GPU");
+  DSI_CHECK(
+      q_lat.ndim() == 3 && q_pe.ndim() == 3 && q_lat.dim(0) == q_pe.dim(0) && q_lat.dim(1) == q_pe.dim(1),
+      "attention_mla: q_lat ", shape_str(q_lat.shape()), " and q_pe ", shape_str(q_pe.shape()),
+      " must be [T, H, R] and [T, H, P]");
+  const int64_t T = q_lat.dim(0), H = q_lat.dim(1), R = q_lat.dim(2), P = q_pe.dim(2);
+  DSI_CHECK(cache.width(layer) == R + P, "attention_mla: cache row width ", cache.width(layer),
+            " != ", R + P);
+  DSI_CHECK(T == plan.num_tokens(), "attention_mla: ", T, " query tokens for a plan of ", plan.num_tokens());
+  const Tensor& storage = cache.storage(layer);
+  DSI_CHECK(storage.dtype() == DType::F32 || storage.dtype() == DType::BF16, "attention_mla: a ",
+            dtype_name(storage.dtype()), " cache");
+  Tensor out = Tensor::empty_on(Device::kCuda, DType::F32, {T, H, R});
+  if (T == 0) return out;
+  // The step plan's device arrays (uploaded by begin_step; a lone op call outside a step uploads here).
+  const bool lone_call = step_.host() != &plan;
+  if (lone_call) step_.upload(plan, context_bound_);
+  const cuda::DevicePlan& dp = step_.device();
+  cuda::MlaPlanView view;
+  view.positions = dp.positions;
+  view.token_seq = dp.token_seq;
+  view.block_table = dp.block_table;
+  view.block_table_indptr = dp.block_table_indptr;
+  view.block_size = plan.block_size;
+  // Splits sized for the longest context or the CUDA graph's context bucket, whichever is larger, so that a
+  // captured launch serves every step of the bucket.
+  int64_t max_ctx = std::max<int64_t>({1, dp.max_context, context_bound_});
+  for (int32_t pos : plan.positions) max_ctx = std::max<int64_t>(max_ctx, static_cast<int64_t>(pos) + 1);
+  const cuda::MlaSplit split = cuda::mla_choose_split(T, H, R, max_ctx);
+  const size_t ws_floats = cuda::mla_workspace_floats(T, H, R, split);
+  Tensor workspace;
+  if (ws_floats) workspace = Tensor::empty_on(Device::kCuda, DType::F32, {static_cast<int64_t>(ws_floats)});
+  cuda::launch_attention_mla(dev_f32(q_lat, "attention_mla", "q_lat"), dev_f32(q_pe, "attention_mla", "q_pe"),
+                             storage.raw(), storage.dtype() == DType::BF16, cache.width(layer), view,
+                             out.data<float>(), ws_floats ? workspace.data<float>() : nullptr, T, H, R, P,
+                             scale, split);
+  if (lone_call) step_.clear_host();
+  return out;
+}
+
+Tensor CudaBackend::head_matmul(const Tensor& x, const Tensor& w, bool transpose_w) {
+  // x [T, H, A]; w [H, B, A] (y = w x) or [H, A, B] with transpose_w (y = w^T x) -> [T, H, B]
+  DSI_CHECK(x.ndim() == 3 && w.ndim() == 3, "head_matmul: x ", shape_str(x.shape()), " and w ",
+            shape_str(w.shape()), " must be 3-D");
+  const int64_t T = x.dim(0), H = x.dim(1), A = x.dim(2);
+  DSI_CHECK(w.dim(0) == H, "head_matmul: weight has ", w.dim(0), " heads, input ", H);
+  const int64_t B = transpose_w ? w.dim(2) : w.dim(1);
+  DSI_CHECK((transpose_w ? w.dim(1) : w.dim(2)) == A, "head_matmul: inner dimension mismatch");
+  DSI_CHECK(w.device() == Device::kCuda && w.dtype() == DType::BF16,
+            "head_matmul: the weight must be a bf16 CUDA tensor (loaded through prepare_weight)");
+  Tensor out = Tensor::empty_on(Device::kCuda, DType::F32, {T, H, B});
+  cuda::launch_head_matmul(dev_f32(x, "head_matmul", "x"), w.data<uint16_t>(), out.data<float>(), T, H, A, B,
+                           transpose_w);
+  return out;
+}
+
+}  // namespace dsinfer

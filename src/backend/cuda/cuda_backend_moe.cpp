@@ -1,0 +1,215 @@
+// CudaBackend's DeepSeekMoE ops: moe_route, moe_experts (device-side permutation by expert, grouped gate/up
+// + SiLU-mul and down kernels over all experts, weighted un-permute), and the load-time hooks that keep the
+// router bias in float32 and stack each layer's experts into one gate/up and one down tensor.
+#include <algorithm>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_tensor.h"
+#include "backend/cuda/moe_kernels.h"
+#include "core/dtype.h"
+#include "core/error.h"
+
+namespace dsinfer {
+
+namespace {
+
+const float* dev_f32(const Tensor& x, const char* op, const char* what) {
+  DSI_CHECK(x.device() == Device::kCuda && x.dtype() == DType::F32, op, ": ", what,
+            " must be a float32 CUDA tensor, got ", dtype_name(x.dtype()), " on ", device_name(x.device()));
+  return x.data<float>();
+}
+
+const uint16_t* dev_bf16(const Tensor& w, const char* op, const char* what) {
+  DSI_CHECK(w.device() == Device::kCuda && w.dtype() == DType::BF16, op, ": ", what,
+            " must be a bf16 CUDA tensor (loaded through prepare_weight), got ", dtype_name(w.dtype()),
+            " on ", device_name(w.device()));
+  return w.data<uint16_t>();
+}
+
+cuda::MoeScoring scoring_of(const std::string& s) {
+  if (s == "softmax") return cuda::MoeScoring::kSoftmax;
+  if (s == "sigmoid") return cuda::MoeScoring::kSigmoid;
+  if (s == "sqrtsoftplus") return cuda::MoeScoring::kSqrtSoftplus;
+  fail("moe_route: unsupported scoring function ", s);
+}
+
+cuda::MoeTopk method_of(const std::string& m) {
+  if (m == "greedy") return cuda::MoeTopk::kGreedy;
+  if (m == "group_limited_greedy") return cuda::MoeTopk::kGroupLimitedGreedy;
+  if (m == "noaux_tc") return cuda::MoeTopk::kNoauxTc;
+  fail("moe_route: unsupported top-k method ", m);
+}
+
+using MatrixOf = const Tensor& (*)(const MlpWeights&);
+const Tensor& gate_of(const MlpWeights& m) {
+  return m.gate.weight;
+}
+const Tensor& up_of(const MlpWeights& m) {
+  return m.up.weight;
+}
+const Tensor& down_of(const MlpWeights& m) {
+  return m.down.weight;
+}
+
+// The experts' matrices as one base pointer and a fixed stride, when they already lie that way (as
+// prepare_experts leaves them).
+bool uniform_stride(const std::vector<MlpWeights>& experts, MatrixOf get, cuda::StackedWeights* out) {
+  const auto* base = static_cast<const uint16_t*>(get(experts[0]).raw());
+  const int64_t stride = experts.size() > 1 ? static_cast<const uint16_t*>(get(experts[1]).raw()) - base : 0;
+  for (size_t e = 0; e < experts.size(); ++e)
+    if (static_cast<const uint16_t*>(get(experts[e]).raw()) != base + static_cast<int64_t>(e) * stride)
+      return false;
+  *out = {base, stride};
+  return true;
+}
+
+// One [E, N, K] bf16 device tensor holding every expert's [N, K] matrix.
+Tensor stack_matrices(const std::vector<MlpWeights>& experts, MatrixOf get) {
+  const Tensor& first = get(experts[0]);
+  const int64_t E = static_cast<int64_t>(experts.size()), N = first.dim(0), K = first.dim(1);
+  Tensor stacked = Tensor::empty_on(Device::kCuda, DType::BF16, {E, N, K});
+  for (int64_t e = 0; e < E; ++e) {
+    const Tensor& m = get(experts[e]);
+    cuda::copy_device_to_device(static_cast<char*>(stacked.raw()) + e * m.nbytes(), m.raw(), m.nbytes());
+  }
+  return stacked;
+}
+
+void check_experts(const std::vector<MlpWeights>& experts, int64_t H) {
+  DSI_CHECK(!experts.empty(), "moe_experts: no experts");
+  const int64_t I = experts[0].gate.out_features();
+  for (const MlpWeights& m : experts) {
+    DSI_CHECK(!m.gate.bias && !m.up.bias && !m.down.bias,
+              "moe_experts: expert biases are not supported on CUDA");
+    DSI_CHECK(m.gate.weight.ndim() == 2 && m.gate.in_features() == H && m.gate.out_features() == I &&
+                  m.up.weight.ndim() == 2 && m.up.in_features() == H && m.up.out_features() == I &&
+                  m.down.weight.ndim() == 2 && m.down.in_features() == I && m.down.out_features() == H,
+              "moe_experts: experts of differing shapes (hidden ", H, ", intermediate ", I, ")");
+    DSI_CHECK(m.swiglu_limit == experts[0].swiglu_limit, "moe_experts: experts with differing swiglu limits");
+    dev_bf16(m.gate.weight, "moe_experts", "an expert weight");
+    dev_bf16(m.up.weight, "moe_experts", "an expert weight");
+    dev_bf16(m.down.weight, "moe_experts", "an expert weight");
+  }
+}
+
+// Rows per expert on average from which moe_experts runs the tensor-core kernels.
+constexpr int64_t kMoeMmaRowsPerExpert = 16;
+
+}  // namespace
+
+Tensor CudaBackend::prepare_weight_f32(Tensor host_f32) {
+  DSI_CHECK(host_f32.is_cpu() && host_f32.dtype() == DType::F32,
+            "prepare_weight_f32: expected a host float32 tensor");
+  return cuda::to_device(host_f32);
+}
+
+void CudaBackend::prepare_experts(std::vector<MlpWeights>& experts) {
+  if (experts.empty()) return;
+  check_experts(experts, experts[0].gate.in_features());
+  cuda::StackedWeights gate_at, up_at, down_at;
+  if (uniform_stride(experts, gate_of, &gate_at) && uniform_stride(experts, up_of, &up_at) &&
+      uniform_stride(experts, down_of, &down_at))
+    return;  // already one tensor per kind (e.g. transformers' fused gate_up_proj / down_proj)
+  const int64_t E = static_cast<int64_t>(experts.size());
+  const int64_t I = experts[0].gate.out_features(), H = experts[0].gate.in_features();
+  // gate_up [E, 2I, H]: expert e's gate rows [2eI, 2eI + I), up rows [2eI + I, 2(e + 1)I); down [E, H, I].
+  Tensor gate_up = Tensor::empty_on(Device::kCuda, DType::BF16, {E * 2 * I, H});
+  const size_t half = static_cast<size_t>(I * H) * sizeof(uint16_t);
+  for (int64_t e = 0; e < E; ++e) {
+    char* dst = static_cast<char*>(gate_up.raw()) + 2 * e * half;
+    cuda::copy_device_to_device(dst, experts[e].gate.weight.raw(), half);
+    cuda::copy_device_to_device(dst + half, experts[e].up.weight.raw(), half);
+  }
+  Tensor down = stack_matrices(experts, down_of).reshape({E * H, I});
+  for (int64_t e = 0; e < E; ++e) {
+    experts[e].gate.weight = gate_up.rows(2 * e * I, 2 * e * I + I);
+    experts[e].up.weight = gate_up.rows(2 * e * I + I, 2 * (e + 1) * I);
+    experts[e].down.weight = down.rows(e * H, (e + 1) * H);
+  }
+}
+
+void CudaBackend::moe_route(const Tensor& x, const Tensor& router, const Tensor& bias, const RoutingParams& p,
+                            Tensor* ids, Tensor* weights) {
+  DSI_CHECK(x.ndim() == 2 && router.ndim() == 2, "moe_route: x ", shape_str(x.shape()), " and router ",
+            shape_str(router.shape()), " must be 2-D");
+  const int64_t T = x.dim(0), H = x.dim(1), E = router.dim(0), K = p.top_k;
+  DSI_CHECK(router.dim(1) == H, "moe_route: router expects ", router.dim(1), " features, got ", H);
+  DSI_CHECK(!bias || bias.numel() == E, "moe_route: bias has ", bias.numel(), " values for ", E, " experts");
+  cuda::MoeRouteParams rp;
+  rp.scoring = scoring_of(p.scoring);
+  rp.method = method_of(p.method);
+  rp.top_k = static_cast<int>(K);
+  rp.n_group = static_cast<int>(p.n_group);
+  rp.topk_group = static_cast<int>(p.topk_group);
+  rp.norm_topk_prob = p.norm_topk_prob;
+  rp.routed_scaling_factor = p.routed_scaling_factor;
+  *ids = Tensor::empty_on(Device::kCuda, DType::I32, {T, K});
+  *weights = Tensor::empty_on(Device::kCuda, DType::F32, {T, K});
+  cuda::launch_moe_route(dev_f32(x, "moe_route", "x"), dev_bf16(router, "moe_route", "the router"),
+                         bias ? dev_f32(bias, "moe_route", "the bias (prepare_weight_f32)") : nullptr,
+                         ids->data<int32_t>(), weights->data<float>(), T, H, E, rp);
+}
+
+Tensor CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
+                                const std::vector<MlpWeights>& experts) {
+  // x [T, H], ids [T, k] I32, weights [T, k] F32 -> [T, H]
+  DSI_CHECK(x.ndim() == 2 && ids.ndim() == 2 && weights.shape() == ids.shape() && ids.dim(0) == x.dim(0),
+            "moe_experts: x ", shape_str(x.shape()), ", ids ", shape_str(ids.shape()), ", weights ",
+            shape_str(weights.shape()));
+  DSI_CHECK(ids.device() == Device::kCuda && ids.dtype() == DType::I32,
+            "moe_experts: ids must be I32 on the GPU");
+  const int64_t T = x.dim(0), H = x.dim(1), K = ids.dim(1), E = static_cast<int64_t>(experts.size());
+  check_experts(experts, H);
+  const int64_t I = experts[0].gate.out_features(), pairs = T * K;
+  Tensor out = Tensor::empty_on(Device::kCuda, DType::F32, {T, H});
+  if (pairs == 0) return out;
+  // Experts not laid out at a fixed stride (not through prepare_experts) are stacked for this call.
+  Tensor gate_tmp, up_tmp, down_tmp;
+  cuda::StackedWeights gate, up, down;
+  if (!uniform_stride(experts, gate_of, &gate)) {
+    gate_tmp = stack_matrices(experts, gate_of);
+    gate = {gate_tmp.data<uint16_t>(), I * H};
+  }
+  if (!uniform_stride(experts, up_of, &up)) {
+    up_tmp = stack_matrices(experts, up_of);
+    up = {up_tmp.data<uint16_t>(), I * H};
+  }
+  if (!uniform_stride(experts, down_of, &down)) {
+    down_tmp = stack_matrices(experts, down_of);
+    down = {down_tmp.data<uint16_t>(), H * I};
+  }
+  Tensor offsets = Tensor::empty_on(Device::kCuda, DType::I32, {E + 1});
+  Tensor tiles = Tensor::empty_on(Device::kCuda, DType::I32, {E + 1});
+  Tensor slot_pair = Tensor::empty_on(Device::kCuda, DType::I32, {pairs});
+  Tensor pair_slot = Tensor::empty_on(Device::kCuda, DType::I32, {pairs});
+  Tensor act = Tensor::empty_on(Device::kCuda, DType::F32, {pairs, I});  // [pairs, I] permuted rows
+  Tensor y = Tensor::empty_on(Device::kCuda, DType::F32, {pairs, H});    // [pairs, H] permuted rows
+  const float* xd = dev_f32(x, "moe_experts", "x");
+  // Tensor cores once the experts average kMoeMmaRowsPerExpert rows (the weights are read once per tile
+  // of rows either way; few rows stream them faster through the CUDA-core kernels).
+  const bool mma = pairs >= kMoeMmaRowsPerExpert * E &&
+                   cuda::moe_mma_supported(H, reinterpret_cast<uintptr_t>(xd), gate.base, gate.stride) &&
+                   cuda::moe_mma_supported(H, 0, up.base, up.stride) &&
+                   cuda::moe_mma_supported(I, 0, down.base, down.stride);
+  const int tile_rows = mma ? cuda::kMoeMmaTileRows : cuda::moe_rows_per_tile(pairs, E);
+  cuda::launch_moe_permute(ids.data<int32_t>(), pairs, E, tile_rows, offsets.data<int32_t>(),
+                           tiles.data<int32_t>(), slot_pair.data<int32_t>(), pair_slot.data<int32_t>());
+  if (mma) {
+    cuda::launch_moe_gate_up_mma(options_.split_gemm_activations, xd, K, offsets.data<int32_t>(),
+                                 tiles.data<int32_t>(), slot_pair.data<int32_t>(), gate, up,
+                                 act.data<float>(), pairs, E, H, I, experts[0].swiglu_limit);
+    cuda::launch_moe_down_mma(options_.split_gemm_activations, act.data<float>(), offsets.data<int32_t>(),
+                              tiles.data<int32_t>(), down, y.data<float>(), pairs, E, H, I);
+  } else {
+    cuda::launch_moe_gate_up(tile_rows, xd, K, offsets.data<int32_t>(), tiles.data<int32_t>(),
+                             slot_pair.data<int32_t>(), gate, up, act.data<float>(), pairs, E, H, I,
+                             experts[0].swiglu_limit);
+    cuda::launch_moe_down(tile_rows, act.data<float>(), offsets.data<int32_t>(), tiles.data<int32_t>(), down,
+                          y.data<float>(), pairs, E, H, I);
+  }
+  cuda::launch_moe_combine(y.data<float>(), pair_slot.data<int32_t>(),
+                           dev_f32(weights, "moe_experts", "weights"), out.data<float>(), T, K, H);
+  return out;
+}
+
+}  // namespace dsinfer

@@ -1,0 +1,346 @@
+// Absorbed-form MLA over the paged latent cache. One block per (query token, split of its context, group of
+// up to 16 heads): the block stages 16 cached rows [latent | rope key] at a time in shared memory, so every
+// head of the group reads each cached byte once, scores them against the group's queries, and keeps an
+// online softmax and the weighted latent sum [heads, R] in registers. With several splits each block
+// writes its partial state (max, sum, latent sum) and a second kernel merges them.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "backend/cuda/mla_kernels.h"
+#include "backend/cuda/stream.h"
+#include "core/error.h"
+
+namespace dsinfer::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kTile = 16;    // cache positions per shared-memory tile
+constexpr int kMaxAcc = 32;  // latent outputs each thread accumulates
+constexpr int kMaxGroupHeads = 16;
+constexpr int64_t kMinChunk = 64;       // fewest positions a split handles
+constexpr int64_t kTargetBlocks = 528;  // 4 per SM of an H100 / H200
+
+void check_launch(const char* what) {
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) fail("CUDA kernel ", what, " failed to launch: ", cudaGetErrorString(err));
+}
+
+__device__ __forceinline__ float load_elem(const float* p) {
+  return *p;
+}
+__device__ __forceinline__ float load_elem(const uint16_t* p) {
+  return __uint_as_float(static_cast<uint32_t>(*p) << 16);
+}
+
+__device__ __forceinline__ float4 load4(const float* p) {
+  return *reinterpret_cast<const float4*>(p);
+}
+__device__ __forceinline__ float4 load4(const uint16_t* p) {
+  const uint2 v = *reinterpret_cast<const uint2*>(p);
+  return make_float4(__uint_as_float(v.x << 16), __uint_as_float(v.x & 0xffff0000u),
+                     __uint_as_float(v.y << 16), __uint_as_float(v.y & 0xffff0000u));
+}
+
+struct MlaParams {
+  const float* q_lat;  // [T, H, R]
+  const float* q_pe;   // [T, H, P]
+  int64_t width;
+  MlaPlanView plan;
+  float* out;     // [T, H, R]
+  float* ws_acc;  // [T, splits, H, R]
+  float* ws_ml;   // [T, splits, H, 2]
+  int H, R, P, D, HG;
+  float scale;
+  int splits;
+  int64_t chunk;
+  bool vec4;  // R and P multiples of 4: vector loads
+};
+
+int heads_per_group(int64_t H, int64_t R) {
+  return static_cast<int>(
+      std::max<int64_t>(1, std::min<int64_t>({H, kMaxGroupHeads, kThreads * kMaxAcc / R})));
+}
+
+size_t smem_bytes(int HG, int D) {
+  const int ld = D + 1;
+  return static_cast<size_t>(2 * kTile + HG * ld + kTile * ld + HG * kTile + 3 * HG) * sizeof(float);
+}
+
+template <typename Elem>
+__global__ void __launch_bounds__(kThreads) mla_kernel(MlaParams p, const Elem* cache) {
+  extern __shared__ float smem[];
+  const int D = p.D, ld = D + 1, HG = p.HG;
+  int64_t* slot_s = reinterpret_cast<int64_t*>(smem);  // [kTile] cache slots of the tile's rows
+  float* q_s = smem + 2 * kTile;                       // [HG][ld] queries [latent | rope] of the group
+  float* k_s = q_s + HG * ld;                          // [kTile][ld] cached rows
+  float* p_s = k_s + kTile * ld;                       // [HG][kTile] scores, then probabilities
+  float* m_s = p_s + HG * kTile;                       // [HG] running max
+  float* l_s = m_s + HG;                               // [HG] running sum
+  float* c_s = l_s + HG;                               // [HG] this tile's rescale factor
+  const int64_t t = blockIdx.x;
+  const int split = blockIdx.y;
+  const int h0 = blockIdx.z * HG;
+  const int hg = min(HG, p.H - h0);
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int64_t n = static_cast<int64_t>(p.plan.positions[t]) + 1;
+  const int64_t begin = split * p.chunk;
+  const int64_t end = min(n, begin + p.chunk);
+  const int32_t* blocks = p.plan.block_table + p.plan.block_table_indptr[p.plan.token_seq[t]];
+  const int64_t bs = p.plan.block_size;
+
+  if (p.vec4) {  // 4 values per load, several loads in flight
+    const int D4 = D / 4;
+#pragma unroll 4
+    for (int i = tid; i < hg * D4; i += kThreads) {
+      const int h = i / D4, d = (i % D4) * 4;
+      const int64_t row = t * p.H + h0 + h;
+      const float4 v = *reinterpret_cast<const float4*>(d < p.R ? p.q_lat + row * p.R + d
+                                                                : p.q_pe + row * p.P + (d - p.R));
+      float* q = q_s + h * ld + d;
+      q[0] = v.x, q[1] = v.y, q[2] = v.z, q[3] = v.w;
+    }
+  } else {
+    for (int i = tid; i < hg * D; i += kThreads) {
+      const int h = i / D, d = i % D;
+      const int64_t row = t * p.H + h0 + h;
+      q_s[h * ld + d] = d < p.R ? p.q_lat[row * p.R + d] : p.q_pe[row * p.P + (d - p.R)];
+    }
+  }
+  for (int h = tid; h < hg; h += kThreads) {
+    m_s[h] = -INFINITY;
+    l_s[h] = 0.0f;
+  }
+  const int outs = hg * p.R;
+  float acc[kMaxAcc];
+#pragma unroll
+  for (int i = 0; i < kMaxAcc; ++i) acc[i] = 0.0f;
+  __syncthreads();
+
+  for (int64_t j0 = begin; j0 < end; j0 += kTile) {
+    const int nt = static_cast<int>(min(static_cast<int64_t>(kTile), end - j0));
+    if (tid < nt) {
+      const int64_t pos = j0 + tid;
+      slot_s[tid] = static_cast<int64_t>(blocks[pos / bs]) * bs + pos % bs;
+    }
+    __syncthreads();
+    if (p.vec4) {
+      const int D4 = D / 4;
+#pragma unroll 4
+      for (int i = tid; i < nt * D4; i += kThreads) {
+        const int j = i / D4, d = (i % D4) * 4;
+        const float4 v = load4(cache + slot_s[j] * p.width + d);
+        float* k = k_s + j * ld + d;
+        k[0] = v.x, k[1] = v.y, k[2] = v.z, k[3] = v.w;
+      }
+    } else {
+      for (int i = tid; i < nt * D; i += kThreads) {
+        const int j = i / D, d = i % D;
+        k_s[j * ld + d] = load_elem(cache + slot_s[j] * p.width + d);
+      }
+    }
+    __syncthreads();
+    for (int i = tid; i < hg * kTile; i += kThreads) {
+      const int h = i / kTile, j = i % kTile;
+      float s = -INFINITY;
+      if (j < nt) {
+        const float* qv = q_s + h * ld;
+        const float* kv = k_s + j * ld;
+        float lat = 0.0f, rot = 0.0f;
+        for (int d = 0; d < p.R; ++d) lat += qv[d] * kv[d];
+        for (int d = p.R; d < D; ++d) rot += qv[d] * kv[d];
+        s = (lat + rot) * p.scale;
+      }
+      p_s[h * kTile + j] = s;
+    }
+    __syncthreads();
+    for (int h = warp; h < hg; h += kThreads / 32) {
+      const float s = lane < kTile ? p_s[h * kTile + lane] : -INFINITY;
+      float mx = s;
+      for (int o = 16; o > 0; o /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+      const float m_old = m_s[h];
+      const float m_new = fmaxf(m_old, mx);  // finite: the tile has at least one position
+      const float e = s == -INFINITY ? 0.0f : expf(s - m_new);
+      float sum = e;
+      for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+      if (lane < kTile) p_s[h * kTile + lane] = e;
+      if (lane == 0) {
+        const float corr = expf(m_old - m_new);  // 0 on the first tile
+        c_s[h] = corr;
+        l_s[h] = l_s[h] * corr + sum;
+        m_s[h] = m_new;
+      }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < kMaxAcc; ++i) {
+      const int o = i * kThreads + tid;
+      if (o < outs) {
+        const int h = o / p.R, r = o % p.R;
+        const float* ph = p_s + h * kTile;
+        float a = acc[i] * c_s[h];
+        for (int j = 0; j < nt; ++j) a += ph[j] * k_s[j * ld + r];
+        acc[i] = a;
+      }
+    }
+    __syncthreads();
+  }
+
+  if (p.splits == 1) {
+#pragma unroll
+    for (int i = 0; i < kMaxAcc; ++i) {
+      const int o = i * kThreads + tid;
+      if (o < outs) {
+        const int h = o / p.R, r = o % p.R;
+        p.out[((t * p.H) + h0 + h) * p.R + r] = acc[i] / l_s[h];
+      }
+    }
+    return;
+  }
+  const int64_t base = (t * p.splits + split) * p.H + h0;
+#pragma unroll
+  for (int i = 0; i < kMaxAcc; ++i) {
+    const int o = i * kThreads + tid;
+    if (o < outs) {
+      const int h = o / p.R, r = o % p.R;
+      p.ws_acc[(base + h) * p.R + r] = acc[i];
+    }
+  }
+  for (int h = tid; h < hg; h += kThreads) {
+    p.ws_ml[(base + h) * 2] = m_s[h];
+    p.ws_ml[(base + h) * 2 + 1] = l_s[h];
+  }
+}
+
+// out[t, h] = merge of the splits' states; split 0 always holds position 0, so the max is finite. The
+// block first turns the splits' (max, sum) into weights in shared memory, then sums the latent partials.
+__global__ void mla_combine_kernel(const float* ws_acc, const float* ws_ml, float* out, int H, int R,
+                                   int splits) {
+  extern __shared__ float weight[];  // [splits]
+  __shared__ float red[32];
+  const int64_t t = blockIdx.x;
+  const int h = blockIdx.y, tid = threadIdx.x, lane = tid % 32, warp = tid / 32, nwarps = blockDim.x / 32;
+  const float* ml = ws_ml + (t * splits * H + h) * 2;  // split s at ml[s * H * 2]
+  float mx = -INFINITY;
+  for (int s = tid; s < splits; s += blockDim.x) mx = fmaxf(mx, ml[static_cast<int64_t>(s) * H * 2]);
+  for (int o = 16; o > 0; o /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+  if (lane == 0) red[warp] = mx;
+  __syncthreads();
+  float M = red[0];
+  for (int w = 1; w < nwarps; ++w) M = fmaxf(M, red[w]);
+  __syncthreads();
+  float l = 0.0f;
+  for (int s = tid; s < splits; s += blockDim.x) {
+    const float m = ml[static_cast<int64_t>(s) * H * 2];
+    const float w = m == -INFINITY ? 0.0f : expf(m - M);
+    weight[s] = w;
+    l += w * ml[static_cast<int64_t>(s) * H * 2 + 1];
+  }
+  for (int o = 16; o > 0; o /= 2) l += __shfl_xor_sync(0xffffffffu, l, o);
+  if (lane == 0) red[warp] = l;
+  __syncthreads();
+  float L = 0.0f;
+  for (int w = 0; w < nwarps; ++w) L += red[w];
+  const float inv = 1.0f / L;
+  const float* acc = ws_acc + (t * splits * H + h) * static_cast<int64_t>(R);  // split s at acc[s * H * R]
+  for (int r = tid; r < R; r += blockDim.x) {
+    float o = 0.0f;
+#pragma unroll 4
+    for (int s = 0; s < splits; ++s) o += weight[s] * acc[static_cast<int64_t>(s) * H * R + r];
+    out[(t * H + h) * static_cast<int64_t>(R) + r] = o * inv;
+  }
+}
+
+template <typename Elem>
+void launch_typed(const MlaParams& p, const Elem* cache, int64_t T, int groups) {
+  const size_t smem = smem_bytes(p.HG, p.D);
+  static size_t configured = 0;  // the largest dynamic shared memory size set so far
+  if (smem > configured) {
+    const cudaError_t err = cudaFuncSetAttribute(
+        mla_kernel<Elem>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    if (err != cudaSuccess)
+      fail("attention_mla: cannot use ", smem, " bytes of shared memory: ", cudaGetErrorString(err));
+    configured = smem;
+  }
+  const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(p.splits), static_cast<unsigned>(groups));
+  mla_kernel<Elem><<<grid, kThreads, smem, stream()>>>(p, cache);
+  check_launch("attention_mla");
+}
+
+}  // namespace
+
+MlaSplit mla_choose_split(int64_t T, int64_t H, int64_t R, int64_t max_ctx) {
+  MlaSplit s;
+  const int64_t HG = heads_per_group(H, R);
+  const int64_t blocks = std::max<int64_t>(1, T * ((H + HG - 1) / HG));
+  int64_t splits = 1;
+  if (blocks < kTargetBlocks) {
+    splits = std::min((kTargetBlocks + blocks - 1) / blocks, (max_ctx + kMinChunk - 1) / kMinChunk);
+    splits = std::max<int64_t>(1, splits);
+  }
+  int64_t chunk = (max_ctx + splits - 1) / splits;
+  chunk = std::max<int64_t>(kTile, (chunk + kTile - 1) / kTile * kTile);
+  s.splits = static_cast<int>(std::max<int64_t>(1, (max_ctx + chunk - 1) / chunk));
+  s.chunk = chunk;
+  return s;
+}
+
+size_t mla_workspace_floats(int64_t T, int64_t H, int64_t R, const MlaSplit& split) {
+  if (split.splits <= 1) return 0;
+  return static_cast<size_t>(T) * split.splits * H * (R + 2);
+}
+
+void launch_attention_mla(const float* q_lat, const float* q_pe, const void* cache, bool cache_bf16,
+                          int64_t width, const MlaPlanView& plan, float* out, float* workspace, int64_t T,
+                          int64_t H, int64_t R, int64_t P, float scale, const MlaSplit& split) {
+  DSI_CHECK(R > 0 && P >= 0 && width == R + P, "attention_mla: cache rows of ", width, " for R ", R, " P ",
+            P);
+  DSI_CHECK(R <= kThreads * kMaxAcc, "attention_mla: kv_lora_rank ", R, " exceeds the kernel's ",
+            kThreads * kMaxAcc);
+  DSI_CHECK(split.splits >= 1 && split.chunk > 0, "attention_mla: bad split");
+  if (T == 0 || H == 0) return;
+  MlaParams p{};
+  p.q_lat = q_lat;
+  p.q_pe = q_pe;
+  p.width = width;
+  p.plan = plan;
+  p.out = out;
+  p.H = static_cast<int>(H);
+  p.R = static_cast<int>(R);
+  p.P = static_cast<int>(P);
+  p.D = static_cast<int>(R + P);
+  p.HG = heads_per_group(H, R);
+  p.scale = scale;
+  p.splits = split.splits;
+  p.chunk = split.chunk;
+  p.vec4 = R % 4 == 0 && P % 4 == 0 && reinterpret_cast<uintptr_t>(cache) % 16 == 0 &&
+           reinterpret_cast<uintptr_t>(q_lat) % 16 == 0 && reinterpret_cast<uintptr_t>(q_pe) % 16 == 0;
+  if (split.splits > 1) {
+    DSI_CHECK(workspace != nullptr, "attention_mla: split launch without a workspace");
+    p.ws_acc = workspace;
+    p.ws_ml = workspace + static_cast<size_t>(T) * split.splits * H * R;
+  }
+  DSI_CHECK(smem_bytes(p.HG, p.D) <= 200 * 1024, "attention_mla: rows of ", p.D,
+            " values need too much shared memory");
+  const int groups = static_cast<int>((H + p.HG - 1) / p.HG);
+  if (mla_tc_supported(R, P, cache_bf16, reinterpret_cast<uintptr_t>(cache),
+                       reinterpret_cast<uintptr_t>(q_lat), reinterpret_cast<uintptr_t>(q_pe)) &&
+      launch_attention_mla_tc(q_lat, q_pe, static_cast<const uint16_t*>(cache), plan, out, p.ws_acc, p.ws_ml,
+                              T, H, scale, split)) {
+    // done on tensor cores
+  } else if (cache_bf16) {
+    launch_typed(p, static_cast<const uint16_t*>(cache), T, groups);
+  } else {
+    launch_typed(p, static_cast<const float*>(cache), T, groups);
+  }
+  if (split.splits > 1) {
+    const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(H));
+    mla_combine_kernel<<<grid, 128, static_cast<size_t>(p.splits) * sizeof(float), stream()>>>(
+        p.ws_acc, p.ws_ml, out, p.H, p.R, p.splits);
+    check_launch("attention_mla combine");
+  }
+}
+
+}  // namespace dsinfer::cuda

@@ -1,0 +1,51 @@
+// Launchers of the multi-head latent attention kernels (absorbed form) over the paged latent cache, on raw
+// device pointers (CUDA-header free). Semantics of CpuBackend::attention_mla (cpu_attention.cpp).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace dsinfer::cuda {
+
+// The paged BatchPlan arrays the MLA kernels read, all on the device.
+struct MlaPlanView {
+  const int32_t* positions = nullptr;           // [T] position of each token in its sequence
+  const int32_t* token_seq = nullptr;           // [T] sequence of each token
+  const int32_t* block_table = nullptr;         // block ids of every sequence, concatenated
+  const int32_t* block_table_indptr = nullptr;  // [S + 1] offsets into block_table
+  int64_t block_size = 0;
+};
+
+// How one attention_mla launch is split: `splits` chunks of `chunk` cache positions per query token (a
+// partial softmax state per chunk, merged by a second kernel when splits > 1).
+struct MlaSplit {
+  int splits = 1;
+  int64_t chunk = 0;
+};
+
+// A split for T query tokens whose longest context is max_ctx, H heads of latent width R: enough blocks to
+// fill the GPU, chunks of at least 64 positions.
+MlaSplit mla_choose_split(int64_t T, int64_t H, int64_t R, int64_t max_ctx);
+
+// Floats of the workspace a split launch needs (0 when splits == 1).
+size_t mla_workspace_floats(int64_t T, int64_t H, int64_t R, const MlaSplit& split);
+
+// out [T, H, R] = softmax((q_lat . latent + q_pe . rope_key) * scale) latent over cache positions
+// [0, positions[t]] of token t's sequence. q_lat [T, H, R], q_pe [T, H, P] float32; cache rows of
+// `width` = R + P values, float32 or (cache_bf16) bf16 bits. Every head group of a token reads each cached
+// row once. `workspace` holds mla_workspace_floats floats.
+void launch_attention_mla(const float* q_lat, const float* q_pe, const void* cache, bool cache_bf16,
+                          int64_t width, const MlaPlanView& plan, float* out, float* workspace, int64_t T,
+                          int64_t H, int64_t R, int64_t P, float scale, const MlaSplit& split);
+
+// The tensor-core kernel launch_attention_mla picks where it applies (mla_tc_kernels.cu): a bf16 cache of
+// the DeepSeek-V2/V3 shape (R = 512, P = 64), cache and queries at 16-byte aligned addresses. It writes `out`
+// directly when split.splits == 1, else the partial states ws_acc [T, splits, H, R] and ws_ml [T, splits, H,
+// 2].
+bool mla_tc_supported(int64_t R, int64_t P, bool cache_bf16, uintptr_t cache, uintptr_t q_lat,
+                      uintptr_t q_pe);
+// Returns false (launching nothing) where the GPU lacks the shared memory the kernel needs.
+bool launch_attention_mla_tc(const float* q_lat, const float* q_pe, const uint16_t* cache,
+                             const MlaPlanView& plan, float* out, float* ws_acc, float* ws_ml, int64_t T,
+                             int64_t H, float scale, const MlaSplit& split);
+
+}  // namespace dsinfer::cuda

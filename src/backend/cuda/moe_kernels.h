@@ -1,0 +1,78 @@
+// Launchers of the DeepSeekMoE kernels on raw device pointers (CUDA-header free): routing, the permutation
+// of (token, slot) pairs by expert computed on the device (no host sync, so decode stays capturable), the
+// grouped expert GEMMs and the weighted un-permute. Semantics of CpuBackend::moe_route (cpu_moe_route.cpp)
+// and CpuBackend::moe_experts (cpu_mlp.cpp).
+#pragma once
+#include <cstdint>
+
+namespace dsinfer::cuda {
+
+enum class MoeScoring { kSoftmax, kSigmoid, kSqrtSoftplus };
+enum class MoeTopk { kGreedy, kGroupLimitedGreedy, kNoauxTc };
+
+struct MoeRouteParams {
+  MoeScoring scoring = MoeScoring::kSoftmax;
+  MoeTopk method = MoeTopk::kGreedy;
+  int top_k = 1;
+  int n_group = 1;
+  int topk_group = 1;
+  bool norm_topk_prob = false;
+  float routed_scaling_factor = 1.0f;
+};
+
+// Largest expert count launch_moe_route takes.
+inline constexpr int64_t kMaxRoutedExperts = 1024;
+
+// ids [T, k] I32 and weights [T, k] F32 for x [T, H] f32, router [E, H] bf16, bias [E] f32 or null.
+// Ties go to the lower expert (and group) index, in the reference's order.
+void launch_moe_route(const float* x, const uint16_t* router, const float* bias, int32_t* ids, float* weights,
+                      int64_t T, int64_t H, int64_t E, const MoeRouteParams& p);
+
+// Rows of one expert handled per tile by the tensor-core kernels (many rows per expert); the CUDA-core
+// kernels (few rows, weight streaming) take 1, 2, 4 or 8 (moe_rows_per_tile: the average rows of an
+// active expert rounded up, at most 8).
+inline constexpr int kMoeMmaTileRows = 64;
+int moe_rows_per_tile(int64_t pairs, int64_t E);
+
+// Orders the T*k (token, slot) pairs of `ids` [T, k] by expert (within an expert in no fixed order):
+// offsets [E + 1] (rows of each expert), tiles [E + 1] (prefix sums of ceil(rows / tile_rows)),
+// slot_pair [pairs] (the pair at each permuted row), pair_slot [pairs] (the row of each pair, -1 for ids
+// outside [0, E)). One block; no host sync.
+void launch_moe_permute(const int32_t* ids, int64_t pairs, int64_t E, int tile_rows, int32_t* offsets,
+                        int32_t* tiles, int32_t* slot_pair, int32_t* pair_slot);
+
+// Expert weights stacked with a fixed stride between experts (elements): expert e's [N, K] matrix starts at
+// base + e * stride.
+struct StackedWeights {
+  const uint16_t* base = nullptr;
+  int64_t stride = 0;
+};
+
+// act [pairs, I] (permuted rows) = silu(x_r gate_e^T) * (x_r up_e^T) with x_r = x[slot_pair[r] / k] for
+// x [T, H]; limit > 0 clamps gate above and up on both sides first (swiglu_limit).
+void launch_moe_gate_up(int tile_rows, const float* x, int64_t k, const int32_t* offsets,
+                        const int32_t* tiles, const int32_t* slot_pair, StackedWeights gate,
+                        StackedWeights up, float* act, int64_t pairs, int64_t E, int64_t H, int64_t I,
+                        float limit);
+
+// y [pairs, H] = act_r down_e^T for the permuted rows of act [pairs, I].
+void launch_moe_down(int tile_rows, const float* act, const int32_t* offsets, const int32_t* tiles,
+                     StackedWeights down, float* y, int64_t pairs, int64_t E, int64_t H, int64_t I);
+
+// The same two GEMMs on tensor cores (tiles of kMoeMmaTileRows rows: permute with that tile size); split:
+// activations as bf16 hi + lo (two MMAs, ~16 bits kept) instead of rounded to bf16.
+// moe_mma_supported: whether the kernels take inner dimension K, activations at address a and weights w
+// at stride `stride` (K a multiple of 32, 16-byte aligned operands).
+bool moe_mma_supported(int64_t K, uintptr_t a, const uint16_t* w, int64_t stride);
+void launch_moe_gate_up_mma(bool split, const float* x, int64_t k, const int32_t* offsets,
+                            const int32_t* tiles, const int32_t* slot_pair, StackedWeights gate,
+                            StackedWeights up, float* act, int64_t pairs, int64_t E, int64_t H, int64_t I,
+                            float limit);
+void launch_moe_down_mma(bool split, const float* act, const int32_t* offsets, const int32_t* tiles,
+                         StackedWeights down, float* y, int64_t pairs, int64_t E, int64_t H, int64_t I);
+
+// out [T, H] = sum_j weights[t, j] * y[pair_slot[t * k + j]] (in slot order j).
+void launch_moe_combine(const float* y, const int32_t* pair_slot, const float* weights, float* out, int64_t T,
+                        int64_t k, int64_t H);
+
+}  // namespace dsinfer::cuda

@@ -1,0 +1,481 @@
+// CudaBackend's DeepSeek-V2/V3 ops (MLA attention, head_matmul, MoE routing and experts) against the CPU
+// reference on random inputs (runs where a GPU is visible; CI compiles it and skips). Weights and cached rows
+// are bf16-representable so that both backends see the same values.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <set>
+#include <tuple>
+
+#include "backend/cpu/cpu_backend.h"
+#include "core/dtype.h"
+#include "core/tensor.h"
+
+#ifdef DSINFER_HAVE_CUDA
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_tensor.h"
+#include "backend/cuda/runtime.h"
+#endif
+
+namespace dsinfer {
+namespace {
+
+#ifdef DSINFER_HAVE_CUDA
+
+class CudaDeepseekOpsTest : public ::testing::Test {
+ public:
+  void SetUp() override {
+    if (!cuda::device_available()) GTEST_SKIP() << "no CUDA device visible";
+  }
+  std::mt19937 rng{20261130};
+  // Normal values rounded to bf16 (exactly representable in the bf16 cache and weights).
+  Tensor random_bf16_values(Shape shape, float sd = 1.0f) {
+    std::normal_distribution<float> d(0.0f, sd);
+    Tensor t = Tensor::empty(DType::F32, shape);
+    for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = bf16_to_f32(f32_to_bf16(d(rng)));
+    return t;
+  }
+  static Tensor to_bf16_bits(const Tensor& values) {
+    Tensor bits = Tensor::empty(DType::BF16, values.shape());
+    for (int64_t i = 0; i < values.numel(); ++i) bits.data<uint16_t>()[i] = f32_to_bf16(values.f32()[i]);
+    return bits;
+  }
+  static double rel_err(const Tensor& a, const Tensor& b) {
+    double d = 0, n = 0;
+    for (int64_t i = 0; i < a.numel(); ++i) {
+      d += std::pow(double(a.f32()[i]) - b.f32()[i], 2);
+      n += std::pow(double(b.f32()[i]), 2);
+    }
+    return std::sqrt(d / std::max(n, 1e-30));
+  }
+  CpuBackend cpu;
+};
+
+// A BatchPlan over sequences given as (cached tokens, new tokens), blocks of `bs` slots handed out in a
+// scrambled order; the block tables depend only on each sequence's total length.
+BatchPlan make_plan(const std::vector<std::pair<int32_t, int32_t>>& seqs, int32_t bs, int32_t num_blocks) {
+  BatchPlan plan;
+  plan.block_size = bs;
+  plan.cu_seqlens = {0};
+  plan.block_table_indptr = {0};
+  int32_t next = 0;
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    const auto [cached, fresh] = seqs[s];
+    const int32_t len = cached + fresh, blocks = (len + bs - 1) / bs;
+    for (int32_t b = 0; b < blocks; ++b) plan.block_table.push_back((next++ * 7 + 3) % num_blocks);
+    plan.block_table_indptr.push_back(static_cast<int32_t>(plan.block_table.size()));
+    for (int32_t p = cached; p < len; ++p) {
+      plan.token_ids.push_back(0);
+      plan.positions.push_back(p);
+      plan.slot_mapping.push_back(plan.slot_of(static_cast<int32_t>(s), p));
+    }
+    plan.cu_seqlens.push_back(static_cast<int32_t>(plan.token_ids.size()));
+    plan.context_lens.push_back(len);
+    plan.seq_ids.push_back(static_cast<int64_t>(s));
+  }
+  for (int32_t t = 0; t < plan.num_tokens(); ++t) plan.logits_rows.push_back(t);
+  plan.validate(num_blocks);
+  return plan;
+}
+
+// ---- MLA ----
+
+// Fills every position of `seqs` (cached + new) with random bf16 rows in the CPU cache and copies the cache
+// image into a float32 and a bf16 GPU cache; then compares attention_mla for the plan's query tokens.
+void check_mla(CudaDeepseekOpsTest* test, int64_t H, int64_t R, int64_t P,
+               const std::vector<std::pair<int32_t, int32_t>>& seqs, double tol) {
+  const int32_t bs = 16, blocks = 450;
+  const int64_t width = R + P;
+  std::vector<std::pair<int32_t, int32_t>> full;
+  for (auto [cached, fresh] : seqs) full.push_back({0, cached + fresh});
+  const BatchPlan fill = make_plan(full, bs, blocks);
+  const BatchPlan plan = make_plan(seqs, bs, blocks);
+  KvCache cpu_cache({KvLayerSpec{KvKind::kFullHistory, width}}, blocks, bs);
+  std::fill(cpu_cache.slot(0, 0), cpu_cache.slot(0, 0) + cpu_cache.storage(0).numel(), 0.0f);
+  const int64_t N = fill.num_tokens();
+  test->cpu.write_kv(cpu_cache, 0, fill, test->random_bf16_values({N, R}), test->random_bf16_values({N, P}));
+  const Tensor& image = cpu_cache.storage(0);
+  KvCache f32_cache({KvLayerSpec{KvKind::kFullHistory, width}}, blocks, bs, Device::kCuda, DType::F32);
+  KvCache bf16_cache({KvLayerSpec{KvKind::kFullHistory, width}}, blocks, bs, Device::kCuda, DType::BF16);
+  cuda::copy_to_device(const_cast<void*>(f32_cache.storage(0).raw()), image.raw(), image.nbytes());
+  const Tensor bits = CudaDeepseekOpsTest::to_bf16_bits(image);
+  cuda::copy_to_device(const_cast<void*>(bf16_cache.storage(0).raw()), bits.raw(), bits.nbytes());
+
+  const int64_t T = plan.num_tokens();
+  const Tensor q_lat = test->random_bf16_values({T, H, R}, 0.1f),
+               q_pe = test->random_bf16_values({T, H, P}, 0.1f);
+  const float scale = 1.0f / std::sqrt(192.0f);
+  const Tensor ref = test->cpu.attention_mla(q_lat, q_pe, cpu_cache, 0, plan, scale);
+  CudaBackend gpu;
+  const Tensor dq = cuda::to_device(q_lat), dp = cuda::to_device(q_pe);
+  for (const KvCache* cache : {&f32_cache, &bf16_cache}) {
+    const Tensor out = gpu.to_host(gpu.attention_mla(dq, dp, *cache, 0, plan, scale));
+    ASSERT_EQ(out.shape(), ref.shape());
+    EXPECT_LT(CudaDeepseekOpsTest::rel_err(out, ref), tol)
+        << "H=" << H << " R=" << R << " P=" << P << " T=" << T << " cache " << dtype_name(cache->dtype());
+  }
+}
+
+TEST_F(CudaDeepseekOpsTest, MlaDecodeMatchesCpu) {
+  // One new token per sequence, contexts 1 .. 3000 (split-KV for the long ones).
+  const std::vector<std::pair<int32_t, int32_t>> decode = {{0, 1},   {1, 1},    {16, 1},  {63, 1},
+                                                           {299, 1}, {1000, 1}, {2999, 1}};
+  for (int64_t H : {16, 128}) check_mla(this, H, 512, 64, decode, 1e-5);
+  check_mla(this, 16, 512, 64, {{2999, 1}}, 1e-5);  // batch 1, long context: many splits
+  check_mla(this, 4, 32, 8, decode, 1e-5);          // the tiny models' shape
+  check_mla(this, 3, 100, 12, {{5, 1}, {200, 1}}, 1e-5);
+}
+
+TEST_F(CudaDeepseekOpsTest, MlaPrefillAndChunkedMatchCpu) {
+  // Whole prompts and chunks after a cached prefix, causal within the chunk.
+  const std::vector<std::pair<int32_t, int32_t>> chunks = {{0, 100}, {37, 60}, {250, 1}, {0, 3}};
+  for (int64_t H : {16, 128}) check_mla(this, H, 512, 64, chunks, 1e-5);
+  check_mla(this, 2, 128, 32, {{0, 300}, {100, 200}}, 1e-5);
+}
+
+// ---- head_matmul ----
+
+TEST_F(CudaDeepseekOpsTest, HeadMatmulMatchesCpuBothModes) {
+  CudaBackend gpu;
+  for (auto [T, H, A, B] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{1, 16, 128, 512},
+                            {5, 16, 512, 128},
+                            {33, 128, 128, 512},
+                            {300, 4, 16, 32},
+                            {7, 3, 50, 70}}) {
+    const Tensor x = random_bf16_values({T, H, A});
+    for (bool transpose : {false, true}) {
+      const Tensor w = random_bf16_values(transpose ? Shape{H, A, B} : Shape{H, B, A});
+      const Tensor ref = cpu.head_matmul(x, w, transpose);
+      const Tensor out = gpu.to_host(gpu.head_matmul(cuda::to_device(x), gpu.prepare_weight(w), transpose));
+      ASSERT_EQ(out.shape(), ref.shape());
+      EXPECT_LT(rel_err(out, ref), 1e-5)
+          << T << "x" << H << "x" << A << "x" << B << " transpose " << transpose;
+    }
+  }
+  EXPECT_THROW(gpu.head_matmul(cuda::to_device(random_bf16_values({2, 3, 4})),
+                               gpu.prepare_weight(random_bf16_values({3, 5, 6})), false),
+               Error);
+}
+
+// ---- routing ----
+
+struct RouteCase {
+  std::string scoring, method;
+  int64_t E, K, groups, topk_group;
+  bool norm;
+  float scale;
+  bool bias;
+};
+
+// Router inputs on a coarse grid (x in {-2..2}/8, router in {-2..2}/16) so that logits are exact in fp32
+// whatever the summation order; equal router rows (and biases) plant exact ties. Tokens whose biased
+// selection values would come within 1e-5 of each other without being equal are drawn again, so the two
+// backends cannot disagree through rounding.
+TEST_F(CudaDeepseekOpsTest, MoeRouteMatchesCpu) {
+  CudaBackend gpu;
+  const int64_t H = 64;
+  for (const RouteCase& c : {RouteCase{"softmax", "greedy", 64, 6, 1, 1, false, 1.0f, false},
+                             RouteCase{"softmax", "greedy", 64, 6, 1, 1, true, 1.0f, false},
+                             RouteCase{"softmax", "group_limited_greedy", 64, 6, 8, 3, false, 16.0f, false},
+                             RouteCase{"sigmoid", "noaux_tc", 256, 8, 8, 4, true, 2.5f, true},
+                             RouteCase{"sigmoid", "noaux_tc", 8, 3, 4, 2, true, 2.5f, true},
+                             RouteCase{"sigmoid", "noaux_tc", 4, 2, 1, 1, true, 2.5f, false},
+                             RouteCase{"softmax", "greedy", 6, 1, 1, 1, true, 1.0f, false},
+                             RouteCase{"sqrtsoftplus", "greedy", 32, 4, 1, 1, true, 1.5f, false}}) {
+    const int64_t E = c.E, T = 600;
+    std::uniform_int_distribution<int> small(-2, 2);
+    Tensor router = Tensor::empty(DType::F32, {E, H});
+    for (int64_t i = 0; i < E * H; ++i) router.f32()[i] = small(rng) / 16.0f;
+    Tensor bias;
+    if (c.bias) {
+      bias = Tensor::empty(DType::F32, {E});
+      // Whole numbers: sigmoid scores differ by less than 1, so experts of different biases never tie.
+      for (int64_t e = 0; e < E; ++e) bias.f32()[e] = static_cast<float>((e * 37) % 3);
+    }
+    // Planted ties: expert 1 copies expert 0; with groups, group 1 copies group 0.
+    auto copy_expert = [&](int64_t dst, int64_t src) {
+      std::copy(router.f32() + src * H, router.f32() + (src + 1) * H, router.f32() + dst * H);
+      if (bias) bias.f32()[dst] = bias.f32()[src];
+    };
+    copy_expert(1, 0);
+    if (c.groups > 1) {
+      const int64_t per = E / c.groups;
+      for (int64_t i = 0; i < per; ++i) copy_expert(per + i, i);
+    }
+    Tensor x = Tensor::empty(DType::F32, {T, H});
+    for (int64_t t = 0; t < T; ++t) {
+      for (int attempt = 0;; ++attempt) {
+        for (int64_t i = 0; i < H; ++i) x.f32()[t * H + i] = small(rng) / 8.0f;
+        if (!bias) break;
+        // Biased selection values in double: distinct (logit, bias) pairs must stay 1e-5 apart.
+        std::vector<std::pair<double, double>> key(E);
+        std::vector<double> v(E);
+        for (int64_t e = 0; e < E; ++e) {
+          double l = 0;
+          for (int64_t i = 0; i < H; ++i) l += double(x.f32()[t * H + i]) * router.f32()[e * H + i];
+          key[e] = {l, bias.f32()[e]};
+          v[e] = 1.0 / (1.0 + std::exp(-l)) + bias.f32()[e];
+        }
+        bool separated = true;
+        for (int64_t a = 0; a < E && separated; ++a)
+          for (int64_t b = a + 1; b < E && separated; ++b)
+            if (key[a] != key[b] && std::abs(v[a] - v[b]) < 1e-5) separated = false;
+        // Group scores (sum of the top two) likewise.
+        const int64_t per = E / c.groups;
+        std::vector<double> gs(c.groups);
+        std::vector<std::vector<std::pair<double, double>>> gkey(c.groups);
+        for (int64_t g = 0; g < c.groups; ++g) {
+          std::vector<int64_t> idx(per);
+          for (int64_t i = 0; i < per; ++i) idx[i] = g * per + i;
+          std::sort(idx.begin(), idx.end(), [&](int64_t a, int64_t b) { return v[a] > v[b]; });
+          for (int64_t i = 0; i < std::min<int64_t>(2, per); ++i) {
+            gs[g] += v[idx[i]];
+            gkey[g].push_back(key[idx[i]]);
+          }
+          std::sort(gkey[g].begin(), gkey[g].end());
+        }
+        for (int64_t a = 0; a < c.groups && separated; ++a)
+          for (int64_t b = a + 1; b < c.groups && separated; ++b)
+            if (gkey[a] != gkey[b] && std::abs(gs[a] - gs[b]) < 1e-5) separated = false;
+        if (separated) break;
+        ASSERT_LT(attempt, 100) << "could not draw separated router inputs";
+      }
+    }
+    RoutingParams p;
+    p.scoring = c.scoring;
+    p.method = c.method;
+    p.top_k = c.K;
+    p.n_group = c.groups;
+    p.topk_group = c.topk_group;
+    p.norm_topk_prob = c.norm;
+    p.routed_scaling_factor = c.scale;
+    Tensor ref_ids, ref_w;
+    cpu.moe_route(x, router, bias, p, &ref_ids, &ref_w);
+    Tensor ids, w;
+    gpu.moe_route(cuda::to_device(x), gpu.prepare_weight(router),
+                  bias ? gpu.prepare_weight_f32(bias) : Tensor(), p, &ids, &w);
+    const Tensor hids = cuda::to_host(ids), hw = gpu.to_host(w);
+    int64_t mismatches = 0;
+    for (int64_t i = 0; i < T * c.K; ++i) mismatches += hids.data<int32_t>()[i] != ref_ids.data<int32_t>()[i];
+    EXPECT_EQ(mismatches, 0) << c.scoring << "/" << c.method << " E=" << E;
+    EXPECT_LT(rel_err(hw, ref_w), 1e-5) << c.scoring << "/" << c.method << " E=" << E;
+    // The planted tie is taken in index order whenever both experts are chosen.
+    for (int64_t t = 0; t < T; ++t) {
+      const int32_t* row = hids.data<int32_t>() + t * c.K;
+      const int32_t* pos1 = std::find(row, row + c.K, 1);
+      if (pos1 != row + c.K) {
+        EXPECT_NE(std::find(row, pos1, 0), pos1) << "expert 1 chosen before its tie partner 0, token " << t;
+      }
+    }
+  }
+}
+
+// ---- experts ----
+
+struct ExpertSet {
+  std::vector<MlpWeights> cpu, gpu;
+};
+
+ExpertSet make_experts(CudaDeepseekOpsTest* test, CudaBackend& gpu, int64_t E, int64_t H, int64_t I) {
+  ExpertSet s;
+  for (int64_t e = 0; e < E; ++e) {
+    MlpWeights c, g;
+    c.gate.weight = test->random_bf16_values({I, H}, 0.1f);
+    c.up.weight = test->random_bf16_values({I, H}, 0.1f);
+    c.down.weight = test->random_bf16_values({H, I}, 0.1f);
+    g.gate.weight = gpu.prepare_weight(c.gate.weight);
+    g.up.weight = gpu.prepare_weight(c.up.weight);
+    g.down.weight = gpu.prepare_weight(c.down.weight);
+    s.cpu.push_back(c);
+    s.gpu.push_back(g);
+  }
+  return s;
+}
+
+TEST_F(CudaDeepseekOpsTest, MoeExpertsMatchCpuWithSkewedRouting) {
+  CudaBackend gpu(CudaBackendOptions{true});  // tensor-core tiles keep ~16 bits of each activation
+  CudaBackend plain;                          // tensor-core tiles round activations to bf16 (the default)
+  for (auto [E, H, I, K] :
+       {std::tuple<int64_t, int64_t, int64_t, int64_t>{64, 256, 96, 6}, {8, 64, 32, 3}, {5, 60, 36, 2}}) {
+    ExpertSet experts = make_experts(this, gpu, E, H, I);
+    std::vector<MlpWeights> stacked = experts.gpu;
+    gpu.prepare_experts(stacked);
+    EXPECT_EQ(static_cast<const char*>(stacked[1].gate.weight.raw()) -
+                  static_cast<const char*>(stacked[0].gate.weight.raw()),
+              static_cast<int64_t>(2 * I * H * 2));
+    for (int64_t T : {1, 2, 4, 7, 64, 600}) {  // tiles of 1, 2, 4 and 8 rows and the tensor-core path
+      // Skewed: slot 0 always takes expert E / 2 + 1 (the busy one); the rest come from the lower half, so
+      // the upper experts but one stay empty.
+      Tensor ids = Tensor::empty(DType::I32, {T, K});
+      std::uniform_int_distribution<int> lower(0, static_cast<int>(std::max<int64_t>(E / 2, K)) - 1);
+      for (int64_t t = 0; t < T; ++t) {
+        std::set<int> used = {static_cast<int>(E / 2 + 1)};
+        ids.data<int32_t>()[t * K] = static_cast<int32_t>(E / 2 + 1);
+        for (int64_t k = 1; k < K; ++k) {
+          int e;
+          do e = lower(rng);
+          while (!used.insert(e).second);
+          ids.data<int32_t>()[t * K + k] = e;
+        }
+      }
+      const Tensor weights = random_bf16_values({T, K});
+      const Tensor x = random_bf16_values({T, H});
+      const Tensor ref = cpu.moe_experts(x, ids, weights, experts.cpu);
+      const Tensor dx = cuda::to_device(x), dids = cuda::to_device(ids), dw = cuda::to_device(weights);
+      for (const std::vector<MlpWeights>* set : {&experts.gpu, &stacked}) {
+        const Tensor out = gpu.to_host(gpu.moe_experts(dx, dids, dw, *set));
+        EXPECT_LT(rel_err(out, ref), 1e-4) << "E=" << E << " H=" << H << " I=" << I << " T=" << T
+                                           << (set == &stacked ? " stacked" : " separate");
+      }
+      EXPECT_LT(rel_err(plain.to_host(plain.moe_experts(dx, dids, dw, stacked)), ref), 1e-2)
+          << "bf16 activations, E=" << E << " T=" << T;
+    }
+  }
+}
+
+// ---- Micro-benchmarks (run with --gtest_also_run_disabled_tests --gtest_filter='*Bench*') ----
+
+// Mean seconds per call of fn over `iters` calls after 3 warm-up calls.
+template <typename Fn>
+double time_calls(Fn&& fn, int iters) {
+  for (int i = 0; i < 3; ++i) fn();
+  cuda::synchronize();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < iters; ++i) fn();
+  cuda::synchronize();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters;
+}
+
+// Device tensor of n bf16 values filled by repeating one host block of small random values.
+Tensor device_bf16_filled(CudaDeepseekOpsTest* test, Shape shape) {
+  Tensor dev = Tensor::empty_on(Device::kCuda, DType::BF16, shape);
+  const int64_t n = dev.numel(), block = std::min<int64_t>(n, 1 << 22);
+  const Tensor host = CudaDeepseekOpsTest::to_bf16_bits(test->random_bf16_values({block}, 0.05f));
+  for (int64_t i = 0; i < n; i += block)
+    cuda::copy_to_device(static_cast<uint16_t*>(dev.raw()) + i, host.raw(), std::min(block, n - i) * 2);
+  return dev;
+}
+
+TEST_F(CudaDeepseekOpsTest, DISABLED_BenchMlaDecode) {
+  CudaBackend gpu;  // registers the device allocator
+  // Device copy bandwidth (read + write) for reference.
+  const int64_t copy_bytes = int64_t{1} << 30;
+  Tensor src = Tensor::empty_on(Device::kCuda, DType::U8, {copy_bytes}),
+         dst = Tensor::empty_on(Device::kCuda, DType::U8, {copy_bytes});
+  const double copy_s =
+      time_calls([&] { cuda::copy_device_to_device(dst.raw(), src.raw(), copy_bytes); }, 10);
+  const double copy_gbs = 2.0 * copy_bytes / copy_s / 1e9;
+  std::printf("device copy: %.0f GB/s (read + write)\n", copy_gbs);
+  for (auto [batch, ctx, H] :
+       {std::tuple<int32_t, int32_t, int64_t>{64, 4096, 16}, {64, 4096, 128}, {1, 4096, 16}, {1, 192, 16}}) {
+    const int64_t R = 512, P = 64;
+    const int32_t bs = 64, blocks = batch * ((ctx + bs - 1) / bs) + 1;
+    std::vector<std::pair<int32_t, int32_t>> seqs(batch, {ctx - 1, 1});
+    const BatchPlan plan = make_plan(seqs, bs, blocks);
+    for (DType dt : {DType::BF16, DType::F32}) {
+      KvCache cache({KvLayerSpec{KvKind::kFullHistory, R + P}}, blocks, bs, Device::kCuda, dt);
+      if (dt == DType::BF16) {
+        const Tensor filled = device_bf16_filled(this, {static_cast<int64_t>(blocks) * bs, R + P});
+        cuda::copy_device_to_device(const_cast<void*>(cache.storage(0).raw()), filled.raw(), filled.nbytes());
+      } else {
+        const Tensor zeros = Tensor::zeros(DType::F32, cache.storage(0).shape());
+        cuda::copy_to_device(const_cast<void*>(cache.storage(0).raw()), zeros.raw(), zeros.nbytes());
+      }
+      const Tensor q_lat = cuda::to_device(random_bf16_values({batch, H, R}, 0.1f));
+      const Tensor q_pe = cuda::to_device(random_bf16_values({batch, H, P}, 0.1f));
+      const double s = time_calls([&] { gpu.attention_mla(q_lat, q_pe, cache, 0, plan, 0.07f); }, 20);
+      const double bytes = static_cast<double>(batch) * ctx * (R + P) * dtype_size(dt);
+      std::printf(
+          "attention_mla decode batch %d ctx %d heads %lld %s cache: %.1f us, latent read %.0f GB/s (%.0f%% "
+          "of copy)\n",
+          batch, ctx, static_cast<long long>(H), std::string(dtype_name(dt)).c_str(), s * 1e6,
+          bytes / s / 1e9, 100.0 * bytes / s / 1e9 / copy_gbs);
+    }
+  }
+}
+
+// The DeepSeek-V2-Lite decode shapes of the other ops at batch 1 (latency per call).
+TEST_F(CudaDeepseekOpsTest, DISABLED_BenchDecodeOps) {
+  CudaBackend gpu;
+  const int64_t H = 2048, E = 64, heads = 16, nope = 128, v = 128, R = 512;
+  const Tensor x = cuda::to_device(random_bf16_values({1, H}));
+  const Tensor router = device_bf16_filled(this, {E, H});
+  RoutingParams p;
+  p.scoring = "softmax";
+  p.method = "greedy";
+  p.top_k = 6;
+  Tensor ids, w;
+  double s = time_calls([&] { gpu.moe_route(x, router, Tensor(), p, &ids, &w); }, 50);
+  std::printf("moe_route T 1, 64 experts, hidden 2048: %.1f us\n", s * 1e6);
+  const Tensor q_nope = cuda::to_device(random_bf16_values({1, heads, nope}));
+  const Tensor w_uk = device_bf16_filled(this, {heads, nope, R});
+  s = time_calls([&] { gpu.head_matmul(q_nope, w_uk, true); }, 50);
+  std::printf("head_matmul T 1 [16, 128] -> [16, 512] (w^T x): %.1f us\n", s * 1e6);
+  const Tensor o_lat = cuda::to_device(random_bf16_values({1, heads, R}));
+  const Tensor w_uv = device_bf16_filled(this, {heads, v, R});
+  s = time_calls([&] { gpu.head_matmul(o_lat, w_uv, false); }, 50);
+  std::printf("head_matmul T 1 [16, 512] -> [16, 128] (w x): %.1f us\n", s * 1e6);
+}
+
+TEST_F(CudaDeepseekOpsTest, DISABLED_BenchGroupedExperts) {
+  CudaBackend gpu;
+  const int64_t E = 64, H = 2048, I = 1408, K = 6;
+  // Stacked experts (as prepare_experts leaves them) with small random weights.
+  const Tensor gate_up = device_bf16_filled(this, {E * 2 * I, H});
+  const Tensor down = device_bf16_filled(this, {E * H, I});
+  std::vector<MlpWeights> experts(E);
+  for (int64_t e = 0; e < E; ++e) {
+    experts[e].gate.weight = gate_up.rows(2 * e * I, 2 * e * I + I);
+    experts[e].up.weight = gate_up.rows(2 * e * I + I, 2 * (e + 1) * I);
+    experts[e].down.weight = down.rows(e * H, (e + 1) * H);
+  }
+  for (int64_t T : {1, 8, 64, 1366}) {
+    Tensor ids = Tensor::empty(DType::I32, {T, K});
+    std::uniform_int_distribution<int> pick(0, static_cast<int>(E) - 1);
+    for (int64_t t = 0; t < T; ++t) {
+      std::set<int> used;
+      for (int64_t k = 0; k < K; ++k) {
+        int e;
+        do e = pick(rng);
+        while (!used.insert(e).second);
+        ids.data<int32_t>()[t * K + k] = e;
+      }
+    }
+    const Tensor dx = cuda::to_device(random_bf16_values({T, H})), dids = cuda::to_device(ids),
+                 dw = cuda::to_device(random_bf16_values({T, K}));
+    const double s = time_calls([&] { gpu.moe_experts(dx, dids, dw, experts); }, 20);
+    std::set<int32_t> active(ids.data<int32_t>(), ids.data<int32_t>() + T * K);
+    const double flops = 6.0 * T * K * H * I, bytes = 3.0 * active.size() * H * I * 2;
+    std::printf(
+        "moe_experts T %lld (%lld routed rows, %zu experts): %.1f us, %.1f TFLOP/s, weights %.0f GB/s\n",
+        static_cast<long long>(T), static_cast<long long>(T * K), active.size(), s * 1e6, flops / s / 1e12,
+        bytes / s / 1e9);
+    if (T * K >= 16 * E) {
+      CudaBackend plain(CudaBackendOptions{false});
+      const double sp = time_calls([&] { plain.moe_experts(dx, dids, dw, experts); }, 20);
+      std::printf("  activations rounded to bf16 (one MMA): %.1f us, %.1f TFLOP/s\n", sp * 1e6,
+                  flops / sp / 1e12);
+    }
+  }
+  // The dense bf16 GEMM rate for comparison: [8192, 2048] x [2816, 2048]^T, activations rounded to bf16.
+  CudaBackend plain(CudaBackendOptions{false});
+  Linear w{device_bf16_filled(this, {2 * I, H}), Tensor()};
+  const Tensor x = cuda::to_device(random_bf16_values({8192, H}));
+  const double s = time_calls([&] { plain.linear(x, w); }, 20);
+  std::printf("dense bf16 GEMM 8192 x 2816 x 2048: %.1f TFLOP/s\n", 2.0 * 8192 * 2 * I * H / s / 1e12);
+}
+
+#else
+
+TEST(CudaDeepseekOpsTest, NotBuilt) {
+  GTEST_SKIP() << "built without CUDA";
+}
+
+#endif
+
+}  // namespace
+}  // namespace dsinfer
