@@ -4,31 +4,17 @@
 // (linear, mlp and the fused norm/residual forms) in cuda_backend_linear.cpp.
 #include "backend/cuda/cuda_backend.h"
 
+#include "backend/cuda/device_args.h"
 #include "backend/cuda/elementwise_kernels.h"
 #include "core/dtype.h"
 #include "core/error.h"
 
 namespace dsinfer {
 
+using cuda::dev_bf16;
+using cuda::dev_f32;
+
 namespace {
-
-// x must be a float32 device tensor (activations).
-const float* dev_f32(const Tensor& x, const char* op, const char* what) {
-  DSI_CHECK(x.device() == Device::kCuda && x.dtype() == DType::F32, op, ": ", what,
-            " must be a float32 CUDA tensor, got ", dtype_name(x.dtype()), " on ", device_name(x.device()));
-  return x.data<float>();
-}
-float* dev_f32(Tensor& x, const char* op, const char* what) {
-  return const_cast<float*>(dev_f32(static_cast<const Tensor&>(x), op, what));
-}
-
-// w must be a bf16 device tensor (weights, see prepare_weight).
-const uint16_t* dev_bf16(const Tensor& w, const char* op, const char* what) {
-  DSI_CHECK(w.device() == Device::kCuda && w.dtype() == DType::BF16, op, ": ", what,
-            " must be a bf16 CUDA tensor (loaded through prepare_weight), got ", dtype_name(w.dtype()),
-            " on ", device_name(w.device()));
-  return w.data<uint16_t>();
-}
 
 Tensor device_empty(Shape shape) {
   return Tensor::empty_on(Device::kCuda, DType::F32, std::move(shape));

@@ -7,19 +7,17 @@
 
 #include "backend/cuda/attention_kernels.h"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/device_args.h"
 #include "backend/cuda/rope_kernels.h"
 #include "core/dtype.h"
 #include "core/error.h"
 
 namespace dsinfer {
 
-namespace {
+using cuda::dev_bf16;
+using cuda::dev_f32;
 
-float* dev_f32(const Tensor& x, const char* op, const char* what) {
-  DSI_CHECK(x.device() == Device::kCuda && x.dtype() == DType::F32, op, ": ", what,
-            " must be a float32 CUDA tensor, got ", dtype_name(x.dtype()), " on ", device_name(x.device()));
-  return const_cast<float*>(x.data<float>());
-}
+namespace {
 
 cuda::DeviceCacheView cache_view(const KvCache& cache, int64_t layer, const char* op) {
   DSI_CHECK(cache.device() == Device::kCuda, op, ": the KV cache is not on the GPU");

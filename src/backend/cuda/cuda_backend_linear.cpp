@@ -5,6 +5,7 @@
 // split_gemm_activations the fp32 activations are split into bf16 hi/lo halves (two GEMMs) instead.
 #include "backend/cuda/bf16_activation_kernels.h"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/device_args.h"
 #include "backend/cuda/elementwise_kernels.h"
 #include "backend/cuda/gemm_cublaslt.h"
 #include "backend/cuda/gemv_kernels.h"
@@ -13,22 +14,10 @@
 
 namespace dsinfer {
 
+using cuda::dev_bf16;
+using cuda::dev_f32;
+
 namespace {
-
-// x must be a float32 device tensor (activations).
-const float* dev_f32(const Tensor& x, const char* op, const char* what) {
-  DSI_CHECK(x.device() == Device::kCuda && x.dtype() == DType::F32, op, ": ", what,
-            " must be a float32 CUDA tensor, got ", dtype_name(x.dtype()), " on ", device_name(x.device()));
-  return x.data<float>();
-}
-
-// w must be a bf16 device tensor (weights, see prepare_weight).
-const uint16_t* dev_bf16(const Tensor& w, const char* op, const char* what) {
-  DSI_CHECK(w.device() == Device::kCuda && w.dtype() == DType::BF16, op, ": ", what,
-            " must be a bf16 CUDA tensor (loaded through prepare_weight), got ", dtype_name(w.dtype()),
-            " on ", device_name(w.device()));
-  return w.data<uint16_t>();
-}
 
 const uint16_t* bias_of(const Linear& w, const char* op) {
   return w.bias ? dev_bf16(w.bias, op, "the bias") : nullptr;

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/device_args.h"
 #include "backend/cuda/head_matmul_kernels.h"
 #include "backend/cuda/mla_kernels.h"
 #include "core/dtype.h"
@@ -11,15 +12,8 @@
 
 namespace dsinfer {
 
-namespace {
-
-const float* dev_f32(const Tensor& x, const char* op, const char* what) {
-  DSI_CHECK(x.device() == Device::kCuda && x.dtype() == DType::F32, op, ": ", what,
-            " must be a float32 CUDA tensor, got ", dtype_name(x.dtype()), " on ", device_name(x.device()));
-  return x.data<float>();
-}
-
-}  // namespace
+using cuda::dev_bf16;
+using cuda::dev_f32;
 
 Tensor CudaBackend::attention_mla(const Tensor& q_lat, const Tensor& q_pe, const KvCache& cache,
                                   int64_t layer, const BatchPlan& plan, float scale) {

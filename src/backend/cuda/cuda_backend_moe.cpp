@@ -5,26 +5,17 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_tensor.h"
+#include "backend/cuda/device_args.h"
 #include "backend/cuda/moe_kernels.h"
 #include "core/dtype.h"
 #include "core/error.h"
 
 namespace dsinfer {
 
+using cuda::dev_bf16;
+using cuda::dev_f32;
+
 namespace {
-
-const float* dev_f32(const Tensor& x, const char* op, const char* what) {
-  DSI_CHECK(x.device() == Device::kCuda && x.dtype() == DType::F32, op, ": ", what,
-            " must be a float32 CUDA tensor, got ", dtype_name(x.dtype()), " on ", device_name(x.device()));
-  return x.data<float>();
-}
-
-const uint16_t* dev_bf16(const Tensor& w, const char* op, const char* what) {
-  DSI_CHECK(w.device() == Device::kCuda && w.dtype() == DType::BF16, op, ": ", what,
-            " must be a bf16 CUDA tensor (loaded through prepare_weight), got ", dtype_name(w.dtype()),
-            " on ", device_name(w.device()));
-  return w.data<uint16_t>();
-}
 
 cuda::MoeScoring scoring_of(const std::string& s) {
   if (s == "softmax") return cuda::MoeScoring::kSoftmax;
