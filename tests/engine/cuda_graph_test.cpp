@@ -1,6 +1,7 @@
 // CUDA graphs (CudaGraphModel): decode steps replayed from graphs produce the same greedy tokens as eager
-// steps, for batch sizes that fill a bucket exactly and ones that are padded, across context buckets, with
-// sequences finishing at different steps. Runs on a GPU; skips elsewhere (CI compiles it).
+// steps, for batch sizes that fill a bucket exactly and ones that are padded, with sequences finishing at
+// different steps, for a dense model and the MLA + MoE models. Runs on a GPU; skips elsewhere (CI compiles
+// it).
 #include <gtest/gtest.h>
 
 #include <condition_variable>
@@ -56,13 +57,25 @@ std::vector<std::vector<int32_t>> run_greedy(EngineConfig config,
   return out;
 }
 
-TEST(CudaGraphTest, ReplayedDecodeMatchesEagerDecode) {
+class CudaGraphTest : public ::testing::TestWithParam<std::string> {};
+
+// Dense GQA (tiny-llama) and MLA + DeepSeekMoE with device-side routing (tiny-deepseek-v2 / v3).
+INSTANTIATE_TEST_SUITE_P(Models, CudaGraphTest,
+                         ::testing::Values("tiny-llama", "tiny-deepseek-v2", "tiny-deepseek-v3"),
+                         [](const auto& info) {
+                           std::string name = info.param;
+                           for (char& c : name)
+                             if (c == '-') c = '_';
+                           return name;
+                         });
+
+TEST_P(CudaGraphTest, ReplayedDecodeMatchesEagerDecode) {
 #ifdef DSINFER_HAVE_CUDA
   if (!cuda::device_available()) GTEST_SKIP() << "no CUDA device visible";
   EngineConfig config;
   // The build's test data, or the current directory's (the GPU machine runs binaries built elsewhere).
-  const std::string built = std::string(DSINFER_TEST_DATA) + "/models/tiny-llama";
-  config.model_dir = std::filesystem::exists(built) ? built : "tests/data/models/tiny-llama";
+  const std::string built = std::string(DSINFER_TEST_DATA) + "/models/" + GetParam();
+  config.model_dir = std::filesystem::exists(built) ? built : "tests/data/models/" + GetParam();
   config.device = "cuda";
   config.kv_block_size = 16;
   config.max_batch_size = 16;
@@ -74,7 +87,7 @@ TEST(CudaGraphTest, ReplayedDecodeMatchesEagerDecode) {
     std::vector<int32_t> max_tokens;
     for (int i = 0; i < n; ++i) {
       std::vector<int32_t> p;
-      for (int j = 0; j < 5 + 11 * i; ++j) p.push_back((7 * i + 13 * j + 1) % 200 + 1);
+      for (int j = 0; j < 5 + 11 * i; ++j) p.push_back((7 * i + 13 * j + 1) % 250 + 1);
       prompts.push_back(p);
       max_tokens.push_back(i == 0 ? 250 - static_cast<int32_t>(p.size()) : 20 + 9 * i);
     }
@@ -87,7 +100,7 @@ TEST(CudaGraphTest, ReplayedDecodeMatchesEagerDecode) {
     EXPECT_GT(replays, max_tokens[0] / 2) << n << " sequences";
     for (int i = 0; i < n; ++i) {
       ASSERT_EQ(eager[i].size(), static_cast<size_t>(max_tokens[i]));
-      EXPECT_EQ(graphed[i], eager[i]) << "sequence " << i << " of " << n;
+      EXPECT_EQ(graphed[i], eager[i]) << GetParam() << ": sequence " << i << " of " << n;
     }
   }
 #else
