@@ -43,6 +43,7 @@ ServerMetrics::ServerMetrics(MetricsRegistry& registry) : registry_(registry) {
   registry_.gauge("dsinfer_gpu_memory_fragmentation_ratio",
                   "Allocated-but-unused KV token slots / allocated KV token slots");
   registry_.counter("dsinfer_preemptions_total", "Requests preempted by the scheduler");
+  registry_.counter("dsinfer_cuda_graph_replays_total", "Decode steps replayed from CUDA graphs");
   registry_.counter("dsinfer_long_tail_requests_total",
                     "Requests whose end-to-end latency exceeded 3x the running mean latency");
   registry_.add_collector([this]() { refresh(); });
@@ -71,6 +72,9 @@ void ServerMetrics::refresh() {
   // The engine's preemption count is cumulative: expose it as a monotonic counter.
   Counter& pre = registry_.counter("dsinfer_preemptions_total", "");
   if (s.preemptions > pre.value()) pre.inc(static_cast<double>(s.preemptions) - pre.value());
+  Counter& replays = registry_.counter("dsinfer_cuda_graph_replays_total", "");
+  const auto graph_replays = static_cast<double>(s.cuda_graph_replays);
+  if (graph_replays > replays.value()) replays.inc(graph_replays - replays.value());
 }
 
 void ServerMetrics::count_request(int http_status) {

@@ -74,6 +74,7 @@ class FakeEngine : public Engine {
     s.kv_utilization = s.running / 100.0;
     s.fragmentation = 0.25;
     s.preemptions = 2;
+    s.cuda_graph_replays = 7;
     return s;
   }
   const Tokenizer& tokenizer() const override { return tokenizer_; }
