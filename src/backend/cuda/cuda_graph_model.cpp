@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "backend/cuda/attention_kernels.h"
 #include "backend/cuda/device_mirror.h"
 #include "backend/cuda/runtime.h"
 #include "core/error.h"
@@ -20,12 +21,11 @@ bool decode_only(const BatchPlan& plan) {
   return true;
 }
 
-int32_t context_bucket(const BatchPlan& plan, int32_t min_bucket) {
-  int32_t longest = 0;
+// The attention kernels' own bucket of the longest context (so their launch shape is the graph's).
+int32_t context_bucket(const BatchPlan& plan) {
+  int32_t longest = 1;
   for (int32_t c : plan.context_lens) longest = std::max(longest, c);
-  int32_t b = min_bucket;
-  while (b < longest) b *= 2;
-  return b;
+  return static_cast<int32_t>(cuda::attention_max_context_bucket(longest));
 }
 
 }  // namespace
@@ -99,7 +99,7 @@ Tensor CudaGraphModel::forward_device(const BatchPlan& plan, KvCache& cache) {
     return inner_->forward_device(plan, cache);
   const int32_t n = plan.num_seqs();
   const int32_t bucket = *std::lower_bound(buckets_.begin(), buckets_.end(), n);
-  const int32_t ctx = context_bucket(plan, options_.min_context_bucket);
+  const int32_t ctx = context_bucket(plan);
   const BatchPlan p = padded(plan, bucket, cache);
   backend_.set_context_bound(ctx);
   Graph* g = nullptr;

@@ -1,8 +1,8 @@
 // CudaGraphModel: wraps a model running on the CUDA backend and runs its decode-only steps (every sequence
-// adds one token) as replays of CUDA graphs, one per (batch-size bucket, context bucket). A step is padded
-// to its bucket with dummy sequences that write to a scratch KV block; the plan's arrays live in the
-// backend's step-plan buffer (fixed addresses), so a replay only uploads the new plan and launches.
-// Prefill and mixed steps, and steps beyond the largest bucket, run eagerly.
+// adds one token) as replays of CUDA graphs, one per (batch-size bucket, context bucket of the attention
+// kernels). A step is padded to its bucket with dummy sequences that write to a scratch KV block; the plan's
+// arrays live in the backend's step-plan buffer (fixed addresses), so a replay only uploads the new plan and
+// launches. Prefill and mixed steps, and steps beyond the largest bucket, run eagerly.
 #pragma once
 #include <map>
 #include <memory>
@@ -14,8 +14,7 @@
 namespace dsinfer {
 
 struct CudaGraphOptions {
-  int32_t max_batch = 256;           // largest bucket (the engine's max_batch_size)
-  int32_t min_context_bucket = 256;  // context buckets are powers of two from here
+  int32_t max_batch = 256;  // largest bucket (the engine's max_batch_size)
 };
 
 class CudaGraphModel : public Model {
