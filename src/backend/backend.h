@@ -69,6 +69,8 @@ class Backend {
   virtual Device device() const { return Device::kCpu; }
   // The element type of the KV cache this backend's attention kernels read and write.
   virtual DType kv_dtype() const { return DType::F32; }
+  // Bytes of device memory free now (-1: host memory, not tracked).
+  virtual int64_t free_memory_bytes() const { return -1; }
   // The backend's storage form of a weight read as host float32 (WeightLoader::get calls it for every
   // weight): identity on the CPU; the CUDA backend returns a bf16 device copy.
   virtual Tensor prepare_weight(Tensor host_f32) { return host_f32; }

@@ -11,6 +11,7 @@
 #include "model/arch/deepseek_v32.h"
 #include "model/arch/llama.h"
 #include "model/model.h"
+#include "model/model_size.h"
 #include "model/safetensors.h"
 #include "model/weight_loader.h"
 
@@ -41,6 +42,12 @@ std::unique_ptr<Model> load_model(const std::string& dir, Backend& backend, cons
         "the ", backend.name(),
         " backend runs Llama, Qwen2 and DeepSeek-V2/V3 models only so far; use --device cpu for this model");
     weights.set_backend(&backend);  // weights in the backend's own form (CPU weights stay as read)
+    // Refuse before reading gigabytes when the weights cannot fit (the backend holds them as bf16).
+    const int64_t free_bytes = backend.free_memory_bytes();
+    const int64_t need = model_size(config).bf16_weight_bytes;
+    DSI_CHECK(free_bytes < 0 || need <= free_bytes, "the model does not fit: its weights take ", need >> 20,
+              " MiB as bf16 and the GPU has ", free_bytes >> 20, " MiB free",
+              " (one GPU per model so far; `dsinfer check --model DIR` shows the memory plan)");
   }
   std::unique_ptr<Model> model;
   switch (config.arch) {

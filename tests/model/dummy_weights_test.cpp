@@ -1,10 +1,11 @@
 // Dummy weights: every architecture loads from config.json alone, runs a finite forward pass, and the same
-// seed gives the same model.
+// seed gives the same model; weights that cannot fit on a device are refused before loading.
 #include <gtest/gtest.h>
 
 #include <cmath>
 
 #include "backend/cpu/cpu_backend.h"
+#include "core/error.h"
 #include "engine/sequence_runner.h"
 #include "model/model.h"
 
@@ -40,6 +41,33 @@ INSTANTIATE_TEST_SUITE_P(Models, DummyWeightsTest,
                            for (char& ch : n) ch = std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
                            return n;
                          });
+
+}  // namespace
+}  // namespace dsinfer
+
+namespace dsinfer {
+namespace {
+
+// A device backend with little free memory: loading refuses before reading any weight, naming the sizes.
+class SmallDeviceBackend : public CpuBackend {
+ public:
+  Device device() const override { return Device::kCuda; }
+  int64_t free_memory_bytes() const override { return 4096; }
+};
+
+TEST(ModelFitTest, WeightsLargerThanTheFreeDeviceMemoryAreAClearError) {
+  SmallDeviceBackend backend;
+  LoadOptions options;
+  options.progress = false;
+  options.dummy_weights = true;
+  try {
+    load_model(std::string(DSINFER_TEST_DATA) + "/models/tiny-llama", backend, options);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the model does not fit"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("MiB free"), std::string::npos) << e.what();
+  }
+}
 
 }  // namespace
 }  // namespace dsinfer

@@ -5,6 +5,7 @@
 #include "backend/cuda/cuda_backend.h"
 
 #include "backend/cuda/device_args.h"
+#include "backend/cuda/device_query.h"
 #include "backend/cuda/elementwise_kernels.h"
 #include "core/dtype.h"
 #include "core/error.h"
@@ -42,6 +43,11 @@ Tensor CudaBackend::to_host(const Tensor& t) {
   if (t.is_cpu()) return t;
   Tensor host = cuda::to_host(t);
   return host.dtype() == DType::F32 ? host : host.to_f32();
+}
+
+int64_t CudaBackend::free_memory_bytes() const {
+  const std::vector<cuda::DeviceInfo> gpus = cuda::query_devices();
+  return gpus.empty() ? 0 : static_cast<int64_t>(gpus[0].free_memory);
 }
 
 void CudaBackend::begin_step(const BatchPlan& plan) {

@@ -25,6 +25,7 @@ class CudaBackend : public Backend {
   std::string name() const override { return "cuda"; }
   Device device() const override { return Device::kCuda; }
   DType kv_dtype() const override { return DType::BF16; }
+  int64_t free_memory_bytes() const override;
   Tensor prepare_weight(Tensor host_f32) override;
   Tensor to_host(const Tensor& t) override;
   void begin_step(const BatchPlan& plan) override;
