@@ -48,21 +48,28 @@ void StepPlan::reserve(size_t bytes) {
   ++generation_;
 }
 
-const DevicePlan& StepPlan::upload(const BatchPlan& plan, int32_t context_bound) {
+PackedPlan pack_plan(const BatchPlan& plan) {
   const int32_t S = plan.num_seqs(), T = plan.num_tokens();
   std::vector<int32_t> token_seq(static_cast<size_t>(T));
   for (int32_t s = 0; s < S; ++s)
     for (int32_t t = plan.cu_seqlens[s]; t < plan.cu_seqlens[s + 1]; ++t) token_seq[t] = s;
-  std::vector<char> packed;
-  packed.reserve(packed_.size());
-  // Every array's offset depends only on the token, sequence and logits-row counts, with the block table
-  // (whose length changes from step to step as contexts grow) last: a CUDA graph captured for one step
-  // reads the right addresses in every later step of its batch bucket.
-  const size_t o_ids = append(packed, plan.token_ids), o_pos = append(packed, plan.positions),
-               o_seq = append(packed, token_seq), o_slot = append(packed, plan.slot_mapping),
-               o_cu = append(packed, plan.cu_seqlens), o_ctx = append(packed, plan.context_lens),
-               o_bti = append(packed, plan.block_table_indptr), o_rows = append(packed, plan.logits_rows),
-               o_bt = append(packed, plan.block_table);
+  PackedPlan p;
+  p.token_ids = append(p.bytes, plan.token_ids);
+  p.positions = append(p.bytes, plan.positions);
+  p.token_seq = append(p.bytes, token_seq);
+  p.slot_mapping = append(p.bytes, plan.slot_mapping);
+  p.cu_seqlens = append(p.bytes, plan.cu_seqlens);
+  p.context_lens = append(p.bytes, plan.context_lens);
+  p.block_table_indptr = append(p.bytes, plan.block_table_indptr);
+  p.logits_rows = append(p.bytes, plan.logits_rows);
+  p.block_table = append(p.bytes, plan.block_table);  // last: its length changes from step to step
+  return p;
+}
+
+const DevicePlan& StepPlan::upload(const BatchPlan& plan, int32_t context_bound) {
+  const int32_t S = plan.num_seqs(), T = plan.num_tokens();
+  PackedPlan pp = pack_plan(plan);
+  std::vector<char>& packed = pp.bytes;
   reserve(packed.size());
   if (packed != packed_) {
     DSI_CHECK(!capturing(), "a CUDA graph capture needs its plan uploaded before the capture");
@@ -74,15 +81,15 @@ const DevicePlan& StepPlan::upload(const BatchPlan& plan, int32_t context_bound)
     packed_ = std::move(packed);
   }
   auto at = [&](size_t offset) { return dev_ + offset; };
-  device_.token_ids = reinterpret_cast<const int32_t*>(at(o_ids));
-  device_.positions = reinterpret_cast<const int32_t*>(at(o_pos));
-  device_.token_seq = reinterpret_cast<const int32_t*>(at(o_seq));
-  device_.cu_seqlens = reinterpret_cast<const int32_t*>(at(o_cu));
-  device_.context_lens = reinterpret_cast<const int32_t*>(at(o_ctx));
-  device_.block_table_indptr = reinterpret_cast<const int32_t*>(at(o_bti));
-  device_.block_table = reinterpret_cast<const int32_t*>(at(o_bt));
-  device_.slot_mapping = reinterpret_cast<const int64_t*>(at(o_slot));
-  device_.logits_rows = reinterpret_cast<const int32_t*>(at(o_rows));
+  device_.token_ids = reinterpret_cast<const int32_t*>(at(pp.token_ids));
+  device_.positions = reinterpret_cast<const int32_t*>(at(pp.positions));
+  device_.token_seq = reinterpret_cast<const int32_t*>(at(pp.token_seq));
+  device_.cu_seqlens = reinterpret_cast<const int32_t*>(at(pp.cu_seqlens));
+  device_.context_lens = reinterpret_cast<const int32_t*>(at(pp.context_lens));
+  device_.block_table_indptr = reinterpret_cast<const int32_t*>(at(pp.block_table_indptr));
+  device_.block_table = reinterpret_cast<const int32_t*>(at(pp.block_table));
+  device_.slot_mapping = reinterpret_cast<const int64_t*>(at(pp.slot_mapping));
+  device_.logits_rows = reinterpret_cast<const int32_t*>(at(pp.logits_rows));
   device_.num_tokens = T;
   device_.num_seqs = S;
   device_.num_logits_rows = static_cast<int32_t>(plan.logits_rows.size());

@@ -12,6 +12,16 @@
 
 namespace dsinfer::cuda {
 
+// The packed bytes of a plan and where each array starts in them. Every offset depends only on the token,
+// sequence and logits-row counts (the block table, whose length grows with the contexts, comes last), so a
+// CUDA graph captured for one step reads the right addresses in every later step of its batch bucket.
+struct PackedPlan {
+  std::vector<char> bytes;
+  size_t token_ids = 0, positions = 0, token_seq = 0, slot_mapping = 0, cu_seqlens = 0, context_lens = 0,
+         block_table_indptr = 0, logits_rows = 0, block_table = 0;
+};
+PackedPlan pack_plan(const BatchPlan& plan);
+
 class StepPlan {
  public:
   StepPlan() = default;

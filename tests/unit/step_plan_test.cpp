@@ -1,0 +1,88 @@
+// pack_plan (the step plan's host side): every array round-trips, the per-token sequence index is derived,
+// and no offset moves when only the block tables grow — what lets a captured CUDA graph replay later steps
+// of its bucket (a block table placed earlier once made replays read stale arrays). Runs without a GPU.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#ifdef DSINFER_HAVE_CUDA
+#include "backend/cuda/step_plan.h"
+#endif
+
+namespace dsinfer {
+namespace {
+
+#ifdef DSINFER_HAVE_CUDA
+
+// A decode step of `blocks.size()` sequences, sequence s holding blocks[s] blocks of 16 slots.
+BatchPlan decode_plan(const std::vector<int32_t>& blocks) {
+  BatchPlan p;
+  p.block_size = 16;
+  p.cu_seqlens = {0};
+  p.block_table_indptr = {0};
+  int32_t next_block = 0;
+  for (size_t s = 0; s < blocks.size(); ++s) {
+    const int32_t context = blocks[s] * 16 - 3;
+    p.token_ids.push_back(static_cast<int32_t>(100 + s));
+    p.positions.push_back(context - 1);
+    p.cu_seqlens.push_back(static_cast<int32_t>(s + 1));
+    p.context_lens.push_back(context);
+    for (int32_t b = 0; b < blocks[s]; ++b) p.block_table.push_back(next_block++);
+    p.block_table_indptr.push_back(static_cast<int32_t>(p.block_table.size()));
+    p.slot_mapping.push_back(static_cast<int64_t>(p.block_table.back()) * 16 + 12);
+    p.logits_rows.push_back(static_cast<int32_t>(s));
+    p.seq_ids.push_back(static_cast<int64_t>(s));
+  }
+  return p;
+}
+
+template <typename T>
+std::vector<T> read(const cuda::PackedPlan& p, size_t offset, size_t n) {
+  std::vector<T> out(n);
+  EXPECT_LE(offset + n * sizeof(T), p.bytes.size());
+  std::memcpy(out.data(), p.bytes.data() + offset, n * sizeof(T));
+  return out;
+}
+
+TEST(StepPlanTest, ArraysRoundTripWithTheSequenceIndex) {
+  const BatchPlan plan = decode_plan({1, 3, 2});
+  const cuda::PackedPlan p = cuda::pack_plan(plan);
+  EXPECT_EQ(read<int32_t>(p, p.token_ids, 3), plan.token_ids);
+  EXPECT_EQ(read<int32_t>(p, p.positions, 3), plan.positions);
+  EXPECT_EQ(read<int32_t>(p, p.token_seq, 3), (std::vector<int32_t>{0, 1, 2}));
+  EXPECT_EQ(read<int64_t>(p, p.slot_mapping, 3), plan.slot_mapping);
+  EXPECT_EQ(read<int32_t>(p, p.cu_seqlens, 4), plan.cu_seqlens);
+  EXPECT_EQ(read<int32_t>(p, p.context_lens, 3), plan.context_lens);
+  EXPECT_EQ(read<int32_t>(p, p.block_table_indptr, 4), plan.block_table_indptr);
+  EXPECT_EQ(read<int32_t>(p, p.logits_rows, 3), plan.logits_rows);
+  EXPECT_EQ(read<int32_t>(p, p.block_table, 6), plan.block_table);
+  for (size_t o : {p.token_ids, p.positions, p.token_seq, p.slot_mapping, p.cu_seqlens, p.context_lens,
+                   p.block_table_indptr, p.logits_rows, p.block_table})
+    EXPECT_EQ(o % 256, 0u) << "offset " << o;
+}
+
+TEST(StepPlanTest, OffsetsDoNotMoveWhenBlockTablesGrow) {
+  const cuda::PackedPlan a = cuda::pack_plan(decode_plan({1, 1, 1, 1}));
+  const cuda::PackedPlan b = cuda::pack_plan(decode_plan({40, 9, 77, 2}));  // 128 table entries, not 4
+  EXPECT_EQ(a.token_ids, b.token_ids);
+  EXPECT_EQ(a.positions, b.positions);
+  EXPECT_EQ(a.token_seq, b.token_seq);
+  EXPECT_EQ(a.slot_mapping, b.slot_mapping);
+  EXPECT_EQ(a.cu_seqlens, b.cu_seqlens);
+  EXPECT_EQ(a.context_lens, b.context_lens);
+  EXPECT_EQ(a.block_table_indptr, b.block_table_indptr);
+  EXPECT_EQ(a.logits_rows, b.logits_rows);
+  EXPECT_EQ(a.block_table, b.block_table);
+  EXPECT_GT(b.bytes.size(), a.bytes.size());
+}
+
+#else
+
+TEST(StepPlanTest, NotBuilt) {
+  GTEST_SKIP() << "built without CUDA";
+}
+
+#endif
+
+}  // namespace
+}  // namespace dsinfer
