@@ -7,14 +7,12 @@
 #include <cstdint>
 
 #include "backend/cuda/attention_kernels.h"
+#include "backend/cuda/kernel_common.cuh"
 #include "core/error.h"
 
 namespace dsinfer::cuda::attn {
 
-inline void check_launch(const char* what) {
-  const cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess) fail("CUDA kernel ", what, " failed to launch: ", cudaGetErrorString(err));
-}
+using cuda::check_launch;
 
 // Cache element <-> float32.
 __device__ __forceinline__ float to_float(float v) {

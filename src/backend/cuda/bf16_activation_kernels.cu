@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include "backend/cuda/bf16_activation_kernels.h"
+#include "backend/cuda/kernel_common.cuh"
 #include "backend/cuda/stream.h"
 #include "core/error.h"
 
@@ -48,11 +49,6 @@ __global__ void silu_mul_bf16_kernel(const float* gate, const float* up, uint16_
     }
     out[i] = to_bf16_bits(g / (1.0f + expf(-g)) * u);
   }
-}
-
-void check_launch(const char* what) {
-  cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess) fail("CUDA kernel ", what, " failed to launch: ", cudaGetErrorString(err));
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include "backend/cuda/elementwise_kernels.h"
+#include "backend/cuda/kernel_common.cuh"
 #include "backend/cuda/stream.h"
 #include "core/error.h"
 
@@ -63,11 +64,6 @@ __global__ void gather_rows_kernel(const float* x, const int32_t* rows, float* o
   const int64_t r = blockIdx.x;
   const float* src = x + static_cast<int64_t>(rows[r]) * H;
   for (int64_t i = threadIdx.x; i < H; i += blockDim.x) out[r * H + i] = src[i];
-}
-
-void check_launch(const char* what) {
-  cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess) fail("CUDA kernel ", what, " failed to launch: ", cudaGetErrorString(err));
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend/cuda/gemv_kernels.h"
+#include "backend/cuda/kernel_common.cuh"
 #include "backend/cuda/stream.h"
 #include "core/error.h"
 
@@ -317,11 +318,6 @@ __global__ void __launch_bounds__(kThreads) gemv_generic_kernel(const Params p) 
 
 bool aligned16(const void* ptr) {
   return reinterpret_cast<uintptr_t>(ptr) % 16 == 0;
-}
-
-void check_launch(const char* what) {
-  cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess) fail("CUDA kernel ", what, " failed to launch: ", cudaGetErrorString(err));
 }
 
 template <int TILES, int U, int S, int SPLITS, bool SWIGLU>

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "backend/cuda/head_matmul_kernels.h"
+#include "backend/cuda/kernel_common.cuh"
 #include "backend/cuda/stream.h"
 #include "core/error.h"
 
@@ -16,11 +17,6 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kMaxTokens = 8;
 constexpr int64_t kSmemFloats = 11264;  // 44 KiB of staged inputs (+ 2 KiB of partial sums)
-
-void check_launch(const char* what) {
-  const cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess) fail("CUDA kernel ", what, " failed to launch: ", cudaGetErrorString(err));
-}
 
 __device__ __forceinline__ float bf16f(uint16_t bits) {
   return __uint_as_float(static_cast<uint32_t>(bits) << 16);

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "backend/cuda/kernel_common.cuh"
 #include "backend/cuda/mla_kernels.h"
 #include "backend/cuda/stream.h"
 #include "core/error.h"
@@ -22,11 +23,6 @@ constexpr int kMaxAcc = 32;  // latent outputs each thread accumulates
 constexpr int kMaxGroupHeads = 16;
 constexpr int64_t kMinChunk = 64;       // fewest positions a split handles
 constexpr int64_t kTargetBlocks = 528;  // 4 per SM of an H100 / H200
-
-void check_launch(const char* what) {
-  const cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess) fail("CUDA kernel ", what, " failed to launch: ", cudaGetErrorString(err));
-}
 
 __device__ __forceinline__ float load_elem(const float* p) {
   return *p;

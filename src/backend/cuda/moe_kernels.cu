@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "backend/cuda/kernel_common.cuh"
 #include "backend/cuda/moe_kernels.h"
 #include "backend/cuda/stream.h"
 #include "core/error.h"
@@ -29,11 +30,6 @@ __host__ __device__ constexpr int cols_per_warp() {
 template <int TM>
 __host__ __device__ constexpr int cols_per_block() {
   return cols_per_warp<TM>() * kRowsThreads / 32;
-}
-
-void check_launch(const char* what) {
-  const cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess) fail("CUDA kernel ", what, " failed to launch: ", cudaGetErrorString(err));
 }
 
 __device__ __forceinline__ float bf16f(uint16_t bits) {
