@@ -26,19 +26,7 @@ __global__ void embed_kernel(const uint16_t* table, const int32_t* ids, float* o
 __global__ void rms_norm_kernel(const float* x, const uint16_t* w, float* out, int64_t H, float eps) {
   const int64_t t = blockIdx.x;
   const float* row = x + t * H;
-  float ss = 0.0f;
-  for (int64_t i = threadIdx.x; i < H; i += blockDim.x) ss += row[i] * row[i];
-  __shared__ float partial[32];
-  for (int offset = 16; offset > 0; offset /= 2) ss += __shfl_xor_sync(0xffffffffu, ss, offset);
-  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = ss;
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    float v = threadIdx.x < blockDim.x / 32 ? partial[threadIdx.x] : 0.0f;
-    for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
-    if (threadIdx.x == 0) partial[0] = v;
-  }
-  __syncthreads();
-  const float inv = rsqrtf(partial[0] / static_cast<float>(H) + eps);
+  const float inv = block_inv_rms(row, H, eps);
   for (int64_t i = threadIdx.x; i < H; i += blockDim.x)
     out[t * H + i] = bf16_bits_to_float(w[i]) * (row[i] * inv);
 }

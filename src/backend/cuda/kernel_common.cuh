@@ -26,4 +26,22 @@ __device__ __forceinline__ void mma_bf16(float* c, const uint32_t* a, const uint
 #endif
 }
 
+// 1 / sqrt(mean(row^2) + eps) of row [H], computed by the whole block (blockDim.x a multiple of 32, at most
+// 1024) and returned to every thread.
+__device__ __forceinline__ float block_inv_rms(const float* row, int64_t H, float eps) {
+  __shared__ float partial[32];
+  float ss = 0.0f;
+  for (int64_t i = threadIdx.x; i < H; i += blockDim.x) ss += row[i] * row[i];
+  for (int offset = 16; offset > 0; offset /= 2) ss += __shfl_xor_sync(0xffffffffu, ss, offset);
+  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = ss;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    float v = threadIdx.x < blockDim.x / 32 ? partial[threadIdx.x] : 0.0f;
+    for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+    if (threadIdx.x == 0) partial[0] = v;
+  }
+  __syncthreads();
+  return rsqrtf(partial[0] / static_cast<float>(H) + eps);
+}
+
 }  // namespace dsinfer::cuda
