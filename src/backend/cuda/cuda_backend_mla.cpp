@@ -3,6 +3,7 @@
 // head_matmul_kernels.cu.
 #include <algorithm>
 
+#include "backend/cuda/attention_kernels.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/device_args.h"
 #include "backend/cuda/head_matmul_kernels.h"
@@ -42,11 +43,12 @@ Tensor CudaBackend::attention_mla(const Tensor& q_lat, const Tensor& q_pe, const
   view.block_table = dp.block_table;
   view.block_table_indptr = dp.block_table_indptr;
   view.block_size = plan.block_size;
-  // Splits sized for the longest context or the CUDA graph's context bucket, whichever is larger, so that a
-  // captured launch serves every step of the bucket.
+  // Splits sized for the bucket of the longest context or the CUDA graph's context bucket, whichever is
+  // larger, so that a captured launch serves every step of the bucket and an eager step splits the work
+  // exactly as the graph of its bucket does (same sums, same tokens).
   int64_t max_ctx = std::max<int64_t>({1, dp.max_context, context_bound_});
   for (int32_t pos : plan.positions) max_ctx = std::max<int64_t>(max_ctx, static_cast<int64_t>(pos) + 1);
-  const cuda::MlaSplit split = cuda::mla_choose_split(T, H, R, max_ctx);
+  const cuda::MlaSplit split = cuda::mla_choose_split(T, H, R, cuda::attention_max_context_bucket(max_ctx));
   const size_t ws_floats = cuda::mla_workspace_floats(T, H, R, split);
   Tensor workspace;
   if (ws_floats) workspace = Tensor::empty_on(Device::kCuda, DType::F32, {static_cast<int64_t>(ws_floats)});

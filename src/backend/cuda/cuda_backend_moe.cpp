@@ -3,6 +3,7 @@
 // router bias in float32 and stack each layer's experts into one gate/up and one down tensor.
 #include <algorithm>
 
+#include "backend/cuda/batch_bucket.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_tensor.h"
 #include "backend/cuda/device_args.h"
@@ -178,7 +179,9 @@ Tensor CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor
   const float* xd = dev_f32(x, "moe_experts", "x");
   // Tensor cores once the experts average kMoeMmaRowsPerExpert rows (the weights are read once per tile
   // of rows either way; few rows stream them faster through the CUDA-core kernels).
-  const bool mma = pairs >= kMoeMmaRowsPerExpert * E &&
+  // Decided on the token count rounded up to a power of two (as a CUDA graph's padded batch would be), so
+  // that eager and replayed steps of one bucket run the same kernels.
+  const bool mma = cuda::next_pow2(T) * K >= kMoeMmaRowsPerExpert * E &&
                    cuda::moe_mma_supported(H, reinterpret_cast<uintptr_t>(xd), gate.base, gate.stride) &&
                    cuda::moe_mma_supported(H, 0, up.base, up.stride) &&
                    cuda::moe_mma_supported(I, 0, down.base, down.stride);

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "backend/cuda/attention_kernels.h"
+#include "backend/cuda/batch_bucket.h"
 #include "backend/cuda/device_mirror.h"
 #include "backend/cuda/runtime.h"
 #include "core/error.h"
@@ -38,6 +39,13 @@ CudaGraphModel::CudaGraphModel(std::unique_ptr<Model> inner, CudaBackend& backen
   for (int32_t b = 8; b <= 64; b += 8) buckets_.push_back(b);
   for (int32_t b = 96; b < options_.max_batch + 32; b += 32) buckets_.push_back(b);
   while (buckets_.size() > 1 && buckets_[buckets_.size() - 2] >= options_.max_batch) buckets_.pop_back();
+  // Kernels choose their launch from next_pow2(batch) (batch_bucket.h): a padded batch must not round
+  // further, or replayed and eager steps would split their sums differently.
+  for (int32_t t = 1, i = 0; t <= buckets_.back(); ++t) {
+    while (buckets_[i] < t) ++i;
+    DSI_CHECK(buckets_[i] <= cuda::next_pow2(t), "CUDA graph bucket ", buckets_[i], " for ", t,
+              " sequences rounds past ", cuda::next_pow2(t));
+  }
 }
 
 CudaGraphModel::~CudaGraphModel() {

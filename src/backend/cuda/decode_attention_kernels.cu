@@ -16,6 +16,7 @@
 
 #include "backend/cuda/attention_common.cuh"
 #include "backend/cuda/attention_kernels.h"
+#include "backend/cuda/batch_bucket.h"
 #include "backend/cuda/decode_attention_warp.h"
 #include "backend/cuda/stream.h"
 #include "core/error.h"
@@ -68,7 +69,9 @@ struct SplitPlan {
 };
 
 SplitPlan split_plan(int64_t num_queries, const GqaShape& s, int64_t max_context) {
-  const int64_t work = std::max<int64_t>(num_queries * s.Hkv, 1);
+  // Queries rounded up to a power of two, as mla_choose_split does: eager and graph-padded batches split
+  // alike.
+  const int64_t work = std::max<int64_t>(next_pow2(num_queries) * s.Hkv, 1);
   const int64_t by_len = ceil_div(max_context, kMinSplitLen);
   const int64_t want = ceil_div(4 * num_sms(), work);  // CTAs for ~4 per SM
   const int64_t splits = std::clamp<int64_t>(std::min(by_len, want), 1, kMaxSplits);

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "backend/cuda/batch_bucket.h"
 #include "backend/cuda/kernel_common.cuh"
 #include "backend/cuda/mla_kernels.h"
 #include "backend/cuda/stream.h"
@@ -270,7 +271,9 @@ void launch_typed(const MlaParams& p, const Elem* cache, int64_t T, int groups) 
 MlaSplit mla_choose_split(int64_t T, int64_t H, int64_t R, int64_t max_ctx) {
   MlaSplit s;
   const int64_t HG = heads_per_group(H, R);
-  const int64_t blocks = std::max<int64_t>(1, T * ((H + HG - 1) / HG));
+  // T rounded up to a power of two: a CUDA graph pads the batch to a bucket b with T <= b <= that power, so
+  // eager and replayed steps choose the same splits (and sum in the same order).
+  const int64_t blocks = std::max<int64_t>(1, next_pow2(T) * ((H + HG - 1) / HG));
   int64_t splits = 1;
   if (blocks < kTargetBlocks) {
     splits = std::min((kTargetBlocks + blocks - 1) / blocks, (max_ctx + kMinChunk - 1) / kMinChunk);

@@ -1,0 +1,155 @@
+// Kernel trace through CUPTI's activity API (see kernel_trace.h). CUPTI hands back buffers of kernel
+// records (start/end on the GPU's clock); they are summed per kernel name and written at process exit.
+#include "backend/cuda/kernel_trace.h"
+
+#include <cupti_activity.h>
+#include <cxxabi.h>
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/log.h"
+
+namespace dsinfer::cuda {
+namespace {
+
+using RegisterFn = CUptiResult (*)(CUpti_BuffersCallbackRequestFunc, CUpti_BuffersCallbackCompleteFunc);
+using EnableFn = CUptiResult (*)(CUpti_ActivityKind);
+using FlushFn = CUptiResult (*)(uint32_t);
+using NextFn = CUptiResult (*)(uint8_t*, size_t, CUpti_Activity**);
+
+struct KernelTotal {
+  uint64_t ns = 0;
+  uint64_t count = 0;
+};
+
+struct TraceState {
+  std::string path;
+  FlushFn flush = nullptr;
+  NextFn next = nullptr;
+  std::mutex mu;
+  std::map<std::string, KernelTotal> totals;  // by demangled name
+  uint64_t first_start = UINT64_MAX, last_end = 0;
+};
+
+TraceState* g_trace = nullptr;
+
+constexpr size_t kBufferBytes = size_t{8} << 20;
+
+std::string demangle(const char* name) {
+  if (name == nullptr) return "?";
+  int status = 0;
+  char* d = abi::__cxa_demangle(name, nullptr, nullptr, &status);
+  std::string out = status == 0 && d != nullptr ? d : name;
+  std::free(d);
+  return out;
+}
+
+void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
+  *buffer = static_cast<uint8_t*>(std::aligned_alloc(8, kBufferBytes));
+  *size = kBufferBytes;
+  *max_records = 0;
+}
+
+void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid) {
+  TraceState* t = g_trace;
+  if (t != nullptr) {
+    std::lock_guard<std::mutex> lock(t->mu);
+    CUpti_Activity* record = nullptr;
+    while (t->next(buffer, valid, &record) == CUPTI_SUCCESS) {
+      if (record->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && record->kind != CUPTI_ACTIVITY_KIND_KERNEL)
+        continue;
+      const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
+      KernelTotal& total = t->totals[demangle(k->name)];
+      total.ns += k->end - k->start;
+      total.count += 1;
+      t->first_start = std::min<uint64_t>(t->first_start, k->start);
+      t->last_end = std::max<uint64_t>(t->last_end, k->end);
+    }
+  }
+  std::free(buffer);
+}
+
+void write_trace() {
+  TraceState* t = g_trace;
+  if (t == nullptr) return;
+  t->flush(1);  // forces the completion callback for every buffer still open
+  std::lock_guard<std::mutex> lock(t->mu);
+  std::vector<std::pair<std::string, KernelTotal>> rows(t->totals.begin(), t->totals.end());
+  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.ns > b.second.ns; });
+  uint64_t all = 0, launches = 0;
+  for (const auto& r : rows) {
+    all += r.second.ns;
+    launches += r.second.count;
+  }
+  FILE* f = std::fopen(t->path.c_str(), "w");
+  if (f == nullptr) {
+    log_warn("DSINFER_KERNEL_TRACE: cannot write ", t->path);
+    return;
+  }
+  const double span_us = t->last_end > t->first_start ? (t->last_end - t->first_start) / 1e3 : 0.0;
+  std::fprintf(f, "# kernel time %.1f us in %llu launches over a span of %.1f us\n", all / 1e3,
+               static_cast<unsigned long long>(launches), span_us);
+  std::fprintf(f, "# total_us\tlaunches\tmean_us\tshare\tkernel\n");
+  for (const auto& [name, total] : rows) {
+    std::fprintf(f, "%.1f\t%llu\t%.2f\t%.1f%%\t%s\n", total.ns / 1e3,
+                 static_cast<unsigned long long>(total.count),
+                 total.ns / 1e3 / static_cast<double>(total.count), all ? 100.0 * total.ns / all : 0.0,
+                 name.substr(0, 160).c_str());
+  }
+  std::fclose(f);
+}
+
+// The CUPTI library beside the CUDA toolkit or on the loader's path.
+void* open_cupti() {
+  for (const char* name :
+       {"libcupti.so", "libcupti.so.13", "/usr/local/cuda/lib64/libcupti.so",
+        "/usr/local/cuda/extras/CUPTI/lib64/libcupti.so", "/usr/local/cuda/lib/libcupti.so"}) {
+    if (void* h = dlopen(name, RTLD_NOW | RTLD_LOCAL)) return h;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+void start_kernel_trace_from_env() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    const char* path = std::getenv("DSINFER_KERNEL_TRACE");
+    if (path == nullptr || *path == '\0') return;
+    void* lib = open_cupti();
+    if (lib == nullptr) {
+      log_warn("DSINFER_KERNEL_TRACE: libcupti not found (", dlerror(), "); no kernel trace");
+      return;
+    }
+    auto reg = reinterpret_cast<RegisterFn>(dlsym(lib, "cuptiActivityRegisterCallbacks"));
+    auto enable = reinterpret_cast<EnableFn>(dlsym(lib, "cuptiActivityEnable"));
+    auto flush = reinterpret_cast<FlushFn>(dlsym(lib, "cuptiActivityFlushAll"));
+    auto next = reinterpret_cast<NextFn>(dlsym(lib, "cuptiActivityGetNextRecord"));
+    if (!reg || !enable || !flush || !next) {
+      log_warn("DSINFER_KERNEL_TRACE: libcupti lacks the activity API; no kernel trace");
+      return;
+    }
+    auto* t = new TraceState;  // lives to the end of the process
+    t->path = path;
+    t->flush = flush;
+    t->next = next;
+    g_trace = t;
+    if (reg(buffer_requested, buffer_completed) != CUPTI_SUCCESS ||
+        enable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) != CUPTI_SUCCESS) {
+      log_warn("DSINFER_KERNEL_TRACE: CUPTI refused the kernel activity; no kernel trace");
+      g_trace = nullptr;
+      return;
+    }
+    std::atexit(write_trace);
+  });
+}
+
+}  // namespace dsinfer::cuda
