@@ -142,7 +142,7 @@ class DeepseekModel : public Model {
       const DeepseekLayer& L = layers_[i];
       attention(L, h, plan, cache, static_cast<int64_t>(i));
       if (L.moe) {
-        b.add_inplace(h, run_moe(b, L.experts, b.rms_norm(h, L.post_norm, eps)));
+        add_moe_residual(b, L.experts, h, L.post_norm, eps);
       } else {
         b.norm_mlp_residual(h, L.post_norm, eps, L.mlp);
       }
@@ -176,9 +176,15 @@ class DeepseekModel : public Model {
     }
     Tensor q_nope, q_pe;  // [T, H * nope], [T, H * P]
     if (a.q_lora) {
-      q_resid = b.rms_norm(proj[2], a.q_a_norm, eps);
-      q_nope = b.linear(q_resid, a.q_nope);
-      q_pe = b.linear(q_resid, a.q_pe);
+      if (selector_) {
+        q_resid = b.rms_norm(proj[2], a.q_a_norm, eps);  // the sparse selector reads it
+        q_nope = b.linear(q_resid, a.q_nope);
+        q_pe = b.linear(q_resid, a.q_pe);
+      } else {
+        std::vector<Tensor> q = b.norm_linears(proj[2], a.q_a_norm, eps, {&a.q_nope, &a.q_pe});
+        q_nope = q[0];
+        q_pe = q[1];
+      }
     } else {
       q_nope = proj[2];
       q_pe = proj[3];

@@ -49,12 +49,13 @@ MoeWeights load_deepseek_moe(const ModelConfig& c, WeightLoader& w, const std::s
   return moe;
 }
 
-Tensor run_moe(Backend& b, const MoeWeights& moe, const Tensor& x) {
+void add_moe_residual(Backend& b, const MoeWeights& moe, Tensor& h, const Tensor& norm, float eps) {
+  const Tensor x = b.rms_norm(h, norm, eps);  // [T, H]
   Tensor ids, weights;
   b.moe_route(x, moe.router, moe.router_bias, moe.routing, &ids, &weights);  // [T, k], [T, k]
-  Tensor y = b.moe_experts(x, ids, weights, moe.experts);                    // [T, H]
-  if (moe.has_shared) b.add_inplace(y, b.mlp(x, moe.shared));
-  return y;
+  const Tensor y = b.moe_experts(x, ids, weights, moe.experts);              // [T, H]
+  if (moe.has_shared) b.norm_mlp_residual(h, norm, eps, moe.shared);         // h += shared(norm(h))
+  b.add_inplace(h, y);
 }
 
 }  // namespace dsinfer

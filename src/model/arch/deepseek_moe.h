@@ -22,7 +22,8 @@ struct MoeWeights {
 // down_proj), .shared_experts.
 MoeWeights load_deepseek_moe(const ModelConfig& config, WeightLoader& w, const std::string& prefix);
 
-// x [T, H] -> routed experts + shared experts [T, H].
-Tensor run_moe(Backend& backend, const MoeWeights& moe, const Tensor& x);
+// h [T, H] += routed experts (rms_norm(h)) + shared experts (rms_norm(h)): the shared experts' norm and
+// residual add are fused (norm_mlp_residual), the routed output is added last.
+void add_moe_residual(Backend& backend, const MoeWeights& moe, Tensor& h, const Tensor& norm, float eps);
 
 }  // namespace dsinfer
