@@ -7,6 +7,7 @@
 
 #include "backend/cuda/attention_common.cuh"
 #include "backend/cuda/attention_kernels.h"
+#include "backend/cuda/pdl.cuh"
 #include "backend/cuda/stream.h"
 #include "core/error.h"
 
@@ -24,6 +25,8 @@ using attn::to_float;
 template <typename KV>
 __global__ void write_kv_kernel(KV* cache, int64_t width, const int64_t* slot_mapping, const float* a,
                                 int64_t wa, const float* b, int64_t wb) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t t = blockIdx.x;
   KV* row = cache + slot_mapping[t] * width;
   for (int64_t i = threadIdx.x; i < wa; i += blockDim.x) row[i] = from_float<KV>(a[t * wa + i]);
@@ -106,11 +109,11 @@ void launch_write_kv(const DeviceCacheView& cache, const int64_t* slot_mapping, 
   if (T == 0) return;
   if (!b) wb = 0;
   if (cache.bf16) {
-    write_kv_kernel<<<static_cast<unsigned>(T), 256, 0, stream()>>>(static_cast<__nv_bfloat16*>(cache.data),
-                                                                    cache.width, slot_mapping, a, wa, b, wb);
+    launch_pdl(write_kv_kernel<__nv_bfloat16>, static_cast<unsigned>(T), 256, 0,
+               static_cast<__nv_bfloat16*>(cache.data), cache.width, slot_mapping, a, wa, b, wb);
   } else {
-    write_kv_kernel<<<static_cast<unsigned>(T), 256, 0, stream()>>>(static_cast<float*>(cache.data),
-                                                                    cache.width, slot_mapping, a, wa, b, wb);
+    launch_pdl(write_kv_kernel<float>, static_cast<unsigned>(T), 256, 0, static_cast<float*>(cache.data),
+               cache.width, slot_mapping, a, wa, b, wb);
   }
   check_launch("write_kv");
 }

@@ -18,6 +18,7 @@
 #include "backend/cuda/attention_kernels.h"
 #include "backend/cuda/batch_bucket.h"
 #include "backend/cuda/decode_attention_warp.h"
+#include "backend/cuda/pdl.cuh"
 #include "backend/cuda/stream.h"
 #include "core/error.h"
 
@@ -111,6 +112,8 @@ __global__ void __launch_bounds__(kThreads)
     decode_kernel(const float* q, const KV* cache, int64_t width, DevicePlanView plan, const int32_t* tokens,
                   int num_queries, float* out, float* partials, int Hq, int Hkv, int D, int Dv,
                   float scale_log2, int splits, int chunk) {
+  pdl_wait();
+  pdl_trigger();
   extern __shared__ __align__(16) unsigned char smem[];
   constexpr int E = kVec<KV>;
   const int G = Hq / Hkv;
@@ -274,6 +277,8 @@ __global__ void __launch_bounds__(kThreads)
 __global__ void __launch_bounds__(kThreads)
     decode_combine_kernel(const float* partials, const int32_t* tokens, int num_queries, float* out, int Hq,
                           int Dv, int splits) {
+  pdl_wait();
+  pdl_trigger();
   __shared__ float w_s[kMaxSplits];
   __shared__ float inv_total;
   const int i = blockIdx.x, h = blockIdx.y;
@@ -317,10 +322,10 @@ void launch_decode_typed(const float* q, const DeviceCacheView& cache, const Dev
   const dim3 grid(static_cast<unsigned>(num_queries), static_cast<unsigned>(shape.Hkv),
                   static_cast<unsigned>(sp.splits));
   const float scale_log2 = shape.scale * 1.4426950408889634f;
-  decode_kernel<KV><<<grid, kThreads, bytes, stream()>>>(
-      q, static_cast<const KV*>(cache.data), cache.width, plan, tokens, static_cast<int>(num_queries), out,
-      partials, static_cast<int>(shape.Hq), static_cast<int>(shape.Hkv), static_cast<int>(shape.D),
-      static_cast<int>(shape.Dv), scale_log2, static_cast<int>(sp.splits), static_cast<int>(sp.chunk));
+  launch_pdl(decode_kernel<KV>, grid, kThreads, bytes, q, static_cast<const KV*>(cache.data), cache.width,
+             plan, tokens, static_cast<int>(num_queries), out, partials, static_cast<int>(shape.Hq),
+             static_cast<int>(shape.Hkv), static_cast<int>(shape.D), static_cast<int>(shape.Dv), scale_log2,
+             static_cast<int>(sp.splits), static_cast<int>(sp.chunk));
   check_launch("attention_decode");
 }
 
@@ -360,9 +365,8 @@ void launch_attention_decode(const float* q, const DeviceCacheView& cache, const
   }
   if (sp.splits > 1) {
     const dim3 grid(static_cast<unsigned>(num_queries), static_cast<unsigned>(shape.Hq));
-    decode_combine_kernel<<<grid, kThreads, 0, stream()>>>(
-        partials, tokens, static_cast<int>(num_queries), out, static_cast<int>(shape.Hq),
-        static_cast<int>(shape.Dv), static_cast<int>(sp.splits));
+    launch_pdl(decode_combine_kernel, grid, kThreads, 0, partials, tokens, static_cast<int>(num_queries), out,
+               static_cast<int>(shape.Hq), static_cast<int>(shape.Dv), static_cast<int>(sp.splits));
     check_launch("attention_decode_combine");
   }
 }

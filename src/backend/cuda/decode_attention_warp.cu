@@ -10,6 +10,7 @@
 
 #include "backend/cuda/attention_common.cuh"
 #include "backend/cuda/decode_attention_warp.h"
+#include "backend/cuda/pdl.cuh"
 #include "backend/cuda/stream.h"
 #include "core/error.h"
 
@@ -36,6 +37,8 @@ __global__ void __launch_bounds__(kThreads)
     decode_warp_kernel(const float* __restrict__ q, const __nv_bfloat16* __restrict__ cache, int64_t width,
                        DevicePlanView plan, const int32_t* tokens, int num_queries, float* out,
                        float* partials, int Hq, int Hkv, float scale_log2, int splits, int chunk) {
+  pdl_wait();
+  pdl_trigger();
   constexpr int LPR = D / 8;            // lanes per cache row (8 values each)
   constexpr int RPW = 32 / LPR;         // rows a warp reads per step
   constexpr int U = GMAX >= 8 ? 2 : 4;  // steps in flight per iteration
@@ -210,10 +213,10 @@ void launch_typed(const float* q, const DeviceCacheView& cache, const DevicePlan
   const int64_t G = shape.Hq / shape.Hkv, nhc = (G + GMAX - 1) / GMAX;
   const dim3 grid(static_cast<unsigned>(num_queries), static_cast<unsigned>(shape.Hkv * nhc),
                   static_cast<unsigned>(splits));
-  decode_warp_kernel<D, GMAX><<<grid, kThreads, 0, stream()>>>(
-      q, static_cast<const __nv_bfloat16*>(cache.data), cache.width, plan, tokens,
-      static_cast<int>(num_queries), out, partials, static_cast<int>(shape.Hq), static_cast<int>(shape.Hkv),
-      shape.scale * 1.4426950408889634f, static_cast<int>(splits), static_cast<int>(chunk));
+  launch_pdl(decode_warp_kernel<D, GMAX>, grid, kThreads, 0, q, static_cast<const __nv_bfloat16*>(cache.data),
+             cache.width, plan, tokens, static_cast<int>(num_queries), out, partials,
+             static_cast<int>(shape.Hq), static_cast<int>(shape.Hkv), shape.scale * 1.4426950408889634f,
+             static_cast<int>(splits), static_cast<int>(chunk));
   attn::check_launch("attention_decode (warp kernel)");
 }
 

@@ -5,6 +5,7 @@
 
 #include "backend/cuda/elementwise_kernels.h"
 #include "backend/cuda/kernel_common.cuh"
+#include "backend/cuda/pdl.cuh"
 #include "backend/cuda/stream.h"
 #include "core/error.h"
 
@@ -17,6 +18,8 @@ __device__ __forceinline__ float bf16_bits_to_float(uint16_t bits) {
 }
 
 __global__ void embed_kernel(const uint16_t* table, const int32_t* ids, float* out, int64_t H, int64_t V) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t t = blockIdx.x;
   const int32_t id = min(max(ids[t], 0), static_cast<int32_t>(V - 1));
   for (int64_t i = threadIdx.x; i < H; i += blockDim.x)
@@ -24,6 +27,8 @@ __global__ void embed_kernel(const uint16_t* table, const int32_t* ids, float* o
 }
 
 __global__ void rms_norm_kernel(const float* x, const uint16_t* w, float* out, int64_t H, float eps) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t t = blockIdx.x;
   const float* row = x + t * H;
   const float inv = block_inv_rms(row, H, eps);
@@ -32,6 +37,8 @@ __global__ void rms_norm_kernel(const float* x, const uint16_t* w, float* out, i
 }
 
 __global__ void silu_mul_kernel(const float* gate, const float* up, float* out, int64_t n, float limit) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) {
     float g = gate[i], u = up[i];
@@ -44,11 +51,15 @@ __global__ void silu_mul_kernel(const float* gate, const float* up, float* out, 
 }
 
 __global__ void add_kernel(float* a, const float* b, int64_t n) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) a[i] += b[i];
 }
 
 __global__ void gather_rows_kernel(const float* x, const int32_t* rows, float* out, int64_t H) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t r = blockIdx.x;
   const float* src = x + static_cast<int64_t>(rows[r]) * H;
   for (int64_t i = threadIdx.x; i < H; i += blockDim.x) out[r * H + i] = src[i];
@@ -59,34 +70,34 @@ __global__ void gather_rows_kernel(const float* x, const int32_t* rows, float* o
 void launch_embed(const uint16_t* table, const int32_t* ids, float* out, int64_t T, int64_t H, int64_t V) {
   if (T == 0) return;
   // The caller checked the ids on the host; the kernel still clamps (no host sync here).
-  embed_kernel<<<static_cast<unsigned>(T), 256, 0, stream()>>>(table, ids, out, H, V);
+  launch_pdl(embed_kernel, static_cast<unsigned>(T), 256, 0, table, ids, out, H, V);
   check_launch("embed");
 }
 
 void launch_rms_norm(const float* x, const uint16_t* w, float* out, int64_t T, int64_t H, float eps) {
   if (T == 0) return;
-  rms_norm_kernel<<<static_cast<unsigned>(T), 256, 0, stream()>>>(x, w, out, H, eps);
+  launch_pdl(rms_norm_kernel, static_cast<unsigned>(T), 256, 0, x, w, out, H, eps);
   check_launch("rms_norm");
 }
 
 void launch_silu_mul(const float* gate, const float* up, float* out, int64_t n, float limit) {
   if (n == 0) return;
   const int threads = 256;
-  silu_mul_kernel<<<static_cast<unsigned>((n + threads - 1) / threads), threads, 0, stream()>>>(gate, up, out,
-                                                                                                n, limit);
+  launch_pdl(silu_mul_kernel, static_cast<unsigned>((n + threads - 1) / threads), threads, 0, gate, up, out,
+             n, limit);
   check_launch("silu_mul");
 }
 
 void launch_add_inplace(float* a, const float* b, int64_t n) {
   if (n == 0) return;
   const int threads = 256;
-  add_kernel<<<static_cast<unsigned>((n + threads - 1) / threads), threads, 0, stream()>>>(a, b, n);
+  launch_pdl(add_kernel, static_cast<unsigned>((n + threads - 1) / threads), threads, 0, a, b, n);
   check_launch("add_inplace");
 }
 
 void launch_gather_rows(const float* x, const int32_t* rows, float* out, int64_t R, int64_t H) {
   if (R == 0 || H == 0) return;
-  gather_rows_kernel<<<static_cast<unsigned>(R), 256, 0, stream()>>>(x, rows, out, H);
+  launch_pdl(gather_rows_kernel, static_cast<unsigned>(R), 256, 0, x, rows, out, H);
   check_launch("gather_rows");
 }
 

@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include "backend/cuda/attention_common.cuh"
+#include "backend/cuda/pdl.cuh"
 #include "backend/cuda/rope_kernels.h"
 #include "backend/cuda/stream.h"
 #include "core/error.h"
@@ -16,6 +17,8 @@ namespace {
 __global__ void rope_kernel(float* x, const int32_t* positions, const float* inv_freq, int64_t heads,
                             int64_t head_dim, int64_t offset, int64_t half, float scaling, bool interleaved,
                             float sign) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t t = blockIdx.x;
   const float pos = static_cast<float>(positions[t]);
   for (int64_t idx = threadIdx.x; idx < heads * half; idx += blockDim.x) {
@@ -39,6 +42,8 @@ __global__ void rope_write_kv_kernel(float* q, float* k, const float* v, KV* cac
                                      const int32_t* positions, const int64_t* slot_mapping,
                                      const float* inv_freq, int Hq, int Hkv, int D, int Dv, int half,
                                      float scaling, bool interleaved) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t t = blockIdx.x;
   const int y = blockIdx.y;
   const bool is_q = y < Hq;
@@ -83,13 +88,13 @@ void launch_rope_write_kv(float* q, float* k, const float* v, const DeviceCacheV
   const int args[] = {static_cast<int>(Hq), static_cast<int>(Hkv), static_cast<int>(D), static_cast<int>(Dv)};
   const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(Hq + Hkv));
   if (cache.bf16) {
-    rope_write_kv_kernel<<<grid, 64, 0, stream()>>>(
-        q, k, v, static_cast<__nv_bfloat16*>(cache.data), cache.width, positions, slot_mapping, inv_freq,
-        args[0], args[1], args[2], args[3], half, attention_scaling, interleaved);
+    launch_pdl(rope_write_kv_kernel<__nv_bfloat16>, grid, 64, 0, q, k, v,
+               static_cast<__nv_bfloat16*>(cache.data), cache.width, positions, slot_mapping, inv_freq,
+               args[0], args[1], args[2], args[3], half, attention_scaling, interleaved);
   } else {
-    rope_write_kv_kernel<<<grid, 64, 0, stream()>>>(q, k, v, static_cast<float*>(cache.data), cache.width,
-                                                    positions, slot_mapping, inv_freq, args[0], args[1],
-                                                    args[2], args[3], half, attention_scaling, interleaved);
+    launch_pdl(rope_write_kv_kernel<float>, grid, 64, 0, q, k, v, static_cast<float*>(cache.data),
+               cache.width, positions, slot_mapping, inv_freq, args[0], args[1], args[2], args[3], half,
+               attention_scaling, interleaved);
   }
   attn::check_launch("rope_write_kv");
 }
@@ -98,9 +103,8 @@ void launch_rope(float* x, const int32_t* positions, const float* inv_freq, int6
                  int64_t head_dim, int64_t offset, int64_t rope_dim, float attention_scaling,
                  bool interleaved, bool inverse) {
   if (T == 0 || heads == 0 || rope_dim < 2) return;
-  rope_kernel<<<static_cast<unsigned>(T), 128, 0, stream()>>>(x, positions, inv_freq, heads, head_dim, offset,
-                                                              rope_dim / 2, attention_scaling, interleaved,
-                                                              inverse ? -1.0f : 1.0f);
+  launch_pdl(rope_kernel, static_cast<unsigned>(T), 128, 0, x, positions, inv_freq, heads, head_dim, offset,
+             rope_dim / 2, attention_scaling, interleaved, inverse ? -1.0f : 1.0f);
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) fail("CUDA kernel rope failed to launch: ", cudaGetErrorString(err));
 }
