@@ -20,7 +20,6 @@
 #include "backend/cuda/gemv_common.cuh"
 #include "backend/cuda/gemv_stream_k.h"
 #include "backend/cuda/kernel_common.cuh"
-#include "backend/cuda/pdl.cuh"
 #include "backend/cuda/stream.h"
 #include "core/error.h"
 
@@ -166,15 +165,11 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_stream_k_kernel(const Params
         }
     }
   };
-  pdl_trigger();
-  // The weights do not depend on earlier kernels: the first stages are in flight before the wait for the
-  // previous kernel (programmatic dependent launch) that wrote x.
 #pragma unroll
   for (int s = 0; s < S - 1; ++s) {
     if (j0 + s < j1) issue(j0 + s);
     copy_async_commit();
   }
-  pdl_wait();
 
   // Sums of squares of every row of x over all of K while the first stages land (the same order in
   // every block, so every block scales by the same inv-RMS).
@@ -297,7 +292,7 @@ void launch_kernel(const Params& p, int64_t tiles, int blocks_per_sm) {
   wk.total = tiles * wk.iters;
   const int64_t per_sm = std::max(1, std::min(blocks_per_sm, resident));
   const int64_t grid = std::min<int64_t>({wk.total, per_sm * num_sms(), kMaxGrid});
-  launch_pdl(kernel, static_cast<unsigned>(grid), kThreads, bytes, p, wk);
+  kernel<<<static_cast<unsigned>(grid), kThreads, bytes, stream()>>>(p, wk);
 }
 
 }  // namespace
