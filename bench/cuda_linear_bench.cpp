@@ -1,12 +1,10 @@
 // Linear-layer micro-benchmark for the CUDA backend on the Llama-3.1-8B shapes (hidden 4096, 32 q / 8 kv
 // heads of 128, intermediate 14336, vocab 128256), in the forms a decode step uses them: qkv with the
 // RMSNorm fused (one launch), o with the residual add, gate+up as one SwiGLU launch with the norm, down
-// with the residual add, lm_head with the norm. For M in {1, 8} the GEMV kernels and cuBLASLt: the default
-// (stream-K) kernel, the per-tile kernel's former default ("gemv tile default") side by side, then every
-// compiled kernel shape ("sk": stream-K); for larger M cuBLASLt with bf16 activations. Each row is a CUDA
-// graph of launches rotating over enough weight copies (>= 3, >= 400 MB) to defeat the 50 MB L2, timed by
-// events; GB/s counts weight bytes only.
-// Usage: cuda_linear_bench [--reps N] [--peak-gbs 4290] [--quick] [--m 1,8]
+// with the residual add, lm_head with the norm. For M in {1, 8} the GEMV kernels (every kernel shape) and
+// cuBLASLt; for larger M cuBLASLt with bf16 activations. Each row is a CUDA graph of launches over enough
+// weight copies to defeat the 50 MB L2, timed by events; GB/s counts weight bytes only.
+// Usage: cuda_linear_bench [--reps N] [--peak-gbs 4290] [--quick]
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -84,7 +82,6 @@ struct Options {
   int reps = 20;
   double peak_gbs = 4290.0;
   bool quick = false;
-  std::vector<int64_t> Ms = {1, 8, 64, 256, 2048};
 };
 
 void print_row(const Shape& s, int64_t M, const std::string& kernel, double ms, double weight_bytes,
@@ -105,7 +102,7 @@ double bench_shape(const Shape& s, int64_t M, const Options& o) {
   for (int64_t n : s.N) n_total += n;
   const double weight_bytes = 2.0 * n_total * s.K;
   // Enough copies of the weights that a graph of launches streams >= 400 MB (no L2 reuse).
-  const int copies = static_cast<int>(std::max<double>(3.0, std::ceil(400e6 / weight_bytes)));
+  const int copies = static_cast<int>(std::max<double>(2.0, std::ceil(400e6 / weight_bytes)));
   std::vector<std::unique_ptr<DevBuf<uint16_t>>> w;  // per copy: all matrices back to back
   for (int c = 0; c < copies; ++c) {
     w.push_back(std::make_unique<DevBuf<uint16_t>>(static_cast<size_t>(n_total * s.K)));
@@ -154,19 +151,12 @@ double bench_shape(const Shape& s, int64_t M, const Options& o) {
   if (M <= cuda::kGemvMaxRows) {
     // The default kernel first, then every compiled shape.
     const bool swiglu = s.kind == Shape::kSwiglu;
-    cuda::GemvConfig one_per_sm{};
-    one_per_sm.blocks_per_sm = 1;
-    std::vector<std::pair<std::string, cuda::GemvConfig>> cfgs = {
-        {"gemv default", cuda::GemvConfig{}},
-        {"gemv tile default", cuda::gemv_tile_config(n_total, s.K, swiglu)},
-        {"gemv default 1 blk/SM", one_per_sm}};
-    if (o.quick) cfgs.resize(2);
+    std::vector<std::pair<std::string, cuda::GemvConfig>> cfgs = {{"gemv default", cuda::GemvConfig{}}};
     for (const cuda::GemvConfig& c : cuda::gemv_configs(swiglu))
-      if (!o.quick)
-        cfgs.push_back({std::string("gemv ") + (c.stream_k ? "sk " : "") + "t" + std::to_string(c.tiles) +
-                            " u" + std::to_string(c.unroll) + " s" + std::to_string(c.stages) + " x" +
-                            std::to_string(c.splits),
-                        c});
+      cfgs.push_back({"gemv t" + std::to_string(c.tiles) + " u" + std::to_string(c.unroll) + " s" +
+                          std::to_string(c.stages) + " x" + std::to_string(c.splits),
+                      c});
+    if (o.quick) cfgs.resize(1);
     for (const auto& [name, cfg] : cfgs) {
       const double ms = cuda::time_graph_ms(
                             [&] {
@@ -208,12 +198,8 @@ int main(int argc, char** argv) {
       o.peak_gbs = std::atof(argv[++i]);
     } else if (a == "--quick") {
       o.quick = true;
-    } else if (a == "--m" && i + 1 < argc) {
-      o.Ms.clear();
-      for (char* tok = std::strtok(argv[++i], ","); tok; tok = std::strtok(nullptr, ","))
-        o.Ms.push_back(std::atoll(tok));
     } else {
-      std::fprintf(stderr, "usage: cuda_linear_bench [--reps N] [--peak-gbs GB/s] [--quick] [--m 1,8,...]\n");
+      std::fprintf(stderr, "usage: cuda_linear_bench [--reps N] [--peak-gbs GB/s] [--quick]\n");
       return 2;
     }
   }
@@ -230,7 +216,7 @@ int main(int argc, char** argv) {
   std::printf("%-9s %5s  %-22s %9s  %8s  %7s  %7s\n", "shape", "M", "kernel", "time_us", "GB/s", "%peak",
               "TFLOP/s");
   std::vector<double> step_ms;  // per M: one decode step's linear layers (32 layers + lm_head)
-  const std::vector<int64_t>& Ms = o.Ms;
+  const std::vector<int64_t> Ms = {1, 8, 64, 256, 2048};
   for (int64_t M : Ms) {
     double layer = 0.0, head = 0.0;
     for (const Shape& s : shapes) {

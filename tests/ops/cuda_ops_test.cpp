@@ -25,7 +25,6 @@
 #include "backend/cuda/elementwise_kernels.h"
 #include "backend/cuda/gemm_cublaslt.h"
 #include "backend/cuda/gemv_kernels.h"
-#include "backend/cuda/runtime.h"
 #endif
 
 namespace dsinfer {
@@ -586,119 +585,6 @@ TEST_F(CudaLinearTest, GemvSwigluMatchesCpu) {
         }
       }
     }
-  }
-}
-
-// The stream-K kernel on shapes with more iterations than blocks, so blocks start and end inside tiles and
-// span several (head, whole and tail segments; tiles split between blocks finished by the last one), at 1
-// and 2 blocks per SM: several matrices (odd N, N not a multiple of the tile, K not a multiple of the
-// 256/512-column slice), M = 1..8, norm, bias and accumulate; SwiGLU with and without limit.
-TEST_F(CudaLinearTest, GemvStreamKMatchesCpu) {
-  const int64_t K = 1000;  // 4 slices of 256 (the last partial), 2 of 512
-  std::vector<LinearPair> ls = {make_linear(4100, K, true), make_linear(1030, K, false),
-                                make_linear(517, K, true)};
-  auto [nw_bits, nw] = as_bf16(random_f32({K}));
-  const Tensor dnw = cuda::to_device(nw_bits);
-  for (int64_t M = 1; M <= 8; ++M) {
-    const bool norm = M % 2 == 1, accumulate = M % 3 == 0;
-    const Tensor x = random_f32({M, K}), dx = cuda::to_device(x);
-    const Tensor xn = norm ? cpu.rms_norm(x, nw, 1e-5f) : x;
-    std::vector<Tensor> y0, ref;
-    for (const LinearPair& l : ls) {
-      y0.push_back(random_f32({M, l.cpu.out_features()}));
-      ref.push_back(cpu.linear(xn, l.cpu));
-      if (accumulate) cpu.add_inplace(ref.back(), y0.back());
-    }
-    for (cuda::GemvConfig c : cuda::gemv_configs(false)) {
-      if (!c.stream_k) continue;
-      for (int bps : {1, 2}) {
-        c.blocks_per_sm = bps;
-        std::vector<Tensor> ys;
-        cuda::GemvMatrix mats[3];
-        for (size_t i = 0; i < ls.size(); ++i) {
-          ys.push_back(cuda::to_device(y0[i]));
-          mats[i] = {ls[i].gpu.weight.data<uint16_t>(),
-                     ls[i].gpu.bias ? ls[i].gpu.bias.data<uint16_t>() : nullptr, ys[i].data<float>(),
-                     ls[i].gpu.out_features()};
-        }
-        cuda::launch_gemv(dx.data<float>(), M, K, mats, 3, {norm ? dnw.data<uint16_t>() : nullptr, 1e-5f},
-                          accumulate, c);
-        for (size_t i = 0; i < ls.size(); ++i)
-          EXPECT_LT(rel_err(cuda::to_host(ys[i]), ref[i]), 1e-5)
-              << "M " << M << " matrix " << i << " tiles " << c.tiles << " splits " << c.splits
-              << " blocks/SM " << bps << " norm " << norm << " acc " << accumulate;
-      }
-    }
-  }
-  const int64_t N = 2055, KS = 776;  // SwiGLU: 129 tiles of 16 rows x 4 slices (the last partial)
-  LinearPair g = make_linear(N, KS, true), u = make_linear(N, KS, true);
-  auto [sw_bits, sw] = as_bf16(random_f32({KS}));
-  const Tensor dsw = cuda::to_device(sw_bits);
-  for (int64_t M : {1, 4, 7, 8}) {
-    for (float limit : {0.0f, 2.0f}) {
-      const Tensor x = random_f32({M, KS}), dx = cuda::to_device(x);
-      const Tensor xn = cpu.rms_norm(x, sw, 1e-5f);
-      const Tensor ref = swiglu(cpu.linear(xn, g.cpu), cpu.linear(xn, u.cpu), limit);
-      for (cuda::GemvConfig c : cuda::gemv_configs(true)) {
-        if (!c.stream_k) continue;
-        for (int bps : {1, 2}) {
-          c.blocks_per_sm = bps;
-          Tensor out = Tensor::empty_on(Device::kCuda, DType::F32, {M, N});
-          cuda::launch_gemv_swiglu(dx.data<float>(), M, KS, g.gpu.weight.data<uint16_t>(),
-                                   g.gpu.bias.data<uint16_t>(), u.gpu.weight.data<uint16_t>(),
-                                   u.gpu.bias.data<uint16_t>(), out.data<float>(), N,
-                                   {dsw.data<uint16_t>(), 1e-5f}, limit, c);
-          EXPECT_LT(rel_err(cuda::to_host(out), ref), 1e-5)
-              << "SwiGLU M " << M << " limit " << limit << " splits " << c.splits << " blocks/SM " << bps;
-        }
-      }
-    }
-  }
-}
-
-// Graph replay and eager runs agree bit for bit: a row's result does not depend on how many other rows
-// the launch has (M = 1..8, the default kernel: stream-K), repeated launches (the split-tile counters
-// reset themselves) and replays of a captured graph give the same bits.
-TEST_F(CudaLinearTest, GemvRowResultIndependentOfBatchAndGraphReplay) {
-  const int64_t N = 4100, K = 1000, NS = 2055, KS = 776;
-  LinearPair l = make_linear(N, K, true);
-  LinearPair g = make_linear(NS, KS, false), u = make_linear(NS, KS, false);
-  auto [nw_bits, nw] = as_bf16(random_f32({K}));
-  const Tensor dnw = cuda::to_device(nw_bits);
-  const Tensor x8 = random_f32({8, K}), xs8 = random_f32({8, KS});
-  const Tensor dx = cuda::to_device(x8), dxs = cuda::to_device(xs8);
-  Tensor y = Tensor::empty_on(Device::kCuda, DType::F32, {8, N});
-  Tensor ys = Tensor::empty_on(Device::kCuda, DType::F32, {8, NS});
-  auto run = [&](int64_t M) {
-    const cuda::GemvMatrix mat{l.gpu.weight.data<uint16_t>(), l.gpu.bias.data<uint16_t>(), y.data<float>(),
-                               N};
-    cuda::launch_gemv(dx.data<float>(), M, K, &mat, 1, {dnw.data<uint16_t>(), 1e-5f}, false);
-    cuda::launch_gemv_swiglu(dxs.data<float>(), M, KS, g.gpu.weight.data<uint16_t>(), nullptr,
-                             u.gpu.weight.data<uint16_t>(), nullptr, ys.data<float>(), NS, {}, 0.0f);
-  };
-  // Row 0 of each output (the first N or NS values).
-  auto row0 = [&](const Tensor& t, int64_t n) {
-    const Tensor h = cuda::to_host(t);
-    return std::vector<float>(h.f32(), h.f32() + n);
-  };
-  run(1);
-  const std::vector<float> want = row0(y, N), want_s = row0(ys, NS);
-  for (int64_t M = 1; M <= 8; ++M) {
-    run(M);
-    EXPECT_EQ(row0(y, N), want) << "M " << M;
-    EXPECT_EQ(row0(ys, NS), want_s) << "SwiGLU M " << M;
-  }
-  for (int64_t M : {1, 4}) {
-    cuda::begin_capture();
-    run(M);
-    cuda::GraphHandle graph = cuda::end_capture(true);
-    for (int rep = 0; rep < 3; ++rep) {
-      cuda::launch_graph(graph);
-      cuda::synchronize();
-      EXPECT_EQ(row0(y, N), want) << "graph M " << M << " replay " << rep;
-      EXPECT_EQ(row0(ys, NS), want_s) << "graph SwiGLU M " << M << " replay " << rep;
-    }
-    cuda::destroy_graph(graph);
   }
 }
 

@@ -9,9 +9,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "backend/cuda/gemv_common.cuh"
 #include "backend/cuda/gemv_kernels.h"
-#include "backend/cuda/gemv_stream_k.h"
 #include "backend/cuda/kernel_common.cuh"
 #include "backend/cuda/stream.h"
 #include "core/error.h"
@@ -20,7 +18,104 @@ namespace dsinfer::cuda {
 
 namespace {
 
-using namespace gemv;
+constexpr int kWarps = 8;
+constexpr int kThreads = kWarps * 32;
+
+// A launch's matrices as the kernels see them: block b belongs to the last matrix whose first block
+// (`first_block`) is <= b.
+struct MatDesc {
+  const uint16_t* w;
+  const uint16_t* bias;
+  float* y;
+  int64_t N;
+  int64_t first_block;
+};
+
+struct Params {
+  MatDesc mats[kGemvMaxMatrices];  // SwiGLU: [0] gate (y = out), [1] up
+  int count;                       // matrices that own blocks (SwiGLU: 1)
+  const float* x;                  // [M, K]
+  int M;
+  int64_t K;
+  const uint16_t* norm;  // [K] or null
+  float eps;
+  bool accumulate;
+  float limit;
+};
+
+__device__ __forceinline__ float bf16_to_f32(uint16_t bits) {
+  return __uint_as_float(static_cast<uint32_t>(bits) << 16);
+}
+
+// 16 bytes global -> shared without registers, L2 only (weights are read once); bytes = 0 writes zeros.
+__device__ __forceinline__ void copy_async16(uint4* dst, const void* src, bool valid) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  const int bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void copy_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void copy_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// (a, b) -> SPLITS bf16 pairs (low half = a) that add up to (a, b): with 3 parts exactly (24 bits), with
+// 2 parts to ~16 bits (relative error <= 2^-17).
+template <int SPLITS>
+__device__ __forceinline__ void split_bf16(float a, float b, uint32_t (&parts)[SPLITS]) {
+#pragma unroll
+  for (int l = 0; l < SPLITS; ++l) {
+    __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+    parts[l] = *reinterpret_cast<uint32_t*>(&h);
+    if (l + 1 < SPLITS) {
+      const float2 hf = __bfloat1622float2(h);
+      a -= hf.x;
+      b -= hf.y;
+    }
+  }
+}
+
+// c [16 x 8] += a [16 x 16] b [16 x 8] (bf16 in, fp32 accumulate).
+__device__ __forceinline__ void mma(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                    uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// The matrix block b works on and the block's index within it.
+__device__ __forceinline__ MatDesc block_matrix(const Params& p, int64_t b, int64_t& local) {
+  MatDesc d = p.mats[0];
+#pragma unroll
+  for (int i = 1; i < kGemvMaxMatrices; ++i)
+    if (i < p.count && b >= p.mats[i].first_block) d = p.mats[i];
+  local = b - d.first_block;
+  return d;
+}
+
+// Writes one output value: v is the dot product (up: the up projection's, SwiGLU only) before the norm
+// scale `inv`.
+template <bool SWIGLU>
+__device__ __forceinline__ void store_output(const Params& p, const MatDesc& d, int m, int64_t n, float v,
+                                             float up, float inv) {
+  float r = v * inv;
+  if (d.bias) r += bf16_to_f32(d.bias[n]);
+  if (SWIGLU) {
+    float u = up * inv;
+    if (p.mats[1].bias) u += bf16_to_f32(p.mats[1].bias[n]);
+    if (p.limit > 0.0f) {
+      r = fminf(r, p.limit);
+      u = fminf(fmaxf(u, -p.limit), p.limit);
+    }
+    r = r / (1.0f + expf(-r)) * u;
+  }
+  float* dst = d.y + static_cast<int64_t>(m) * d.N + n;
+  *dst = p.accumulate ? *dst + r : r;
+}
 
 // Shared memory of the MMA kernel's weight pipeline: per warp S stages of U chunks x TILES tiles x rows
 // (g, g + 8) x 32 lanes x 16 bytes.
@@ -108,8 +203,20 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_mma_kernel(const Params p) {
     const int s = static_cast<int>(i % S);
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      uint32_t bp[4][SPLITS];  // pair e = (x[2e], x[2e + 1]), part l
-      chunk_activations<SPLITS>(xv[u][0], xv[u][1], nv[u], has_norm, &sumsq, bp);
+      float xs[8] = {xv[u][0].x, xv[u][0].y, xv[u][0].z, xv[u][0].w,
+                     xv[u][1].x, xv[u][1].y, xv[u][1].z, xv[u][1].w};
+      if (has_norm) {
+        const uint32_t nw[4] = {nv[u].x, nv[u].y, nv[u].z, nv[u].w};
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          sumsq += xs[e] * xs[e];
+          const uint32_t bits = (e % 2 == 0) ? (nw[e / 2] << 16) : (nw[e / 2] & 0xffff0000u);
+          xs[e] *= __uint_as_float(bits);
+        }
+      }
+      uint32_t bp[4][SPLITS];  // pair e = (xs[2e], xs[2e + 1]), part l
+#pragma unroll
+      for (int e = 0; e < 4; ++e) split_bf16<SPLITS>(xs[2 * e], xs[2 * e + 1], bp[e]);
 #pragma unroll
       for (int j = 0; j < TILES; ++j) {
         const uint4 a = *slot(s, u, j, 0), b = *slot(s, u, j, 1);  // rows g, g + 8
@@ -264,14 +371,18 @@ void launch_mma(const Params& p, unsigned blocks, GemvConfig c) {
        c.splits);
 }
 
-// The kernel shape for a launch: the stream-K kernel, 32 rows per tile (SwiGLU: 16 gate + 16 up), two
-// activation parts, for every shape and M (the per-tile kernel, gemv_tile_config, reached 79-80% of the
-// copy bandwidth on the large Llama-3.1-8B matrices and 59-64% on o and qkv on the H200, lost to wave
-// quantisation and per-block pipeline fill and drain).
-GemvConfig choose_config() {
-  GemvConfig c{2, 1, 4, 2, false};
-  c.stream_k = true;
-  return c;
+// The kernel shape for a launch, from bench/cuda_linear_bench on the H200 (2026-11-30; Llama-3.1-8B shapes,
+// M = 1 and 8): two activation parts (the third costs 2-10% and buys bits below the 2^-17 relative error
+// of two), long rows (K >= 8192: down) 16 rows per block with 4 chunks per stage; otherwise 32 rows per
+// block once that still gives every SM more than one block (qkv: 6144 rows, lm_head), else 16 (o: 4096).
+GemvConfig choose_config(const Params& p, bool swiglu) {
+  if (swiglu) return {2, 2, 3, 2, false};
+  int64_t rows = 0;
+  for (int i = 0; i < p.count; ++i) rows += p.mats[i].N;
+  if (p.K >= 8192) return {1, 4, 3, 2, false};
+  if (rows >= 32 * 264) return {2, 1, 4, 2, false};  // >= 2 blocks of 32 rows per SM (132 SMs)
+  if (rows >= 32 * 160) return {2, 2, 3, 2, false};
+  return {1, 2, 4, 2, false};
 }
 
 // Assigns blocks to matrices and launches the MMA kernel when K and every pointer allow 16-byte loads,
@@ -279,7 +390,7 @@ GemvConfig choose_config() {
 template <bool SWIGLU>
 void launch(Params& p, GemvConfig c, const char* what) {
   if (p.M == 0) return;
-  if (c.tiles == 0 && !c.generic) c = choose_config();  // the same for 1..kGemvMaxRows rows
+  if (c.tiles == 0 && !c.generic) c = choose_config(p, SWIGLU);
   DSI_CHECK(p.M >= 1 && p.M <= kGemvMaxRows, what, ": M = ", p.M, " rows, the GEMV takes 1..", kGemvMaxRows);
   const int mats = p.count;  // SwiGLU: 1 (up shares gate's blocks)
   bool fast = !c.generic && p.K % 8 == 0 && aligned16(p.x) && aligned16(p.norm);
@@ -296,9 +407,7 @@ void launch(Params& p, GemvConfig c, const char* what) {
     return;
   }
   DSI_CHECK(blocks < (int64_t{1} << 31), what, ": too many rows");
-  if (fast && c.stream_k) {
-    gemv::launch_stream_k(p, blocks, c, SWIGLU);
-  } else if (fast) {
+  if (fast) {
     launch_mma<SWIGLU>(p, static_cast<unsigned>(blocks), c);
   } else {
     gemv_generic_kernel<SWIGLU><<<static_cast<unsigned>(blocks), kThreads, 0, stream()>>>(p);
@@ -322,20 +431,7 @@ std::vector<GemvConfig> gemv_configs(bool swiglu) {
       }
     }
   }
-  for (const GemvConfig& c : gemv::stream_k_configs(swiglu)) out.push_back(c);
   return out;
-}
-
-// From bench/cuda_linear_bench on the H200 (2026-11-30; Llama-3.1-8B shapes, M = 1 and 8): two activation
-// parts (the third costs 2-10% and buys bits below the 2^-17 relative error of two), long rows (K >= 8192:
-// down) 16 rows per block with 4 chunks per stage; otherwise 32 rows per block once that still gives every
-// SM more than one block (qkv: 6144 rows, lm_head), else 16 (o: 4096).
-GemvConfig gemv_tile_config(int64_t rows, int64_t K, bool swiglu) {
-  if (swiglu) return {2, 2, 3, 2, false};
-  if (K >= 8192) return {1, 4, 3, 2, false};
-  if (rows >= 32 * 264) return {2, 1, 4, 2, false};  // >= 2 blocks of 32 rows per SM (132 SMs)
-  if (rows >= 32 * 160) return {2, 2, 3, 2, false};
-  return {1, 2, 4, 2, false};
 }
 
 void launch_gemv(const float* x, int64_t M, int64_t K, const GemvMatrix* mats, int count, GemvNorm norm,

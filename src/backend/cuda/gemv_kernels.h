@@ -4,9 +4,7 @@
 // bits, relative error <= 2^-17, the default; or hi + mid + lo = x exactly) fed to bf16 tensor-core MMAs
 // (m16n8k16: 16 weight rows x 8 activation rows). The weights
 // stream through a per-warp cp.async pipeline (16-byte copies, several stages in flight); a block of 8 warps
-// covers 16 (or 32) weight rows and splits K among its warps (deterministic reduction in shared memory). The
-// default (stream-K) kernel runs a fixed grid whose blocks stream equal shares of (row tile, K slice) work;
-// tiles shared by blocks are summed in block order by the last block to finish one (gemv_stream_k.h).
+// covers 16 (or 32) weight rows and splits K among its warps (deterministic reduction in shared memory).
 // Options: an RMSNorm prologue (sum of squares gathered during the same pass, the scale applied at the end),
 // several matrices with the same K in one launch, y += (fused residual add), and a SwiGLU variant over gate
 // and up weights. K % 8 != 0 or unaligned pointers run a simple warp-per-row kernel with the same semantics.
@@ -41,18 +39,10 @@ struct GemvConfig {
   int stages = 4;        // cp.async pipeline stages
   int splits = 2;        // bf16 parts per activation: 2 = ~16 bits (relative error 2^-17), 3 = exact fp32
   bool generic = false;  // force the simple warp-per-row kernel (tests)
-  // false: one block per row tile (gemv_kernels.cu); true: the stream-K kernel (gemv_stream_k.h), a grid of
-  // SMs x blocks_per_sm blocks with equal shares of the work (unroll 1, stages 4 for 2 tiles; 2, 4 for 1).
-  bool stream_k = false;
-  int blocks_per_sm = 2;  // stream-K: blocks per SM (at most what fits)
 };
 
 // The MMA kernel shapes launch_gemv (swiglu false) or launch_gemv_swiglu (true) accept.
 std::vector<GemvConfig> gemv_configs(bool swiglu);
-
-// The per-tile kernel's shape for `rows` output rows over all matrices of a launch (the default before
-// the stream-K kernel; the benchmark compares the two).
-GemvConfig gemv_tile_config(int64_t rows, int64_t K, bool swiglu);
 
 // For each of `count` matrices (<= kGemvMaxMatrices, same K): y_i = (or += with accumulate)
 // norm(x) w_i^T + b_i. x [M, K] float32 device, 1 <= M <= kGemvMaxRows.
