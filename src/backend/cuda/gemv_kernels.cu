@@ -11,6 +11,7 @@
 
 #include "backend/cuda/gemv_kernels.h"
 #include "backend/cuda/kernel_common.cuh"
+#include "backend/cuda/pdl.cuh"
 #include "backend/cuda/stream.h"
 #include "core/error.h"
 
@@ -171,11 +172,15 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_mma_kernel(const Params p) {
           copy_async16(slot(s, u, j, h), wrow[j][h] + (kin ? k0 : 0), kin && wok[j][h]);
     }
   };
+  pdl_trigger();
+  // The weights do not depend on earlier kernels: the first stages are in flight before the wait for the
+  // kernel that wrote x (programmatic dependent launch; a no-op without it).
 #pragma unroll
   for (int s = 0; s < S - 1; ++s) {
     if (s < iters) issue(s);
     copy_async_commit();
   }
+  pdl_wait();
 
   // One accumulator per tile and activation part: independent MMA chains.
   float acc[TILES][SPLITS][4];
@@ -329,7 +334,7 @@ void launch_mma_kernel(const Params& p, unsigned blocks) {
                                 cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) == cudaSuccess;
   }();
   if (!configured) fail("gemv: cannot configure ", bytes, " bytes of shared memory");
-  gemv_mma_kernel<TILES, U, S, SPLITS, SWIGLU><<<blocks, kThreads, bytes, stream()>>>(p);
+  launch_pdl(gemv_mma_kernel<TILES, U, S, SPLITS, SWIGLU>, blocks, kThreads, bytes, p);
 }
 
 // The kernel shapes that are compiled (see gemv_configs).
