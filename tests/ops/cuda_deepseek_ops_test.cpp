@@ -62,10 +62,15 @@ class CudaDeepseekOpsTest : public ::testing::Test {
 // image into a float32 and a bf16 GPU cache; then compares attention_mla for the plan's query tokens.
 void check_mla(CudaDeepseekOpsTest* test, int64_t H, int64_t R, int64_t P,
                const std::vector<std::pair<int32_t, int32_t>>& seqs, double tol) {
-  const int32_t bs = 16, blocks = 450;
+  const int32_t bs = 16;
   const int64_t width = R + P;
   std::vector<std::pair<int32_t, int32_t>> full;
-  for (auto [cached, fresh] : seqs) full.push_back({0, cached + fresh});
+  int32_t blocks = 1;
+  for (auto [cached, fresh] : seqs) {
+    full.push_back({0, cached + fresh});
+    blocks += (cached + fresh + bs - 1) / bs;
+  }
+  blocks = std::max(blocks, 450);
   const BatchPlan fill = make_plan(full, bs, blocks);
   const BatchPlan plan = make_plan(seqs, bs, blocks);
   KvCache cpu_cache({KvLayerSpec{KvKind::kFullHistory, width}}, blocks, bs);
@@ -102,6 +107,20 @@ TEST_F(CudaDeepseekOpsTest, MlaDecodeMatchesCpu) {
   check_mla(this, 16, 512, 64, {{2999, 1}}, 1e-5);  // batch 1, long context: many splits
   check_mla(this, 4, 32, 8, decode, 1e-5);          // the tiny models' shape
   check_mla(this, 3, 100, 12, {{5, 1}, {200, 1}}, 1e-5);
+}
+
+TEST_F(CudaDeepseekOpsTest, MlaDecodeTensorCoreEdgesMatchCpu) {
+  // The tensor-core kernel's edges (bf16 cache, R 512, P 64; the float32 cache runs the CUDA-core kernel):
+  // contexts around its 64-row tile, a context of 1, mixed lengths in one batch (empty splits), a partial
+  // head group (H 24), many splits (T 1, long context) and T = 257 (no split, next_pow2 512).
+  const std::vector<std::pair<int32_t, int32_t>> edges = {{0, 1},   {1, 1},   {62, 1},  {63, 1},  {64, 1},
+                                                          {126, 1}, {128, 1}, {199, 1}, {4000, 1}};
+  for (int64_t H : {16, 24, 128}) check_mla(this, H, 512, 64, edges, 1e-5);
+  check_mla(this, 128, 512, 64, {{4096, 1}}, 1e-5);
+  check_mla(this, 16, 512, 64, {{64, 1}}, 1e-5);
+  std::vector<std::pair<int32_t, int32_t>> many;
+  for (int32_t i = 0; i < 257; ++i) many.push_back({(i * 37) % 300, 1});
+  check_mla(this, 16, 512, 64, many, 1e-5);
 }
 
 TEST_F(CudaDeepseekOpsTest, MlaPrefillAndChunkedMatchCpu) {
@@ -344,8 +363,15 @@ TEST_F(CudaDeepseekOpsTest, DISABLED_BenchMlaDecode) {
       time_calls([&] { cuda::copy_device_to_device(dst.raw(), src.raw(), copy_bytes); }, 10);
   const double copy_gbs = 2.0 * copy_bytes / copy_s / 1e9;
   std::printf("device copy: %.0f GB/s (read + write)\n", copy_gbs);
-  for (auto [batch, ctx, H] :
-       {std::tuple<int32_t, int32_t, int64_t>{64, 4096, 16}, {64, 4096, 128}, {1, 4096, 16}, {1, 192, 16}}) {
+  for (auto [batch, ctx, H] : {std::tuple<int32_t, int32_t, int64_t>{64, 4096, 16},
+                               {64, 4096, 128},
+                               {1, 4096, 16},
+                               {1, 4096, 128},
+                               {1, 192, 16},
+                               {1, 256, 16},
+                               {64, 256, 16},
+                               {256, 256, 16},
+                               {256, 256, 128}}) {
     const int64_t R = 512, P = 64;
     const int32_t bs = 64, blocks = batch * ((ctx + bs - 1) / bs) + 1;
     std::vector<std::pair<int32_t, int32_t>> seqs(batch, {ctx - 1, 1});

@@ -2,6 +2,7 @@
 // head_matmul. Host-side checks and split choice, then the kernels of mla_kernels.cu /
 // head_matmul_kernels.cu.
 #include <algorithm>
+#include <cstdint>
 
 #include "backend/cuda/attention_kernels.h"
 #include "backend/cuda/cuda_backend.h"
@@ -48,14 +49,18 @@ Tensor CudaBackend::attention_mla(const Tensor& q_lat, const Tensor& q_pe, const
   // exactly as the graph of its bucket does (same sums, same tokens).
   int64_t max_ctx = std::max<int64_t>({1, dp.max_context, context_bound_});
   for (int32_t pos : plan.positions) max_ctx = std::max<int64_t>(max_ctx, static_cast<int64_t>(pos) + 1);
-  const cuda::MlaSplit split = cuda::mla_choose_split(T, H, R, cuda::attention_max_context_bucket(max_ctx));
+  const bool bf16 = storage.dtype() == DType::BF16;
+  const bool tensor_cores = cuda::mla_tc_supported(R, P, bf16, reinterpret_cast<uintptr_t>(storage.raw()),
+                                                   reinterpret_cast<uintptr_t>(q_lat.raw()),
+                                                   reinterpret_cast<uintptr_t>(q_pe.raw()));
+  const cuda::MlaSplit split =
+      cuda::mla_choose_split(T, H, R, cuda::attention_max_context_bucket(max_ctx), tensor_cores);
   const size_t ws_floats = cuda::mla_workspace_floats(T, H, R, split);
   Tensor workspace;
   if (ws_floats) workspace = Tensor::empty_on(Device::kCuda, DType::F32, {static_cast<int64_t>(ws_floats)});
   cuda::launch_attention_mla(dev_f32(q_lat, "attention_mla", "q_lat"), dev_f32(q_pe, "attention_mla", "q_pe"),
-                             storage.raw(), storage.dtype() == DType::BF16, cache.width(layer), view,
-                             out.data<float>(), ws_floats ? workspace.data<float>() : nullptr, T, H, R, P,
-                             scale, split);
+                             storage.raw(), bf16, cache.width(layer), view, out.data<float>(),
+                             ws_floats ? workspace.data<float>() : nullptr, T, H, R, P, scale, split);
   if (lone_call) step_.clear_host();
   return out;
 }

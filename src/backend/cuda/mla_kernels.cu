@@ -24,6 +24,8 @@ constexpr int kMaxAcc = 32;  // latent outputs each thread accumulates
 constexpr int kMaxGroupHeads = 16;
 constexpr int64_t kMinChunk = 64;       // fewest positions a split handles
 constexpr int64_t kTargetBlocks = 528;  // 4 per SM of an H100 / H200
+// Tensor-core kernel (mla_tc_kernels.cu): blocks of 16 heads, one resident per SM, tiles of 64 rows.
+constexpr int64_t kTcHeads = 16, kTcTile = 64, kTcSlots = 132;  // 132 SMs: H100 SXM / H200
 
 __device__ __forceinline__ float load_elem(const float* p) {
   return *p;
@@ -268,11 +270,33 @@ void launch_typed(const MlaParams& p, const Elem* cache, int64_t T, int groups) 
 
 }  // namespace
 
-MlaSplit mla_choose_split(int64_t T, int64_t H, int64_t R, int64_t max_ctx) {
+MlaSplit mla_choose_split(int64_t T, int64_t H, int64_t R, int64_t max_ctx, bool tensor_cores) {
   MlaSplit s;
-  const int64_t HG = heads_per_group(H, R);
+  s.tensor_cores = tensor_cores;
+  max_ctx = std::max<int64_t>(1, max_ctx);
   // T rounded up to a power of two: a CUDA graph pads the batch to a bucket b with T <= b <= that power, so
   // eager and replayed steps choose the same splits (and sum in the same order).
+  if (tensor_cores) {
+    // Cost in tile times of one SM: waves of resident blocks x (tiles per block + ~1 for the queries and
+    // the epilogue), plus for a split launch the combine (a launch, and the partial states written and read
+    // back: ~0.9 tile of bytes per block, spread over the SMs).
+    const int64_t blocks = next_pow2(T) * ((H + kTcHeads - 1) / kTcHeads);
+    const int64_t tiles = (max_ctx + kTcTile - 1) / kTcTile;
+    int64_t best_tiles = tiles;
+    double best_cost = 0.0;
+    for (int64_t sp = 1; sp <= std::min<int64_t>(tiles, 4096); ++sp) {
+      const int64_t per = (tiles + sp - 1) / sp;
+      if (sp > 1 && (tiles + per - 1) / per < sp) continue;  // the same chunk as a smaller split count
+      const int64_t waves = (blocks * sp + kTcSlots - 1) / kTcSlots;
+      double cost = static_cast<double>(waves * (per + 1));
+      if (sp > 1) cost += 1.0 + 0.9 * static_cast<double>(blocks * sp) / kTcSlots;
+      if (sp == 1 || cost < best_cost) best_cost = cost, best_tiles = per;
+    }
+    s.chunk = best_tiles * kTcTile;
+    s.splits = static_cast<int>((max_ctx + s.chunk - 1) / s.chunk);
+    return s;
+  }
+  const int64_t HG = heads_per_group(H, R);
   const int64_t blocks = std::max<int64_t>(1, next_pow2(T) * ((H + HG - 1) / HG));
   int64_t splits = 1;
   if (blocks < kTargetBlocks) {
@@ -324,11 +348,12 @@ void launch_attention_mla(const float* q_lat, const float* q_pe, const void* cac
   DSI_CHECK(smem_bytes(p.HG, p.D) <= 200 * 1024, "attention_mla: rows of ", p.D,
             " values need too much shared memory");
   const int groups = static_cast<int>((H + p.HG - 1) / p.HG);
-  if (mla_tc_supported(R, P, cache_bf16, reinterpret_cast<uintptr_t>(cache),
-                       reinterpret_cast<uintptr_t>(q_lat), reinterpret_cast<uintptr_t>(q_pe)) &&
-      launch_attention_mla_tc(q_lat, q_pe, static_cast<const uint16_t*>(cache), plan, out, p.ws_acc, p.ws_ml,
-                              T, H, scale, split)) {
-    // done on tensor cores
+  if (split.tensor_cores) {
+    DSI_CHECK(mla_tc_supported(R, P, cache_bf16, reinterpret_cast<uintptr_t>(cache),
+                               reinterpret_cast<uintptr_t>(q_lat), reinterpret_cast<uintptr_t>(q_pe)),
+              "attention_mla: a tensor-core split for a launch the tensor-core kernel does not take");
+    launch_attention_mla_tc(q_lat, q_pe, static_cast<const uint16_t*>(cache), plan, out, p.ws_acc, p.ws_ml, T,
+                            H, scale, split);
   } else if (cache_bf16) {
     launch_typed(p, static_cast<const uint16_t*>(cache), T, groups);
   } else {

@@ -20,11 +20,14 @@ struct MlaPlanView {
 struct MlaSplit {
   int splits = 1;
   int64_t chunk = 0;
+  bool tensor_cores = false;  // run the tensor-core kernel (chunk a multiple of its 64-row tile)
 };
 
-// A split for T query tokens whose longest context is max_ctx, H heads of latent width R: enough blocks to
-// fill the GPU, chunks of at least 64 positions.
-MlaSplit mla_choose_split(int64_t T, int64_t H, int64_t R, int64_t max_ctx);
+// A split for T query tokens whose longest context is max_ctx, H heads of latent width R. CUDA cores: enough
+// blocks to fill the GPU, chunks of at least 64 positions. Tensor cores (one resident block per SM): the
+// split count that minimises waves x tiles per block plus the combine pass, chunks of whole 64-row tiles.
+// Depends only on (next_pow2(T), H, R, max_ctx, tensor_cores), so a CUDA graph serves its whole bucket.
+MlaSplit mla_choose_split(int64_t T, int64_t H, int64_t R, int64_t max_ctx, bool tensor_cores);
 
 // Floats of the workspace a split launch needs (0 when splits == 1).
 size_t mla_workspace_floats(int64_t T, int64_t H, int64_t R, const MlaSplit& split);
@@ -37,14 +40,13 @@ void launch_attention_mla(const float* q_lat, const float* q_pe, const void* cac
                           int64_t width, const MlaPlanView& plan, float* out, float* workspace, int64_t T,
                           int64_t H, int64_t R, int64_t P, float scale, const MlaSplit& split);
 
-// The tensor-core kernel launch_attention_mla picks where it applies (mla_tc_kernels.cu): a bf16 cache of
-// the DeepSeek-V2/V3 shape (R = 512, P = 64), cache and queries at 16-byte aligned addresses. It writes `out`
-// directly when split.splits == 1, else the partial states ws_acc [T, splits, H, R] and ws_ml [T, splits, H,
-// 2].
+// The tensor-core kernel (mla_tc_kernels.cu), which launch_attention_mla runs when split.tensor_cores: a bf16
+// cache of the DeepSeek-V2/V3 shape (R = 512, P = 64), cache and queries at 16-byte aligned addresses, and a
+// GPU with the shared memory it needs (Hopper; not an A100). It writes `out` directly when split.splits == 1,
+// else the partial states ws_acc [T, splits, H, R] and ws_ml [T, splits, H, 2].
 bool mla_tc_supported(int64_t R, int64_t P, bool cache_bf16, uintptr_t cache, uintptr_t q_lat,
                       uintptr_t q_pe);
-// Returns false (launching nothing) where the GPU lacks the shared memory the kernel needs.
-bool launch_attention_mla_tc(const float* q_lat, const float* q_pe, const uint16_t* cache,
+void launch_attention_mla_tc(const float* q_lat, const float* q_pe, const uint16_t* cache,
                              const MlaPlanView& plan, float* out, float* ws_acc, float* ws_ml, int64_t T,
                              int64_t H, float scale, const MlaSplit& split);
 
