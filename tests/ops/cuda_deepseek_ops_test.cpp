@@ -134,11 +134,22 @@ TEST_F(CudaDeepseekOpsTest, MlaPrefillAndChunkedMatchCpu) {
 
 TEST_F(CudaDeepseekOpsTest, HeadMatmulMatchesCpuBothModes) {
   CudaBackend gpu;
+  // V2-Lite's W_UK ([16, 128] -> [16, 512]) and W_UV ([16, 512] -> [16, 128]) shapes at T 1, 3 (GEMV), 64,
+  // 257 (tensor cores, with a token tail), and odd shapes on the general kernels.
   for (auto [T, H, A, B] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{1, 16, 128, 512},
+                            {1, 16, 512, 128},
+                            {3, 16, 128, 512},
+                            {3, 16, 512, 128},
                             {5, 16, 512, 128},
+                            {64, 16, 128, 512},
+                            {64, 16, 512, 128},
+                            {257, 16, 128, 512},
+                            {257, 16, 512, 128},
                             {33, 128, 128, 512},
+                            {20, 3, 64, 96},
                             {300, 4, 16, 32},
-                            {7, 3, 50, 70}}) {
+                            {7, 3, 50, 70},
+                            {40, 3, 50, 70}}) {
     const Tensor x = random_bf16_values({T, H, A});
     for (bool transpose : {false, true}) {
       const Tensor w = random_bf16_values(transpose ? Shape{H, A, B} : Shape{H, B, A});
@@ -152,6 +163,31 @@ TEST_F(CudaDeepseekOpsTest, HeadMatmulMatchesCpuBothModes) {
   EXPECT_THROW(gpu.head_matmul(cuda::to_device(random_bf16_values({2, 3, 4})),
                                gpu.prepare_weight(random_bf16_values({3, 5, 6})), false),
                Error);
+}
+
+// Inputs that are not bf16 values (the tensor-core kernel splits them into three bf16 parts) and rows that
+// do not depend on the batch within a next_pow2 bucket (5 and 8 tokens: GEMV; 17 and 32: tensor cores).
+TEST_F(CudaDeepseekOpsTest, HeadMatmulFp32InputsAndBatchInvariance) {
+  CudaBackend gpu;
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  for (auto [H, A, B] : {std::tuple<int64_t, int64_t, int64_t>{16, 128, 512}, {16, 512, 128}}) {
+    Tensor x = Tensor::empty(DType::F32, {32, H, A});
+    for (int64_t i = 0; i < x.numel(); ++i) x.f32()[i] = d(rng);
+    for (bool transpose : {false, true}) {
+      const Tensor w = gpu.prepare_weight(random_bf16_values(transpose ? Shape{H, A, B} : Shape{H, B, A}));
+      const Tensor hw = gpu.to_host(w);
+      for (auto [small, large] : {std::pair<int64_t, int64_t>{5, 8}, {17, 32}}) {
+        const Tensor xs = x.rows(0, small), xl = x.rows(0, large);
+        const Tensor ref = cpu.head_matmul(xl, hw, transpose);
+        const Tensor ol = gpu.to_host(gpu.head_matmul(cuda::to_device(xl), w, transpose));
+        const Tensor os = gpu.to_host(gpu.head_matmul(cuda::to_device(xs), w, transpose));
+        EXPECT_LT(rel_err(ol, ref), 3e-6) << "T " << large << " A " << A << " transpose " << transpose;
+        int64_t differ = 0;
+        for (int64_t i = 0; i < os.numel(); ++i) differ += os.f32()[i] != ol.f32()[i];
+        EXPECT_EQ(differ, 0) << "T " << small << " vs " << large << " A " << A << " transpose " << transpose;
+      }
+    }
+  }
 }
 
 // ---- routing ----
@@ -256,6 +292,17 @@ TEST_F(CudaDeepseekOpsTest, MoeRouteMatchesCpu) {
     for (int64_t i = 0; i < T * c.K; ++i) mismatches += hids.data<int32_t>()[i] != ref_ids.data<int32_t>()[i];
     EXPECT_EQ(mismatches, 0) << c.scoring << "/" << c.method << " E=" << E;
     EXPECT_LT(rel_err(hw, ref_w), 1e-5) << c.scoring << "/" << c.method << " E=" << E;
+    // Smaller batches (tails of the 8-token logits tiles and 4-token selection blocks) give the same rows.
+    for (int64_t Ts : {1, 3, 64, 257}) {
+      Tensor ids_s, w_s;
+      gpu.moe_route(cuda::to_device(x.rows(0, Ts)), gpu.prepare_weight(router),
+                    bias ? gpu.prepare_weight_f32(bias) : Tensor(), p, &ids_s, &w_s);
+      const Tensor hids_s = cuda::to_host(ids_s), hw_s = gpu.to_host(w_s);
+      int64_t differ = 0;
+      for (int64_t i = 0; i < Ts * c.K; ++i)
+        differ += hids_s.data<int32_t>()[i] != ref_ids.data<int32_t>()[i] || hw_s.f32()[i] != hw.f32()[i];
+      EXPECT_EQ(differ, 0) << c.scoring << "/" << c.method << " E=" << E << " T=" << Ts;
+    }
     // The planted tie is taken in index order whenever both experts are chosen.
     for (int64_t t = 0; t < T; ++t) {
       const int32_t* row = hids.data<int32_t>() + t * c.K;
@@ -292,8 +339,10 @@ ExpertSet make_experts(CudaDeepseekOpsTest* test, CudaBackend& gpu, int64_t E, i
 TEST_F(CudaDeepseekOpsTest, MoeExpertsMatchCpuWithSkewedRouting) {
   CudaBackend gpu(CudaBackendOptions{true});  // tensor-core tiles keep ~16 bits of each activation
   CudaBackend plain;                          // tensor-core tiles round activations to bf16 (the default)
-  for (auto [E, H, I, K] :
-       {std::tuple<int64_t, int64_t, int64_t, int64_t>{64, 256, 96, 6}, {8, 64, 32, 3}, {5, 60, 36, 2}}) {
+  for (auto [E, H, I, K] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{64, 256, 96, 6},
+                            {8, 64, 32, 3},
+                            {5, 60, 36, 2},
+                            {4, 62, 20, 2}}) {
     ExpertSet experts = make_experts(this, gpu, E, H, I);
     std::vector<MlpWeights> stacked = experts.gpu;
     gpu.prepare_experts(stacked);
@@ -398,27 +447,51 @@ TEST_F(CudaDeepseekOpsTest, DISABLED_BenchMlaDecode) {
   }
 }
 
-// The DeepSeek-V2-Lite decode shapes of the other ops at batch 1 (latency per call).
+// The DeepSeek-V2-Lite decode shapes of the other ops (latency per call) at batch 1, 64 and 256, and the
+// V3 router (256 experts, 8 groups, top 8, sigmoid noaux_tc, hidden 7168).
 TEST_F(CudaDeepseekOpsTest, DISABLED_BenchDecodeOps) {
   CudaBackend gpu;
-  const int64_t H = 2048, E = 64, heads = 16, nope = 128, v = 128, R = 512;
-  const Tensor x = cuda::to_device(random_bf16_values({1, H}));
-  const Tensor router = device_bf16_filled(this, {E, H});
-  RoutingParams p;
-  p.scoring = "softmax";
-  p.method = "greedy";
-  p.top_k = 6;
-  Tensor ids, w;
-  double s = time_calls([&] { gpu.moe_route(x, router, Tensor(), p, &ids, &w); }, 50);
-  std::printf("moe_route T 1, 64 experts, hidden 2048: %.1f us\n", s * 1e6);
-  const Tensor q_nope = cuda::to_device(random_bf16_values({1, heads, nope}));
+  const int64_t heads = 16, nope = 128, v = 128, R = 512;
+  struct RouterShape {
+    const char* name;
+    int64_t H, E, K, groups, topk_group;
+    const char *scoring, *method;
+  };
+  for (const RouterShape& r :
+       {RouterShape{"V2-Lite softmax greedy", 2048, 64, 6, 1, 1, "softmax", "greedy"},
+        RouterShape{"V3 sigmoid noaux_tc", 7168, 256, 8, 8, 4, "sigmoid", "noaux_tc"}}) {
+    const Tensor router = device_bf16_filled(this, {r.E, r.H});
+    Tensor bias_host = Tensor::empty(DType::F32, {r.E});
+    for (int64_t e = 0; e < r.E; ++e) bias_host.f32()[e] = 0.01f * static_cast<float>(e % 7);
+    const Tensor bias = std::string(r.method) == "noaux_tc" ? gpu.prepare_weight_f32(bias_host) : Tensor();
+    RoutingParams p;
+    p.scoring = r.scoring;
+    p.method = r.method;
+    p.top_k = r.K;
+    p.n_group = r.groups;
+    p.topk_group = r.topk_group;
+    p.norm_topk_prob = true;
+    for (int64_t T : {1, 64, 256}) {
+      const Tensor x = cuda::to_device(random_bf16_values({T, r.H}));
+      Tensor ids, w;
+      const double s = time_calls([&] { gpu.moe_route(x, router, bias, p, &ids, &w); }, 50);
+      std::printf("moe_route %s T %lld, %lld experts, hidden %lld: %.1f us\n", r.name,
+                  static_cast<long long>(T), static_cast<long long>(r.E), static_cast<long long>(r.H),
+                  s * 1e6);
+    }
+  }
   const Tensor w_uk = device_bf16_filled(this, {heads, nope, R});
-  s = time_calls([&] { gpu.head_matmul(q_nope, w_uk, true); }, 50);
-  std::printf("head_matmul T 1 [16, 128] -> [16, 512] (w^T x): %.1f us\n", s * 1e6);
-  const Tensor o_lat = cuda::to_device(random_bf16_values({1, heads, R}));
   const Tensor w_uv = device_bf16_filled(this, {heads, v, R});
-  s = time_calls([&] { gpu.head_matmul(o_lat, w_uv, false); }, 50);
-  std::printf("head_matmul T 1 [16, 512] -> [16, 128] (w x): %.1f us\n", s * 1e6);
+  for (int64_t T : {1, 64, 256}) {
+    const Tensor q_nope = cuda::to_device(random_bf16_values({T, heads, nope}));
+    double s = time_calls([&] { gpu.head_matmul(q_nope, w_uk, true); }, 50);
+    std::printf("head_matmul T %lld [16, 128] -> [16, 512] (w^T x): %.1f us, %.2f TFLOP/s\n",
+                static_cast<long long>(T), s * 1e6, 2.0 * T * heads * nope * R / s / 1e12);
+    const Tensor o_lat = cuda::to_device(random_bf16_values({T, heads, R}));
+    s = time_calls([&] { gpu.head_matmul(o_lat, w_uv, false); }, 50);
+    std::printf("head_matmul T %lld [16, 512] -> [16, 128] (w x): %.1f us, %.2f TFLOP/s\n",
+                static_cast<long long>(T), s * 1e6, 2.0 * T * heads * v * R / s / 1e12);
+  }
 }
 
 TEST_F(CudaDeepseekOpsTest, DISABLED_BenchGroupedExperts) {

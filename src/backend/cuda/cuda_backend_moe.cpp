@@ -137,9 +137,10 @@ void CudaBackend::moe_route(const Tensor& x, const Tensor& router, const Tensor&
   rp.routed_scaling_factor = p.routed_scaling_factor;
   *ids = Tensor::empty_on(Device::kCuda, DType::I32, {T, K});
   *weights = Tensor::empty_on(Device::kCuda, DType::F32, {T, K});
+  Tensor logits = Tensor::empty_on(Device::kCuda, DType::F32, {T, E});  // [T, E] scratch
   cuda::launch_moe_route(dev_f32(x, "moe_route", "x"), dev_bf16(router, "moe_route", "the router"),
                          bias ? dev_f32(bias, "moe_route", "the bias (prepare_weight_f32)") : nullptr,
-                         ids->data<int32_t>(), weights->data<float>(), T, H, E, rp);
+                         logits.data<float>(), ids->data<int32_t>(), weights->data<float>(), T, H, E, rp);
 }
 
 Tensor CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,

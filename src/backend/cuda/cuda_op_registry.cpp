@@ -59,7 +59,7 @@ const std::vector<CudaOpSupport>& cuda_op_support() {
        {},
        {},
        ""},
-      {"head_matmul", {"launch_head_matmul"}, {}, {}, ""},
+      {"head_matmul", {"launch_head_matmul", "launch_head_matmul_mma"}, {}, {}, ""},
       {"moe_route", {"launch_moe_route"}, {}, {}, ""},
       {"moe_experts",
        {"launch_moe_permute", "launch_moe_gate_up", "launch_moe_down", "launch_moe_gate_up_mma",

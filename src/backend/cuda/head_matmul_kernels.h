@@ -10,4 +10,10 @@ namespace dsinfer::cuda {
 void launch_head_matmul(const float* x, const uint16_t* w, float* y, int64_t T, int64_t H, int64_t A,
                         int64_t B, bool transpose_w);
 
+// The same on tensor cores (mma.sync bf16, x split into three bf16 parts: ~fp32 products), for any T.
+// head_matmul_mma_supported: A % 64 == 0, B % 32 == 0, x 8-byte and w 16-byte aligned.
+bool head_matmul_mma_supported(const float* x, const uint16_t* w, int64_t A, int64_t B);
+void launch_head_matmul_mma(const float* x, const uint16_t* w, float* y, int64_t T, int64_t H, int64_t A,
+                            int64_t B, bool transpose_w);
+
 }  // namespace dsinfer::cuda

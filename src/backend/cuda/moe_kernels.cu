@@ -1,9 +1,7 @@
-// DeepSeekMoE kernels. Routing: one block per token computes the router logits (one warp per expert, the
-// same summation order for every expert, so equal router rows tie exactly), then warp 0 scores, masks
-// groups and picks the top k by repeated arg-max (ties: lower index). Experts: a one-block permutation
-// builds per-expert row offsets and tile offsets on the device; the grouped kernels launch an upper bound
-// of tiles and each block finds its expert by binary search over the tile offsets (blocks past the last
-// tile exit), so no expert count ever reaches the host.
+// DeepSeekMoE expert kernels (routing is in moe_route_kernels.cu): a one-block permutation builds
+// per-expert row offsets and tile offsets on the device; the grouped kernels launch an upper bound of tiles
+// and each block finds its expert by binary search over the tile offsets (blocks past the last tile exit),
+// so no expert count ever reaches the host; the combine kernel un-permutes with the routing weights.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -18,10 +16,10 @@ namespace dsinfer::cuda {
 
 namespace {
 
-constexpr int kRouteThreads = 256;
-constexpr int kRouteBatch = 8;  // experts a warp scores at once
 constexpr int kPermuteThreads = 1024;
 constexpr int kRowsThreads = 256;
+constexpr int kCombineThreads = 128;
+constexpr int kCombineBatch = 8;  // slots whose rows a combine thread loads at once
 // Weight rows each warp streams: fewer for tall tiles, whose accumulators take more registers.
 template <int TM>
 __host__ __device__ constexpr int cols_per_warp() {
@@ -36,179 +34,9 @@ __device__ __forceinline__ float bf16f(uint16_t bits) {
   return __uint_as_float(static_cast<uint32_t>(bits) << 16);
 }
 
-__device__ __forceinline__ bool better(float v1, int i1, float v2, int i2) {
-  return v1 > v2 || (v1 == v2 && i1 < i2);
-}
-
-// Index of the largest vals[i], i < n, not taken (ties: lower index), on every lane of the warp; -1 if none.
-__device__ int warp_argmax(const float* vals, const unsigned char* taken, int n) {
-  const int lane = threadIdx.x % 32;
-  float bv = 0.0f;
-  int bi = -1;
-  for (int i = lane; i < n; i += 32) {
-    if (!taken[i] && (bi < 0 || better(vals[i], i, bv, bi))) {
-      bv = vals[i];
-      bi = i;
-    }
-  }
-  for (int o = 16; o > 0; o /= 2) {
-    const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-    const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-    if (oi >= 0 && (bi < 0 || better(ov, oi, bv, bi))) {
-      bv = ov;
-      bi = oi;
-    }
-  }
-  return bi;
-}
-
-__device__ float warp_max(float v) {
-  for (int o = 16; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-
 __device__ float warp_sum(float v) {
   for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
-}
-
-__global__ void __launch_bounds__(kRouteThreads)
-    moe_route_kernel(const float* x, const uint16_t* router, const float* bias, int32_t* ids, float* wout,
-                     int H, int E, MoeRouteParams p, bool vec) {
-  extern __shared__ float smem[];
-  const int G = p.n_group > 0 ? p.n_group : 1, K = p.top_k;
-  float* xs = smem;                                                     // [H]
-  float* score = xs + H;                                                // [E] logits, then scores
-  float* sel = score + E;                                               // [E] selection values
-  float* gscore = sel + E;                                              // [G]
-  int* chosen = reinterpret_cast<int*>(gscore + G);                     // [K]
-  unsigned char* taken = reinterpret_cast<unsigned char*>(chosen + K);  // [max(E, G)]
-  const int64_t t = blockIdx.x;
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-#pragma unroll 4
-  for (int i = tid; i < H; i += kRouteThreads) xs[i] = x[t * H + i];
-  __syncthreads();
-  if (vec) {
-    // Each warp takes kRouteBatch experts at a time (their weight loads in flight together), each lane 8
-    // inputs per step: every expert's dot product is summed in the same order.
-    for (int e0 = warp * kRouteBatch; e0 < E; e0 += kRouteThreads / 32 * kRouteBatch) {
-      float dot[kRouteBatch];
-#pragma unroll
-      for (int j = 0; j < kRouteBatch; ++j) dot[j] = 0.0f;
-      for (int kk = lane * 8; kk < H; kk += 256) {
-        const float4 x0 = *reinterpret_cast<const float4*>(xs + kk);
-        const float4 x1 = *reinterpret_cast<const float4*>(xs + kk + 4);
-        const float xv[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
-#pragma unroll
-        for (int j = 0; j < kRouteBatch; ++j) {
-          if (e0 + j < E) {
-            const uint4 v = *reinterpret_cast<const uint4*>(router + static_cast<int64_t>(e0 + j) * H + kk);
-            const uint32_t b[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-              dot[j] += xv[2 * i] * __uint_as_float(b[i] << 16);
-              dot[j] += xv[2 * i + 1] * __uint_as_float(b[i] & 0xffff0000u);
-            }
-          }
-        }
-      }
-#pragma unroll
-      for (int j = 0; j < kRouteBatch; ++j) {
-        const float d = warp_sum(dot[j]);
-        if (lane == 0 && e0 + j < E) score[e0 + j] = d;
-      }
-    }
-  } else {
-    for (int e = warp; e < E; e += kRouteThreads / 32) {
-      const uint16_t* w = router + static_cast<int64_t>(e) * H;
-      float dot = 0.0f;
-      for (int i = lane; i < H; i += 32) dot += xs[i] * bf16f(w[i]);
-      dot = warp_sum(dot);
-      if (lane == 0) score[e] = dot;
-    }
-  }
-  __syncthreads();
-  if (warp != 0) return;
-
-  if (p.scoring == MoeScoring::kSoftmax) {
-    float mx = -INFINITY;
-    for (int e = lane; e < E; e += 32) mx = fmaxf(mx, score[e]);
-    mx = warp_max(mx);
-    float sum = 0.0f;
-    for (int e = lane; e < E; e += 32) sum += (score[e] = expf(score[e] - mx));
-    sum = warp_sum(sum);
-    for (int e = lane; e < E; e += 32) score[e] /= sum;
-  } else if (p.scoring == MoeScoring::kSigmoid) {
-    for (int e = lane; e < E; e += 32) score[e] = 1.0f / (1.0f + expf(-score[e]));
-  } else {
-    for (int e = lane; e < E; e += 32) {
-      const float s = score[e];
-      score[e] = sqrtf(s > 20.0f ? s : log1pf(expf(s)));
-    }
-  }
-  for (int e = lane; e < E; e += 32) {
-    sel[e] = score[e] + (p.method == MoeTopk::kNoauxTc && bias ? bias[e] : 0.0f);
-    taken[e] = 0;
-  }
-  __syncwarp();
-
-  if (p.method != MoeTopk::kGreedy) {
-    const int per = E / G;
-    for (int g = lane; g < G; g += 32) {
-      const float* grp = sel + g * per;
-      float m1 = -INFINITY, m2 = -INFINITY;
-      int i1 = -1;
-      for (int i = 0; i < per; ++i)
-        if (i1 < 0 || grp[i] > m1) {
-          m1 = grp[i];
-          i1 = i;
-        }
-      if (p.method == MoeTopk::kNoauxTc && per >= 2) {
-        int i2 = -1;
-        for (int i = 0; i < per; ++i)
-          if (i != i1 && (i2 < 0 || grp[i] > m2)) {
-            m2 = grp[i];
-            i2 = i;
-          }
-        gscore[g] = m1 + m2;
-      } else {
-        gscore[g] = m1;
-      }
-    }
-    __syncwarp();
-    for (int r = 0; r < p.topk_group && r < G; ++r) {
-      const int gi = warp_argmax(gscore, taken, G);
-      if (lane == 0 && gi >= 0) taken[gi] = 1;
-      __syncwarp();
-    }
-    for (int e = lane; e < E; e += 32) {
-      const int g = e / per;
-      if (!(g < G && taken[g])) sel[e] = 0.0f;
-    }
-    __syncwarp();
-    for (int e = lane; e < E; e += 32) taken[e] = 0;
-    __syncwarp();
-  }
-
-  for (int k = 0; k < K; ++k) {
-    const int ei = warp_argmax(sel, taken, E);
-    if (lane == 0) {
-      chosen[k] = ei;
-      taken[ei] = 1;
-    }
-    __syncwarp();
-  }
-  if (lane == 0) {
-    float denom = 0.0f;
-    for (int k = 0; k < K; ++k) denom += score[chosen[k]];
-    const bool norm = p.norm_topk_prob && (K > 1 || p.scoring != MoeScoring::kSoftmax);
-    for (int k = 0; k < K; ++k) {
-      float w = score[chosen[k]];
-      if (norm) w /= (denom + 1e-20f);
-      ids[t * K + k] = chosen[k];
-      wout[t * K + k] = w * p.routed_scaling_factor;
-    }
-  }
 }
 
 __global__ void __launch_bounds__(kPermuteThreads)
@@ -380,16 +208,58 @@ __global__ void __launch_bounds__(kRowsThreads)
   }
 }
 
-__global__ void moe_combine_kernel(const float* y, const int32_t* pair_slot, const float* weights, float* out,
-                                   int k, int H) {
+// Block (token, slice of kCombineThreads * (kVec ? 4 : 1) outputs): the token's k slots and weights are
+// read once into shared memory, then each thread sums its outputs over j = 0..k-1 in order (the loads of 8
+// slots in flight at a time). kVec: float4 rows (H % 4 == 0, 16-byte aligned y and out).
+template <bool kVec>
+__global__ void __launch_bounds__(kCombineThreads)
+    moe_combine_kernel(const float* y, const int32_t* pair_slot, const float* weights, float* out, int k,
+                       int H) {
+  extern __shared__ int32_t slots[];                 // [k]
+  float* wts = reinterpret_cast<float*>(slots + k);  // [k]
   const int64_t t = blockIdx.x;
-  for (int h = threadIdx.x; h < H; h += blockDim.x) {
-    float o = 0.0f;
-    for (int j = 0; j < k; ++j) {
-      const int32_t slot = pair_slot[t * k + j];
-      if (slot >= 0) o += weights[t * k + j] * y[static_cast<int64_t>(slot) * H + h];
+  for (int j = threadIdx.x; j < k; j += kCombineThreads) {
+    slots[j] = pair_slot[t * k + j];
+    wts[j] = weights[t * k + j];
+  }
+  __syncthreads();
+  constexpr int kW = kVec ? 4 : 1;
+  const int h = (blockIdx.y * kCombineThreads + threadIdx.x) * kW;
+  if (h >= H) return;
+  float o[kW];
+#pragma unroll
+  for (int i = 0; i < kW; ++i) o[i] = 0.0f;
+  for (int j0 = 0; j0 < k; j0 += kCombineBatch) {
+    float v[kCombineBatch][kW];
+#pragma unroll
+    for (int j = 0; j < kCombineBatch; ++j) {
+      const int32_t slot = j0 + j < k ? slots[j0 + j] : -1;
+      const float* src = y + static_cast<int64_t>(slot) * H + h;
+      if (kVec) {
+        const float4 f = slot >= 0 ? *reinterpret_cast<const float4*>(src) : make_float4(0.f, 0.f, 0.f, 0.f);
+        v[j][0] = f.x;
+        v[j][kW > 1 ? 1 : 0] = f.y;
+        v[j][kW > 2 ? 2 : 0] = f.z;
+        v[j][kW > 3 ? 3 : 0] = f.w;
+      } else {
+        v[j][0] = slot >= 0 ? *src : 0.0f;
+      }
     }
-    out[t * H + h] = o;
+#pragma unroll
+    for (int j = 0; j < kCombineBatch; ++j) {
+      if (j0 + j < k && slots[j0 + j] >= 0) {
+        const float wj = wts[j0 + j];
+#pragma unroll
+        for (int i = 0; i < kW; ++i) o[i] += wj * v[j][i];
+      }
+    }
+  }
+  float* dst = out + t * H + h;
+  if (kVec) {
+    *reinterpret_cast<float4*>(dst) =
+        make_float4(o[0], o[kW > 1 ? 1 : 0], o[kW > 2 ? 2 : 0], o[kW > 3 ? 3 : 0]);
+  } else {
+    dst[0] = o[0];
   }
 }
 
@@ -440,23 +310,6 @@ void launch_rows(int tile_rows, const float* a, int topk, const int32_t* offsets
 
 }  // namespace
 
-void launch_moe_route(const float* x, const uint16_t* router, const float* bias, int32_t* ids, float* weights,
-                      int64_t T, int64_t H, int64_t E, const MoeRouteParams& p) {
-  DSI_CHECK(E > 0 && E <= kMaxRoutedExperts, "moe_route: ", E, " experts (the CUDA kernel takes 1 to ",
-            kMaxRoutedExperts, ")");
-  DSI_CHECK(p.top_k >= 1 && p.top_k <= E, "moe_route: top_k ", p.top_k, " for ", E, " experts");
-  DSI_CHECK(p.method == MoeTopk::kGreedy || (p.n_group >= 1 && p.n_group <= E && p.topk_group >= 1),
-            "moe_route: bad expert groups (n_group ", p.n_group, ", topk_group ", p.topk_group, ")");
-  if (T == 0) return;
-  const int64_t G = std::max(p.n_group, 1);
-  const size_t smem = static_cast<size_t>(H + 2 * E + G + p.top_k) * 4 + static_cast<size_t>(std::max(E, G));
-  DSI_CHECK(smem <= 48 * 1024, "moe_route: hidden size ", H, " too large for the routing kernel");
-  moe_route_kernel<<<static_cast<unsigned>(T), kRouteThreads, smem, stream()>>>(
-      x, router, bias, ids, weights, static_cast<int>(H), static_cast<int>(E), p,
-      H % 8 == 0 && reinterpret_cast<uintptr_t>(router) % 16 == 0);
-  check_launch("moe_route");
-}
-
 void launch_moe_permute(const int32_t* ids, int64_t pairs, int64_t E, int tile_rows, int32_t* offsets,
                         int32_t* tiles, int32_t* slot_pair, int32_t* pair_slot) {
   DSI_CHECK(E > 0 && E <= 4096, "moe_experts: ", E, " experts (the CUDA kernels take up to 4096)");
@@ -490,8 +343,19 @@ void launch_moe_down(int tile_rows, const float* act, const int32_t* offsets, co
 void launch_moe_combine(const float* y, const int32_t* pair_slot, const float* weights, float* out, int64_t T,
                         int64_t k, int64_t H) {
   if (T == 0 || H == 0) return;
-  moe_combine_kernel<<<static_cast<unsigned>(T), 256, 0, stream()>>>(
-      y, pair_slot, weights, out, static_cast<int>(k), static_cast<int>(H));
+  auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  const bool vec = H % 4 == 0 && aligned(y) && aligned(out);
+  const int64_t per_block = kCombineThreads * (vec ? 4 : 1);
+  const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>((H + per_block - 1) / per_block));
+  const size_t smem = static_cast<size_t>(k) * (sizeof(int32_t) + sizeof(float));
+  DSI_CHECK(smem <= 48 * 1024 && grid.y <= 65535, "moe_combine: top_k ", k, ", hidden ", H, " too large");
+  if (vec) {
+    moe_combine_kernel<true><<<grid, kCombineThreads, smem, stream()>>>(
+        y, pair_slot, weights, out, static_cast<int>(k), static_cast<int>(H));
+  } else {
+    moe_combine_kernel<false><<<grid, kCombineThreads, smem, stream()>>>(
+        y, pair_slot, weights, out, static_cast<int>(k), static_cast<int>(H));
+  }
   check_launch("moe_combine");
 }
 

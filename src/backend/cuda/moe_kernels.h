@@ -23,10 +23,10 @@ struct MoeRouteParams {
 // Largest expert count launch_moe_route takes.
 inline constexpr int64_t kMaxRoutedExperts = 1024;
 
-// ids [T, k] I32 and weights [T, k] F32 for x [T, H] f32, router [E, H] bf16, bias [E] f32 or null.
-// Ties go to the lower expert (and group) index, in the reference's order.
-void launch_moe_route(const float* x, const uint16_t* router, const float* bias, int32_t* ids, float* weights,
-                      int64_t T, int64_t H, int64_t E, const MoeRouteParams& p);
+// ids [T, k] I32 and weights [T, k] F32 for x [T, H] f32, router [E, H] bf16, bias [E] f32 or null;
+// logits [T, E] f32 is scratch. Ties go to the lower expert (and group) index, in the reference's order.
+void launch_moe_route(const float* x, const uint16_t* router, const float* bias, float* logits, int32_t* ids,
+                      float* weights, int64_t T, int64_t H, int64_t E, const MoeRouteParams& p);
 
 // Rows of one expert handled per tile by the tensor-core kernels (many rows per expert); the CUDA-core
 // kernels (few rows, weight streaming) take 1, 2, 4 or 8 (moe_rows_per_tile: the average rows of an
