@@ -341,6 +341,7 @@ TEST_F(CudaDeepseekOpsTest, MoeExpertsMatchCpuWithSkewedRouting) {
   CudaBackend plain;                          // tensor-core tiles round activations to bf16 (the default)
   for (auto [E, H, I, K] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{64, 256, 96, 6},
                             {8, 64, 32, 3},
+                            {6, 72, 40, 3},
                             {5, 60, 36, 2},
                             {4, 62, 20, 2}}) {
     ExpertSet experts = make_experts(this, gpu, E, H, I);
@@ -349,7 +350,9 @@ TEST_F(CudaDeepseekOpsTest, MoeExpertsMatchCpuWithSkewedRouting) {
     EXPECT_EQ(static_cast<const char*>(stacked[1].gate.weight.raw()) -
                   static_cast<const char*>(stacked[0].gate.weight.raw()),
               static_cast<int64_t>(2 * I * H * 2));
-    for (int64_t T : {1, 2, 4, 7, 64, 600}) {  // tiles of 1, 2, 4 and 8 rows and the tensor-core path
+    // Streaming tiles of 8, 16, 32 and 64 rows (72 x 40: feature and K tails), the 64-row tensor-core tiles
+    // (more rows per expert) and the CUDA-core tiles of 1, 2, 4 and 8 rows (H 60: not a multiple of 8).
+    for (int64_t T : {1, 3, 7, 64, 128, 200, 257, 600, 1366}) {
       // Skewed: slot 0 always takes expert E / 2 + 1 (the busy one); the rest come from the lower half, so
       // the upper experts but one stay empty.
       Tensor ids = Tensor::empty(DType::I32, {T, K});
@@ -376,6 +379,42 @@ TEST_F(CudaDeepseekOpsTest, MoeExpertsMatchCpuWithSkewedRouting) {
       EXPECT_LT(rel_err(plain.to_host(plain.moe_experts(dx, dids, dw, stacked)), ref), 1e-2)
           << "bf16 activations, E=" << E << " T=" << T;
     }
+  }
+}
+
+// A token's output does not depend on the other tokens of its batch as long as the batch stays in one
+// next_pow2 bucket (as a CUDA graph pads it): the rows a tile shares with others never change its sums.
+TEST_F(CudaDeepseekOpsTest, MoeExpertsRowsIndependentOfBatchInBucket) {
+  CudaBackend gpu(CudaBackendOptions{true});
+  const int64_t E = 64, H = 256, I = 96, K = 6, Tmax = 512;
+  ExpertSet experts = make_experts(this, gpu, E, H, I);
+  gpu.prepare_experts(experts.gpu);
+  const Tensor x = random_bf16_values({Tmax, H}), weights = random_bf16_values({Tmax, K});
+  Tensor ids = Tensor::empty(DType::I32, {Tmax, K});
+  std::uniform_int_distribution<int> pick(0, static_cast<int>(E) - 1);
+  for (int64_t t = 0; t < Tmax; ++t) {
+    std::set<int> used;
+    for (int64_t k = 0; k < K; ++k) {
+      int e;
+      do e = pick(rng);
+      while (!used.insert(e).second);
+      ids.data<int32_t>()[t * K + k] = e;
+    }
+  }
+  // The first T rows of x, ids and weights as device tensors.
+  auto head = [](const Tensor& t, int64_t T) {
+    Tensor h = Tensor::empty(t.dtype(), {T, t.dim(1)});
+    std::copy_n(static_cast<const char*>(t.raw()), h.nbytes(), static_cast<char*>(h.raw()));
+    return cuda::to_device(h);
+  };
+  auto run = [&](int64_t T) {
+    return gpu.to_host(gpu.moe_experts(head(x, T), head(ids, T), head(weights, T), experts.gpu));
+  };
+  for (auto [small, big] : {std::pair<int64_t, int64_t>{5, 8}, {33, 64}, {65, 128}, {129, 256}, {257, 512}}) {
+    const Tensor a = run(small), b = run(big);
+    int64_t differ = 0;
+    for (int64_t i = 0; i < a.numel(); ++i) differ += a.f32()[i] != b.f32()[i];
+    EXPECT_EQ(differ, 0) << "T " << small << " vs " << big;
   }
 }
 
@@ -506,7 +545,15 @@ TEST_F(CudaDeepseekOpsTest, DISABLED_BenchGroupedExperts) {
     experts[e].up.weight = gate_up.rows(2 * e * I + I, 2 * (e + 1) * I);
     experts[e].down.weight = down.rows(e * H, (e + 1) * H);
   }
-  for (int64_t T : {1, 8, 64, 1366}) {
+  // Device copy bandwidth (read + write) for reference.
+  const int64_t copy_bytes = int64_t{1} << 30;
+  Tensor src = Tensor::empty_on(Device::kCuda, DType::U8, {copy_bytes}),
+         dst = Tensor::empty_on(Device::kCuda, DType::U8, {copy_bytes});
+  const double copy_s =
+      time_calls([&] { cuda::copy_device_to_device(dst.raw(), src.raw(), copy_bytes); }, 10);
+  const double copy_gbs = 2.0 * copy_bytes / copy_s / 1e9;
+  std::printf("device copy: %.0f GB/s (read + write)\n", copy_gbs);
+  for (int64_t T : {1, 8, 64, 256, 1366}) {
     Tensor ids = Tensor::empty(DType::I32, {T, K});
     std::uniform_int_distribution<int> pick(0, static_cast<int>(E) - 1);
     for (int64_t t = 0; t < T; ++t) {
@@ -524,10 +571,11 @@ TEST_F(CudaDeepseekOpsTest, DISABLED_BenchGroupedExperts) {
     std::set<int32_t> active(ids.data<int32_t>(), ids.data<int32_t>() + T * K);
     const double flops = 6.0 * T * K * H * I, bytes = 3.0 * active.size() * H * I * 2;
     std::printf(
-        "moe_experts T %lld (%lld routed rows, %zu experts): %.1f us, %.1f TFLOP/s, weights %.0f GB/s\n",
+        "moe_experts T %lld (%lld routed rows, %zu experts): %.1f us, %.1f TFLOP/s, weights %.0f GB/s "
+        "(%.0f%% of copy)\n",
         static_cast<long long>(T), static_cast<long long>(T * K), active.size(), s * 1e6, flops / s / 1e12,
-        bytes / s / 1e9);
-    if (T * K >= 16 * E) {
+        bytes / s / 1e9, 100.0 * bytes / s / 1e9 / copy_gbs);
+    if (T * K > 64 * E) {  // the 64-row tensor-core tiles (the streaming tiles always split)
       CudaBackend plain(CudaBackendOptions{false});
       const double sp = time_calls([&] { plain.moe_experts(dx, dids, dw, experts); }, 20);
       std::printf("  activations rounded to bf16 (one MMA): %.1f us, %.1f TFLOP/s\n", sp * 1e6,

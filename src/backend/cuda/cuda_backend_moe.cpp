@@ -84,7 +84,8 @@ void check_experts(const std::vector<MlpWeights>& experts, int64_t H) {
   }
 }
 
-// Rows per expert on average from which moe_experts runs the tensor-core kernels.
+// Rows per expert on average from which moe_experts runs the 64-row tensor-core kernels when the streaming
+// kernels do not take the shape (below: CUDA cores).
 constexpr int64_t kMoeMmaRowsPerExpert = 16;
 
 }  // namespace
@@ -178,18 +179,33 @@ Tensor CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor
   Tensor act = Tensor::empty_on(Device::kCuda, DType::F32, {pairs, I});  // [pairs, I] permuted rows
   Tensor y = Tensor::empty_on(Device::kCuda, DType::F32, {pairs, H});    // [pairs, H] permuted rows
   const float* xd = dev_f32(x, "moe_experts", "x");
-  // Tensor cores once the experts average kMoeMmaRowsPerExpert rows (the weights are read once per tile
-  // of rows either way; few rows stream them faster through the CUDA-core kernels).
   // Decided on the token count rounded up to a power of two (as a CUDA graph's padded batch would be), so
-  // that eager and replayed steps of one bucket run the same kernels.
-  const bool mma = cuda::next_pow2(T) * K >= kMoeMmaRowsPerExpert * E &&
+  // that eager and replayed steps of one bucket run the same kernels. Up to kMoeStreamMaxRows rows per
+  // expert: the weight-streaming tensor-core kernels (tiles of 8 to 64 rows, each expert tile's weights
+  // read once); more: the 64-row tensor-core tiles; shapes or alignments neither takes: CUDA cores.
+  const int64_t rows_per_expert = (cuda::next_pow2(T) * K + E - 1) / E;
+  const int stream_rows = cuda::moe_stream_tile_rows(rows_per_expert);
+  const bool stream =
+      stream_rows > 0 &&
+      cuda::moe_stream_supported(H, reinterpret_cast<uintptr_t>(xd), gate.base, gate.stride) &&
+      cuda::moe_stream_supported(H, 0, up.base, up.stride) &&
+      cuda::moe_stream_supported(I, 0, down.base, down.stride);
+  const bool mma = !stream && cuda::next_pow2(T) * K >= kMoeMmaRowsPerExpert * E &&
                    cuda::moe_mma_supported(H, reinterpret_cast<uintptr_t>(xd), gate.base, gate.stride) &&
                    cuda::moe_mma_supported(H, 0, up.base, up.stride) &&
                    cuda::moe_mma_supported(I, 0, down.base, down.stride);
-  const int tile_rows = mma ? cuda::kMoeMmaTileRows : cuda::moe_rows_per_tile(pairs, E);
+  const int tile_rows = stream ? stream_rows
+                        : mma  ? cuda::kMoeMmaTileRows
+                               : cuda::moe_rows_per_tile(pairs, E);
   cuda::launch_moe_permute(ids.data<int32_t>(), pairs, E, tile_rows, offsets.data<int32_t>(),
                            tiles.data<int32_t>(), slot_pair.data<int32_t>(), pair_slot.data<int32_t>());
-  if (mma) {
+  if (stream) {
+    cuda::launch_moe_gate_up_stream(tile_rows, xd, K, offsets.data<int32_t>(), tiles.data<int32_t>(),
+                                    slot_pair.data<int32_t>(), gate, up, act.data<float>(), pairs, E, H, I,
+                                    experts[0].swiglu_limit);
+    cuda::launch_moe_down_stream(tile_rows, act.data<float>(), offsets.data<int32_t>(), tiles.data<int32_t>(),
+                                 down, y.data<float>(), pairs, E, H, I);
+  } else if (mma) {
     cuda::launch_moe_gate_up_mma(options_.split_gemm_activations, xd, K, offsets.data<int32_t>(),
                                  tiles.data<int32_t>(), slot_pair.data<int32_t>(), gate, up,
                                  act.data<float>(), pairs, E, H, I, experts[0].swiglu_limit);

@@ -71,6 +71,22 @@ void launch_moe_gate_up_mma(bool split, const float* x, int64_t k, const int32_t
 void launch_moe_down_mma(bool split, const float* act, const int32_t* offsets, const int32_t* tiles,
                          StackedWeights down, float* y, int64_t pairs, int64_t E, int64_t H, int64_t I);
 
+// The same two GEMMs streaming the weights at decode batch sizes (moe_stream_kernels.cu): tiles of
+// tile_rows = moe_stream_tile_rows(average rows per expert) rows (8, 16, 32 or 64: the average plus its
+// square root rounded up; 0 above kMoeStreamMaxRows: use the kernels above), each expert tile's weights read
+// once, activations split into bf16 hi + lo (~16 bits). moe_stream_supported: whether they take inner
+// dimension K, activations at address a and weights w at stride `stride` (K a multiple of 8, 16-byte aligned
+// operands).
+inline constexpr int64_t kMoeStreamMaxRows = 64;
+int moe_stream_tile_rows(int64_t rows_per_expert);
+bool moe_stream_supported(int64_t K, uintptr_t a, const uint16_t* w, int64_t stride);
+void launch_moe_gate_up_stream(int tile_rows, const float* x, int64_t k, const int32_t* offsets,
+                               const int32_t* tiles, const int32_t* slot_pair, StackedWeights gate,
+                               StackedWeights up, float* act, int64_t pairs, int64_t E, int64_t H, int64_t I,
+                               float limit);
+void launch_moe_down_stream(int tile_rows, const float* act, const int32_t* offsets, const int32_t* tiles,
+                            StackedWeights down, float* y, int64_t pairs, int64_t E, int64_t H, int64_t I);
+
 // out [T, H] = sum_j weights[t, j] * y[pair_slot[t * k + j]] (in slot order j).
 void launch_moe_combine(const float* y, const int32_t* pair_slot, const float* weights, float* out, int64_t T,
                         int64_t k, int64_t H);
