@@ -2,15 +2,17 @@
 # Issue 7's GPU figures on the Llama-3.1-8B shape (R1-Distill-Llama-8B) with dummy weights, in one run:
 # CUDA op and graph tests, dense goldens, decode at batch 1, TTFT of a 2048-token prompt, throughput of 2000
 # prompts of 128 in / 128 out, and (when PyTorch is there) the Hugging Face transformers peer on the same
-# shape. Usage: OUT=DIR bench/cuda_llama8b.sh BIN_DIR [--quick]. Prints a table last; JSON and logs in $OUT.
+# shape. Usage: OUT=DIR [NO_PEER=1] bench/cuda_llama8b.sh BIN_DIR [--quick]. Prints a table last; JSON and logs in
+# $OUT.
 set -uo pipefail
 BIN=${1:-build}
 QUICK=${2:-}
 OUT=${OUT:-/tmp}
 MODEL=bench/configs/llama-3.1-8b
 TESTS=${TESTS:-$BIN}
-[ -x "$TESTS/cuda_ops_test" ] && "$TESTS/cuda_ops_test" >"$OUT/cuda_ops_test.log" 2>&1; echo "cuda_ops_test: $(tail -1 "$OUT/cuda_ops_test.log" 2>/dev/null)"
-[ -x "$TESTS/cuda_graph_test" ] && "$TESTS/cuda_graph_test" >"$OUT/cuda_graph_test.log" 2>&1; echo "cuda_graph_test: $(tail -1 "$OUT/cuda_graph_test.log" 2>/dev/null)"
+T=$TESTS/cuda_device_tests; [ -x "$T" ] || T=$TESTS/tests/cuda_device_tests  # every CUDA test in one binary
+[ -x "$T" ] && timeout 300 "$T" --gtest_filter='CudaOps*:CudaLinear*:*Graph*:CudaSampling*' >"$OUT/cuda_tests.log" 2>&1
+echo "CUDA op/graph/sampling tests: $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/cuda_tests.log" 2>/dev/null | tr '\n' ' ')"
 for m in tiny-llama tiny-qwen2; do
   echo "golden $m: $("$BIN/dsinfer" eval golden --device cuda --tolerance 2e-2 --model tests/data/models/$m 2>&1 | tail -1)"
 done
@@ -24,7 +26,7 @@ bench ttft_2048 --num-prompts 4 --input-len 2048 --output-len 1 --max-batch-size
 if [ "$QUICK" = "--quick" ]; then N=512; else N=2000; fi
 # Batch 512: decode steps read the 16 GB of weights half as often per token as at 256 (14,119 vs ~13,400 tok/s).
 bench throughput --num-prompts $N --input-len 128 --output-len 128 --max-batch-size 512 --max-num-tokens 8192 --context-chunk-size 2048
-if [ "$QUICK" != "--quick" ] && [ -f bench/peers/hf_generate_bench.py ] && python3 -c "import torch, transformers" 2>/dev/null; then
+if [ "$QUICK" != "--quick" ] && [ "${NO_PEER:-0}" != 1 ] && [ -f bench/peers/hf_generate_bench.py ] && python3 -c "import torch, transformers" 2>/dev/null; then
   timeout 240 python3 bench/peers/hf_generate_bench.py --config $MODEL >"$OUT/hf_peer.json" 2>"$OUT/hf_peer.log" || echo "HF peer failed: $(tail -3 "$OUT/hf_peer.log")"
 fi
 python3 - "$OUT" <<'PY'

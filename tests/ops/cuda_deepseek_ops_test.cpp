@@ -347,9 +347,12 @@ TEST_F(CudaDeepseekOpsTest, MoeExpertsMatchCpuWithSkewedRouting) {
     ExpertSet experts = make_experts(this, gpu, E, H, I);
     std::vector<MlpWeights> stacked = experts.gpu;
     gpu.prepare_experts(stacked);
-    EXPECT_EQ(static_cast<const char*>(stacked[1].gate.weight.raw()) -
-                  static_cast<const char*>(stacked[0].gate.weight.raw()),
-              static_cast<int64_t>(2 * I * H * 2));
+    // prepare_experts leaves every kind at one fixed stride (restacked, or already so when the allocator
+    // happened to place the separate tensors that way).
+    const auto* gate0 = static_cast<const char*>(stacked[0].gate.weight.raw());
+    const int64_t stride = static_cast<const char*>(stacked[1].gate.weight.raw()) - gate0;
+    for (int64_t e = 0; e < E; ++e)
+      EXPECT_EQ(static_cast<const char*>(stacked[e].gate.weight.raw()) - gate0, e * stride) << "expert " << e;
     // Streaming tiles of 8, 16, 32 and 64 rows (72 x 40: feature and K tails), the 64-row tensor-core tiles
     // (more rows per expert) and the CUDA-core tiles of 1, 2, 4 and 8 rows (H 60: not a multiple of 8).
     for (int64_t T : {1, 3, 7, 64, 128, 200, 257, 600, 1366}) {
