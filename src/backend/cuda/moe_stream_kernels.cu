@@ -145,11 +145,21 @@ __global__ void __launch_bounds__(kThreads, NT >= 8 ? 1 : 2)
     copy_async_commit();
   }
 
+  // The lo parts accumulate apart from the hi parts (tensor-core fp32 accumulation keeps few bits below the
+  // accumulator's exponent, so small lo products added into the large hi sums would mostly be lost); tiles
+  // of 64 rows (NT 8) share one accumulator to stay within the registers.
+  constexpr bool kSeparateLo = NT <= 4;
+  constexpr int kLoNT = kSeparateLo ? NT : 1;
   float acc[kMT][NT][4];
+  float acc_lo[kMT][kLoNT][4];
 #pragma unroll
-  for (int mt = 0; mt < kMT; ++mt)
+  for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
     for (int j = 0; j < NT; ++j) acc[mt][j][0] = acc[mt][j][1] = acc[mt][j][2] = acc[mt][j][3] = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kLoNT; ++j)
+      acc_lo[mt][j][0] = acc_lo[mt][j][1] = acc_lo[mt][j][2] = acc_lo[mt][j][3] = 0.0f;
+  }
   const float4 zero4 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   for (int i = 0; i < iters; ++i) {
     if (i + kStages - 1 < iters) issue(i + kStages - 1);
@@ -195,13 +205,26 @@ __global__ void __launch_bounds__(kThreads, NT >= 8 ? 1 : 2)
           const uint32_t a1[4] = {wa[mt].z, wb[mt].z, wa[mt].w, wb[mt].w};
           const uint32_t b0h[2] = {bh[0], bh[1]}, b1h[2] = {bh[2], bh[3]};
           const uint32_t b0l[2] = {bl[0], bl[1]}, b1l[2] = {bl[2], bl[3]};
-          mma_bf16(acc[mt][j], a0, b0l);
-          mma_bf16(acc[mt][j], a1, b1l);
+          if constexpr (kSeparateLo) {
+            mma_bf16(acc_lo[mt][j], a0, b0l);
+            mma_bf16(acc_lo[mt][j], a1, b1l);
+          } else {
+            mma_bf16(acc[mt][j], a0, b0l);
+            mma_bf16(acc[mt][j], a1, b1l);
+          }
           mma_bf16(acc[mt][j], a0, b0h);
           mma_bf16(acc[mt][j], a1, b1h);
         }
       }
     }
+  }
+  if constexpr (kSeparateLo) {
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) acc[mt][j][q] += acc_lo[mt][j][q];
   }
   copy_async_wait<0>();
   __syncthreads();  // every warp is done with its pipeline: the shared memory now holds partial tiles
