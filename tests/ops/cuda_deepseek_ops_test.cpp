@@ -387,15 +387,11 @@ TEST_F(CudaDeepseekOpsTest, MoeExpertsMatchCpuWithSkewedRouting) {
 
 // A token's output does not depend on the other tokens of its batch as long as the batch stays in one
 // next_pow2 bucket (as a CUDA graph pads it): the rows a tile shares with others never change its sums.
-TEST_F(CudaDeepseekOpsTest, MoeExpertsRowsIndependentOfBatchInBucket) {
-  CudaBackend gpu(CudaBackendOptions{true});
-  const int64_t E = 64, H = 256, I = 96, K = 6, Tmax = 512;
-  ExpertSet experts = make_experts(this, gpu, E, H, I);
-  gpu.prepare_experts(experts.gpu);
-  const Tensor x = random_bf16_values({Tmax, H}), weights = random_bf16_values({Tmax, K});
-  Tensor ids = Tensor::empty(DType::I32, {Tmax, K});
+// [T, K] I32 expert ids, K distinct experts of E per token, uniformly drawn.
+Tensor distinct_expert_ids(std::mt19937& rng, int64_t T, int64_t K, int64_t E) {
+  Tensor ids = Tensor::empty(DType::I32, {T, K});
   std::uniform_int_distribution<int> pick(0, static_cast<int>(E) - 1);
-  for (int64_t t = 0; t < Tmax; ++t) {
+  for (int64_t t = 0; t < T; ++t) {
     std::set<int> used;
     for (int64_t k = 0; k < K; ++k) {
       int e;
@@ -404,6 +400,16 @@ TEST_F(CudaDeepseekOpsTest, MoeExpertsRowsIndependentOfBatchInBucket) {
       ids.data<int32_t>()[t * K + k] = e;
     }
   }
+  return ids;
+}
+
+TEST_F(CudaDeepseekOpsTest, MoeExpertsRowsIndependentOfBatchInBucket) {
+  CudaBackend gpu(CudaBackendOptions{true});
+  const int64_t E = 64, H = 256, I = 96, K = 6, Tmax = 512;
+  ExpertSet experts = make_experts(this, gpu, E, H, I);
+  gpu.prepare_experts(experts.gpu);
+  const Tensor x = random_bf16_values({Tmax, H}), weights = random_bf16_values({Tmax, K});
+  const Tensor ids = distinct_expert_ids(rng, Tmax, K, E);  // [Tmax, K]
   // The first T rows of x, ids and weights as device tensors.
   auto head = [](const Tensor& t, int64_t T) {
     Tensor h = Tensor::empty(t.dtype(), {T, t.dim(1)});
@@ -434,6 +440,18 @@ double time_calls(Fn&& fn, int iters) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters;
 }
 
+// Device copy bandwidth (bytes read + written per second, 1 GiB buffers), printed for reference.
+double measured_copy_gbs() {
+  const int64_t copy_bytes = int64_t{1} << 30;
+  Tensor src = Tensor::empty_on(Device::kCuda, DType::U8, {copy_bytes}),
+         dst = Tensor::empty_on(Device::kCuda, DType::U8, {copy_bytes});
+  const double copy_s =
+      time_calls([&] { cuda::copy_device_to_device(dst.raw(), src.raw(), copy_bytes); }, 10);
+  const double copy_gbs = 2.0 * copy_bytes / copy_s / 1e9;
+  std::printf("device copy: %.0f GB/s (read + write)\n", copy_gbs);
+  return copy_gbs;
+}
+
 // Device tensor of n bf16 values filled by repeating one host block of small random values.
 Tensor device_bf16_filled(CudaDeepseekOpsTest* test, Shape shape) {
   Tensor dev = Tensor::empty_on(Device::kCuda, DType::BF16, shape);
@@ -447,13 +465,7 @@ Tensor device_bf16_filled(CudaDeepseekOpsTest* test, Shape shape) {
 TEST_F(CudaDeepseekOpsTest, DISABLED_BenchMlaDecode) {
   CudaBackend gpu;  // registers the device allocator
   // Device copy bandwidth (read + write) for reference.
-  const int64_t copy_bytes = int64_t{1} << 30;
-  Tensor src = Tensor::empty_on(Device::kCuda, DType::U8, {copy_bytes}),
-         dst = Tensor::empty_on(Device::kCuda, DType::U8, {copy_bytes});
-  const double copy_s =
-      time_calls([&] { cuda::copy_device_to_device(dst.raw(), src.raw(), copy_bytes); }, 10);
-  const double copy_gbs = 2.0 * copy_bytes / copy_s / 1e9;
-  std::printf("device copy: %.0f GB/s (read + write)\n", copy_gbs);
+  const double copy_gbs = measured_copy_gbs();
   for (auto [batch, ctx, H] : {std::tuple<int32_t, int32_t, int64_t>{64, 4096, 16},
                                {64, 4096, 128},
                                {1, 4096, 16},
@@ -549,25 +561,9 @@ TEST_F(CudaDeepseekOpsTest, DISABLED_BenchGroupedExperts) {
     experts[e].down.weight = down.rows(e * H, (e + 1) * H);
   }
   // Device copy bandwidth (read + write) for reference.
-  const int64_t copy_bytes = int64_t{1} << 30;
-  Tensor src = Tensor::empty_on(Device::kCuda, DType::U8, {copy_bytes}),
-         dst = Tensor::empty_on(Device::kCuda, DType::U8, {copy_bytes});
-  const double copy_s =
-      time_calls([&] { cuda::copy_device_to_device(dst.raw(), src.raw(), copy_bytes); }, 10);
-  const double copy_gbs = 2.0 * copy_bytes / copy_s / 1e9;
-  std::printf("device copy: %.0f GB/s (read + write)\n", copy_gbs);
+  const double copy_gbs = measured_copy_gbs();
   for (int64_t T : {1, 8, 64, 256, 1366}) {
-    Tensor ids = Tensor::empty(DType::I32, {T, K});
-    std::uniform_int_distribution<int> pick(0, static_cast<int>(E) - 1);
-    for (int64_t t = 0; t < T; ++t) {
-      std::set<int> used;
-      for (int64_t k = 0; k < K; ++k) {
-        int e;
-        do e = pick(rng);
-        while (!used.insert(e).second);
-        ids.data<int32_t>()[t * K + k] = e;
-      }
-    }
+    const Tensor ids = distinct_expert_ids(rng, T, K, E);  // [T, K]
     const Tensor dx = cuda::to_device(random_bf16_values({T, H})), dids = cuda::to_device(ids),
                  dw = cuda::to_device(random_bf16_values({T, K}));
     const double s = time_calls([&] { gpu.moe_experts(dx, dids, dw, experts); }, 20);

@@ -9,6 +9,7 @@
 
 #include "backend/cuda/kernel_common.cuh"
 #include "backend/cuda/moe_kernels.h"
+#include "backend/cuda/moe_tile.cuh"
 #include "backend/cuda/stream.h"
 #include "core/error.h"
 
@@ -86,20 +87,9 @@ __global__ void __launch_bounds__(kRowsThreads)
                     const int32_t* slot_pair, StackedWeights w1, StackedWeights w2, float* out, int E, int K,
                     int N, float limit) {
   constexpr int kCW = cols_per_warp<TM>();
-  const int tile = blockIdx.x;
-  if (tile >= tiles[E]) return;
-  int lo = 0, hi = E;  // tiles[lo] <= tile < tiles[hi]
-  while (hi - lo > 1) {
-    const int mid = (lo + hi) / 2;
-    if (tiles[mid] <= tile) {
-      lo = mid;
-    } else {
-      hi = mid;
-    }
-  }
-  const int e = lo;
-  const int row0 = offsets[e] + (tile - tiles[e]) * TM;
-  const int nr = min(TM, offsets[e + 1] - row0);
+  ExpertTile et;
+  if (!find_expert_tile(offsets, tiles, E, blockIdx.x, TM, &et)) return;
+  const int e = et.expert, row0 = et.row0, nr = et.rows;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int n0 = blockIdx.y * cols_per_block<TM>() + warp * kCW;
   if (n0 >= N) return;

@@ -10,6 +10,7 @@
 
 #include "backend/cuda/kernel_common.cuh"
 #include "backend/cuda/moe_kernels.h"
+#include "backend/cuda/moe_tile.cuh"
 #include "backend/cuda/stream.h"
 #include "core/error.h"
 
@@ -57,20 +58,9 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ __align__(16) __nv_bfloat16 a_hi[kBM * kLd], a_lo[kBM * kLd];
   __shared__ __align__(16) __nv_bfloat16 b1_s[kBN * kLd], b2_s[kGateUp ? kBN * kLd : 1];
   __shared__ int src_row[kBM];
-  const int tile = blockIdx.x;
-  if (tile >= tiles[E]) return;
-  int lo = 0, hi = E;  // tiles[lo] <= tile < tiles[hi]
-  while (hi - lo > 1) {
-    const int mid = (lo + hi) / 2;
-    if (tiles[mid] <= tile) {
-      lo = mid;
-    } else {
-      hi = mid;
-    }
-  }
-  const int e = lo;
-  const int row0 = offsets[e] + (tile - tiles[e]) * kBM;
-  const int nr = min(kBM, offsets[e + 1] - row0);
+  ExpertTile et;
+  if (!find_expert_tile(offsets, tiles, E, blockIdx.x, kBM, &et)) return;
+  const int e = et.expert, row0 = et.row0, nr = et.rows;
   const int n_base = blockIdx.y * kBN;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   for (int r = tid; r < kBM; r += kThreads)

@@ -16,6 +16,7 @@
 
 #include "backend/cuda/kernel_common.cuh"
 #include "backend/cuda/moe_kernels.h"
+#include "backend/cuda/moe_tile.cuh"
 #include "backend/cuda/stream.h"
 #include "core/error.h"
 
@@ -81,20 +82,9 @@ __global__ void __launch_bounds__(kThreads, NT >= 8 ? 1 : 2)
   constexpr int FG = feature_groups<NT>(), KG = kWarps / FG, FW = features_per_warp<kGateUp>();
   constexpr int R = 8 * NT;
   extern __shared__ uint4 smem[];
-  const int tile = blockIdx.x;
-  if (tile >= tiles[E]) return;
-  int lo = 0, hi = E;  // tiles[lo] <= tile < tiles[hi]
-  while (hi - lo > 1) {
-    const int mid = (lo + hi) / 2;
-    if (tiles[mid] <= tile) {
-      lo = mid;
-    } else {
-      hi = mid;
-    }
-  }
-  const int e = lo;
-  const int row0 = offsets[e] + (tile - tiles[e]) * R;
-  const int nr = min(R, offsets[e + 1] - row0);
+  ExpertTile et;
+  if (!find_expert_tile(offsets, tiles, E, blockIdx.x, R, &et)) return;
+  const int e = et.expert, row0 = et.row0, nr = et.rows;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int fg = warp % FG, kg = warp / FG;
   const int f0 = (blockIdx.y * FG + fg) * FW;  // this warp's first output feature
