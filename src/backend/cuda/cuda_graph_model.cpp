@@ -31,21 +31,27 @@ int32_t context_bucket(const BatchPlan& plan) {
 
 }  // namespace
 
-CudaGraphModel::CudaGraphModel(std::unique_ptr<Model> inner, CudaBackend& backend, CudaGraphOptions options)
-    : inner_(std::move(inner)), backend_(backend), options_(options) {
-  DSI_CHECK(options_.max_batch > 0, "CUDA graphs need a positive max_batch");
+std::vector<int32_t> graph_batch_buckets(int32_t max_batch) {
+  DSI_CHECK(max_batch > 0, "CUDA graphs need a positive max_batch");
   // 1, 2, 4, 8, then every 8 up to 64, then every 32: padding costs at most ~1/8 of a large step.
-  for (int32_t b : {1, 2, 4}) buckets_.push_back(b);
-  for (int32_t b = 8; b <= 64; b += 8) buckets_.push_back(b);
-  for (int32_t b = 96; b < options_.max_batch + 32; b += 32) buckets_.push_back(b);
-  while (buckets_.size() > 1 && buckets_[buckets_.size() - 2] >= options_.max_batch) buckets_.pop_back();
+  std::vector<int32_t> buckets;
+  for (int32_t b : {1, 2, 4}) buckets.push_back(b);
+  for (int32_t b = 8; b <= 64; b += 8) buckets.push_back(b);
+  for (int32_t b = 96; b < max_batch + 32; b += 32) buckets.push_back(b);
+  while (buckets.size() > 1 && buckets[buckets.size() - 2] >= max_batch) buckets.pop_back();
   // Kernels choose their launch from next_pow2(batch) (batch_bucket.h): a padded batch must not round
   // further, or replayed and eager steps would split their sums differently.
-  for (int32_t t = 1, i = 0; t <= buckets_.back(); ++t) {
-    while (buckets_[i] < t) ++i;
-    DSI_CHECK(buckets_[i] <= cuda::next_pow2(t), "CUDA graph bucket ", buckets_[i], " for ", t,
+  for (int32_t t = 1, i = 0; t <= buckets.back(); ++t) {
+    while (buckets[i] < t) ++i;
+    DSI_CHECK(buckets[i] <= cuda::next_pow2(t), "CUDA graph bucket ", buckets[i], " for ", t,
               " sequences rounds past ", cuda::next_pow2(t));
   }
+  return buckets;
+}
+
+CudaGraphModel::CudaGraphModel(std::unique_ptr<Model> inner, CudaBackend& backend, CudaGraphOptions options)
+    : inner_(std::move(inner)), backend_(backend), options_(options) {
+  buckets_ = graph_batch_buckets(options_.max_batch);
 }
 
 CudaGraphModel::~CudaGraphModel() {

@@ -17,6 +17,11 @@ struct CudaGraphOptions {
   int32_t max_batch = 256;  // largest bucket (the engine's max_batch_size)
 };
 
+// The batch-size buckets for a largest batch of `max_batch` (ascending; the last one >= max_batch): 1, 2, 4,
+// then every 8 up to 64, then every 32. Throws when a bucket would round a batch of T past next_pow2(T)
+// (launch choices assume it: batch_bucket.h).
+std::vector<int32_t> graph_batch_buckets(int32_t max_batch);
+
 class CudaGraphModel : public Model {
  public:
   CudaGraphModel(std::unique_ptr<Model> inner, CudaBackend& backend, CudaGraphOptions options);
