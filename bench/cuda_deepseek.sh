@@ -10,6 +10,7 @@ echo "== op tests"; timeout 120 $T --gtest_filter='CudaDeepseek*:*Graph*' 2>&1 |
 echo "== golden"
 for m in tiny-deepseek-v2 tiny-deepseek-v3 small-deepseek-v3-fp8; do echo "$m: $(timeout 60 $B eval golden --model $M/$m --device cuda --tolerance 2e-2 | tail -1)"
   timeout 60 $B eval golden --model $M/$m --device cuda --json > $O/golden_$m.json; python3 -c "import json;d=json.load(open('$O/golden_$m.json'));print('  rel_l2, greedy, excused:', [(round(c['rel_l2_err'],5),c['greedy_match'],(c.get('excused_mismatch') or {}).get('excused')) for c in d['cases']])"; done
+echo "tiny-deepseek-v3, teacher-forced routing check:"; timeout 120 $B eval golden --model $M/tiny-deepseek-v3 --device cuda --routing-check | grep "routing check"
 echo "tiny-deepseek-v3 chunk 5: $(timeout 60 $B eval golden --model $M/tiny-deepseek-v3 --device cuda --tolerance 2e-2 --prefill-chunk 5 | tail -1)"
 echo "== batch agreement"
 for m in tiny-deepseek-v2 tiny-deepseek-v3; do timeout 120 $B eval batch-agreement --model $M/$m --device cuda --prompts 32 --max-tokens 16 --prompt-len 100 --context-chunk-size 64 --json > $O/agree_$m.json; python3 -c "import json;d=json.load(open('$O/agree_$m.json'));print('$m', {k:d[k] for k in ['exact','excused','differ','agreement_rate']})"; done

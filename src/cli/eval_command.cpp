@@ -8,6 +8,7 @@
 #include "engine/batch_agreement.h"
 #include "engine/golden_eval.h"
 #include "engine/perplexity.h"
+#include "engine/routing_check.h"
 #include "model/model.h"
 
 namespace dsinfer::cli {
@@ -29,6 +30,7 @@ struct GoldenArgs {
   std::string margin_rule = "auto";
   int64_t chunk = 0;
   bool json = false;
+  bool routing_check = false;
 };
 
 int run_golden_command(const GoldenArgs& a) {
@@ -40,8 +42,16 @@ int run_golden_command(const GoldenArgs& a) {
   options.prefill_chunk = a.chunk;
   options.margin_rule = margin_rule_on(a.margin_rule, *backend);
   GoldenReport report = run_golden(*model, golden, options);
+  std::vector<RoutingCheckCase> routing;
+  if (a.routing_check) {
+    auto cpu = make_backend("cpu", a.model, "auto");
+    auto reference = load_model(a.model, *cpu);
+    routing = run_routing_check(*model, *reference, golden_prompts(golden), a.chunk);
+  }
   if (a.json) {
-    std::cout << report.to_json().dump() << std::endl;
+    nlohmann::json j = report.to_json();
+    if (a.routing_check) j["routing_check"] = routing_check_json(routing);
+    std::cout << j.dump() << std::endl;
   } else {
     std::printf("%-6s %8s %14s %14s %8s\n", "case", "tokens", "max_abs_err", "rel_l2_err", "greedy");
     for (const GoldenCase& c : report.cases) {
@@ -52,6 +62,13 @@ int run_golden_command(const GoldenArgs& a) {
                     c.first_mismatch, c.mismatch.margin, c.mismatch.margin_source.c_str(), c.mismatch.bound,
                     c.excused_mismatch ? "excused (bf16 noise), rest not compared" : "NOT excused");
       }
+    }
+    for (const RoutingCheckCase& r : routing) {
+      std::printf(
+          "routing check case %d: %lld of %lld routing decisions differ from the CPU reference's; rel_l2 "
+          "%.3e free, %.3e with the CPU forced to this backend's routing\n",
+          r.index, static_cast<long long>(r.flipped), static_cast<long long>(r.decisions), r.free_rel_l2,
+          r.forced_rel_l2);
     }
     std::printf("%s (rel_l2 <= %.1e and %s, %s backend)\n", report.pass ? "PASS" : "FAIL", report.tolerance,
                 report.margin_rule ? "greedy tokens identical up to a mismatch within bf16 noise"
@@ -148,6 +165,10 @@ void add_eval_command(CLI::App& app) {
   golden->add_option("--prefill-chunk", golden_args->chunk,
                      "Prefill the prompt in chunks of this many tokens");
   golden->add_flag("--json", golden_args->json, "Print one JSON object");
+  golden->add_flag("--routing-check", golden_args->routing_check,
+                   "MoE models: also run each prompt on the CPU reference forced to this backend's expert "
+                   "routing and report the flipped routing decisions and both logits errors (diagnostic: the "
+                   "verdict is unchanged)");
   golden->callback([golden_args]() { run_guarded([&]() { return run_golden_command(*golden_args); }); });
 
   auto ppl_args = std::make_shared<PplArgs>();

@@ -25,6 +25,23 @@ std::vector<int32_t> read_ids(const SafetensorsFile& file, const std::string& na
   return ids;
 }
 
+// Cases in a golden file: its "cases" metadata, else the run of input_ids.N present.
+int case_count(const SafetensorsFile& golden, const std::string& golden_path) {
+  int cases = 0;
+  auto meta = golden.metadata().find("cases");
+  if (meta != golden.metadata().end()) {
+    try {
+      cases = std::stoi(meta->second);
+    } catch (const std::exception&) {
+      fail(golden_path, ": metadata \"cases\" is not a number");
+    }
+  } else {
+    while (golden.contains("input_ids." + std::to_string(cases))) ++cases;
+  }
+  DSI_CHECK(cases > 0, golden_path, ": no golden cases (input_ids.0 missing)");
+  return cases;
+}
+
 }  // namespace
 
 nlohmann::json GoldenReport::to_json() const {
@@ -53,20 +70,17 @@ nlohmann::json GoldenReport::to_json() const {
   return j;
 }
 
+std::vector<std::vector<int32_t>> golden_prompts(const std::string& golden_path) {
+  SafetensorsFile golden(golden_path);
+  const int cases = case_count(golden, golden_path);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < cases; ++i) prompts.push_back(read_ids(golden, "input_ids." + std::to_string(i)));
+  return prompts;
+}
+
 GoldenReport run_golden(Model& model, const std::string& golden_path, const GoldenOptions& options) {
   SafetensorsFile golden(golden_path);
-  int cases = 0;
-  auto meta = golden.metadata().find("cases");
-  if (meta != golden.metadata().end()) {
-    try {
-      cases = std::stoi(meta->second);
-    } catch (const std::exception&) {
-      fail(golden_path, ": metadata \"cases\" is not a number");
-    }
-  } else {
-    while (golden.contains("input_ids." + std::to_string(cases))) ++cases;
-  }
-  DSI_CHECK(cases > 0, golden_path, ": no golden cases (input_ids.0 missing)");
+  const int cases = case_count(golden, golden_path);
   const int64_t V = model.config().vocab_size;
   GoldenReport report;
   report.tolerance = options.rel_l2_tolerance;

@@ -44,4 +44,7 @@ struct GoldenOptions {
 
 GoldenReport run_golden(Model& model, const std::string& golden_path, const GoldenOptions& options = {});
 
+// The prompts (input_ids.N) of a golden file, in case order.
+std::vector<std::vector<int32_t>> golden_prompts(const std::string& golden_path);
+
 }  // namespace dsinfer

@@ -6,6 +6,7 @@
 
 #include "backend/backend.h"
 #include "model/model_config.h"
+#include "model/moe_routing_hook.h"
 
 namespace dsinfer {
 
@@ -37,6 +38,8 @@ class Model {
   // cache may share them. False for models whose top-k index selection breaks exact ties by the length of
   // the whole prompt (BatchPlan::prompt_lens, as transformers' one-shot prefill does): DeepSeek-V3.2 and V4.
   virtual bool prefix_cache_exact() const { return true; }
+  // Routes every MoE layer's routing through `hook` (null: none). False for models without MoE routing.
+  virtual bool set_moe_routing_hook(MoeRoutingHook* hook) { return false; }
 };
 
 struct LoadOptions {

@@ -129,6 +129,11 @@ class DeepseekModel : public Model {
     return layout;
   }
 
+  bool set_moe_routing_hook(MoeRoutingHook* hook) override {
+    routing_hook_ = hook;
+    return true;
+  }
+
   Tensor forward(const BatchPlan& plan, KvCache& cache) override {
     return backend_.to_host(forward_device(plan, cache));
   }
@@ -142,7 +147,7 @@ class DeepseekModel : public Model {
       const DeepseekLayer& L = layers_[i];
       attention(L, h, plan, cache, static_cast<int64_t>(i));
       if (L.moe) {
-        add_moe_residual(b, L.experts, h, L.post_norm, eps);
+        add_moe_residual(b, L.experts, h, L.post_norm, eps, routing_hook_, static_cast<int64_t>(i));
       } else {
         b.norm_mlp_residual(h, L.post_norm, eps, L.mlp);
       }
@@ -211,6 +216,7 @@ class DeepseekModel : public Model {
   ModelConfig config_;
   Backend& backend_;
   std::unique_ptr<MlaTokenSelector> selector_;  // null: dense MLA
+  MoeRoutingHook* routing_hook_ = nullptr;      // evaluation tools only
   Tensor embed_;
   std::vector<DeepseekLayer> layers_;
   Tensor norm_;

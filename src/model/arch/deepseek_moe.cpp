@@ -49,12 +49,14 @@ MoeWeights load_deepseek_moe(const ModelConfig& c, WeightLoader& w, const std::s
   return moe;
 }
 
-void add_moe_residual(Backend& b, const MoeWeights& moe, Tensor& h, const Tensor& norm, float eps) {
+void add_moe_residual(Backend& b, const MoeWeights& moe, Tensor& h, const Tensor& norm, float eps,
+                      MoeRoutingHook* hook, int64_t layer) {
   const Tensor x = b.rms_norm(h, norm, eps);  // [T, H]
   Tensor ids, weights;
   b.moe_route(x, moe.router, moe.router_bias, moe.routing, &ids, &weights);  // [T, k], [T, k]
-  const Tensor y = b.moe_experts(x, ids, weights, moe.experts);              // [T, H]
-  if (moe.has_shared) b.norm_mlp_residual(h, norm, eps, moe.shared);         // h += shared(norm(h))
+  if (hook) hook->on_route(b, layer, ids, weights);
+  const Tensor y = b.moe_experts(x, ids, weights, moe.experts);       // [T, H]
+  if (moe.has_shared) b.norm_mlp_residual(h, norm, eps, moe.shared);  // h += shared(norm(h))
   b.add_inplace(h, y);
 }
 

@@ -5,6 +5,7 @@
 
 #include "backend/backend.h"
 #include "model/model_config.h"
+#include "model/moe_routing_hook.h"
 #include "model/weight_loader.h"
 
 namespace dsinfer {
@@ -24,6 +25,8 @@ MoeWeights load_deepseek_moe(const ModelConfig& config, WeightLoader& w, const s
 
 // h [T, H] += routed experts (rms_norm(h)) + shared experts (rms_norm(h)): the shared experts' norm and
 // residual add are fused (norm_mlp_residual), the routed output is added last.
-void add_moe_residual(Backend& backend, const MoeWeights& moe, Tensor& h, const Tensor& norm, float eps);
+// `hook` (may be null) sees the routing of MoE layer `layer`.
+void add_moe_residual(Backend& backend, const MoeWeights& moe, Tensor& h, const Tensor& norm, float eps,
+                      MoeRoutingHook* hook = nullptr, int64_t layer = 0);
 
 }  // namespace dsinfer

@@ -1,0 +1,121 @@
+// The teacher-forced routing check (engine/routing_check): two runs of the same CPU model agree exactly;
+// a tested model whose routing is perturbed in one decision shows that one flip, a non-zero free error and
+// exactly zero error once the reference is forced to the same routing; a dense model is refused.
+#include "engine/routing_check.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "core/error.h"
+#include "engine/golden_eval.h"
+#include "model/model.h"
+
+namespace dsinfer {
+namespace {
+
+std::string model_dir(const std::string& name) {
+  return std::string(DSINFER_TEST_DATA) + "/models/" + name;
+}
+
+std::unique_ptr<Model> load(const std::string& name, Backend& backend) {
+  LoadOptions options;
+  options.progress = false;
+  return load_model(model_dir(name), backend, options);
+}
+
+// Hands routing to `next` after swapping, in the first call's layer `layer`, token 0's first expert for one
+// it did not choose: a stand-in for a backend whose routing flips one decision.
+class FlipOneDecision : public MoeRoutingHook {
+ public:
+  FlipOneDecision(int64_t layer, int64_t experts) : layer_(layer), experts_(experts) {}
+  void on_route(Backend& backend, int64_t layer, Tensor& ids, Tensor& weights) override {
+    if (layer == layer_ && !done_) {
+      done_ = true;
+      ids = ids.clone();
+      int32_t* row = ids.data<int32_t>();
+      const int64_t k = ids.dim(1);
+      for (int32_t e = 0; e < experts_; ++e) {
+        bool used = false;
+        for (int64_t j = 0; j < k; ++j) used = used || row[j] == e;
+        if (!used) {
+          row[0] = e;
+          break;
+        }
+      }
+    }
+    if (next) next->on_route(backend, layer, ids, weights);
+  }
+  MoeRoutingHook* next = nullptr;
+
+ private:
+  int64_t layer_, experts_;
+  bool done_ = false;
+};
+
+// A model that routes through FlipOneDecision before any hook the check installs.
+class FlippedModel : public Model {
+ public:
+  FlippedModel(Model& inner, int64_t layer, int64_t experts)
+      : inner_(inner), layer_(layer), flip_(layer, experts) {
+    inner_.set_moe_routing_hook(&flip_);
+  }
+  ~FlippedModel() override { inner_.set_moe_routing_hook(nullptr); }
+  const ModelConfig& config() const override { return inner_.config(); }
+  std::vector<KvLayerSpec> kv_layout() const override { return inner_.kv_layout(); }
+  Tensor forward(const BatchPlan& plan, KvCache& cache) override { return inner_.forward(plan, cache); }
+  // Each run of the check installs its hook (and removes it after): every run flips the decision anew.
+  bool set_moe_routing_hook(MoeRoutingHook* hook) override {
+    flip_ = FlipOneDecision(layer_, inner_.config().n_routed_experts);
+    flip_.next = hook;
+    return true;
+  }
+
+ private:
+  Model& inner_;
+  int64_t layer_;
+  FlipOneDecision flip_;
+};
+
+TEST(RoutingCheckTest, SameModelTwiceAgreesExactly) {
+  CpuBackend backend;
+  auto tested = load("tiny-deepseek-v3", backend);
+  auto reference = load("tiny-deepseek-v3", backend);
+  const auto prompts = golden_prompts(model_dir("tiny-deepseek-v3") + "/golden.safetensors");
+  const auto cases = run_routing_check(*tested, *reference, prompts, 5);
+  ASSERT_EQ(cases.size(), prompts.size());
+  for (const RoutingCheckCase& c : cases) {
+    // Every token passes every MoE layer once (layers 1 and 2; layer 0 is dense).
+    EXPECT_EQ(c.decisions, 2 * c.tokens) << "case " << c.index;
+    EXPECT_EQ(c.flipped, 0);
+    EXPECT_EQ(c.free_rel_l2, 0.0);
+    EXPECT_EQ(c.forced_rel_l2, 0.0);
+  }
+}
+
+TEST(RoutingCheckTest, OneFlippedDecisionIsCountedAndForcedAway) {
+  CpuBackend backend;
+  auto inner = load("tiny-deepseek-v3", backend);
+  auto reference = load("tiny-deepseek-v3", backend);
+  FlippedModel tested(*inner, /*layer=*/1, inner->config().n_routed_experts);
+  const std::vector<std::vector<int32_t>> prompts = {{1, 17, 33, 50, 70, 91}};
+  const auto cases = run_routing_check(tested, *reference, prompts);
+  ASSERT_EQ(cases.size(), 1u);
+  EXPECT_EQ(cases[0].decisions, 12);
+  EXPECT_EQ(cases[0].flipped, 1);
+  EXPECT_GT(cases[0].free_rel_l2, 0.0);
+  EXPECT_EQ(cases[0].forced_rel_l2, 0.0);
+}
+
+TEST(RoutingCheckTest, DenseModelIsRefused) {
+  CpuBackend backend;
+  auto tested = load("tiny-llama", backend);
+  auto reference = load("tiny-llama", backend);
+  EXPECT_THROW(run_routing_check(*tested, *reference, {{1, 2, 3}}), Error);
+}
+
+}  // namespace
+}  // namespace dsinfer
