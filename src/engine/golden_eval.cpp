@@ -70,6 +70,18 @@ nlohmann::json GoldenReport::to_json() const {
   return j;
 }
 
+double rel_l2_error(const float* ours, const float* ref, int64_t n, double* max_abs) {
+  double diff2 = 0.0, ref2 = 0.0, worst = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double d = static_cast<double>(ours[i]) - ref[i];
+    worst = std::max(worst, std::abs(d));
+    diff2 += d * d;
+    ref2 += static_cast<double>(ref[i]) * ref[i];
+  }
+  if (max_abs) *max_abs = worst;
+  return ref2 > 0 ? std::sqrt(diff2 / ref2) : std::sqrt(diff2);
+}
+
 std::vector<std::vector<int32_t>> golden_prompts(const std::string& golden_path) {
   SafetensorsFile golden(golden_path);
   const int cases = case_count(golden, golden_path);
@@ -103,18 +115,7 @@ GoldenReport run_golden(Model& model, const std::string& golden_path, const Gold
     GoldenCase c;
     c.index = i;
     c.tokens = static_cast<int64_t>(ids.size());
-    double diff2 = 0.0, ref2 = 0.0;
-    for (int64_t r = 0; r < ref.dim(0); ++r) {
-      const float* ours = logits.f32() + (start + r) * V;
-      const float* theirs = ref.f32() + r * V;
-      for (int64_t v = 0; v < V; ++v) {
-        const double d = static_cast<double>(ours[v]) - theirs[v];
-        c.max_abs_err = std::max(c.max_abs_err, std::abs(d));
-        diff2 += d * d;
-        ref2 += static_cast<double>(theirs[v]) * theirs[v];
-      }
-    }
-    c.rel_l2_err = ref2 > 0 ? std::sqrt(diff2 / ref2) : std::sqrt(diff2);
+    c.rel_l2_err = rel_l2_error(logits.f32() + start * V, ref.f32(), ref.numel(), &c.max_abs_err);
     // Greedy continuation from the prompt, token by token through the cache. The reference's logits are
     // known at step 0 only (the prompt's last row); later steps judge a mismatch by our own gap.
     const float* last = logits.f32() + (logits.dim(0) - 1) * V;

@@ -44,6 +44,10 @@ struct GoldenOptions {
 
 GoldenReport run_golden(Model& model, const std::string& golden_path, const GoldenOptions& options = {});
 
+// ||ours - ref|| / ||ref|| over n values (||ours - ref|| when ref is all zeros); the largest |ours - ref|
+// into *max_abs when given.
+double rel_l2_error(const float* ours, const float* ref, int64_t n, double* max_abs = nullptr);
+
 // The prompts (input_ids.N) of a golden file, in case order.
 std::vector<std::vector<int32_t>> golden_prompts(const std::string& golden_path);
 

@@ -2,10 +2,10 @@
 #include "engine/routing_check.h"
 
 #include <algorithm>
-#include <cmath>
 #include <utility>
 
 #include "core/error.h"
+#include "engine/golden_eval.h"
 #include "engine/sequence_runner.h"
 
 namespace dsinfer {
@@ -56,13 +56,7 @@ class RoutingForcer : public MoeRoutingHook {
 double rel_l2(const Tensor& a, const Tensor& ref) {
   DSI_CHECK(a.shape() == ref.shape(), "routing check: logits of shapes ", shape_str(a.shape()), " and ",
             shape_str(ref.shape()));
-  double d2 = 0.0, r2 = 0.0;
-  for (int64_t i = 0; i < a.numel(); ++i) {
-    const double d = static_cast<double>(a.f32()[i]) - ref.f32()[i];
-    d2 += d * d;
-    r2 += static_cast<double>(ref.f32()[i]) * ref.f32()[i];
-  }
-  return r2 > 0 ? std::sqrt(d2 / r2) : std::sqrt(d2);
+  return rel_l2_error(a.f32(), ref.f32(), a.numel());
 }
 
 // All prompt rows' logits [tokens, vocab] of one run, with `hook` in place for its duration.

@@ -196,7 +196,7 @@ Tensor CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor
                    cuda::moe_mma_supported(I, 0, down.base, down.stride);
   const int tile_rows = stream ? stream_rows
                         : mma  ? cuda::kMoeMmaTileRows
-                               : cuda::moe_rows_per_tile(pairs, E);
+                               : cuda::moe_rows_per_tile(cuda::next_pow2(T) * K, E);
   cuda::launch_moe_permute(ids.data<int32_t>(), pairs, E, tile_rows, offsets.data<int32_t>(),
                            tiles.data<int32_t>(), slot_pair.data<int32_t>(), pair_slot.data<int32_t>());
   if (stream) {
