@@ -5,6 +5,7 @@
 
 #include "backend/cuda/bf16_activation_kernels.h"
 #include "backend/cuda/kernel_common.cuh"
+#include "backend/cuda/pdl.cuh"
 #include "backend/cuda/stream.h"
 #include "core/error.h"
 
@@ -19,6 +20,8 @@ __device__ __forceinline__ uint16_t to_bf16_bits(float v) {
 
 // One block per row, warp-shuffle reduction of the sum of squares.
 __global__ void rms_norm_bf16_kernel(const float* x, const uint16_t* w, uint16_t* out, int64_t H, float eps) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t t = blockIdx.x;
   const float* row = x + t * H;
   const float inv = block_inv_rms(row, H, eps);
@@ -28,6 +31,8 @@ __global__ void rms_norm_bf16_kernel(const float* x, const uint16_t* w, uint16_t
 
 __global__ void silu_mul_bf16_kernel(const float* gate, const float* up, uint16_t* out, int64_t n,
                                      float limit) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) {
     float g = gate[i], u = up[i];
@@ -43,15 +48,15 @@ __global__ void silu_mul_bf16_kernel(const float* gate, const float* up, uint16_
 
 void launch_rms_norm_bf16(const float* x, const uint16_t* w, uint16_t* out, int64_t T, int64_t H, float eps) {
   if (T == 0) return;
-  rms_norm_bf16_kernel<<<static_cast<unsigned>(T), 256, 0, stream()>>>(x, w, out, H, eps);
+  launch_pdl(rms_norm_bf16_kernel, static_cast<unsigned>(T), 256, 0, x, w, out, H, eps);
   check_launch("rms_norm_bf16");
 }
 
 void launch_silu_mul_bf16(const float* gate, const float* up, uint16_t* out, int64_t n, float limit) {
   if (n == 0) return;
   const int threads = 256;
-  silu_mul_bf16_kernel<<<static_cast<unsigned>((n + threads - 1) / threads), threads, 0, stream()>>>(
-      gate, up, out, n, limit);
+  launch_pdl(silu_mul_bf16_kernel, static_cast<unsigned>((n + threads - 1) / threads), threads, 0, gate, up,
+             out, n, limit);
   check_launch("silu_mul_bf16");
 }
 

@@ -12,6 +12,7 @@
 #include "backend/cuda/batch_bucket.h"
 #include "backend/cuda/head_matmul_kernels.h"
 #include "backend/cuda/kernel_common.cuh"
+#include "backend/cuda/pdl.cuh"
 #include "backend/cuda/stream.h"
 #include "core/error.h"
 
@@ -40,6 +41,8 @@ __device__ __forceinline__ void stage_inputs(float* xs, const float* x, int64_t 
 
 __global__ void __launch_bounds__(kThreads)
     head_matmul_n_kernel(const float* x, const uint16_t* w, float* y, int T, int H, int A, int B, int tt) {
+  pdl_wait();
+  pdl_trigger();
   extern __shared__ float xs[];
   const int h = blockIdx.x;
   const int64_t t0 = static_cast<int64_t>(blockIdx.z) * tt;
@@ -70,6 +73,8 @@ __global__ void __launch_bounds__(kThreads)
 // the 8 warps split A and add their partial sums through shared memory.
 __global__ void __launch_bounds__(kThreads)
     head_matmul_t_kernel(const float* x, const uint16_t* w, float* y, int T, int H, int A, int B, int tt) {
+  pdl_wait();
+  pdl_trigger();
   extern __shared__ float xs[];  // [tt][A], then [8 warps][tt][64] partial sums
   const int h = blockIdx.x;
   const int64_t t0 = static_cast<int64_t>(blockIdx.z) * tt;
@@ -141,6 +146,8 @@ __device__ __forceinline__ float warp_sum(float v) {
 // tokens); lane l takes inputs 8l + 256i of each of its warp's rows.
 __global__ void __launch_bounds__(kNWarps * 32)
     head_gemv_n_kernel(const float* x, const uint16_t* w, float* y, int T, int H, int A, int B) {
+  pdl_wait();
+  pdl_trigger();
   const int h = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int b0 = (blockIdx.y * kNWarps + warp) * kNRows;
   const int64_t t0 = static_cast<int64_t>(blockIdx.z) * kGemvTokens;
@@ -196,6 +203,8 @@ __global__ void __launch_bounds__(kNWarps * 32)
 // [i * ceil(A / 8), (i + 1) * ceil(A / 8)) in order; the warps' partial sums are added in warp order.
 __global__ void __launch_bounds__(kTWarps * 32)
     head_gemv_t_kernel(const float* x, const uint16_t* w, float* y, int T, int H, int A, int B) {
+  pdl_wait();
+  pdl_trigger();
   extern __shared__ float xs[];  // [kTTokens][A], then [kTWarps][kTTokens][kTOutputs] partial sums
   float* part = xs + kTTokens * A;
   const int h = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -268,8 +277,8 @@ void launch_head_matmul(const float* x, const uint16_t* w, float* y, int64_t T, 
     const dim3 grid(static_cast<unsigned>(H), static_cast<unsigned>((B + kTOutputs - 1) / kTOutputs),
                     static_cast<unsigned>((T + kTTokens - 1) / kTTokens));
     const size_t smem = static_cast<size_t>(kTTokens * A + kTWarps * kTTokens * kTOutputs) * sizeof(float);
-    head_gemv_t_kernel<<<grid, kTWarps * 32, smem, stream()>>>(
-        x, w, y, static_cast<int>(T), static_cast<int>(H), static_cast<int>(A), static_cast<int>(B));
+    launch_pdl(head_gemv_t_kernel, grid, kTWarps * 32, smem, x, w, y, static_cast<int>(T),
+               static_cast<int>(H), static_cast<int>(A), static_cast<int>(B));
     check_launch("head_matmul (w^T x)");
     return;
   }
@@ -278,8 +287,8 @@ void launch_head_matmul(const float* x, const uint16_t* w, float* y, int64_t T, 
     constexpr int per_block = kNWarps * kNRows;
     const dim3 grid(static_cast<unsigned>(H), static_cast<unsigned>((B + per_block - 1) / per_block),
                     static_cast<unsigned>((T + kGemvTokens - 1) / kGemvTokens));
-    head_gemv_n_kernel<<<grid, kNWarps * 32, 0, stream()>>>(x, w, y, static_cast<int>(T), static_cast<int>(H),
-                                                            static_cast<int>(A), static_cast<int>(B));
+    launch_pdl(head_gemv_n_kernel, grid, kNWarps * 32, 0, x, w, y, static_cast<int>(T), static_cast<int>(H),
+               static_cast<int>(A), static_cast<int>(B));
     check_launch("head_matmul (w x)");
     return;
   }
@@ -289,13 +298,13 @@ void launch_head_matmul(const float* x, const uint16_t* w, float* y, int64_t T, 
   if (transpose_w) {
     const dim3 grid(static_cast<unsigned>(H), static_cast<unsigned>((B + 63) / 64), zt);
     const size_t smem_t = smem + static_cast<size_t>(kThreads / 32) * tt * 64 * sizeof(float);
-    head_matmul_t_kernel<<<grid, kThreads, smem_t, stream()>>>(
-        x, w, y, static_cast<int>(T), static_cast<int>(H), static_cast<int>(A), static_cast<int>(B), tt);
+    launch_pdl(head_matmul_t_kernel, grid, kThreads, smem_t, x, w, y, static_cast<int>(T),
+               static_cast<int>(H), static_cast<int>(A), static_cast<int>(B), tt);
   } else {
     const int per_block = kThreads / 32;
     const dim3 grid(static_cast<unsigned>(H), static_cast<unsigned>((B + per_block - 1) / per_block), zt);
-    head_matmul_n_kernel<<<grid, kThreads, smem, stream()>>>(
-        x, w, y, static_cast<int>(T), static_cast<int>(H), static_cast<int>(A), static_cast<int>(B), tt);
+    launch_pdl(head_matmul_n_kernel, grid, kThreads, smem, x, w, y, static_cast<int>(T), static_cast<int>(H),
+               static_cast<int>(A), static_cast<int>(B), tt);
   }
   check_launch("head_matmul");
 }

@@ -11,6 +11,7 @@
 
 #include "backend/cuda/head_matmul_kernels.h"
 #include "backend/cuda/kernel_common.cuh"
+#include "backend/cuda/pdl.cuh"
 #include "backend/cuda/stream.h"
 #include "core/error.h"
 
@@ -45,6 +46,8 @@ __device__ __forceinline__ float2 load_x2(const float* p, bool ok) {
 template <bool kT, int NT>
 __global__ void __launch_bounds__(kThreads)
     head_matmul_mma_kernel(const float* x, const uint16_t* w, float* y, int T, int H, int A, int B) {
+  pdl_wait();
+  pdl_trigger();
   constexpr int kN = 16 * NT;  // outputs per block
   __shared__ __align__(16) uint16_t ws[kN][kKc + kPad];
   const int h = blockIdx.z, n0 = blockIdx.x * kN;
@@ -123,8 +126,8 @@ template <bool kT, int NT>
 void launch_tiles(const float* x, const uint16_t* w, float* y, int64_t T, int64_t H, int64_t A, int64_t B) {
   const dim3 grid(static_cast<unsigned>(B / (16 * NT)),
                   static_cast<unsigned>((T + kTileTokens - 1) / kTileTokens), static_cast<unsigned>(H));
-  head_matmul_mma_kernel<kT, NT><<<grid, kThreads, 0, stream()>>>(
-      x, w, y, static_cast<int>(T), static_cast<int>(H), static_cast<int>(A), static_cast<int>(B));
+  launch_pdl(head_matmul_mma_kernel<kT, NT>, grid, kThreads, 0, x, w, y, static_cast<int>(T),
+             static_cast<int>(H), static_cast<int>(A), static_cast<int>(B));
   check_launch("head_matmul (tensor cores)");
 }
 

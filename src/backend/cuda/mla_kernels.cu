@@ -11,6 +11,7 @@
 #include "backend/cuda/batch_bucket.h"
 #include "backend/cuda/kernel_common.cuh"
 #include "backend/cuda/mla_kernels.h"
+#include "backend/cuda/pdl.cuh"
 #include "backend/cuda/stream.h"
 #include "core/error.h"
 
@@ -70,6 +71,8 @@ size_t smem_bytes(int HG, int D) {
 
 template <typename Elem>
 __global__ void __launch_bounds__(kThreads) mla_kernel(MlaParams p, const Elem* cache) {
+  pdl_wait();
+  pdl_trigger();
   extern __shared__ float smem[];
   const int D = p.D, ld = D + 1, HG = p.HG;
   int64_t* slot_s = reinterpret_cast<int64_t*>(smem);  // [kTile] cache slots of the tile's rows
@@ -217,6 +220,8 @@ __global__ void __launch_bounds__(kThreads) mla_kernel(MlaParams p, const Elem* 
 // block first turns the splits' (max, sum) into weights in shared memory, then sums the latent partials.
 __global__ void mla_combine_kernel(const float* ws_acc, const float* ws_ml, float* out, int H, int R,
                                    int splits) {
+  pdl_wait();
+  pdl_trigger();
   extern __shared__ float weight[];  // [splits]
   __shared__ float red[32];
   const int64_t t = blockIdx.x;
@@ -264,7 +269,7 @@ void launch_typed(const MlaParams& p, const Elem* cache, int64_t T, int groups) 
     configured = smem;
   }
   const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(p.splits), static_cast<unsigned>(groups));
-  mla_kernel<Elem><<<grid, kThreads, smem, stream()>>>(p, cache);
+  launch_pdl(mla_kernel<Elem>, grid, kThreads, smem, p, cache);
   check_launch("attention_mla");
 }
 
@@ -361,8 +366,8 @@ void launch_attention_mla(const float* q_lat, const float* q_pe, const void* cac
   }
   if (split.splits > 1) {
     const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(H));
-    mla_combine_kernel<<<grid, 128, static_cast<size_t>(p.splits) * sizeof(float), stream()>>>(
-        p.ws_acc, p.ws_ml, out, p.H, p.R, p.splits);
+    launch_pdl(mla_combine_kernel, grid, 128, static_cast<size_t>(p.splits) * sizeof(float), p.ws_acc,
+               p.ws_ml, out, p.H, p.R, p.splits);
     check_launch("attention_mla combine");
   }
 }

@@ -13,6 +13,7 @@
 
 #include "backend/cuda/kernel_common.cuh"
 #include "backend/cuda/mla_kernels.h"
+#include "backend/cuda/pdl.cuh"
 #include "backend/cuda/stream.h"
 #include "core/error.h"
 
@@ -102,6 +103,8 @@ __device__ __forceinline__ void ldmatrix_v(uint32_t* b, const __nv_bfloat16* k_t
 __global__ void __launch_bounds__(kThreads, 1)
     mla_tc_kernel(const float* q_lat, const float* q_pe, const uint16_t* cache, MlaPlanView plan, float* out,
                   float* ws_acc, float* ws_ml, int H, float scale, int splits, int64_t chunk) {
+  pdl_wait();
+  pdl_trigger();
   extern __shared__ __align__(16) unsigned char smem_raw[];
   Smem& sm = *reinterpret_cast<Smem*>(smem_raw);
   // Head groups of one (token, split) are adjacent block indices, so they run together and share L2.
@@ -323,8 +326,8 @@ void launch_attention_mla_tc(const float* q_lat, const float* q_pe, const uint16
   DSI_CHECK(T * groups < (int64_t{1} << 31) && split.splits < 65536 && split.chunk % kNT == 0,
             "attention_mla (tensor cores): bad launch shape");
   const dim3 grid(static_cast<unsigned>(T * groups), static_cast<unsigned>(split.splits));
-  mla_tc_kernel<<<grid, kThreads, sizeof(Smem), stream()>>>(
-      q_lat, q_pe, cache, plan, out, ws_acc, ws_ml, static_cast<int>(H), scale, split.splits, split.chunk);
+  launch_pdl(mla_tc_kernel, grid, kThreads, sizeof(Smem), q_lat, q_pe, cache, plan, out, ws_acc, ws_ml,
+             static_cast<int>(H), scale, split.splits, split.chunk);
   check_launch("attention_mla (tensor cores)");
 }
 

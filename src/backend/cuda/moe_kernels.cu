@@ -10,6 +10,7 @@
 #include "backend/cuda/kernel_common.cuh"
 #include "backend/cuda/moe_kernels.h"
 #include "backend/cuda/moe_tile.cuh"
+#include "backend/cuda/pdl.cuh"
 #include "backend/cuda/stream.h"
 #include "core/error.h"
 
@@ -43,6 +44,8 @@ __device__ float warp_sum(float v) {
 __global__ void __launch_bounds__(kPermuteThreads)
     moe_permute_kernel(const int32_t* ids, int pairs, int E, int tile_rows, int32_t* offsets, int32_t* tiles,
                        int32_t* slot_pair, int32_t* pair_slot) {
+  pdl_wait();
+  pdl_trigger();
   extern __shared__ int32_t counts[];  // [E] counts, then [E] cursors
   int32_t* cursor = counts + E;
   for (int e = threadIdx.x; e < E; e += kPermuteThreads) counts[e] = 0;
@@ -86,6 +89,8 @@ __global__ void __launch_bounds__(kRowsThreads)
     moe_rows_kernel(const float* a, int topk, const int32_t* offsets, const int32_t* tiles,
                     const int32_t* slot_pair, StackedWeights w1, StackedWeights w2, float* out, int E, int K,
                     int N, float limit) {
+  pdl_wait();
+  pdl_trigger();
   constexpr int kCW = cols_per_warp<TM>();
   ExpertTile et;
   if (!find_expert_tile(offsets, tiles, E, blockIdx.x, TM, &et)) return;
@@ -205,6 +210,8 @@ template <bool kVec>
 __global__ void __launch_bounds__(kCombineThreads)
     moe_combine_kernel(const float* y, const int32_t* pair_slot, const float* weights, float* out, int k,
                        int H) {
+  pdl_wait();
+  pdl_trigger();
   extern __shared__ int32_t slots[];                 // [k]
   float* wts = reinterpret_cast<float*>(slots + k);  // [k]
   const int64_t t = blockIdx.x;
@@ -265,13 +272,11 @@ void launch_rows_tm(const float* a, int topk, const int32_t* offsets, const int3
   const bool vec = K % 8 == 0 && aligned(a) && aligned(w1.base) && w1.stride % 8 == 0 &&
                    (!kGateUp || (aligned(w2.base) && w2.stride % 8 == 0));
   if (vec) {
-    moe_rows_kernel<kGateUp, true, TM><<<grid, kRowsThreads, 0, stream()>>>(
-        a, topk, offsets, tiles, slot_pair, w1, w2, out, static_cast<int>(E), static_cast<int>(K),
-        static_cast<int>(N), limit);
+    launch_pdl(moe_rows_kernel<kGateUp, true, TM>, grid, kRowsThreads, 0, a, topk, offsets, tiles, slot_pair,
+               w1, w2, out, static_cast<int>(E), static_cast<int>(K), static_cast<int>(N), limit);
   } else {
-    moe_rows_kernel<kGateUp, false, TM><<<grid, kRowsThreads, 0, stream()>>>(
-        a, topk, offsets, tiles, slot_pair, w1, w2, out, static_cast<int>(E), static_cast<int>(K),
-        static_cast<int>(N), limit);
+    launch_pdl(moe_rows_kernel<kGateUp, false, TM>, grid, kRowsThreads, 0, a, topk, offsets, tiles, slot_pair,
+               w1, w2, out, static_cast<int>(E), static_cast<int>(K), static_cast<int>(N), limit);
   }
   check_launch(kGateUp ? "moe gate/up" : "moe down");
 }
@@ -304,8 +309,8 @@ void launch_moe_permute(const int32_t* ids, int64_t pairs, int64_t E, int tile_r
                         int32_t* tiles, int32_t* slot_pair, int32_t* pair_slot) {
   DSI_CHECK(E > 0 && E <= 4096, "moe_experts: ", E, " experts (the CUDA kernels take up to 4096)");
   DSI_CHECK(tile_rows > 0, "moe_experts: bad tile size");
-  moe_permute_kernel<<<1, kPermuteThreads, static_cast<size_t>(2 * E) * sizeof(int32_t), stream()>>>(
-      ids, static_cast<int>(pairs), static_cast<int>(E), tile_rows, offsets, tiles, slot_pair, pair_slot);
+  launch_pdl(moe_permute_kernel, 1, kPermuteThreads, static_cast<size_t>(2 * E) * sizeof(int32_t), ids,
+             static_cast<int>(pairs), static_cast<int>(E), tile_rows, offsets, tiles, slot_pair, pair_slot);
   check_launch("moe_permute");
 }
 
@@ -340,11 +345,11 @@ void launch_moe_combine(const float* y, const int32_t* pair_slot, const float* w
   const size_t smem = static_cast<size_t>(k) * (sizeof(int32_t) + sizeof(float));
   DSI_CHECK(smem <= 48 * 1024 && grid.y <= 65535, "moe_combine: top_k ", k, ", hidden ", H, " too large");
   if (vec) {
-    moe_combine_kernel<true><<<grid, kCombineThreads, smem, stream()>>>(
-        y, pair_slot, weights, out, static_cast<int>(k), static_cast<int>(H));
+    launch_pdl(moe_combine_kernel<true>, grid, kCombineThreads, smem, y, pair_slot, weights, out,
+               static_cast<int>(k), static_cast<int>(H));
   } else {
-    moe_combine_kernel<false><<<grid, kCombineThreads, smem, stream()>>>(
-        y, pair_slot, weights, out, static_cast<int>(k), static_cast<int>(H));
+    launch_pdl(moe_combine_kernel<false>, grid, kCombineThreads, smem, y, pair_slot, weights, out,
+               static_cast<int>(k), static_cast<int>(H));
   }
   check_launch("moe_combine");
 }

@@ -11,6 +11,7 @@
 #include "backend/cuda/kernel_common.cuh"
 #include "backend/cuda/moe_kernels.h"
 #include "backend/cuda/moe_tile.cuh"
+#include "backend/cuda/pdl.cuh"
 #include "backend/cuda/stream.h"
 #include "core/error.h"
 
@@ -55,6 +56,8 @@ __global__ void __launch_bounds__(kThreads)
     moe_mma_kernel(const float* a, int topk, const int32_t* offsets, const int32_t* tiles,
                    const int32_t* slot_pair, StackedWeights w1, StackedWeights w2, float* out, int E, int K,
                    int N, float limit) {
+  pdl_wait();
+  pdl_trigger();
   __shared__ __align__(16) __nv_bfloat16 a_hi[kBM * kLd], a_lo[kBM * kLd];
   __shared__ __align__(16) __nv_bfloat16 b1_s[kBN * kLd], b2_s[kGateUp ? kBN * kLd : 1];
   __shared__ int src_row[kBM];
@@ -180,11 +183,11 @@ void launch_mma(bool split, const float* a, int topk, const int32_t* offsets, co
   const dim3 grid(static_cast<unsigned>(max_tiles), static_cast<unsigned>((N + kBN - 1) / kBN));
   const int iE = static_cast<int>(E), iK = static_cast<int>(K), iN = static_cast<int>(N);
   if (split) {
-    moe_mma_kernel<kGateUp, true>
-        <<<grid, kThreads, 0, stream()>>>(a, topk, offsets, tiles, slot_pair, w1, w2, out, iE, iK, iN, limit);
+    launch_pdl(moe_mma_kernel<kGateUp, true>, grid, kThreads, 0, a, topk, offsets, tiles, slot_pair, w1, w2,
+               out, iE, iK, iN, limit);
   } else {
-    moe_mma_kernel<kGateUp, false>
-        <<<grid, kThreads, 0, stream()>>>(a, topk, offsets, tiles, slot_pair, w1, w2, out, iE, iK, iN, limit);
+    launch_pdl(moe_mma_kernel<kGateUp, false>, grid, kThreads, 0, a, topk, offsets, tiles, slot_pair, w1, w2,
+               out, iE, iK, iN, limit);
   }
   check_launch(kGateUp ? "moe gate/up (tensor cores)" : "moe down (tensor cores)");
 }

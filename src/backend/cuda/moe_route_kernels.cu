@@ -10,6 +10,7 @@
 
 #include "backend/cuda/kernel_common.cuh"
 #include "backend/cuda/moe_kernels.h"
+#include "backend/cuda/pdl.cuh"
 #include "backend/cuda/stream.h"
 #include "core/error.h"
 
@@ -67,6 +68,8 @@ __device__ float warp_sum(float v) {
 template <bool kVec>
 __global__ void __launch_bounds__(kLogitWarps * 32)
     moe_logits_kernel(const float* x, const uint16_t* router, float* logits, int T, int H, int E) {
+  pdl_wait();
+  pdl_trigger();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int e = blockIdx.x * kLogitWarps + warp;
   const int64_t t0 = static_cast<int64_t>(blockIdx.y) * kLogitTokens;
@@ -118,6 +121,8 @@ __host__ __device__ inline int select_scratch_floats(int E, int G, int K) {
 
 __global__ void moe_select_kernel(const float* logits, const float* bias, int32_t* ids, float* wout, int T,
                                   int E, MoeRouteParams p) {
+  pdl_wait();
+  pdl_trigger();
   extern __shared__ float smem[];
   const int G = p.n_group > 0 ? p.n_group : 1, K = p.top_k;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -226,11 +231,11 @@ void launch_moe_route(const float* x, const uint16_t* router, const float* bias,
                    static_cast<unsigned>((T + kLogitTokens - 1) / kLogitTokens));
   auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
   if (H % 8 == 0 && aligned(router) && aligned(x)) {
-    moe_logits_kernel<true><<<lgrid, kLogitWarps * 32, 0, stream()>>>(
-        x, router, logits, static_cast<int>(T), static_cast<int>(H), static_cast<int>(E));
+    launch_pdl(moe_logits_kernel<true>, lgrid, kLogitWarps * 32, 0, x, router, logits, static_cast<int>(T),
+               static_cast<int>(H), static_cast<int>(E));
   } else {
-    moe_logits_kernel<false><<<lgrid, kLogitWarps * 32, 0, stream()>>>(
-        x, router, logits, static_cast<int>(T), static_cast<int>(H), static_cast<int>(E));
+    launch_pdl(moe_logits_kernel<false>, lgrid, kLogitWarps * 32, 0, x, router, logits, static_cast<int>(T),
+               static_cast<int>(H), static_cast<int>(E));
   }
   check_launch("moe_route logits");
   // ids, weights [T, K]
@@ -239,8 +244,8 @@ void launch_moe_route(const float* x, const uint16_t* router, const float* bias,
       static_cast<size_t>(select_scratch_floats(static_cast<int>(E), G, p.top_k)) * sizeof(float);
   DSI_CHECK(per_warp <= 48 * 1024, "moe_route: ", E, " experts, top ", p.top_k, " too large for the kernel");
   const int warps = per_warp * kSelectWarps <= 48 * 1024 ? kSelectWarps : 1;
-  moe_select_kernel<<<static_cast<unsigned>((T + warps - 1) / warps), warps * 32, per_warp * warps,
-                      stream()>>>(logits, bias, ids, weights, static_cast<int>(T), static_cast<int>(E), p);
+  launch_pdl(moe_select_kernel, static_cast<unsigned>((T + warps - 1) / warps), warps * 32, per_warp * warps,
+             logits, bias, ids, weights, static_cast<int>(T), static_cast<int>(E), p);
   check_launch("moe_route select");
 }
 

@@ -17,6 +17,7 @@
 #include "backend/cuda/kernel_common.cuh"
 #include "backend/cuda/moe_kernels.h"
 #include "backend/cuda/moe_tile.cuh"
+#include "backend/cuda/pdl.cuh"
 #include "backend/cuda/stream.h"
 #include "core/error.h"
 
@@ -79,6 +80,8 @@ __global__ void __launch_bounds__(kThreads, NT >= 8 ? 1 : 2)
     moe_stream_kernel(const float* a, int topk, const int32_t* offsets, const int32_t* tiles,
                       const int32_t* slot_pair, StackedWeights w1, StackedWeights w2, float* out, int E,
                       int K, int N, float limit) {
+  pdl_wait();
+  pdl_trigger();
   constexpr int FG = feature_groups<NT>(), KG = kWarps / FG, FW = features_per_warp<kGateUp>();
   constexpr int R = 8 * NT;
   extern __shared__ uint4 smem[];
@@ -283,9 +286,8 @@ void launch_nt(const float* a, int topk, const int32_t* offsets, const int32_t* 
   const int64_t slices = (N + features - 1) / features;
   DSI_CHECK(max_tiles < (int64_t{1} << 31) && slices < 65536, "moe_experts: too many tiles");
   const dim3 grid(static_cast<unsigned>(max_tiles), static_cast<unsigned>(slices));
-  moe_stream_kernel<kGateUp, NT><<<grid, kThreads, bytes, stream()>>>(
-      a, topk, offsets, tiles, slot_pair, w1, w2, out, static_cast<int>(E), static_cast<int>(K),
-      static_cast<int>(N), limit);
+  launch_pdl(moe_stream_kernel<kGateUp, NT>, grid, kThreads, bytes, a, topk, offsets, tiles, slot_pair, w1,
+             w2, out, static_cast<int>(E), static_cast<int>(K), static_cast<int>(N), limit);
   check_launch(kGateUp ? "moe gate/up (streaming)" : "moe down (streaming)");
 }
 
