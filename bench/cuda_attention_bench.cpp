@@ -1,6 +1,7 @@
 // Micro-benchmark of the CUDA paged-attention kernels at the Llama-3.1-8B attention shape (32 q heads, 8 kv
-// heads, head_dim 128, bf16 cache, block size 64): split-KV decode at batch 1/64/256 x context 128/1024/4096
-// (µs per layer and GB/s of K/V read against the H200's 4.29 TB/s), the fused rope + cache write, and
+// heads, head_dim 128, bf16 cache, block size 64): split-KV decode at batch 1/64/256 x context
+// 128/256/1024/4096 (µs per layer with the splits merged in the kernel, as the backend runs it, and with the
+// separate combine kernel; GB/s of K/V read against the H200's 4.29 TB/s), the fused rope + cache write, and
 // causal flash prefill of 2048 tokens (ms per layer and TFLOP/s). Each case is captured once in a CUDA graph
 // of kIters launches (which also checks the launches are capture-safe) and timed with CUDA events.
 // Run: build/bench/cuda_attention_bench (needs a GPU).
@@ -135,11 +136,11 @@ PagedSetup make_setup(int64_t seqs, int64_t ctx, bool all_positions) {
 void bench_decode(std::mt19937& rng) {
   std::printf("decode (Hq %lld, Hkv %lld, D %lld, bf16 cache, block %d): one layer\n",
               static_cast<long long>(kHq), static_cast<long long>(kHkv), static_cast<long long>(kD), kBlock);
-  std::printf("%6s %8s %7s %10s %10s %8s %14s\n", "batch", "context", "splits", "attn_us", "GB/s", "%peak",
-              "rope+write_us");
+  std::printf("%6s %8s %7s %10s %12s %10s %8s %14s\n", "batch", "context", "splits", "attn_us", "unfused_us",
+              "GB/s", "%peak", "rope+write_us");
   const cuda::GqaShape shape{kHq, kHkv, kD, kD, 1.0f / std::sqrt(static_cast<float>(kD))};
   for (int64_t batch : {1, 64, 256}) {
-    for (int64_t ctx : {128, 1024, 4096}) {
+    for (int64_t ctx : {128, 256, 1024, 4096}) {
       PagedSetup p = make_setup(batch, ctx, false);
       Tensor q = device_random(batch * kHq * kD, rng), k = device_random(batch * kHkv * kD, rng);
       Tensor v = device_random(batch * kHkv * kD, rng);
@@ -147,9 +148,14 @@ void bench_decode(std::mt19937& rng) {
       const int64_t max_context = cuda::attention_max_context_bucket(ctx);
       const int64_t floats = cuda::decode_partial_floats(batch, shape, max_context);
       Tensor partials = Tensor::empty_on(Device::kCuda, DType::F32, {std::max<int64_t>(floats, 1)});
+      int32_t* arrivals = cuda::decode_arrivals(cuda::decode_arrival_slots(batch, shape, max_context));
       const double us = time_us([&] {
         cuda::launch_attention_decode(q.data<float>(), p.view, p.plan, nullptr, batch, out.data<float>(),
-                                      shape, max_context, partials.data<float>());
+                                      shape, max_context, partials.data<float>(), arrivals);
+      });
+      const double unfused_us = time_us([&] {
+        cuda::launch_attention_decode(q.data<float>(), p.view, p.plan, nullptr, batch, out.data<float>(),
+                                      shape, max_context, partials.data<float>(), nullptr);
       });
       std::vector<float> inv_freq(kD / 2);
       for (int64_t i = 0; i < kD / 2; ++i) inv_freq[i] = std::pow(500000.0f, -2.0f * i / kD);
@@ -161,9 +167,9 @@ void bench_decode(std::mt19937& rng) {
       });
       const double bytes = static_cast<double>(batch) * ctx * kHkv * 2 * kD * 2;
       const double gbs = bytes / (us * 1e-6) / 1e9;
-      std::printf("%6lld %8lld %7lld %10.2f %10.1f %7.1f%% %14.2f\n", static_cast<long long>(batch),
+      std::printf("%6lld %8lld %7lld %10.2f %12.2f %10.1f %7.1f%% %14.2f\n", static_cast<long long>(batch),
                   static_cast<long long>(ctx),
-                  static_cast<long long>(cuda::decode_splits(batch, shape, max_context)), us, gbs,
+                  static_cast<long long>(cuda::decode_splits(batch, shape, max_context)), us, unfused_us, gbs,
                   100.0 * gbs * 1e9 / kPeakBytesPerS, rope_us);
     }
   }

@@ -5,7 +5,9 @@
 // activations: ~1e-3).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <set>
@@ -20,11 +22,13 @@
 #ifdef DSINFER_HAVE_CUDA
 #include "backend/backend_factory.h"
 #include "backend/cuda/attention_kernels.h"
+#include "backend/cuda/batch_bucket.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_tensor.h"
 #include "backend/cuda/elementwise_kernels.h"
 #include "backend/cuda/gemm_cublaslt.h"
 #include "backend/cuda/gemv_kernels.h"
+#include "backend/cuda/runtime.h"
 #endif
 
 namespace dsinfer {
@@ -409,6 +413,107 @@ TEST_F(CudaAttentionTest, DecodeResultDoesNotDependOnMaxContext) {
     EXPECT_LT(rel_err(cuda::to_host(out), ref), 1e-5) << "max_context " << max_context;
   }
   EXPECT_GT(split_counts.size(), 1u);  // the bound did change the launch
+}
+
+// The fused combine (the last split CTA of each (query, head group) merges the splits) against the separate
+// combine kernel: the same bits, over contexts 1..4097, groups 1/4/8/16, D 64/128/256 (warp kernel), D 96 and
+// Dv != D (generic kernel), batch 1 (the most, shortest splits) and mixed batches, with and without a token
+// list, launched repeatedly and replayed from a captured CUDA graph (the counters must come back to zero).
+TEST_F(CudaAttentionTest, FusedCombineMatchesUnfusedBitForBit) {
+  CudaBackend gpu;
+  const std::vector<GqaCase> cases = {{8, 8, 64, 64},    {32, 8, 128, 128}, {64, 8, 256, 256},
+                                      {16, 2, 128, 128}, {16, 1, 128, 128}, {4, 4, 96, 96},
+                                      {8, 2, 128, 64}};
+  const std::vector<SeqSpec> batches = {
+      {{4096, 1}},
+      {{0, 1}},
+      {{200, 1}},
+      {{0, 1}, {1, 1}, {31, 1}, {32, 1}, {63, 1}, {64, 1}, {256, 1}, {999, 1}, {4096, 1}},
+  };
+  auto same_bits = [](const Tensor& a, const Tensor& b) {
+    return a.numel() == b.numel() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
+  };
+  for (const GqaCase& c : cases) {
+    for (const SeqSpec& seqs : batches) {
+      const int32_t bs = 16;
+      Filled f = fill(gpu, seqs, bs, c, DType::BF16);
+      const int64_t n = f.plan.num_tokens();
+      Tensor q = random_f32({n, c.Hq, c.D});
+      const float scale = 1.0f / std::sqrt(static_cast<float>(c.D));
+      const Tensor ref = cpu.attention_gqa(q, *f.cpu_cache, 0, f.plan, c.Hkv, c.D, c.Dv, scale);
+      std::vector<int32_t> seq_of(static_cast<size_t>(n)), reversed(static_cast<size_t>(n));
+      int32_t longest = 1;
+      for (int32_t i = 0; i < n; ++i) {
+        seq_of[i] = i;
+        reversed[i] = static_cast<int32_t>(n) - 1 - i;
+        longest = std::max(longest, f.plan.positions[i] + 1);
+      }
+      Tensor positions = device_i32(f.plan.positions), token_seq = device_i32(seq_of);
+      Tensor table = device_i32(f.plan.block_table), indptr = device_i32(f.plan.block_table_indptr);
+      Tensor dtokens = device_i32(reversed);
+      cuda::DevicePlanView view{positions.data<int32_t>(), token_seq.data<int32_t>(), table.data<int32_t>(),
+                                indptr.data<int32_t>(), bs};
+      cuda::DeviceCacheView cv{const_cast<void*>(f.gpu_cache->storage(0).raw()), f.gpu_cache->width(0), true};
+      const cuda::GqaShape shape{c.Hq, c.Hkv, c.D, c.Dv, scale};
+      Tensor dq = cuda::to_device(q);
+      const Tensor zeros = Tensor::zeros(DType::F32, {n, c.Hq * c.Dv});
+      for (int64_t max_context : {cuda::attention_max_context_bucket(longest), int64_t{8192}}) {
+        for (bool use_list : {false, true}) {
+          const int32_t* tokens = use_list ? dtokens.data<int32_t>() : nullptr;
+          const std::string what = describe(c, bs, seqs) + " max_context " + std::to_string(max_context) +
+                                   (tokens ? " token list" : "") + " splits " +
+                                   std::to_string(cuda::decode_splits(n, shape, max_context));
+          const int64_t floats = cuda::decode_partial_floats(n, shape, max_context);
+          const int64_t slots = cuda::decode_arrival_slots(n, shape, max_context);
+          Tensor partials = Tensor::empty_on(Device::kCuda, DType::F32, {std::max<int64_t>(floats, 1)});
+          int32_t* arrivals = cuda::decode_arrivals(slots);
+          ASSERT_EQ(arrivals != nullptr, slots > 0) << what;
+          Tensor out = Tensor::empty_on(Device::kCuda, DType::F32, {n, c.Hq * c.Dv});
+          cuda::launch_attention_decode(dq.data<float>(), cv, view, tokens, n, out.data<float>(), shape,
+                                        max_context, partials.data<float>(), nullptr);
+          const Tensor unfused = cuda::to_host(out);
+          EXPECT_LT(rel_err(unfused, ref), 1e-5) << what;
+          for (int rep = 0; rep < 3; ++rep) {
+            Tensor fused = Tensor::empty_on(Device::kCuda, DType::F32, {n, c.Hq * c.Dv});
+            cuda::launch_attention_decode(dq.data<float>(), cv, view, tokens, n, fused.data<float>(), shape,
+                                          max_context, partials.data<float>(), arrivals);
+            EXPECT_TRUE(same_bits(cuda::to_host(fused), unfused)) << what << " launch " << rep;
+          }
+          // Captured once, replayed three times into a zeroed output.
+          Tensor graphed = Tensor::empty_on(Device::kCuda, DType::F32, {n, c.Hq * c.Dv});
+          cuda::begin_capture();
+          cuda::launch_attention_decode(dq.data<float>(), cv, view, tokens, n, graphed.data<float>(), shape,
+                                        max_context, partials.data<float>(), arrivals);
+          cuda::GraphHandle graph = cuda::end_capture(true);
+          for (int rep = 0; rep < 3; ++rep) {
+            cuda::copy_to_device(graphed.raw(), zeros.raw(), zeros.nbytes());
+            cuda::launch_graph(graph);
+            EXPECT_TRUE(same_bits(cuda::to_host(graphed), unfused)) << what << " replay " << rep;
+          }
+          cuda::destroy_graph(graph);
+          if (slots > 0) {
+            std::vector<int32_t> counters(static_cast<size_t>(slots), -1);
+            cuda::copy_to_host(counters.data(), arrivals, counters.size() * sizeof(int32_t));
+            EXPECT_EQ(std::count(counters.begin(), counters.end(), 0), slots) << what;
+          }
+        }
+      }
+    }
+  }
+}
+
+// The split plan: batch 1 takes more, shorter splits (every SM streams K/V); the count depends on the query
+// count only through its next power of two, so eager and graph-padded batches split alike.
+TEST_F(CudaAttentionTest, DecodeSplitPlan) {
+  const cuda::GqaShape shape{32, 8, 128, 128, 0.1f};
+  EXPECT_GE(cuda::decode_splits(1, shape, 256), 8);
+  EXPECT_GE(cuda::decode_splits(1, shape, 4096), 32);
+  EXPECT_LE(cuda::decode_splits(1, shape, 1 << 20), cuda::kMaxDecodeSplits);
+  EXPECT_EQ(cuda::decode_splits(1, shape, 1), 1);
+  EXPECT_EQ(cuda::decode_arrival_slots(1, shape, 1), 0);
+  for (int64_t n : {3, 5, 9, 33, 65, 129})
+    for (int64_t ctx : {256, 4096, 32768})
+      EXPECT_EQ(cuda::decode_splits(n, shape, ctx), cuda::decode_splits(cuda::next_pow2(n), shape, ctx));
 }
 
 TEST_F(CudaAttentionTest, RopeWriteKvMatchesCpu) {

@@ -43,18 +43,28 @@ void launch_attention_gqa(const float* q, const DeviceCacheView& cache, const De
                           float* out, int64_t T, const GqaShape& shape);
 
 // Split-KV decode kernel: one CTA per (query, kv head, context split) handles all Hq / Hkv query heads of the
-// group, so each cached K/V row is read once per group; a second kernel merges the splits. Queries are
+// group, so each cached K/V row is read once per group; the splits are merged either by a second kernel or,
+// when `arrivals` is given, by the last split CTA of each (query, head group) to finish (fused combine; the
+// same merge in the same order, so the same bits). Queries are
 // tokens[i] for i < num_queries (tokens null: token i). The launch configuration depends only on
 // num_queries, the shape, and `max_context` (an upper bound of positions[t] + 1 over the queries; the
 // lengths themselves are read on the device), so a captured CUDA graph replays it for any lengths up to
-// max_context. `partials` must hold decode_partial_floats(...) floats (unused when that is 0).
+// max_context. `partials` must hold decode_partial_floats(...) floats (unused when that is 0). `arrivals`
+// (null: separate combine kernel) must hold decode_arrival_slots(...) zeros; the kernel leaves them zero.
 // D, Dv multiples of 8 and the group's tiles within the shared memory (decode_supported).
+inline constexpr int kMaxDecodeSplits = 64;
 bool decode_supported(const GqaShape& shape, bool bf16_cache);
 int64_t decode_splits(int64_t num_queries, const GqaShape& shape, int64_t max_context);
 int64_t decode_partial_floats(int64_t num_queries, const GqaShape& shape, int64_t max_context);
+int64_t decode_arrival_slots(int64_t num_queries, const GqaShape& shape, int64_t max_context);
 void launch_attention_decode(const float* q, const DeviceCacheView& cache, const DevicePlanView& plan,
                              const int32_t* tokens, int64_t num_queries, float* out, const GqaShape& shape,
-                             int64_t max_context, float* partials);
+                             int64_t max_context, float* partials, int32_t* arrivals = nullptr);
+
+// The process-wide arrival counters of the fused combine: a zeroed device buffer of at least `slots` int32
+// (grown outside CUDA graph capture only; growing invalidates captured graphs). Null when slots is 0, or
+// when a capture would need a larger buffer (the caller then runs the separate combine kernel).
+int32_t* decode_arrivals(int64_t slots);
 
 // Tensor-core flash attention (mma.sync bf16, fp32 accumulate, online softmax) for query chunks: tile i
 // covers tokens [tiles[4i + 1], tiles[4i + 1] + tiles[4i + 2]) (at most kFlashTileRows, one sequence

@@ -1,8 +1,8 @@
 // CudaBackend's attention-side ops: rope, cache writes (float32 or bf16 cache), the fused rope + cache write
 // and GQA attention, which routes each sequence of the plan to a kernel: query_len 1 (decode) -> split-KV
-// decode kernel; longer chunks -> tensor-core flash kernel (bf16 cache, head dim 64 or 128) or, for other
-// shapes, the decode kernel run per token; shapes neither takes -> the simple kernel. The split is made on
-// the host from the plan, so nothing waits for the GPU.
+// decode kernel (splits merged in the kernel, decode_arrivals); longer chunks -> tensor-core flash kernel
+// (bf16 cache, head dim 64 or 128) or, for other shapes, the decode kernel run per token; shapes neither
+// takes -> the simple kernel. The split is made on the host from the plan, so nothing waits for the GPU.
 #include <algorithm>
 
 #include "backend/cuda/attention_kernels.h"
@@ -170,8 +170,10 @@ Tensor CudaBackend::attention_gqa(const Tensor& q, const KvCache& cache, int64_t
     const int64_t bucket = cuda::attention_max_context_bucket(max_context);
     const int64_t floats = cuda::decode_partial_floats(n, shape, bucket);
     Tensor partials = floats ? Tensor::empty_on(Device::kCuda, DType::F32, {floats}) : Tensor();
+    // Fused combine when the counters are there (a capture that would need more runs the combine kernel).
+    int32_t* arrivals = cuda::decode_arrivals(cuda::decode_arrival_slots(n, shape, bucket));
     cuda::launch_attention_decode(qd, cv, view, tokens, n, out.data<float>(), shape, bucket,
-                                  floats ? partials.data<float>() : nullptr);
+                                  floats ? partials.data<float>() : nullptr, arrivals);
   }
   if (lone_call) step_.clear_host();
   return out;

@@ -5,9 +5,10 @@
 // it copies the tile's K and V rows (16-byte cp.async, float32 or bf16 cache; slots looked up once per tile,
 // the next tile's copy in flight while this one is used) into shared memory, scores every (head, position),
 // runs the online softmax (one warp per head) and accumulates P V in shared memory. With several splits each
-// CTA writes its normalised partial output and log-sum-exp, and a second kernel merges them. The grid depends
-// only on the query count, the shape and max_context (CUDA-graph friendly): splits past a query's context
-// exit at once.
+// CTA writes its normalised partial output and log-sum-exp, and either a second kernel merges them or (fused,
+// given arrival counters) the last CTA of the (query, group) to finish does (decode_merge.cuh). The grid
+// depends only on the query count, the shape and max_context (CUDA-graph friendly): splits past a query's
+// context exit at once.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -18,6 +19,7 @@
 #include "backend/cuda/attention_kernels.h"
 #include "backend/cuda/batch_bucket.h"
 #include "backend/cuda/decode_attention_warp.h"
+#include "backend/cuda/decode_merge.cuh"
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda/stream.h"
 #include "core/error.h"
@@ -32,8 +34,8 @@ using attn::cp_async16;
 constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / 32;
 constexpr int kTile = 32;            // positions per shared-memory tile (one per lane in the softmax)
-constexpr int kMaxSplits = 32;       // context splits of one query
-constexpr int kMinSplitLen = 64;     // positions a split covers at least
+constexpr int kMaxSplits = 32;       // context splits of one query (kMaxDecodeSplits when few pairs)
+constexpr int kMinSplitLen = 64;     // positions a split covers at least (kTile when few pairs)
 constexpr int kMaxSmem = 160 << 10;  // dynamic shared memory the kernel may ask for (sm_80: 163 KiB)
 
 int64_t ceil_div(int64_t a, int64_t b) {
@@ -73,9 +75,11 @@ SplitPlan split_plan(int64_t num_queries, const GqaShape& s, int64_t max_context
   // Queries rounded up to a power of two, as mla_choose_split does: eager and graph-padded batches split
   // alike.
   const int64_t work = std::max<int64_t>(next_pow2(num_queries) * s.Hkv, 1);
-  const int64_t by_len = ceil_div(max_context, kMinSplitLen);
+  // Few (query, kv head) pairs (batch-1 decode): more, shorter splits, so that more SMs stream K/V.
+  const bool few = 4 * work <= num_sms();
+  const int64_t by_len = ceil_div(max_context, few ? kTile : kMinSplitLen);
   const int64_t want = ceil_div(4 * num_sms(), work);  // CTAs for ~4 per SM
-  const int64_t splits = std::clamp<int64_t>(std::min(by_len, want), 1, kMaxSplits);
+  const int64_t splits = std::clamp<int64_t>(std::min(by_len, want), 1, few ? kMaxDecodeSplits : kMaxSplits);
   SplitPlan p;
   p.chunk = ceil_div(ceil_div(max_context, splits), kTile) * kTile;
   p.splits = ceil_div(max_context, p.chunk);
@@ -110,11 +114,12 @@ __device__ __forceinline__ float2 load2(const __nv_bfloat16* p) {
 template <typename KV>
 __global__ void __launch_bounds__(kThreads)
     decode_kernel(const float* q, const KV* cache, int64_t width, DevicePlanView plan, const int32_t* tokens,
-                  int num_queries, float* out, float* partials, int Hq, int Hkv, int D, int Dv,
-                  float scale_log2, int splits, int chunk) {
+                  int num_queries, float* out, float* partials, int32_t* arrivals, int Hq, int Hkv, int D,
+                  int Dv, float scale_log2, int splits, int chunk) {
   pdl_wait();
   pdl_trigger();
   extern __shared__ __align__(16) unsigned char smem[];
+  __shared__ detail::MergeSmem merge_s;
   constexpr int E = kVec<KV>;
   const int G = Hq / Hkv;
   const int ldk = D + E, ldv = Dv + E;
@@ -135,9 +140,17 @@ __global__ void __launch_bounds__(kThreads)
   const int begin = sp * chunk, end = min(ctx, begin + chunk);
   const int h0 = kvh * G;
   float* lse = partials + static_cast<int64_t>(num_queries) * Hq * splits * Dv;
+  // Fused combine (splits > 1): the last split CTA of the group merges all splits.
+  auto finish = [&] {
+    if (arrivals &&
+        detail::arrive_last(arrivals + static_cast<int64_t>(i) * gridDim.y + blockIdx.y, splits, merge_s))
+      detail::merge_heads(partials, lse, i, Hq, h0, G, Dv, splits, out + static_cast<int64_t>(t) * Hq * Dv,
+                          merge_s);
+  };
   if (begin >= end) {  // a split past this query's context
     for (int g = tid; g < G; g += kThreads)
       lse[(static_cast<int64_t>(i) * Hq + h0 + g) * splits + sp] = -INFINITY;
+    finish();
     return;
   }
   const int32_t* blocks = plan.block_table + plan.block_table_indptr[plan.token_seq[t]];
@@ -268,48 +281,31 @@ __global__ void __launch_bounds__(kThreads)
       partials[((static_cast<int64_t>(i) * Hq + h) * splits + sp) * Dv + d] = o;
     }
   }
-  if (splits > 1)
+  if (splits > 1) {
     for (int g = tid; g < G; g += kThreads)
       lse[(static_cast<int64_t>(i) * Hq + h0 + g) * splits + sp] = m_s[g] + log2f(l_s[g]);
+    finish();
+  }
 }
 
-// out[t, h] = sum_s w_s o_s / sum_s w_s with w_s = 2^(lse_s - max lse) over the splits that saw positions.
+// out[t, h] from the splits' partials (detail::merge_heads: the fused combine's merge, same bits).
 __global__ void __launch_bounds__(kThreads)
     decode_combine_kernel(const float* partials, const int32_t* tokens, int num_queries, float* out, int Hq,
                           int Dv, int splits) {
   pdl_wait();
   pdl_trigger();
-  __shared__ float w_s[kMaxSplits];
-  __shared__ float inv_total;
+  __shared__ detail::MergeSmem merge_s;
   const int i = blockIdx.x, h = blockIdx.y;
   const int t = tokens ? tokens[i] : i;
-  const float* lse = partials + static_cast<int64_t>(num_queries) * Hq * splits * Dv +
-                     (static_cast<int64_t>(i) * Hq + h) * splits;
-  if (threadIdx.x == 0) {
-    float mx = -INFINITY;
-    for (int s = 0; s < splits; ++s) mx = fmaxf(mx, lse[s]);
-    float total = 0.0f;
-    for (int s = 0; s < splits; ++s) {
-      const float w = lse[s] == -INFINITY ? 0.0f : exp2f(lse[s] - mx);
-      w_s[s] = w;
-      total += w;
-    }
-    inv_total = 1.0f / total;
-  }
-  __syncthreads();
-  const float* o = partials + (static_cast<int64_t>(i) * Hq + h) * splits * Dv;
-  for (int d = threadIdx.x; d < Dv; d += kThreads) {
-    float acc = 0.0f;
-    for (int s = 0; s < splits; ++s)
-      if (w_s[s] != 0.0f) acc += w_s[s] * o[static_cast<int64_t>(s) * Dv + d];
-    out[(static_cast<int64_t>(t) * Hq + h) * Dv + d] = acc * inv_total;
-  }
+  const float* lse = partials + static_cast<int64_t>(num_queries) * Hq * splits * Dv;
+  detail::merge_heads(partials, lse, i, Hq, h, 1, Dv, splits, out + static_cast<int64_t>(t) * Hq * Dv,
+                      merge_s);
 }
 
 template <typename KV>
 void launch_decode_typed(const float* q, const DeviceCacheView& cache, const DevicePlanView& plan,
                          const int32_t* tokens, int64_t num_queries, float* out, const GqaShape& shape,
-                         const SplitPlan& sp, float* partials) {
+                         const SplitPlan& sp, float* partials, int32_t* arrivals) {
   const int64_t bytes = smem_bytes<KV>(shape);
   static int64_t opted_in = 48 << 10;  // per instantiation: the dynamic shared memory already allowed
   if (bytes > opted_in) {
@@ -323,7 +319,7 @@ void launch_decode_typed(const float* q, const DeviceCacheView& cache, const Dev
                   static_cast<unsigned>(sp.splits));
   const float scale_log2 = shape.scale * 1.4426950408889634f;
   launch_pdl(decode_kernel<KV>, grid, kThreads, bytes, q, static_cast<const KV*>(cache.data), cache.width,
-             plan, tokens, static_cast<int>(num_queries), out, partials, static_cast<int>(shape.Hq),
+             plan, tokens, static_cast<int>(num_queries), out, partials, arrivals, static_cast<int>(shape.Hq),
              static_cast<int>(shape.Hkv), static_cast<int>(shape.D), static_cast<int>(shape.Dv), scale_log2,
              static_cast<int>(sp.splits), static_cast<int>(sp.chunk));
   check_launch("attention_decode");
@@ -346,24 +342,31 @@ int64_t decode_partial_floats(int64_t num_queries, const GqaShape& shape, int64_
   return splits > 1 ? num_queries * shape.Hq * splits * (shape.Dv + 1) : 0;
 }
 
+int64_t decode_arrival_slots(int64_t num_queries, const GqaShape& shape, int64_t max_context) {
+  // One per (query, CTA row of heads): Hkv rows (generic kernel) or Hkv * ceil(G / 8) <= Hq (warp kernel).
+  return decode_splits(num_queries, shape, max_context) > 1 ? num_queries * shape.Hq : 0;
+}
+
 void launch_attention_decode(const float* q, const DeviceCacheView& cache, const DevicePlanView& plan,
                              const int32_t* tokens, int64_t num_queries, float* out, const GqaShape& shape,
-                             int64_t max_context, float* partials) {
+                             int64_t max_context, float* partials, int32_t* arrivals) {
   DSI_CHECK(decode_supported(shape, cache.bf16), "attention decode: unsupported shape (Hq ", shape.Hq,
             ", Hkv ", shape.Hkv, ", D ", shape.D, ", Dv ", shape.Dv, ")");
   DSI_CHECK(max_context > 0, "attention decode: max_context must be positive");
   if (num_queries == 0) return;
   const SplitPlan sp = split_plan(num_queries, shape, max_context);
   DSI_CHECK(sp.splits == 1 || partials, "attention decode: ", sp.splits, " splits need a partials buffer");
+  if (sp.splits == 1) arrivals = nullptr;  // nothing to merge
   if (detail::decode_warp_supported(shape, cache.bf16)) {
-    detail::launch_decode_warp(q, cache, plan, tokens, num_queries, out, shape, sp.splits, sp.chunk,
-                               partials);
+    detail::launch_decode_warp(q, cache, plan, tokens, num_queries, out, shape, sp.splits, sp.chunk, partials,
+                               arrivals);
   } else if (cache.bf16) {
-    launch_decode_typed<__nv_bfloat16>(q, cache, plan, tokens, num_queries, out, shape, sp, partials);
+    launch_decode_typed<__nv_bfloat16>(q, cache, plan, tokens, num_queries, out, shape, sp, partials,
+                                       arrivals);
   } else {
-    launch_decode_typed<float>(q, cache, plan, tokens, num_queries, out, shape, sp, partials);
+    launch_decode_typed<float>(q, cache, plan, tokens, num_queries, out, shape, sp, partials, arrivals);
   }
-  if (sp.splits > 1) {
+  if (sp.splits > 1 && !arrivals) {
     const dim3 grid(static_cast<unsigned>(num_queries), static_cast<unsigned>(shape.Hq));
     launch_pdl(decode_combine_kernel, grid, kThreads, 0, partials, tokens, static_cast<int>(num_queries), out,
                static_cast<int>(shape.Hq), static_cast<int>(shape.Dv), static_cast<int>(sp.splits));

@@ -4,12 +4,14 @@
 // lanes with shuffles). The next rows' block-table slots are fetched while the current rows are used, and
 // each lane has U rows of K and V in flight. No barriers until the end, where the rows of a warp merge by
 // shuffles and the 4 warps through shared memory. Launch geometry comes from the caller (split plan of
-// decode_attention_kernels.cu), so it depends on max_context only.
+// decode_attention_kernels.cu), so it depends on max_context only. With arrival counters the last split CTA
+// of a (query, head chunk) merges the splits itself (decode_merge.cuh) instead of the combine kernel.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include "backend/cuda/attention_common.cuh"
 #include "backend/cuda/decode_attention_warp.h"
+#include "backend/cuda/decode_merge.cuh"
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda/stream.h"
 #include "core/error.h"
@@ -36,7 +38,8 @@ template <int D, int GMAX>
 __global__ void __launch_bounds__(kThreads)
     decode_warp_kernel(const float* __restrict__ q, const __nv_bfloat16* __restrict__ cache, int64_t width,
                        DevicePlanView plan, const int32_t* tokens, int num_queries, float* out,
-                       float* partials, int Hq, int Hkv, float scale_log2, int splits, int chunk) {
+                       float* partials, int32_t* arrivals, int Hq, int Hkv, float scale_log2, int splits,
+                       int chunk) {
   pdl_wait();
   pdl_trigger();
   constexpr int LPR = D / 8;            // lanes per cache row (8 values each)
@@ -45,6 +48,7 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int ROWS = kWarps * U * RPW;
   __shared__ float acc_s[kWarps][GMAX][D];
   __shared__ float m_sh[kWarps][GMAX], l_sh[kWarps][GMAX];
+  __shared__ MergeSmem merge_s;
 
   const int G = Hq / Hkv;
   const int nhc = (G + GMAX - 1) / GMAX;
@@ -56,9 +60,15 @@ __global__ void __launch_bounds__(kThreads)
   const int ctx = plan.positions[t] + 1;
   const int begin = sp * chunk, end = min(ctx, begin + chunk);
   float* lse = partials + static_cast<int64_t>(num_queries) * Hq * splits * D;
+  // Fused combine (splits > 1): the last split CTA of the (query, head chunk) merges all splits.
+  auto finish = [&] {
+    if (arrivals && arrive_last(arrivals + static_cast<int64_t>(i) * gridDim.y + blockIdx.y, splits, merge_s))
+      merge_heads(partials, lse, i, Hq, h0, gc, D, splits, out + static_cast<int64_t>(t) * Hq * D, merge_s);
+  };
   if (begin >= end) {  // a split past this query's context
     for (int g = threadIdx.x; g < gc; g += kThreads)
       lse[(static_cast<int64_t>(i) * Hq + h0 + g) * splits + sp] = -INFINITY;
+    finish();
     return;
   }
   const int32_t* blocks = plan.block_table + plan.block_table_indptr[plan.token_seq[t]];
@@ -204,17 +214,18 @@ __global__ void __launch_bounds__(kThreads)
       if (d == 0) lse[(static_cast<int64_t>(i) * Hq + h) * splits + sp] = mx + log2f(total);
     }
   }
+  if (splits > 1) finish();
 }
 
 template <int D, int GMAX>
 void launch_typed(const float* q, const DeviceCacheView& cache, const DevicePlanView& plan,
                   const int32_t* tokens, int64_t num_queries, float* out, const GqaShape& shape,
-                  int64_t splits, int64_t chunk, float* partials) {
+                  int64_t splits, int64_t chunk, float* partials, int32_t* arrivals) {
   const int64_t G = shape.Hq / shape.Hkv, nhc = (G + GMAX - 1) / GMAX;
   const dim3 grid(static_cast<unsigned>(num_queries), static_cast<unsigned>(shape.Hkv * nhc),
                   static_cast<unsigned>(splits));
   launch_pdl(decode_warp_kernel<D, GMAX>, grid, kThreads, 0, q, static_cast<const __nv_bfloat16*>(cache.data),
-             cache.width, plan, tokens, static_cast<int>(num_queries), out, partials,
+             cache.width, plan, tokens, static_cast<int>(num_queries), out, partials, arrivals,
              static_cast<int>(shape.Hq), static_cast<int>(shape.Hkv), shape.scale * 1.4426950408889634f,
              static_cast<int>(splits), static_cast<int>(chunk));
   attn::check_launch("attention_decode (warp kernel)");
@@ -223,16 +234,16 @@ void launch_typed(const float* q, const DeviceCacheView& cache, const DevicePlan
 template <int D>
 void launch_for_dim(const float* q, const DeviceCacheView& cache, const DevicePlanView& plan,
                     const int32_t* tokens, int64_t num_queries, float* out, const GqaShape& shape,
-                    int64_t splits, int64_t chunk, float* partials) {
+                    int64_t splits, int64_t chunk, float* partials, int32_t* arrivals) {
   const int64_t G = shape.Hq / shape.Hkv;
   if (G <= 1) {
-    launch_typed<D, 1>(q, cache, plan, tokens, num_queries, out, shape, splits, chunk, partials);
+    launch_typed<D, 1>(q, cache, plan, tokens, num_queries, out, shape, splits, chunk, partials, arrivals);
   } else if (G <= 2) {
-    launch_typed<D, 2>(q, cache, plan, tokens, num_queries, out, shape, splits, chunk, partials);
+    launch_typed<D, 2>(q, cache, plan, tokens, num_queries, out, shape, splits, chunk, partials, arrivals);
   } else if (G <= 4) {
-    launch_typed<D, 4>(q, cache, plan, tokens, num_queries, out, shape, splits, chunk, partials);
+    launch_typed<D, 4>(q, cache, plan, tokens, num_queries, out, shape, splits, chunk, partials, arrivals);
   } else {
-    launch_typed<D, 8>(q, cache, plan, tokens, num_queries, out, shape, splits, chunk, partials);
+    launch_typed<D, 8>(q, cache, plan, tokens, num_queries, out, shape, splits, chunk, partials, arrivals);
   }
 }
 
@@ -247,15 +258,15 @@ bool decode_warp_supported(const GqaShape& s, bool bf16_cache) {
 
 void launch_decode_warp(const float* q, const DeviceCacheView& cache, const DevicePlanView& plan,
                         const int32_t* tokens, int64_t num_queries, float* out, const GqaShape& shape,
-                        int64_t splits, int64_t chunk, float* partials) {
+                        int64_t splits, int64_t chunk, float* partials, int32_t* arrivals) {
   DSI_CHECK(decode_warp_supported(shape, cache.bf16), "attention decode: the warp kernel does not take D ",
             shape.D, " / Dv ", shape.Dv);
   if (shape.D == 64) {
-    launch_for_dim<64>(q, cache, plan, tokens, num_queries, out, shape, splits, chunk, partials);
+    launch_for_dim<64>(q, cache, plan, tokens, num_queries, out, shape, splits, chunk, partials, arrivals);
   } else if (shape.D == 128) {
-    launch_for_dim<128>(q, cache, plan, tokens, num_queries, out, shape, splits, chunk, partials);
+    launch_for_dim<128>(q, cache, plan, tokens, num_queries, out, shape, splits, chunk, partials, arrivals);
   } else {
-    launch_for_dim<256>(q, cache, plan, tokens, num_queries, out, shape, splits, chunk, partials);
+    launch_for_dim<256>(q, cache, plan, tokens, num_queries, out, shape, splits, chunk, partials, arrivals);
   }
 }
 

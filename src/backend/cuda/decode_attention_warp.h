@@ -1,6 +1,6 @@
 // The register-resident decode kernel behind launch_attention_decode (decode_attention_kernels.cu) for the
 // common shapes: bf16 cache, D == Dv in {64, 128, 256}. Same split layout and partials as the generic kernel
-// (the caller runs the combine kernel). CUDA-header free.
+// (the caller runs the combine kernel unless it passes arrival counters). CUDA-header free.
 #pragma once
 #include <cstdint>
 
@@ -10,9 +10,10 @@ namespace dsinfer::cuda::detail {
 
 bool decode_warp_supported(const GqaShape& shape, bool bf16_cache);
 // One CTA per (query, kv head x chunk of up to 8 of its q heads, split); split sp covers positions
-// [sp * chunk, (sp + 1) * chunk). partials as in decode_attention_kernels.cu (splits > 1 only).
+// [sp * chunk, (sp + 1) * chunk). partials as in decode_attention_kernels.cu (splits > 1 only); arrivals
+// (splits > 1, or null): num_queries * Hkv * ceil(G / 8) zeros, the fused combine's counters.
 void launch_decode_warp(const float* q, const DeviceCacheView& cache, const DevicePlanView& plan,
                         const int32_t* tokens, int64_t num_queries, float* out, const GqaShape& shape,
-                        int64_t splits, int64_t chunk, float* partials);
+                        int64_t splits, int64_t chunk, float* partials, int32_t* arrivals);
 
 }  // namespace dsinfer::cuda::detail
