@@ -11,11 +11,28 @@
 namespace dsinfer {
 namespace {
 
+// Backend::to_host hands back values as F32 (the GPU's I32 expert ids too): the ids as I32 again, each
+// checked to be a whole number.
+Tensor host_ids(const Tensor& host, int64_t layer) {
+  if (host.dtype() == DType::I32) return host;
+  DSI_CHECK(host.dtype() == DType::F32, "routing check: expert ids of layer ", layer, " came back as ",
+            dtype_name(host.dtype()));
+  Tensor ids = Tensor::empty(DType::I32, host.shape());  // [T, k]
+  const float* src = host.data<float>();
+  int32_t* dst = ids.data<int32_t>();
+  for (int64_t i = 0; i < host.numel(); ++i) {
+    dst[i] = static_cast<int32_t>(src[i]);
+    DSI_CHECK(static_cast<float>(dst[i]) == src[i], "routing check: expert id ", src[i], " of layer ", layer,
+              " is not a whole number");
+  }
+  return ids;
+}
+
 // Host copies of every routing call of a run, in call order.
 class RoutingRecorder : public MoeRoutingHook {
  public:
   void on_route(Backend& backend, int64_t layer, Tensor& ids, Tensor& weights) override {
-    calls.push_back({backend.to_host(ids), backend.to_host(weights)});
+    calls.push_back({host_ids(backend.to_host(ids), layer), backend.to_host(weights)});
   }
   std::vector<std::pair<Tensor, Tensor>> calls;  // ([T, k] I32, [T, k] F32)
 };
@@ -29,6 +46,8 @@ class RoutingForcer : public MoeRoutingHook {
     DSI_CHECK(ids.is_cpu() && weights.is_cpu(), "routing check: the reference must run on the CPU backend");
     DSI_CHECK(next_ < calls_.size(), "routing check: the reference routed more often than the tested model");
     const auto& [fids, fweights] = calls_[next_++];
+    DSI_CHECK(ids.dtype() == DType::I32 && fids.dtype() == DType::I32,
+              "routing check: expert ids must be I32");
     DSI_CHECK(fids.shape() == ids.shape() && fweights.shape() == weights.shape(),
               "routing check: routing of layer ", layer, " has shape ", shape_str(ids.shape()),
               " on the reference and ", shape_str(fids.shape()), " on the tested model");

@@ -1,6 +1,7 @@
 // The teacher-forced routing check (engine/routing_check): two runs of the same CPU model agree exactly;
 // a tested model whose routing is perturbed in one decision shows that one flip, a non-zero free error and
-// exactly zero error once the reference is forced to the same routing; a dense model is refused.
+// exactly zero error once the reference is forced to the same routing; ids handed back as F32 (the CUDA
+// backend's to_host) are read as ids; a dense model is refused.
 #include "engine/routing_check.h"
 
 #include <gtest/gtest.h>
@@ -107,6 +108,24 @@ TEST(RoutingCheckTest, OneFlippedDecisionIsCountedAndForcedAway) {
   EXPECT_EQ(cases[0].decisions, 12);
   EXPECT_EQ(cases[0].flipped, 1);
   EXPECT_GT(cases[0].free_rel_l2, 0.0);
+  EXPECT_EQ(cases[0].forced_rel_l2, 0.0);
+}
+
+// Hands every tensor back as F32, as the CUDA backend's to_host does (its I32 expert ids included).
+class F32HostBackend : public CpuBackend {
+ public:
+  Tensor to_host(const Tensor& t) override { return t.dtype() == DType::F32 ? t : t.to_f32(); }
+};
+
+TEST(RoutingCheckTest, IdsHandedBackAsF32AreReadAsIds) {
+  F32HostBackend tested_backend;
+  CpuBackend reference_backend;
+  auto tested = load("tiny-deepseek-v3", tested_backend);
+  auto reference = load("tiny-deepseek-v3", reference_backend);
+  const auto cases = run_routing_check(*tested, *reference, {{1, 17, 33, 50, 70, 91}});
+  ASSERT_EQ(cases.size(), 1u);
+  EXPECT_EQ(cases[0].decisions, 12);
+  EXPECT_EQ(cases[0].flipped, 0);
   EXPECT_EQ(cases[0].forced_rel_l2, 0.0);
 }
 
