@@ -145,6 +145,12 @@ class Backend {
   // cache rows [k | v] (v [T, Hkv * Dv]) of the plan's tokens to cache layer `layer`.
   virtual void rope_write_kv(Tensor& q, Tensor& k, const Tensor& v, const RopeTable& table, RopeLayout layout,
                              KvCache& cache, int64_t layer, const BatchPlan& plan);
+  // rope_write_kv, then attention_gqa over the cache: q [T, Hq, D], k [T, Hkv, D], v [T, Hkv * Dv] ->
+  // [T, Hq * Dv]. q and k may be left rotated or not (a backend that fuses the rotation into the attention
+  // kernel does not write them back).
+  virtual Tensor rope_attention_gqa(Tensor& q, Tensor& k, const Tensor& v, const RopeTable& table,
+                                    RopeLayout layout, KvCache& cache, int64_t layer, const BatchPlan& plan,
+                                    float scale);
 
   // ---- DeepSeek-V4 (cpu_v4_*.cpp) ----
   // x [T, H] -> n identical residual streams [T, n, H].
