@@ -5,11 +5,14 @@
 // Model (times in microseconds). A block streams rows_per_block weight rows over its K slice; per warp
 // `stages - 1` pipeline stages are in flight, each taking about one DRAM latency, so a block alone needs
 // (iterations / (stages - 1) + 1) latencies. Blocks are spread evenly over the SMs; the busiest SM holds
-// ceil(blocks / sms) of them, blocks_per_sm at a time, and cannot stream faster than its share of the
-// bandwidth. Its time is the larger of the two bounds; a split adds a fix-up (the last block of a tile sums
-// the partials from L2). A split must win by kMinGain or the unsplit kernel stays, so the auto choice only
-// moves away from the old kernel where the model predicts a clear gain (few tiles: too few blocks, long
-// serial K loops, uneven blocks per SM).
+// ceil(blocks / sms) of them, blocks_per_sm at a time, and cannot stream faster than one SM can pull; and
+// all weights cannot stream faster than the device's bandwidth. The launch takes the largest of the three
+// bounds; a split adds a fix-up (the last block of a tile sums the partials from L2). Calibration: on the
+// H200 the unsplit Llama-8B qkv (192 blocks, 60 SMs with two) and o (256 blocks, balanced) took about
+// bytes / 4.29 TB/s + 5-6 us each, so the busiest SM's bytes are not what bounds them: one SM may pull
+// well over its fair share, and the device bound keeps such launches unsplit. A split must win by kMinGain or
+// the unsplit kernel stays, so the auto choice only moves away from the old kernel where the model predicts a
+// clear gain (few tiles: too few blocks, long serial K loops, uneven blocks per SM).
 #pragma once
 
 #include <algorithm>
@@ -54,9 +57,10 @@ inline GemvSplitLayout gemv_split_layout(int64_t K, int warps, int unroll, int s
   return out;
 }
 
-// Model constants (H200-like: 4.29 TB/s over 132 SMs; an SM alone may pull up to 1.5x its fair share).
+// Model constants (H200-like: 4.29 TB/s over 132 SMs; an SM alone may pull 2x its fair share).
 constexpr double kGemvLatencyUs = 1.0;          // one pipeline stage's DRAM round trip under load
-constexpr double kGemvBytesPerUsPerSm = 4.9e4;  // 1.5 x 4.29e6 B/us / 132
+constexpr double kGemvBytesPerUs = 4.29e6;      // the device's copy bandwidth
+constexpr double kGemvBytesPerUsPerSm = 6.5e4;  // 2 x 4.29e6 B/us / 132
 constexpr double kGemvFixupUs = 0.4;            // partials to L2, arrival atomic, last block's sums
 constexpr double kGemvMinGain = 0.10;           // a split must be predicted 10% faster than no split
 
@@ -74,8 +78,10 @@ inline double gemv_split_cost_us(const GemvSplitInput& in, int splits) {
       static_cast<double>(waves) * (static_cast<double>(iters) / in_flight + 1.0) * kGemvLatencyUs;
   const double bytes = static_cast<double>(busiest) * static_cast<double>(in.rows_per_block) *
                        static_cast<double>(l.columns) * 2.0;
-  const double bandwidth = bytes / kGemvBytesPerUsPerSm;
-  return std::max(latency, bandwidth) + (l.splits > 1 ? kGemvFixupUs : 0.0);
+  const double sm_bound = bytes / kGemvBytesPerUsPerSm;
+  const double device = static_cast<double>(in.tiles) * static_cast<double>(in.rows_per_block) *
+                        static_cast<double>(in.K) * 2.0 / kGemvBytesPerUs;
+  return std::max({latency, sm_bound, device}) + (l.splits > 1 ? kGemvFixupUs : 0.0);
 }
 
 // The split for a launch: `forced` when set, else the cheapest by the model, 1 unless a split wins by

@@ -15,7 +15,7 @@ namespace dsinfer::cuda {
 
 namespace {
 
-constexpr int64_t kMinFloats = int64_t{1} << 20;  // 4 MiB of partials
+constexpr int64_t kMinFloats = int64_t{1} << 22;  // 16 MiB of partials
 constexpr int64_t kMinTiles = int64_t{1} << 14;   // 64 KiB of counters
 
 std::mutex g_mutex;
