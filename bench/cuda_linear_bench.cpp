@@ -153,8 +153,9 @@ double bench_shape(const Shape& s, int64_t M, const Options& o) {
     const bool swiglu = s.kind == Shape::kSwiglu;
     std::vector<std::pair<std::string, cuda::GemvConfig>> cfgs = {{"gemv default", cuda::GemvConfig{}}};
     for (const cuda::GemvConfig& c : cuda::gemv_configs(swiglu))
-      cfgs.push_back({"gemv t" + std::to_string(c.tiles) + " u" + std::to_string(c.unroll) + " s" +
-                          std::to_string(c.stages) + " x" + std::to_string(c.splits),
+      cfgs.push_back({"gemv w" + std::to_string(c.warps) + " t" + std::to_string(c.tiles) + " u" +
+                          std::to_string(c.unroll) + " s" + std::to_string(c.stages) + " x" +
+                          std::to_string(c.splits),
                       c});
     if (o.quick) cfgs.resize(1);
     for (const auto& [name, cfg] : cfgs) {

@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -29,6 +31,7 @@
 #include "backend/cuda/gemm_cublaslt.h"
 #include "backend/cuda/gemv_kernels.h"
 #include "backend/cuda/runtime.h"
+#include "backend/cuda/timing.h"
 #endif
 
 namespace dsinfer {
@@ -735,11 +738,299 @@ TEST_F(CudaLinearTest, GemvSwigluMatchesCpu) {
                                    u.gpu.weight.data<uint16_t>(),
                                    bias ? u.gpu.bias.data<uint16_t>() : nullptr, out.data<float>(), N,
                                    {norm ? dnw.data<uint16_t>() : nullptr, 1e-5f}, limit, c);
-          EXPECT_LT(rel_err(cuda::to_host(out), ref), 1e-5)
+          // 2e-5: silu(g) * u amplifies the two products' ~5e-6 errors (rel err 1.3e-5 was seen for M 3,
+          // N 83, K 1288).
+          EXPECT_LT(rel_err(cuda::to_host(out), ref), 2e-5)
               << "M " << M << " N " << N << " K " << K << " limit " << limit << " unroll " << c.unroll
               << " stages " << c.stages << " splits " << c.splits << " generic " << c.generic;
         }
       }
+    }
+  }
+}
+
+// Split-K (s blocks per row tile, last block sums the partials): every kernel shape and split against the
+// CPU, with ragged K (not a multiple of the split's columns), N not a multiple of 16, bias, norm and
+// accumulate.
+TEST_F(CudaLinearTest, GemvSplitKMatchesCpu) {
+  for (auto [N, K] : {std::pair<int64_t, int64_t>{67, 1288}, {300, 2048}, {19, 4104}, {130, 520}}) {
+    for (int64_t M : {1, 3, 8}) {
+      const bool bias = (N + M) % 2 == 0, norm = M != 3, accumulate = M >= 3;
+      LinearPair l = make_linear(N, K, bias);
+      auto [nw_bits, nw] = as_bf16(random_f32({K}));
+      const Tensor x = random_f32({M, K}), y0 = random_f32({M, N});
+      Tensor ref = cpu.linear(norm ? cpu.rms_norm(x, nw, 1e-5f) : x, l.cpu);
+      if (accumulate) cpu.add_inplace(ref, y0);
+      const Tensor dx = cuda::to_device(x), dnw = cuda::to_device(nw_bits);
+      for (cuda::GemvConfig c : cuda::gemv_configs(false)) {
+        for (int ks : {2, 3, 4, 8, 16}) {
+          c.ksplit = ks;
+          Tensor y = cuda::to_device(y0);
+          const cuda::GemvMatrix mat{l.gpu.weight.data<uint16_t>(),
+                                     bias ? l.gpu.bias.data<uint16_t>() : nullptr, y.data<float>(), N};
+          cuda::launch_gemv(dx.data<float>(), M, K, &mat, 1, {norm ? dnw.data<uint16_t>() : nullptr, 1e-5f},
+                            accumulate, c);
+          EXPECT_LT(rel_err(cuda::to_host(y), ref), 1e-5)
+              << "M " << M << " N " << N << " K " << K << " bias " << bias << " norm " << norm << " acc "
+              << accumulate << " warps " << c.warps << " tiles " << c.tiles << " unroll " << c.unroll
+              << " stages " << c.stages << " splits " << c.splits << " ksplit " << ks << " (effective "
+              << cuda::resolve_gemv_config(M, K, &N, 1, false, c).ksplit << ")";
+        }
+      }
+    }
+  }
+}
+
+TEST_F(CudaLinearTest, GemvSplitKSeveralMatricesInOneLaunch) {
+  const int64_t K = 1288;
+  std::vector<LinearPair> ls = {make_linear(96, K, true), make_linear(17, K, false),
+                                make_linear(200, K, true), make_linear(8, K, false)};
+  auto [nw_bits, nw] = as_bf16(random_f32({K}));
+  const Tensor dnw = cuda::to_device(nw_bits);
+  for (int64_t M : {1, 4, 8}) {
+    const Tensor x = random_f32({M, K}), dx = cuda::to_device(x);
+    const Tensor normed = cpu.rms_norm(x, nw, 1e-6f);
+    for (cuda::GemvConfig c :
+         {cuda::GemvConfig{1, 2, 4, 2, false, 8, 2}, cuda::GemvConfig{2, 1, 4, 2, false, 8, 3},
+          cuda::GemvConfig{1, 2, 4, 2, false, 4, 5}}) {
+      std::vector<Tensor> ys;
+      cuda::GemvMatrix mats[4];
+      for (size_t i = 0; i < ls.size(); ++i) {
+        ys.push_back(Tensor::empty_on(Device::kCuda, DType::F32, {M, ls[i].gpu.out_features()}));
+        mats[i] = {ls[i].gpu.weight.data<uint16_t>(),
+                   ls[i].gpu.bias ? ls[i].gpu.bias.data<uint16_t>() : nullptr, ys[i].data<float>(),
+                   ls[i].gpu.out_features()};
+      }
+      cuda::launch_gemv(dx.data<float>(), M, K, mats, 4, {dnw.data<uint16_t>(), 1e-6f}, false, c);
+      for (size_t i = 0; i < ls.size(); ++i)
+        EXPECT_LT(rel_err(cuda::to_host(ys[i]), cpu.linear(normed, ls[i].cpu)), 1e-5)
+            << "M " << M << " i " << i << " warps " << c.warps << " tiles " << c.tiles << " ksplit "
+            << c.ksplit;
+    }
+  }
+}
+
+TEST_F(CudaLinearTest, GemvSplitKSwigluMatchesCpu) {
+  for (auto [N, K] : {std::pair<int64_t, int64_t>{83, 1288}, {45, 520}}) {
+    for (int64_t M : {1, 3, 8}) {
+      for (float limit : {0.0f, 3.0f}) {
+        const bool norm = M != 3, bias = M != 1;
+        LinearPair g = make_linear(N, K, bias), u = make_linear(N, K, bias);
+        auto [nw_bits, nw] = as_bf16(random_f32({K}));
+        const Tensor x = random_f32({M, K});
+        const Tensor xn = norm ? cpu.rms_norm(x, nw, 1e-5f) : x;
+        const Tensor ref = swiglu(cpu.linear(xn, g.cpu), cpu.linear(xn, u.cpu), limit);
+        const Tensor dx = cuda::to_device(x), dnw = cuda::to_device(nw_bits);
+        for (cuda::GemvConfig c : cuda::gemv_configs(true)) {
+          for (int ks : {2, 3, 8}) {
+            c.ksplit = ks;
+            Tensor out = Tensor::empty_on(Device::kCuda, DType::F32, {M, N});
+            cuda::launch_gemv_swiglu(dx.data<float>(), M, K, g.gpu.weight.data<uint16_t>(),
+                                     bias ? g.gpu.bias.data<uint16_t>() : nullptr,
+                                     u.gpu.weight.data<uint16_t>(),
+                                     bias ? u.gpu.bias.data<uint16_t>() : nullptr, out.data<float>(), N,
+                                     {norm ? dnw.data<uint16_t>() : nullptr, 1e-5f}, limit, c);
+            EXPECT_LT(rel_err(cuda::to_host(out), ref), 2e-5)
+                << "M " << M << " N " << N << " K " << K << " limit " << limit << " warps " << c.warps
+                << " unroll " << c.unroll << " stages " << c.stages << " splits " << c.splits << " ksplit "
+                << ks;
+          }
+        }
+      }
+    }
+  }
+}
+
+// A split launch gives the same bits on every launch (whichever block of a tile arrives last) and when
+// replayed from a CUDA graph, and leaves the arrival counters zeroed for the next launch; the default
+// config gives the same bits as the config it resolves to.
+TEST_F(CudaLinearTest, GemvSplitKIsBitIdenticalEagerAndReplayed) {
+  auto same_bits = [](const Tensor& a, const Tensor& b) {
+    return a.numel() == b.numel() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
+  };
+  const int64_t M = 4, K = 2056;
+  for (auto [N, swiglu] : {std::pair<int64_t, bool>{300, false}, {576, false}, {83, true}}) {
+    LinearPair g = make_linear(N, K, true), u = make_linear(N, K, false);
+    auto [nw_bits, nw] = as_bf16(random_f32({K}));
+    const Tensor x = random_f32({M, K}), y0 = random_f32({M, N});
+    const Tensor dx = cuda::to_device(x), dnw = cuda::to_device(nw_bits);
+    Tensor y = cuda::to_device(y0);
+    // y = y0, then y += (or, SwiGLU: =) the product: accumulate covers the fix-up's read of y.
+    auto reset = [&] { cuda::copy_to_device(y.raw(), y0.raw(), y0.nbytes()); };
+    auto launch = [&](cuda::GemvConfig c) {
+      if (swiglu) {
+        cuda::launch_gemv_swiglu(dx.data<float>(), M, K, g.gpu.weight.data<uint16_t>(),
+                                 g.gpu.bias.data<uint16_t>(), u.gpu.weight.data<uint16_t>(), nullptr,
+                                 y.data<float>(), N, {dnw.data<uint16_t>(), 1e-5f}, 0.0f, c);
+      } else {
+        const cuda::GemvMatrix mat{g.gpu.weight.data<uint16_t>(), g.gpu.bias.data<uint16_t>(),
+                                   y.data<float>(), N};
+        cuda::launch_gemv(dx.data<float>(), M, K, &mat, 1, {dnw.data<uint16_t>(), 1e-5f}, true, c);
+      }
+    };
+    std::vector<cuda::GemvConfig> configs = {
+        cuda::GemvConfig{swiglu ? 2 : 1, 2, swiglu ? 3 : 4, 2, false, 8, 4},
+        cuda::GemvConfig{2, 1, 4, 2, false, 4, 8}, cuda::GemvConfig{2, 1, 4, 2, false, 8, 1}};
+    configs.push_back(cuda::resolve_gemv_config(M, K, &N, 1, swiglu));
+    for (const cuda::GemvConfig& c : configs) {
+      const std::string what = "N " + std::to_string(N) + (swiglu ? " swiglu" : "") + " warps " +
+                               std::to_string(c.warps) + " tiles " + std::to_string(c.tiles) + " ksplit " +
+                               std::to_string(c.ksplit);
+      auto run = [&](cuda::GemvConfig cfg) {
+        reset();
+        launch(cfg);
+      };
+      run(c);
+      const Tensor first = cuda::to_host(y);
+      for (int rep = 0; rep < 4; ++rep) {
+        run(c);
+        EXPECT_TRUE(same_bits(cuda::to_host(y), first)) << what << " launch " << rep;
+      }
+      cuda::begin_capture();
+      launch(c);
+      cuda::GraphHandle graph = nullptr;
+      ASSERT_NO_THROW(graph = cuda::end_capture(true)) << what;
+      for (int rep = 0; rep < 3; ++rep) {
+        reset();
+        cuda::launch_graph(graph);
+        EXPECT_TRUE(same_bits(cuda::to_host(y), first)) << what << " replay " << rep;
+      }
+      cuda::destroy_graph(graph);
+    }
+    // The default (auto) config runs what resolve_gemv_config names.
+    reset();
+    launch({});
+    const Tensor automatic = cuda::to_host(y);
+    reset();
+    launch(configs.back());
+    EXPECT_TRUE(same_bits(cuda::to_host(y), automatic))
+        << "N " << N << " auto ksplit " << configs.back().ksplit;
+  }
+}
+
+// Decode GEMV sweep (H200: the lead runs it with --gtest_also_run_disabled_tests): Llama-3.1-8B and
+// DeepSeek-V2-Lite decode launches at M = 1 and 4, every compiled two-part kernel shape (warps w, tiles t,
+// unroll u, stages s) at every split k, each timed as a CUDA graph of launches over enough weight copies
+// to defeat the 50 MB L2. One line per (shape, M): the old default (the shape the launch picks, no split),
+// the auto choice (GemvConfig{}: the split model or DSINFER_GEMV_SPLITK), the best measured config, in us
+// and % of 4290 GB/s (weight bytes only). A config "w8 t1 u2 s4 k3" is
+// GemvConfig{tiles 1, unroll 2, stages 4, splits 2, generic false, warps 8, ksplit 3}.
+// DSINFER_GEMV_SWEEP_ALL=1 also prints every config's time.
+TEST_F(CudaLinearTest, DISABLED_BenchGemvSweep) {
+  CudaBackend gpu;  // registers the device allocator
+  enum Kind { kNorm, kResidual, kSwiglu };
+  struct SweepShape {
+    const char* name;
+    std::vector<int64_t> N;  // matrices of one launch (SwiGLU: gate, up)
+    int64_t K;
+    Kind kind;
+  };
+  const std::vector<SweepShape> shapes = {
+      {"l8b qkv", {4096, 1024, 1024}, 4096, kNorm},
+      {"l8b o", {4096}, 4096, kResidual},
+      {"l8b gate_up", {14336, 14336}, 4096, kSwiglu},
+      {"l8b down", {4096}, 14336, kResidual},
+      {"l8b lm_head", {128256}, 4096, kNorm},
+      {"v2l q+kv_a", {512, 64, 2048, 1024}, 2048, kNorm},  // the attention's one launch (no q_lora)
+      {"v2l q", {2048, 1024}, 2048, kNorm},
+      {"v2l kv_a", {512, 64}, 2048, kNorm},
+      {"v2l o", {2048}, 2048, kResidual},
+      {"v2l shared", {2816, 2816}, 2048, kSwiglu},
+      {"v2l dense", {10944, 10944}, 2048, kSwiglu},
+  };
+  const double peak_gbs = 4290.0;
+  const bool print_all = [] {
+    const char* e = std::getenv("DSINFER_GEMV_SWEEP_ALL");
+    return e && std::string(e) == "1";
+  }();
+  auto name_of = [](const cuda::GemvConfig& c) {
+    return "w" + std::to_string(c.warps) + " t" + std::to_string(c.tiles) + " u" + std::to_string(c.unroll) +
+           " s" + std::to_string(c.stages) + " k" + std::to_string(c.ksplit);
+  };
+  // One host block of small bf16 values, repeated over the device buffers.
+  const Tensor block_bits = as_bf16(random_f32({int64_t{1} << 22})).first;
+  auto fill = [&](Tensor& t) {
+    const int64_t n = t.numel(), b = block_bits.numel();
+    for (int64_t i = 0; i < n; i += b)
+      cuda::copy_to_device(static_cast<uint16_t*>(t.raw()) + i, block_bits.raw(), std::min(b, n - i) * 2);
+  };
+  std::printf("%-12s %2s %7s | %-16s %8s %6s | %-16s %8s %6s | %-16s %8s %6s | %s\n", "shape", "M", "MB",
+              "old default", "us", "%bw", "auto", "us", "%bw", "best", "us", "%bw", "old/best");
+  for (const SweepShape& sh : shapes) {
+    const bool swiglu = sh.kind == kSwiglu;
+    int64_t n_total = 0;
+    for (int64_t n : sh.N) n_total += n;
+    const double bytes = 2.0 * static_cast<double>(n_total) * static_cast<double>(sh.K);
+    const int copies = static_cast<int>(std::max(2.0, std::ceil(400e6 / bytes)));
+    std::vector<Tensor> w;  // per copy: all matrices back to back
+    for (int c = 0; c < copies; ++c) {
+      w.push_back(Tensor::empty_on(Device::kCuda, DType::BF16, {n_total, sh.K}));
+      fill(w.back());
+    }
+    Tensor norm_w = Tensor::empty_on(Device::kCuda, DType::BF16, {sh.K});
+    fill(norm_w);
+    const int64_t out_cols = swiglu ? sh.N[0] : n_total;
+    for (int64_t M : {1, 4}) {
+      const Tensor x = cuda::to_device(random_f32({M, sh.K}));
+      Tensor y = cuda::to_device(random_f32({M, out_cols}));
+      auto call = [&](int c, cuda::GemvConfig cfg) {
+        const uint16_t* base = w[c].data<uint16_t>();
+        const cuda::GemvNorm nrm{sh.kind == kResidual ? nullptr : norm_w.data<uint16_t>(), 1e-5f};
+        if (swiglu) {
+          cuda::launch_gemv_swiglu(x.data<float>(), M, sh.K, base, nullptr, base + sh.N[0] * sh.K, nullptr,
+                                   y.data<float>(), sh.N[0], nrm, 0.0f, cfg);
+          return;
+        }
+        cuda::GemvMatrix mats[cuda::kGemvMaxMatrices];
+        int64_t row = 0, col = 0;
+        for (size_t i = 0; i < sh.N.size(); ++i) {
+          mats[i] = {base + row * sh.K, nullptr, y.data<float>() + col, sh.N[i]};
+          row += sh.N[i];
+          col += M * sh.N[i];
+        }
+        cuda::launch_gemv(x.data<float>(), M, sh.K, mats, static_cast<int>(sh.N.size()), nrm,
+                          sh.kind == kResidual, cfg);
+      };
+      auto time_us = [&](cuda::GemvConfig cfg) {
+        const double ms = cuda::time_graph_ms(
+            [&] {
+              for (int c = 0; c < copies; ++c) call(c, cfg);
+            },
+            10);
+        return 1e3 * ms / copies;
+      };
+      auto pct = [&](double us) { return 100.0 * bytes / (us * 1e-6) / 1e9 / peak_gbs; };
+      const int count = swiglu ? 1 : static_cast<int>(sh.N.size());
+      const cuda::GemvConfig automatic = cuda::resolve_gemv_config(M, sh.K, sh.N.data(), count, swiglu);
+      cuda::GemvConfig old = automatic;
+      old.ksplit = 1;
+      const double old_us = time_us(old), auto_us = time_us({});
+      std::string best_name = name_of(old);
+      double best_us = old_us;
+      for (cuda::GemvConfig c : cuda::gemv_configs(swiglu)) {
+        if (c.splits != 2) continue;  // three parts: exact but slower, never the default
+        int last = 0;
+        for (int ks : {1, 2, 3, 4, 6, 8, 12, 16}) {
+          c.ksplit = ks;
+          c.ksplit = cuda::resolve_gemv_config(M, sh.K, sh.N.data(), count, swiglu, c).ksplit;
+          if (c.ksplit == last) continue;  // clamped to a split already timed
+          last = c.ksplit;
+          const double us = time_us(c);
+          if (print_all)
+            std::printf("  %-12s %2lld  %-16s %8.2f %5.1f%%\n", sh.name, static_cast<long long>(M),
+                        name_of(c).c_str(), us, pct(us));
+          if (us < best_us) {
+            best_us = us;
+            best_name = name_of(c);
+          }
+        }
+      }
+      std::printf(
+          "%-12s %2lld %7.1f | %-16s %8.2f %5.1f%% | %-16s %8.2f %5.1f%% | %-16s %8.2f %5.1f%% | %.2fx\n",
+          sh.name, static_cast<long long>(M), bytes / 1e6, name_of(old).c_str(), old_us, pct(old_us),
+          name_of(automatic).c_str(), auto_us, pct(auto_us), best_name.c_str(), best_us, pct(best_us),
+          old_us / best_us);
+      std::fflush(stdout);
     }
   }
 }

@@ -3,13 +3,20 @@
 // 32-column chunk is permuted so that every lane loads 8 consecutive weights (one uint4) of row g and of
 // row g + 8 and the 8 matching activations (two float4): lane (g, t) takes columns [8t, 8t + 8) of the
 // chunk, the first MMA of the chunk gets columns 8t + {0..3}, the second 8t + {4..7}.
+// Split-K (gridDim.y = s > 1): block (b, j) covers columns [j c, (j + 1) c) of row tile b, writes its
+// block-reduced partials to the workspace, and the last block to arrive on tile b's counter sums the s
+// partials in split order, applies the epilogue and resets the counter.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <vector>
 
+#include "backend/cuda/batch_bucket.h"
 #include "backend/cuda/gemv_kernels.h"
+#include "backend/cuda/gemv_plan.h"
+#include "backend/cuda/gemv_workspace.h"
 #include "backend/cuda/kernel_common.cuh"
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda/stream.h"
@@ -19,7 +26,7 @@ namespace dsinfer::cuda {
 
 namespace {
 
-constexpr int kWarps = 8;
+constexpr int kWarps = 8;  // the generic kernel's warps and the MMA kernel's default
 constexpr int kThreads = kWarps * 32;
 
 // A launch's matrices as the kernels see them: block b belongs to the last matrix whose first block
@@ -42,7 +49,16 @@ struct Params {
   float eps;
   bool accumulate;
   float limit;
+  int ksplit;         // blocks per row tile (gridDim.y)
+  int64_t kcols;      // K columns per split block (the last: what is left)
+  float* partials;    // split > 1: [tiles][ksplit][slot floats]
+  int32_t* counters;  // split > 1: [tiles], zero between launches
 };
+
+// Floats of one (tile, split) partial: TILES x 4 x 32 lane values and 32 for the sums of squares.
+__host__ __device__ constexpr int slot_floats(int tiles) {
+  return tiles * 4 * 32 + 32;
+}
 
 __device__ __forceinline__ float bf16_to_f32(uint16_t bits) {
   return __uint_as_float(static_cast<uint32_t>(bits) << 16);
@@ -120,22 +136,25 @@ __device__ __forceinline__ void store_output(const Params& p, const MatDesc& d, 
 
 // Shared memory of the MMA kernel's weight pipeline: per warp S stages of U chunks x TILES tiles x rows
 // (g, g + 8) x 32 lanes x 16 bytes.
-constexpr int pipeline_bytes(int tiles, int unroll, int stages) {
-  return kWarps * stages * unroll * tiles * 2 * 32 * 16;
+constexpr int pipeline_bytes(int warps, int tiles, int unroll, int stages) {
+  return warps * stages * unroll * tiles * 2 * 32 * 16;
 }
 
-// Block = kWarps warps over 16 * TILES weight rows (SwiGLU: 16 gate rows and the same 16 up rows); warp w
-// takes the 32 * U-column slices w, w + kWarps, ... of K. The weights stream through an S-stage cp.async
-// pipeline per lane (each lane reads back only what it copied, so no barrier is needed); activations and
-// the norm weight come through L1. Needs K % 8 == 0 and 16-byte aligned pointers.
-template <int TILES, int U, int S, int SPLITS, bool SWIGLU>
-__global__ void __launch_bounds__(kThreads, 2) gemv_mma_kernel(const Params p) {
-  extern __shared__ uint4 pipe[];  // [kWarps][S][U][TILES][2][32]
+// Block = W warps over 16 * TILES weight rows (SwiGLU: 16 gate rows and the same 16 up rows) and K columns
+// [kbase, kend) (all of K without a split); warp w takes the 32 * U-column slices w, w + W, ... of them.
+// The weights stream through an S-stage cp.async pipeline per lane (each lane reads back only what it
+// copied, so no barrier is needed); activations and the norm weight come through L1. Needs K % 8 == 0 and
+// 16-byte aligned pointers.
+template <int W, int TILES, int U, int S, int SPLITS, bool SWIGLU>
+__global__ void __launch_bounds__(W * 32, 16 / W) gemv_mma_kernel(const Params p) {
+  extern __shared__ uint4 pipe[];  // [W][S][U][TILES][2][32]
   int64_t local = 0;
   const MatDesc d = block_matrix(p, blockIdx.x, local);
   const int64_t row0 = local * (SWIGLU ? 16 : 16 * TILES);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int64_t K = p.K;
+  const int64_t kbase = static_cast<int64_t>(blockIdx.y) * p.kcols;
+  const int64_t kend = min(K, kbase + p.kcols);
   uint4* mine = pipe + static_cast<int64_t>(warp) * S * U * TILES * 2 * 32 + lane;
   auto slot = [&](int s, int u, int j, int h) { return mine + (((s * U + u) * TILES + j) * 2 + h) * 32; };
 
@@ -156,15 +175,15 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_mma_kernel(const Params p) {
   const float* xrow = p.x + (xok ? g : 0) * K;
   const bool has_norm = p.norm != nullptr;
 
-  // Iteration i of this warp covers columns [kb(i), kb(i) + 32 U).
-  const int64_t first = static_cast<int64_t>(warp) * 32 * U, step = static_cast<int64_t>(kWarps) * 32 * U;
-  const int64_t iters = first < K ? (K - first + step - 1) / step : 0;
+  // Iteration i of this warp covers columns [first + i step, first + i step + 32 U).
+  const int64_t first = kbase + static_cast<int64_t>(warp) * 32 * U, step = static_cast<int64_t>(W) * 32 * U;
+  const int64_t iters = first < kend ? (kend - first + step - 1) / step : 0;
   auto issue = [&](int64_t i) {
     const int s = static_cast<int>(i % S);
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int64_t k0 = first + i * step + 32 * u + 8 * t;
-      const bool kin = k0 < K;
+      const bool kin = k0 < kend;
 #pragma unroll
       for (int j = 0; j < TILES; ++j)
 #pragma unroll
@@ -199,10 +218,10 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_mma_kernel(const Params p) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int64_t k0 = first + i * step + 32 * u + 8 * t;
-      const bool xin = k0 < K && xok;
+      const bool xin = k0 < kend && xok;
       xv[u][0] = xin ? __ldg(reinterpret_cast<const float4*>(xrow + k0)) : make_float4(0, 0, 0, 0);
       xv[u][1] = xin ? __ldg(reinterpret_cast<const float4*>(xrow + k0 + 4)) : make_float4(0, 0, 0, 0);
-      nv[u] = (k0 < K && has_norm) ? __ldg(reinterpret_cast<const uint4*>(p.norm + k0)) : zero4;
+      nv[u] = (k0 < kend && has_norm) ? __ldg(reinterpret_cast<const uint4*>(p.norm + k0)) : zero4;
     }
     copy_async_wait<S - 1>();
     const int s = static_cast<int>(i % S);
@@ -236,8 +255,8 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_mma_kernel(const Params p) {
   copy_async_wait<0>();
 
   // Sum the warps' partial tiles (and sums of squares) in a fixed order.
-  __shared__ float red[kWarps][TILES * 4][32];
-  __shared__ float ssq[kWarps][32];
+  __shared__ float red[W][TILES * 4][32];
+  __shared__ float ssq[W][32];
 #pragma unroll
   for (int j = 0; j < TILES; ++j)
 #pragma unroll
@@ -256,16 +275,59 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_mma_kernel(const Params p) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       float s = 0.0f;
-      for (int w = 0; w < kWarps; ++w) s += red[w][j * 4 + i][lane];
+      for (int w = 0; w < W; ++w) s += red[w][j * 4 + i][lane];
       v[j][i] = s;
     }
   // Lane (g, t) holds outputs (row g, m = 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1) of each tile.
   float inv[2] = {1.0f, 1.0f};
-  if (has_norm) {
+  if (p.ksplit > 1) {
+    // This block's partials (lane layout) and, in lanes 0..7, row m = lane's sum of squares.
+    float* mine_ws =
+        p.partials + (static_cast<int64_t>(blockIdx.x) * p.ksplit + blockIdx.y) * slot_floats(TILES);
+#pragma unroll
+    for (int j = 0; j < TILES; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) mine_ws[(j * 4 + i) * 32 + lane] = v[j][i];
+    if (has_norm && lane < kGemvMaxRows) {
+      float s = 0.0f;
+      for (int w = 0; w < W; ++w)
+        for (int tt = 0; tt < 4; ++tt) s += ssq[w][lane * 4 + tt];
+      mine_ws[TILES * 128 + lane] = s;
+    }
+    // Publish, then count this block in; only the last block of the tile goes on.
+    __threadfence();
+    __syncwarp();
+    int last = 0;
+    if (lane == 0) last = atomicAdd(p.counters + blockIdx.x, 1) == p.ksplit - 1;
+    last = __shfl_sync(0xffffffffu, last, 0);
+    if (!last) return;
+    __threadfence();
+    // Every split's partials in split order (L2 reads: other SMs wrote them), whichever block came last.
+    const float* tile_ws = p.partials + static_cast<int64_t>(blockIdx.x) * p.ksplit * slot_floats(TILES);
+#pragma unroll
+    for (int j = 0; j < TILES; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        float s = __ldcg(tile_ws + (j * 4 + i) * 32 + lane);
+        for (int sp = 1; sp < p.ksplit; ++sp)
+          s += __ldcg(tile_ws + sp * slot_floats(TILES) + (j * 4 + i) * 32 + lane);
+        v[j][i] = s;
+      }
+    if (has_norm) {
+      for (int q = 0; q < 2; ++q) {
+        const int m = 2 * t + q;
+        float s = __ldcg(tile_ws + TILES * 128 + m);
+        for (int sp = 1; sp < p.ksplit; ++sp)
+          s += __ldcg(tile_ws + sp * slot_floats(TILES) + TILES * 128 + m);
+        inv[q] = rsqrtf(s / static_cast<float>(K) + p.eps);
+      }
+    }
+    if (lane == 0) p.counters[blockIdx.x] = 0;  // every split has arrived: ready for the next launch
+  } else if (has_norm) {
     for (int q = 0; q < 2; ++q) {
       const int m = 2 * t + q;
       float s = 0.0f;
-      for (int w = 0; w < kWarps; ++w)
+      for (int w = 0; w < W; ++w)
         for (int tt = 0; tt < 4; ++tt) s += ssq[w][m * 4 + tt];
       inv[q] = rsqrtf(s / static_cast<float>(K) + p.eps);
     }
@@ -325,69 +387,157 @@ bool aligned16(const void* ptr) {
   return reinterpret_cast<uintptr_t>(ptr) % 16 == 0;
 }
 
-template <int TILES, int U, int S, int SPLITS, bool SWIGLU>
-void launch_mma_kernel(const Params& p, unsigned blocks) {
-  constexpr int bytes = pipeline_bytes(TILES, U, S);
-  static const bool configured = [] {
+// One compiled MMA kernel: its launch and its resident blocks per SM (occupancy, queried once).
+struct MmaKernel {
+  void (*launch)(const Params& p, dim3 grid);
+  int blocks_per_sm;
+};
+
+template <int W, int TILES, int U, int S, int SPLITS, bool SWIGLU>
+const MmaKernel& mma_kernel() {
+  static const MmaKernel k = [] {
+    constexpr int bytes = pipeline_bytes(W, TILES, U, S);
+    auto* fn = gemv_mma_kernel<W, TILES, U, S, SPLITS, SWIGLU>;
     // More than the default 48 KiB of dynamic shared memory must be asked for (once per kernel).
-    return cudaFuncSetAttribute(gemv_mma_kernel<TILES, U, S, SPLITS, SWIGLU>,
-                                cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) == cudaSuccess;
+    if (cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) != cudaSuccess) {
+      cudaGetLastError();
+      fail("gemv: cannot configure ", bytes, " bytes of shared memory");
+    }
+    int per_sm = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, W * 32, bytes) != cudaSuccess) {
+      cudaGetLastError();
+      per_sm = 1;
+    }
+    MmaKernel out;
+    out.launch = [](const Params& p, dim3 grid) {
+      launch_pdl(gemv_mma_kernel<W, TILES, U, S, SPLITS, SWIGLU>, grid, dim3(W * 32), bytes, p);
+    };
+    out.blocks_per_sm = per_sm < 1 ? 1 : per_sm;
+    return out;
   }();
-  if (!configured) fail("gemv: cannot configure ", bytes, " bytes of shared memory");
-  launch_pdl(gemv_mma_kernel<TILES, U, S, SPLITS, SWIGLU>, blocks, kThreads, bytes, p);
+  return k;
 }
 
 // The kernel shapes that are compiled (see gemv_configs).
-template <bool SWIGLU>
-void launch_mma(const Params& p, unsigned blocks, GemvConfig c) {
-  const int key = c.splits * 1000 + (SWIGLU ? 2 : c.tiles) * 100 + c.unroll * 10 + c.stages;
-  if (SWIGLU) {
+const MmaKernel& find_mma(GemvConfig c, bool swiglu) {
+  const int key = c.warps * 10000 + c.splits * 1000 + (swiglu ? 2 : c.tiles) * 100 + c.unroll * 10 + c.stages;
+  if (swiglu) {
     switch (key) {
-      case 3214:
-        return launch_mma_kernel<2, 1, 4, 3, true>(p, blocks);
-      case 3223:
-        return launch_mma_kernel<2, 2, 3, 3, true>(p, blocks);
-      case 2214:
-        return launch_mma_kernel<2, 1, 4, 2, true>(p, blocks);
-      case 2223:
-        return launch_mma_kernel<2, 2, 3, 2, true>(p, blocks);
+      case 83214:
+        return mma_kernel<8, 2, 1, 4, 3, true>();
+      case 83223:
+        return mma_kernel<8, 2, 2, 3, 3, true>();
+      case 82214:
+        return mma_kernel<8, 2, 1, 4, 2, true>();
+      case 82223:
+        return mma_kernel<8, 2, 2, 3, 2, true>();
+      case 42214:
+        return mma_kernel<4, 2, 1, 4, 2, true>();
+      case 42223:
+        return mma_kernel<4, 2, 2, 3, 2, true>();
     }
   } else {
     switch (key) {
-      case 3124:
-        return launch_mma_kernel<1, 2, 4, 3, false>(p, blocks);
-      case 3143:
-        return launch_mma_kernel<1, 4, 3, 3, false>(p, blocks);
-      case 3214:
-        return launch_mma_kernel<2, 1, 4, 3, false>(p, blocks);
-      case 3223:
-        return launch_mma_kernel<2, 2, 3, 3, false>(p, blocks);
-      case 2124:
-        return launch_mma_kernel<1, 2, 4, 2, false>(p, blocks);
-      case 2143:
-        return launch_mma_kernel<1, 4, 3, 2, false>(p, blocks);
-      case 2214:
-        return launch_mma_kernel<2, 1, 4, 2, false>(p, blocks);
-      case 2223:
-        return launch_mma_kernel<2, 2, 3, 2, false>(p, blocks);
+      case 83124:
+        return mma_kernel<8, 1, 2, 4, 3, false>();
+      case 83143:
+        return mma_kernel<8, 1, 4, 3, 3, false>();
+      case 83214:
+        return mma_kernel<8, 2, 1, 4, 3, false>();
+      case 83223:
+        return mma_kernel<8, 2, 2, 3, 3, false>();
+      case 82124:
+        return mma_kernel<8, 1, 2, 4, 2, false>();
+      case 82143:
+        return mma_kernel<8, 1, 4, 3, 2, false>();
+      case 82214:
+        return mma_kernel<8, 2, 1, 4, 2, false>();
+      case 82223:
+        return mma_kernel<8, 2, 2, 3, 2, false>();
+      case 42124:
+        return mma_kernel<4, 1, 2, 4, 2, false>();
+      case 42143:
+        return mma_kernel<4, 1, 4, 3, 2, false>();
+      case 42214:
+        return mma_kernel<4, 2, 1, 4, 2, false>();
     }
   }
-  fail("gemv: no kernel for tiles ", c.tiles, ", unroll ", c.unroll, ", stages ", c.stages, ", splits ",
-       c.splits);
+  fail("gemv: no kernel for warps ", c.warps, ", tiles ", c.tiles, ", unroll ", c.unroll, ", stages ",
+       c.stages, ", splits ", c.splits);
 }
 
 // The kernel shape for a launch, from bench/cuda_linear_bench on the H200 (2026-11-30; Llama-3.1-8B shapes,
 // M = 1 and 8): two activation parts (the third costs 2-10% and buys bits below the 2^-17 relative error
 // of two), long rows (K >= 8192: down) 16 rows per block with 4 chunks per stage; otherwise 32 rows per
 // block once that still gives every SM more than one block (qkv: 6144 rows, lm_head), else 16 (o: 4096).
-GemvConfig choose_config(const Params& p, bool swiglu) {
+GemvConfig choose_shape(int64_t rows, int64_t K, bool swiglu) {
   if (swiglu) return {2, 2, 3, 2, false};
-  int64_t rows = 0;
-  for (int i = 0; i < p.count; ++i) rows += p.mats[i].N;
-  if (p.K >= 8192) return {1, 4, 3, 2, false};
+  if (K >= 8192) return {1, 4, 3, 2, false};
   if (rows >= 32 * 264) return {2, 1, 4, 2, false};  // >= 2 blocks of 32 rows per SM (132 SMs)
   if (rows >= 32 * 160) return {2, 2, 3, 2, false};
   return {1, 2, 4, 2, false};
+}
+
+int num_sms() {
+  static const int n = [] {
+    int dev = 0, v = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+      cudaGetLastError();
+      return 132;
+    }
+    return v;
+  }();
+  return n;
+}
+
+// DSINFER_GEMV_SPLITK=N: the auto choice's split is N (1: never split); unset or invalid: the model.
+int forced_ksplit() {
+  static const int n = [] {
+    const char* env = std::getenv("DSINFER_GEMV_SPLITK");
+    if (!env || !*env) return 0;
+    char* end = nullptr;
+    const long v = std::strtol(env, &end, 10);
+    return (*end == '\0' && v >= 1 && v <= kGemvMaxKSplit) ? static_cast<int>(v) : 0;
+  }();
+  return n;
+}
+
+// Row tiles (blocks at split 1) of a launch in shape c.
+int64_t row_tiles(const int64_t* N, int count, bool swiglu, GemvConfig c) {
+  const int64_t rows_per_block = swiglu ? 16 : 16 * c.tiles;
+  int64_t tiles = 0;
+  for (int i = 0; i < count; ++i) tiles += (N[i] + rows_per_block - 1) / rows_per_block;
+  return tiles;
+}
+
+// The MMA shape and effective split: `requested` when it names a shape (its ksplit clamped), else the
+// shape by the problem and the split by the model (or the environment).
+GemvConfig resolve(int64_t M, int64_t K, const int64_t* N, int count, bool swiglu, GemvConfig c) {
+  if (c.generic) {
+    c.ksplit = 1;
+    return c;
+  }
+  if (c.tiles != 0) {
+    c.ksplit = gemv_split_layout(K, c.warps, c.unroll, c.ksplit).splits;
+    return c;
+  }
+  int64_t rows = 0;
+  for (int i = 0; i < count; ++i) rows += N[i];
+  c = choose_shape(rows, K, swiglu);
+  GemvSplitInput in;
+  in.tiles = row_tiles(N, count, swiglu, c);
+  in.rows_per_block = swiglu ? 32 : 16 * c.tiles;
+  in.K = K;
+  in.m_bucket = next_pow2(M);
+  in.warps = c.warps;
+  in.unroll = c.unroll;
+  in.stages = c.stages;
+  in.sms = num_sms();
+  in.blocks_per_sm = find_mma(c, swiglu).blocks_per_sm;
+  in.forced = forced_ksplit();
+  c.ksplit = choose_gemv_ksplit(in);
+  return c;
 }
 
 // Assigns blocks to matrices and launches the MMA kernel when K and every pointer allow 16-byte loads,
@@ -395,11 +545,15 @@ GemvConfig choose_config(const Params& p, bool swiglu) {
 template <bool SWIGLU>
 void launch(Params& p, GemvConfig c, const char* what) {
   if (p.M == 0) return;
-  if (c.tiles == 0 && !c.generic) c = choose_config(p, SWIGLU);
   DSI_CHECK(p.M >= 1 && p.M <= kGemvMaxRows, what, ": M = ", p.M, " rows, the GEMV takes 1..", kGemvMaxRows);
   const int mats = p.count;  // SwiGLU: 1 (up shares gate's blocks)
   bool fast = !c.generic && p.K % 8 == 0 && aligned16(p.x) && aligned16(p.norm);
   for (int i = 0; i < (SWIGLU ? 2 : p.count); ++i) fast = fast && aligned16(p.mats[i].w);
+  if (fast && p.K > 0) {
+    int64_t N[kGemvMaxMatrices];
+    for (int i = 0; i < mats; ++i) N[i] = p.mats[i].N;
+    c = resolve(p.M, p.K, N, mats, SWIGLU, c);
+  }
   const int64_t rows_per_block = fast ? (SWIGLU ? 16 : 16 * c.tiles) : kWarps;
   int64_t blocks = 0;
   for (int i = 0; i < mats; ++i) {
@@ -413,8 +567,21 @@ void launch(Params& p, GemvConfig c, const char* what) {
   }
   DSI_CHECK(blocks < (int64_t{1} << 31), what, ": too many rows");
   if (fast) {
-    launch_mma<SWIGLU>(p, static_cast<unsigned>(blocks), c);
+    const MmaKernel& k = find_mma(c, SWIGLU);
+    GemvSplitLayout split = gemv_split_layout(p.K, c.warps, c.unroll, c.ksplit);
+    if (split.splits > 1) {
+      const GemvWorkspace ws =
+          gemv_workspace(blocks * split.splits * slot_floats(SWIGLU ? 2 : c.tiles), blocks);
+      if (!ws.partials) split = {1, p.K};  // capturing with too small a workspace: no split
+      p.partials = ws.partials;
+      p.counters = ws.counters;
+    }
+    p.ksplit = split.splits;
+    p.kcols = split.columns;
+    k.launch(p, dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(split.splits)));
   } else {
+    p.ksplit = 1;
+    p.kcols = p.K;
     gemv_generic_kernel<SWIGLU><<<static_cast<unsigned>(blocks), kThreads, 0, stream()>>>(p);
   }
   check_launch(what);
@@ -436,7 +603,21 @@ std::vector<GemvConfig> gemv_configs(bool swiglu) {
       }
     }
   }
+  // Four warps per block (more blocks per SM, longer per-warp K loops under a split): two parts only.
+  if (swiglu) {
+    out.push_back({2, 1, 4, 2, false, 4});
+    out.push_back({2, 2, 3, 2, false, 4});
+  } else {
+    out.push_back({1, 2, 4, 2, false, 4});
+    out.push_back({1, 4, 3, 2, false, 4});
+    out.push_back({2, 1, 4, 2, false, 4});
+  }
   return out;
+}
+
+GemvConfig resolve_gemv_config(int64_t M, int64_t K, const int64_t* N, int count, bool swiglu,
+                               GemvConfig requested) {
+  return resolve(M, K, N, count, swiglu, requested);
 }
 
 void launch_gemv(const float* x, int64_t M, int64_t K, const GemvMatrix* mats, int count, GemvNorm norm,

@@ -3,8 +3,10 @@
 // accumulated in fp32 without rounding x to bf16: each activation is split into bf16 parts (hi + lo, ~16
 // bits, relative error <= 2^-17, the default; or hi + mid + lo = x exactly) fed to bf16 tensor-core MMAs
 // (m16n8k16: 16 weight rows x 8 activation rows). The weights
-// stream through a per-warp cp.async pipeline (16-byte copies, several stages in flight); a block of 8 warps
-// covers 16 (or 32) weight rows and splits K among its warps (deterministic reduction in shared memory).
+// stream through a per-warp cp.async pipeline (16-byte copies, several stages in flight); a block of 8 (or 4)
+// warps covers 16 (or 32) weight rows and splits K among its warps (deterministic reduction in shared
+// memory). Split-K: s blocks may share one row tile's K range; each writes fp32 partials to a workspace
+// and the last to arrive sums them in split order and applies the epilogue (bit-identical run to run).
 // Options: an RMSNorm prologue (sum of squares gathered during the same pass, the scale applied at the end),
 // several matrices with the same K in one launch, y += (fused residual add), and a SwiGLU variant over gate
 // and up weights. K % 8 != 0 or unaligned pointers run a simple warp-per-row kernel with the same semantics.
@@ -39,10 +41,18 @@ struct GemvConfig {
   int stages = 4;        // cp.async pipeline stages
   int splits = 2;        // bf16 parts per activation: 2 = ~16 bits (relative error 2^-17), 3 = exact fp32
   bool generic = false;  // force the simple warp-per-row kernel (tests)
+  int warps = 8;         // warps per block (8 or 4)
+  int ksplit = 1;        // blocks sharing one row tile's K range (clamped to what K allows, gemv_plan.h)
 };
 
 // The MMA kernel shapes launch_gemv (swiglu false) or launch_gemv_swiglu (true) accept.
 std::vector<GemvConfig> gemv_configs(bool swiglu);
+
+// The kernel shape and split a launch with config `requested` runs (tiles == 0: the shape by the
+// problem's shape, the split by the model of gemv_plan.h or DSINFER_GEMV_SPLITK), ksplit the effective
+// split. N holds the `count` matrices' rows (SwiGLU: count 1, the gate's rows). Needs a CUDA device.
+GemvConfig resolve_gemv_config(int64_t M, int64_t K, const int64_t* N, int count, bool swiglu,
+                               GemvConfig requested = {});
 
 // For each of `count` matrices (<= kGemvMaxMatrices, same K): y_i = (or += with accumulate)
 // norm(x) w_i^T + b_i. x [M, K] float32 device, 1 <= M <= kGemvMaxRows.

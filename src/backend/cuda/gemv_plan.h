@@ -1,0 +1,109 @@
+// The split-K choice of the decode GEMV (gemv_kernels.cu): how many blocks share one row tile's K range.
+// Pure host code (no CUDA headers), so that the model is unit-tested without a GPU
+// (tests/unit/gemv_plan_test.cpp).
+//
+// Model (times in microseconds). A block streams rows_per_block weight rows over its K slice; per warp
+// `stages - 1` pipeline stages are in flight, each taking about one DRAM latency, so a block alone needs
+// (iterations / (stages - 1) + 1) latencies. Blocks are spread evenly over the SMs; the busiest SM holds
+// ceil(blocks / sms) of them, blocks_per_sm at a time, and cannot stream faster than one SM can pull; and
+// all weights cannot stream faster than the device's bandwidth. The launch takes the largest of the three
+// bounds; a split adds a fix-up (the last block of a tile sums the partials from L2). Calibration: on the
+// H200 the unsplit Llama-8B qkv (192 blocks, 60 SMs with two) and o (256 blocks, balanced) took about
+// bytes / 4.29 TB/s + 5-6 us each, so the busiest SM's bytes are not what bounds them: one SM may pull
+// well over its fair share, and the device bound keeps such launches unsplit. A split must win by kMinGain or
+// the unsplit kernel stays, so the auto choice only moves away from the old kernel where the model predicts a
+// clear gain (few tiles: too few blocks, long serial K loops, uneven blocks per SM).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+namespace dsinfer::cuda {
+
+constexpr int kGemvMaxKSplit = 16;  // the most blocks one row tile's K range is split over
+
+// A launch as the split choice sees it (the kernel shape is already chosen).
+struct GemvSplitInput {
+  int64_t tiles = 0;           // blocks at split 1 (row tiles, all matrices of the launch)
+  int64_t rows_per_block = 0;  // weight rows one block streams (SwiGLU: gate + up rows)
+  int64_t K = 0;
+  int64_t m_bucket = 1;  // next_pow2(M); unused: see choose_gemv_ksplit
+  int warps = 8, unroll = 2, stages = 4;
+  int sms = 132;          // multiprocessors
+  int blocks_per_sm = 2;  // resident blocks of this kernel per SM (occupancy)
+  int forced = 0;         // > 0: this split (DSINFER_GEMV_SPLITK), clamped to what K allows
+};
+
+// The K columns one warp iteration covers.
+inline int64_t gemv_k_step(int warps, int unroll) {
+  return static_cast<int64_t>(warps) * 32 * unroll;
+}
+
+// How a split count maps onto K: each of `splits` blocks covers `columns` (a multiple of the warp
+// iteration step), the last one what is left. The split is clamped to [1, kGemvMaxKSplit] and to the
+// iterations there are, then lowered to the fewest blocks with the same columns each, so no block is empty.
+struct GemvSplitLayout {
+  int splits = 1;
+  int64_t columns = 0;
+};
+inline GemvSplitLayout gemv_split_layout(int64_t K, int warps, int unroll, int splits) {
+  const int64_t step = gemv_k_step(warps, unroll);
+  const int64_t iters = std::max<int64_t>(1, (K + step - 1) / step);
+  const int64_t s = std::clamp<int64_t>(splits, 1, std::min<int64_t>(kGemvMaxKSplit, iters));
+  const int64_t per = (iters + s - 1) / s;  // iterations per block
+  GemvSplitLayout out;
+  out.splits = static_cast<int>((iters + per - 1) / per);
+  out.columns = out.splits == 1 ? K : per * step;
+  return out;
+}
+
+// Model constants (H200-like: 4.29 TB/s over 132 SMs; an SM alone may pull 2x its fair share).
+constexpr double kGemvLatencyUs = 1.0;          // one pipeline stage's DRAM round trip under load
+constexpr double kGemvBytesPerUs = 4.29e6;      // the device's copy bandwidth
+constexpr double kGemvBytesPerUsPerSm = 6.5e4;  // 2 x 4.29e6 B/us / 132
+constexpr double kGemvFixupUs = 0.4;            // partials to L2, arrival atomic, last block's sums
+constexpr double kGemvMinGain = 0.10;           // a split must be predicted 10% faster than no split
+
+// Predicted microseconds of one launch at `splits` (after gemv_split_layout).
+inline double gemv_split_cost_us(const GemvSplitInput& in, int splits) {
+  const GemvSplitLayout l = gemv_split_layout(in.K, in.warps, in.unroll, splits);
+  const int64_t step = gemv_k_step(in.warps, in.unroll);
+  const int64_t iters = (l.columns + step - 1) / step;  // per warp, the longest block
+  const int64_t blocks = in.tiles * l.splits;
+  const int sms = std::max(1, in.sms), per_sm = std::max(1, in.blocks_per_sm);
+  const int64_t busiest = (blocks + sms - 1) / sms;  // blocks on the busiest SM
+  const int64_t waves = (busiest + per_sm - 1) / per_sm;
+  const double in_flight = std::max(1, in.stages - 1);
+  const double latency =
+      static_cast<double>(waves) * (static_cast<double>(iters) / in_flight + 1.0) * kGemvLatencyUs;
+  const double bytes = static_cast<double>(busiest) * static_cast<double>(in.rows_per_block) *
+                       static_cast<double>(l.columns) * 2.0;
+  const double sm_bound = bytes / kGemvBytesPerUsPerSm;
+  const double device = static_cast<double>(in.tiles) * static_cast<double>(in.rows_per_block) *
+                        static_cast<double>(in.K) * 2.0 / kGemvBytesPerUs;
+  return std::max({latency, sm_bound, device}) + (l.splits > 1 ? kGemvFixupUs : 0.0);
+}
+
+// The split for a launch: `forced` when set, else the cheapest by the model, 1 unless a split wins by
+// kMinGain (ties go to fewer splits). m_bucket is deliberately not used: at M <= 8 the MMA work and the
+// weight bytes do not depend on M, and a choice that did would make a row's sums depend on how many rows
+// share its batch (batch invariance), so the split depends only on the weights' shape and the device.
+inline int choose_gemv_ksplit(const GemvSplitInput& in) {
+  if (in.forced > 0) return gemv_split_layout(in.K, in.warps, in.unroll, in.forced).splits;
+  if (in.tiles <= 0 || in.K <= 0) return 1;
+  const double base = gemv_split_cost_us(in, 1);
+  int best = 1;
+  double best_cost = base * (1.0 - kGemvMinGain);
+  for (int s = 2; s <= kGemvMaxKSplit; ++s) {
+    const GemvSplitLayout l = gemv_split_layout(in.K, in.warps, in.unroll, s);
+    if (l.splits != s) continue;  // clamped: the same as a smaller split
+    const double c = gemv_split_cost_us(in, s);
+    if (c < best_cost) {
+      best = s;
+      best_cost = c;
+    }
+  }
+  return best;
+}
+
+}  // namespace dsinfer::cuda

@@ -1,0 +1,98 @@
+// The decode GEMV's split-K choice (src/backend/cuda/gemv_plan.h): split layouts cover K with no empty
+// block, the model keeps the unsplit kernel for launches that already fill the GPU and splits launches of
+// few row tiles, the override wins, and M does not enter the choice. Runs without a GPU.
+#include "backend/cuda/gemv_plan.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+
+namespace dsinfer::cuda {
+namespace {
+
+// A launch of `rows` weight rows in blocks of 16 (8 warps, 2 chunks a stage, 4 stages, 2 blocks per SM).
+GemvSplitInput launch_of(int64_t rows, int64_t K) {
+  GemvSplitInput in;
+  in.tiles = (rows + 15) / 16;
+  in.rows_per_block = 16;
+  in.K = K;
+  in.warps = 8;
+  in.unroll = 2;
+  in.stages = 4;
+  in.sms = 132;
+  in.blocks_per_sm = 2;
+  return in;
+}
+
+TEST(GemvPlanTest, LayoutCoversKWithoutEmptyBlocks) {
+  for (int64_t K : {8, 64, 512, 520, 1288, 2048, 4096, 14336}) {
+    for (int warps : {4, 8}) {
+      for (int unroll : {1, 2, 4}) {
+        const int64_t step = gemv_k_step(warps, unroll);
+        for (int s = 1; s <= 20; ++s) {
+          const GemvSplitLayout l = gemv_split_layout(K, warps, unroll, s);
+          ASSERT_GE(l.splits, 1);
+          ASSERT_LE(l.splits, kGemvMaxKSplit);
+          ASSERT_LE(l.splits, s);
+          if (l.splits == 1) {
+            EXPECT_EQ(l.columns, K);
+            continue;
+          }
+          EXPECT_EQ(l.columns % step, 0) << "K " << K << " s " << s;
+          EXPECT_GE(l.columns * l.splits, K);        // covers K
+          EXPECT_LT(l.columns * (l.splits - 1), K);  // the last block is not empty
+        }
+      }
+    }
+  }
+  EXPECT_EQ(gemv_split_layout(4096, 8, 2, 3).splits, 3);   // 8 iterations: 3 + 3 + 2
+  EXPECT_EQ(gemv_split_layout(4096, 8, 2, 5).splits, 4);   // 2 each: 4 blocks suffice
+  EXPECT_EQ(gemv_split_layout(4096, 8, 2, 16).splits, 8);  // one iteration each at most
+  EXPECT_EQ(gemv_split_layout(1288, 8, 2, 2).columns, 1024);
+}
+
+TEST(GemvPlanTest, FullLaunchesStayUnsplit) {
+  EXPECT_EQ(choose_gemv_ksplit(launch_of(4096, 4096)), 1);   // Llama o: 256 tiles, one wave
+  EXPECT_EQ(choose_gemv_ksplit(launch_of(4096, 14336)), 1);  // Llama down
+  GemvSplitInput lm = launch_of(128256, 4096);               // lm_head: many waves
+  lm.tiles = (128256 + 31) / 32;
+  lm.rows_per_block = 32;
+  lm.unroll = 1;
+  EXPECT_EQ(choose_gemv_ksplit(lm), 1);
+}
+
+TEST(GemvPlanTest, FewTilesSplit) {
+  const GemvSplitInput kv_a = launch_of(576, 2048);  // V2-Lite kv_a: 36 tiles
+  const int s = choose_gemv_ksplit(kv_a);
+  EXPECT_GT(s, 1);
+  EXPECT_LT(gemv_split_cost_us(kv_a, s), gemv_split_cost_us(kv_a, 1));
+}
+
+TEST(GemvPlanTest, ForcedSplitWinsAndIsClamped) {
+  GemvSplitInput in = launch_of(4096, 4096);
+  in.forced = 1;
+  EXPECT_EQ(choose_gemv_ksplit(in), 1);
+  in.forced = 4;
+  EXPECT_EQ(choose_gemv_ksplit(in), 4);
+  in.forced = 16;
+  EXPECT_EQ(choose_gemv_ksplit(in), 8);  // K 4096 has 8 warp iterations
+  in.forced = 0;
+  in.K = 64;  // one iteration: nothing to split
+  EXPECT_EQ(choose_gemv_ksplit(in), 1);
+}
+
+TEST(GemvPlanTest, BatchSizeDoesNotChangeTheChoice) {
+  for (int64_t rows : {64, 576, 2048, 3072, 4096, 20000}) {
+    for (int64_t K : {1024, 2048, 4096}) {
+      GemvSplitInput in = launch_of(rows, K);
+      const int s1 = choose_gemv_ksplit(in);
+      for (int64_t m : {2, 4, 8}) {
+        in.m_bucket = m;
+        EXPECT_EQ(choose_gemv_ksplit(in), s1) << "rows " << rows << " K " << K << " m " << m;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace dsinfer::cuda
