@@ -100,44 +100,48 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int n_base = blockIdx.x * (kGateUp ? kBN / 2 : kBN);
   const uint32_t smem = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
 
-  // This thread's chunks: column chunk `chunk` of rows tid / kChunks + i * kRowStep.
+  // This thread's chunks: column chunk `chunk` of rows tid / kChunks + i * kRowStep. A rows are gathered
+  // (element offsets from a); B rows i lie b_step elements apart. ok: bit i for A chunk i, bit 16 + i for B.
   const int chunk = tid % C::kChunks, row_first = tid / C::kChunks;
-  const __nv_bfloat16* a_src[C::kAChunks];
-  bool a_ok[C::kAChunks];
+  uint32_t a_off[C::kAChunks], ok = 0;
 #pragma unroll
   for (int i = 0; i < C::kAChunks; ++i) {
     const int r = row_first + i * C::kRowStep;
-    a_ok[i] = r < nr;
-    const int src = kGateUp ? slot_pair[row0 + (a_ok[i] ? r : 0)] / topk : row0 + (a_ok[i] ? r : 0);
-    a_src[i] = a + static_cast<int64_t>(src) * K + chunk * 8;
+    const bool valid = r < nr;
+    ok |= valid ? 1u << i : 0u;
+    const int src = kGateUp ? slot_pair[row0 + (valid ? r : 0)] / topk : row0 + (valid ? r : 0);
+    a_off[i] = static_cast<uint32_t>(src) * static_cast<uint32_t>(K) + chunk * 8;
   }
-  const __nv_bfloat16* b_src[C::kBChunks];
-  bool b_ok[C::kBChunks];
+  // Gate/up: warp column group j / 32 stages gate features 16 * (j / 32) + [0, 16) (rows j % 32 < 16), then
+  // the same up ones; a thread's rows j step by kRowStep (a multiple of 32), so they keep their matrix.
+  const bool up_rows = kGateUp && (row_first & 16) != 0;
+  const int f0 = kGateUp ? n_base + 16 * (row_first / 32) + (row_first & 15) : n_base + row_first;
+  const int f_step = kGateUp ? 16 * (C::kRowStep / 32) : C::kRowStep;
+  const __nv_bfloat16* w_e = reinterpret_cast<const __nv_bfloat16*>(up_rows ? w2.base : w1.base) +
+                             e * (up_rows ? w2.stride : w1.stride);
 #pragma unroll
-  for (int i = 0; i < C::kBChunks; ++i) {
-    const int j = row_first + i * C::kRowStep;  // staged weight row
-    // Gate/up: warp column group j / 32 stages gate features 16 * (j / 32) + [0, 16), then the same up ones.
-    const int f = kGateUp ? n_base + 16 * (j / 32) + (j & 15) : n_base + j;
-    const bool up_row = kGateUp && (j & 16) != 0;
-    b_ok[i] = f < N;
-    const StackedWeights& w = up_row ? w2 : w1;
-    b_src[i] = reinterpret_cast<const __nv_bfloat16*>(w.base) + e * w.stride +
-               static_cast<int64_t>(b_ok[i] ? f : 0) * K + chunk * 8;
-  }
+  for (int i = 0; i < C::kBChunks; ++i) ok |= f0 + i * f_step < N ? 1u << (16 + i) : 0u;
+  const __nv_bfloat16* b_src = w_e + static_cast<int64_t>(f0) * K + chunk * 8;
+  const int64_t b_step = static_cast<int64_t>(f_step) * K;
 
   const int k_tiles = (K + C::BK - 1) / C::BK;
   auto load_stage = [&](int kt, int stage) {
     const uint32_t a_s = smem + stage * C::kStageElems * 2, b_s = a_s + C::kAElems * 2;
     const int k = kt * C::BK;
     const bool k_ok = k + chunk * 8 < K;  // K % 8 == 0: a chunk is all in or all out
+    // Chunks not read (zero-filled) still name an address inside the expert's matrix or a.
 #pragma unroll
-    for (int i = 0; i < C::kAChunks; ++i)
+    for (int i = 0; i < C::kAChunks; ++i) {
+      const bool valid = k_ok && (ok >> i & 1u);
       copy_async16(a_s + swizzle<C::kChunks>(row_first + i * C::kRowStep, chunk) * 16,
-                   a_src[i] + (k_ok ? k : 0), a_ok[i] && k_ok);
+                   a + (valid ? a_off[i] + k : 0), valid);
+    }
 #pragma unroll
-    for (int i = 0; i < C::kBChunks; ++i)
+    for (int i = 0; i < C::kBChunks; ++i) {
+      const bool valid = k_ok && (ok >> (16 + i) & 1u);
       copy_async16(b_s + swizzle<C::kChunks>(row_first + i * C::kRowStep, chunk) * 16,
-                   b_src[i] + (k_ok ? k : 0), b_ok[i] && k_ok);
+                   valid ? b_src + i * b_step + k : w_e, valid);
+    }
   };
 
   const int wm = (warp / 4) * C::kWM, wn = (warp % 4) * 32;
@@ -181,13 +185,17 @@ __global__ void __launch_bounds__(kThreads, 2)
           bf[2 * p + 1][0] = r[2];
           bf[2 * p + 1][1] = r[3];
         }
+        // Every A fragment is loaded (padding rows are zeros) so that the loads are not held behind the
+        // branches; only the MMAs of fragments past the tile's rows are skipped.
+        uint32_t af[C::kMI][4];
+#pragma unroll
+        for (int i = 0; i < C::kMI; ++i)
+          ldmatrix_x4(af[i], a_s + swizzle<C::kChunks>(a_row + 16 * i, 2 * kk + a_chunk) * 16);
 #pragma unroll
         for (int i = 0; i < C::kMI; ++i) {
           if (i < live_mi) {
-            uint32_t af[4];
-            ldmatrix_x4(af, a_s + swizzle<C::kChunks>(a_row + 16 * i, 2 * kk + a_chunk) * 16);
 #pragma unroll
-            for (int j = 0; j < C::kNI; ++j) mma_bf16(acc[i][j], af, bf[j]);
+            for (int j = 0; j < C::kNI; ++j) mma_bf16(acc[i][j], af[i], bf[j]);
           }
         }
       }
@@ -259,7 +267,8 @@ void launch_config(const uint16_t* a, int topk, const int32_t* offsets, const in
   DSI_CHECK(configured, "moe_experts: the grouped kernel cannot have ", C::kSmem, " bytes of shared memory");
   const int64_t max_tiles = (pairs + C::BM - 1) / C::BM + E;
   const int64_t per_block = kGateUp ? kBN / 2 : kBN;
-  DSI_CHECK(max_tiles <= 65535, "moe_experts: ", pairs, " routed rows are too many for one grouped launch");
+  DSI_CHECK(max_tiles <= 65535 && pairs * K < (int64_t{1} << 31), "moe_experts: ", pairs,
+            " routed rows are too many for one grouped launch");
   const dim3 grid(static_cast<unsigned>((N + per_block - 1) / per_block), static_cast<unsigned>(max_tiles));
   launch_pdl(kernel, grid, kThreads, C::kSmem, reinterpret_cast<const __nv_bfloat16*>(a), topk, offsets,
              tiles, slot_pair, w1, w2, out, static_cast<int>(E), static_cast<int>(K), static_cast<int>(N),
