@@ -1,7 +1,7 @@
 // CudaBackend's DeepSeekMoE ops: moe_route, moe_experts (device-side permutation by expert, grouped gate/up
 // + SiLU-mul and down kernels over all experts: weight streaming at decode sizes, bf16 grouped GEMMs for many
-// rows per expert; weighted un-permute), and the load-time hooks that keep the
-// router bias in float32 and stack each layer's experts into one gate/up and one down tensor.
+// rows per expert; weighted un-permute), and the load-time hooks that keep the router bias in float32 and
+// stack each layer's experts into one gate/up and one down tensor.
 #include <algorithm>
 
 #include "backend/cuda/batch_bucket.h"
