@@ -657,7 +657,8 @@ TEST_F(CudaDeepseekOpsTest, DISABLED_BenchGroupedExperts) {
     if (T < 683) continue;
     for (int variant = 1; variant <= cuda::kMoeGroupedVariants; ++variant) {
       CudaBackend b(CudaBackendOptions{false, variant});
-      const char* names[] = {"", "grouped 128x128 k32 s4", "grouped 128x128 k64 s3", "grouped 64x128 k64 s4"};
+      const char* names[] = {"", "grouped 128x128 k32 s4", "grouped 128x128 k64 s3", "grouped 64x128 k64 s4",
+                             "grouped 128x256 k32 s4"};
       row(names[variant], b);
     }
     CudaBackend old(CudaBackendOptions{false, -1});

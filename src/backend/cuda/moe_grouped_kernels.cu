@@ -2,11 +2,11 @@
 // row-major in global memory (x rounded to bf16 once by launch_moe_x_bf16, the SiLU-mul output written as
 // bf16), one launch per GEMM over every expert's tiles of BM permuted rows (found by binary search over the
 // device tile offsets of launch_moe_permute; blocks past the last tile exit, so there is no host sync).
-// A block computes BM rows x 128 columns with 8 warps (2 x 4, warp tiles of BM/2 x 32) of mma.sync m16n8k16
+// A block computes BM rows x BN columns with 8 warps (2 x 4, warp tiles of BM/2 x BN/4) of mma.sync m16n8k16
 // (bf16 in, fp32 accumulate; sm_80 and later), fed by ldmatrix from XOR-swizzled shared memory that a
 // multi-stage cp.async pipeline fills (K steps of BK; K and N tails zero-filled). The gate/up kernel stages
-// 64 gate and the same 64 up rows per block, interleaved by 16 so that each warp holds the gate and up sums
-// of the same features and applies SiLU-mul in registers. Each output row depends only on its own
+// BN/2 gate and the same BN/2 up rows per block, interleaved by BN/8 so that each warp holds the gate and up
+// sums of the same features and applies SiLU-mul in registers. Each output row depends only on its own
 // activation row: a token's result does not depend on the other tokens of the batch.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -23,29 +23,33 @@ namespace dsinfer::cuda {
 namespace {
 
 constexpr int kThreads = 256;  // 8 warps: 2 along the rows x 4 along the columns
-constexpr int kBN = 128;       // staged weight rows per block (gate/up: 64 gate + 64 up)
 constexpr int kCastThreads = 256;
 
-template <int BM_, int BK_, int kStages_>
+// BM rows x BN staged weight rows per block (gate/up: BN / 2 gate + the same BN / 2 up features), K steps of
+// BK through kStages stages, kMinBlocks blocks per SM (the register budget).
+template <int BM_, int BN_, int BK_, int kStages_, int kMinBlocks_>
 struct Config {
-  static constexpr int BM = BM_, BK = BK_, kStages = kStages_;
-  static constexpr int kWM = BM / 2;                         // warp tile rows
-  static constexpr int kMI = kWM / 16;                       // m16 fragments per warp
-  static constexpr int kNI = 4;                              // n8 fragments per warp (32 columns)
-  static constexpr int kChunks = BK / 8;                     // 16-byte chunks per staged row
-  static constexpr int kRowStep = kThreads / kChunks;        // rows apart of one thread's chunks
-  static constexpr int kAChunks = BM * kChunks / kThreads;   // A chunks per thread per stage
-  static constexpr int kBChunks = kBN * kChunks / kThreads;  // B chunks per thread per stage
-  static constexpr int kAElems = BM * BK, kStageElems = (BM + kBN) * BK;
+  static constexpr int BM = BM_, BN = BN_, BK = BK_, kStages = kStages_, kMinBlocks = kMinBlocks_;
+  static constexpr int kWM = BM / 2, kWN = BN / 4;          // warp tile
+  static constexpr int kMI = kWM / 16, kNI = kWN / 8;       // m16 / n8 fragments per warp
+  static constexpr int kChunks = BK / 8;                    // 16-byte chunks per staged row
+  static constexpr int kRowStep = kThreads / kChunks;       // rows apart of one thread's chunks
+  static constexpr int kAChunks = BM * kChunks / kThreads;  // A chunks per thread per stage
+  static constexpr int kBChunks = BN * kChunks / kThreads;  // B chunks per thread per stage
+  static constexpr int kAElems = BM * BK, kStageElems = (BM + BN) * BK;
   static constexpr size_t kSmem = static_cast<size_t>(kStages) * kStageElems * 2;
   static_assert(BK == 32 || BK == 64, "the swizzle covers rows of 4 or 8 chunks");
   static_assert(BM % 32 == 0 && kAChunks >= 1 && kStages >= 2, "bad tile");
+  // A thread's staged weight rows lie whole warp column groups apart (they keep gate or up) and its chunk
+  // validity bits fit above bit 16.
+  static_assert(kRowStep % kWN == 0 && kNI % 4 == 0 && kAChunks <= 16 && kBChunks <= 16, "bad tile");
 };
 
 // The variants (moe_kernels.h, kMoeGroupedVariants): 1-based.
-using V1 = Config<128, 32, 4>;  // 64 KiB shared memory
-using V2 = Config<128, 64, 3>;  // 96 KiB
-using V3 = Config<64, 64, 4>;   // 96 KiB
+using V1 = Config<128, 128, 32, 4, 2>;  // 64 KiB shared memory, 2 blocks per SM
+using V2 = Config<128, 128, 64, 3, 2>;  // 96 KiB, 2 blocks per SM
+using V3 = Config<64, 128, 64, 4, 2>;   // 96 KiB, 2 blocks per SM
+using V4 = Config<128, 256, 32, 4, 1>;  // 96 KiB, warp tiles of 64 x 64, 1 block per SM
 
 // 16-byte chunk index of (row, chunk) in a staged [rows][BK] bf16 tile: XOR-swizzled so that the 8 rows of
 // an ldmatrix 8x8 matrix (and the chunks of a cp.async phase) fall in distinct bank groups.
@@ -86,7 +90,7 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
 // Else: a = act bf16 [pairs, K] (row r is row0 + r); out = y f32 [pairs, N] = a w1^T, grid.x = ceil(N / 128).
 // grid.y: an upper bound of the tiles.
 template <typename C, bool kGateUp>
-__global__ void __launch_bounds__(kThreads, 2)
+__global__ void __launch_bounds__(kThreads, C::kMinBlocks)
     moe_grouped_kernel(const __nv_bfloat16* a, int topk, const int32_t* offsets, const int32_t* tiles,
                        const int32_t* slot_pair, StackedWeights w1, StackedWeights w2, void* out, int E,
                        int K, int N, float limit) {
@@ -97,7 +101,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   if (!find_expert_tile(offsets, tiles, E, blockIdx.y, C::BM, &et)) return;
   const int e = et.expert, row0 = et.row0, nr = et.rows;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int n_base = blockIdx.x * (kGateUp ? kBN / 2 : kBN);
+  const int n_base = blockIdx.x * (kGateUp ? C::BN / 2 : C::BN);
   const uint32_t smem = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
 
   // This thread's chunks: column chunk `chunk` of rows tid / kChunks + i * kRowStep. A rows are gathered
@@ -112,11 +116,13 @@ __global__ void __launch_bounds__(kThreads, 2)
     const int src = kGateUp ? slot_pair[row0 + (valid ? r : 0)] / topk : row0 + (valid ? r : 0);
     a_off[i] = static_cast<uint32_t>(src) * static_cast<uint32_t>(K) + chunk * 8;
   }
-  // Gate/up: warp column group j / 32 stages gate features 16 * (j / 32) + [0, 16) (rows j % 32 < 16), then
-  // the same up ones; a thread's rows j step by kRowStep (a multiple of 32), so they keep their matrix.
-  const bool up_rows = kGateUp && (row_first & 16) != 0;
-  const int f0 = kGateUp ? n_base + 16 * (row_first / 32) + (row_first & 15) : n_base + row_first;
-  const int f_step = kGateUp ? 16 * (C::kRowStep / 32) : C::kRowStep;
+  // Gate/up: warp column group j / kWN stages gate features kWN / 2 * (j / kWN) + [0, kWN / 2) (rows
+  // j % kWN < kWN / 2), then the same up ones; a thread's rows j step by kRowStep (a multiple of kWN), so
+  // they keep their matrix.
+  constexpr int kHalf = C::kWN / 2;
+  const bool up_rows = kGateUp && row_first % C::kWN >= kHalf;
+  const int f0 = kGateUp ? n_base + kHalf * (row_first / C::kWN) + row_first % kHalf : n_base + row_first;
+  const int f_step = kGateUp ? kHalf * (C::kRowStep / C::kWN) : C::kRowStep;
   const __nv_bfloat16* w_e = reinterpret_cast<const __nv_bfloat16*>(up_rows ? w2.base : w1.base) +
                              e * (up_rows ? w2.stride : w1.stride);
 #pragma unroll
@@ -144,7 +150,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
   };
 
-  const int wm = (warp / 4) * C::kWM, wn = (warp % 4) * 32;
+  const int wm = (warp / 4) * C::kWM, wn = (warp % 4) * C::kWN;
   // m16 fragments of this warp holding real rows (a tile's last rows may be padding): the others skip.
   const int live_mi = min(C::kMI, max(0, (nr - wm + 15) / 16));
   float acc[C::kMI][C::kNI][4];
@@ -212,15 +218,15 @@ __global__ void __launch_bounds__(kThreads, 2)
       if (r >= nr) continue;
       const int64_t row = row0 + r;
       if constexpr (kGateUp) {
-        // Fragments 0, 1: gate features 8j + [0, 8) of the warp's 16; fragments 2, 3: the same up ones.
+        // Fragments j < kNI / 2: gate features 8j + [0, 8) of the warp's kWN / 2; j + kNI / 2: the same up.
 #pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          const int f = n_base + 16 * (warp % 4) + 8 * j + 2 * t;
+        for (int j = 0; j < C::kNI / 2; ++j) {
+          const int f = n_base + C::kWN / 2 * (warp % 4) + 8 * j + 2 * t;
           if (f >= N) continue;
           float v[2];
 #pragma unroll
           for (int c = 0; c < 2; ++c) {
-            float gv = acc[i][j][2 * half + c], uv = acc[i][j + 2][2 * half + c];
+            float gv = acc[i][j][2 * half + c], uv = acc[i][j + C::kNI / 2][2 * half + c];
             if (limit > 0.0f) {
               gv = fminf(gv, limit);
               uv = fminf(fmaxf(uv, -limit), limit);
@@ -266,7 +272,7 @@ void launch_config(const uint16_t* a, int topk, const int32_t* offsets, const in
   }();
   DSI_CHECK(configured, "moe_experts: the grouped kernel cannot have ", C::kSmem, " bytes of shared memory");
   const int64_t max_tiles = (pairs + C::BM - 1) / C::BM + E;
-  const int64_t per_block = kGateUp ? kBN / 2 : kBN;
+  const int64_t per_block = kGateUp ? C::BN / 2 : C::BN;
   DSI_CHECK(max_tiles <= 65535 && pairs * K < (int64_t{1} << 31), "moe_experts: ", pairs,
             " routed rows are too many for one grouped launch");
   const dim3 grid(static_cast<unsigned>((N + per_block - 1) / per_block), static_cast<unsigned>(max_tiles));
@@ -294,6 +300,9 @@ void launch_grouped(int variant, const uint16_t* a, int topk, const int32_t* off
     case 3:
       return launch_config<V3, kGateUp>(a, topk, offsets, tiles, slot_pair, w1, w2, out, pairs, E, K, N,
                                         limit);
+    case 4:
+      return launch_config<V4, kGateUp>(a, topk, offsets, tiles, slot_pair, w1, w2, out, pairs, E, K, N,
+                                        limit);
     default:
       fail("moe_experts: no grouped kernel variant ", variant);
   }
@@ -313,6 +322,8 @@ int moe_grouped_tile_rows(int variant) {
       return V2::BM;
     case 3:
       return V3::BM;
+    case 4:
+      return V4::BM;
     default:
       fail("moe_experts: no grouped kernel variant ", variant);
   }
