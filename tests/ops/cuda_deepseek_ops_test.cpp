@@ -19,7 +19,9 @@
 #ifdef DSINFER_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_tensor.h"
+#include "backend/cuda/moe_kernels.h"
 #include "backend/cuda/runtime.h"
+#include "backend/cuda/timing.h"
 #endif
 
 namespace dsinfer {
@@ -336,6 +338,24 @@ ExpertSet make_experts(CudaDeepseekOpsTest* test, CudaBackend& gpu, int64_t E, i
   return s;
 }
 
+// [T, K] I32 expert ids, skewed: slot 0 always takes expert E / 2 + 1 (the busy one, T rows); the rest come
+// from the lower half, so the upper experts but one stay empty (K < E / 2 + 1).
+Tensor skewed_expert_ids(std::mt19937& rng, int64_t T, int64_t K, int64_t E) {
+  Tensor ids = Tensor::empty(DType::I32, {T, K});
+  std::uniform_int_distribution<int> lower(0, static_cast<int>(std::max<int64_t>(E / 2, K)) - 1);
+  for (int64_t t = 0; t < T; ++t) {
+    std::set<int> used = {static_cast<int>(E / 2 + 1)};
+    ids.data<int32_t>()[t * K] = static_cast<int32_t>(E / 2 + 1);
+    for (int64_t k = 1; k < K; ++k) {
+      int e;
+      do e = lower(rng);
+      while (!used.insert(e).second);
+      ids.data<int32_t>()[t * K + k] = e;
+    }
+  }
+  return ids;
+}
+
 TEST_F(CudaDeepseekOpsTest, MoeExpertsMatchCpuWithSkewedRouting) {
   CudaBackend gpu(CudaBackendOptions{true});  // tensor-core tiles keep ~16 bits of each activation
   CudaBackend plain;                          // tensor-core tiles round activations to bf16 (the default)
@@ -356,20 +376,7 @@ TEST_F(CudaDeepseekOpsTest, MoeExpertsMatchCpuWithSkewedRouting) {
     // Streaming tiles of 8, 16, 32 and 64 rows (72 x 40: feature and K tails), the 64-row tensor-core tiles
     // (more rows per expert) and the CUDA-core tiles of 1, 2, 4 and 8 rows (H 60: not a multiple of 8).
     for (int64_t T : {1, 3, 7, 64, 128, 200, 257, 600, 1366}) {
-      // Skewed: slot 0 always takes expert E / 2 + 1 (the busy one); the rest come from the lower half, so
-      // the upper experts but one stay empty.
-      Tensor ids = Tensor::empty(DType::I32, {T, K});
-      std::uniform_int_distribution<int> lower(0, static_cast<int>(std::max<int64_t>(E / 2, K)) - 1);
-      for (int64_t t = 0; t < T; ++t) {
-        std::set<int> used = {static_cast<int>(E / 2 + 1)};
-        ids.data<int32_t>()[t * K] = static_cast<int32_t>(E / 2 + 1);
-        for (int64_t k = 1; k < K; ++k) {
-          int e;
-          do e = lower(rng);
-          while (!used.insert(e).second);
-          ids.data<int32_t>()[t * K + k] = e;
-        }
-      }
+      const Tensor ids = skewed_expert_ids(rng, T, K, E);
       const Tensor weights = random_bf16_values({T, K});
       const Tensor x = random_bf16_values({T, H});
       const Tensor ref = cpu.moe_experts(x, ids, weights, experts.cpu);
@@ -420,6 +427,66 @@ TEST_F(CudaDeepseekOpsTest, MoeExpertsRowsIndependentOfBatchInBucket) {
     return gpu.to_host(gpu.moe_experts(head(x, T), head(ids, T), head(weights, T), experts.gpu));
   };
   for (auto [small, big] : {std::pair<int64_t, int64_t>{5, 8}, {33, 64}, {65, 128}, {129, 256}, {257, 512}}) {
+    const Tensor a = run(small), b = run(big);
+    int64_t differ = 0;
+    for (int64_t i = 0; i < a.numel(); ++i) differ += a.f32()[i] != b.f32()[i];
+    EXPECT_EQ(differ, 0) << "T " << small << " vs " << big;
+  }
+}
+
+// The grouped bf16 GEMMs (above 64 bucketed rows per expert; activations and the SiLU-mul output rounded to
+// bf16, so the bf16 tolerance of the unsplit path) in every tile variant: skewed routing (one expert with
+// every token, empty experts, rows not a multiple of the tile), feature and K tails (I 96, 40; H 72), a
+// swiglu limit, and the V2-Lite and V3 expert shapes (few experts, so that the CPU reference stays quick).
+TEST_F(CudaDeepseekOpsTest, MoeExpertsGroupedGemmMatchesCpu) {
+  CudaBackend gpu;
+  struct Case {
+    int64_t E, H, I, K;
+    float limit;
+    std::vector<int64_t> tokens;
+  };
+  for (const Case& c : {Case{64, 256, 96, 6, 0.0f, {600, 1366}}, Case{8, 64, 32, 3, 0.5f, {200, 600}},
+                        Case{6, 72, 40, 3, 0.0f, {200, 257}}, Case{4, 2048, 1408, 2, 0.0f, {130, 300}},
+                        Case{4, 7168, 2048, 2, 0.0f, {150}}}) {
+    ExpertSet experts = make_experts(this, gpu, c.E, c.H, c.I);
+    for (size_t e = 0; e < experts.cpu.size(); ++e)
+      experts.cpu[e].swiglu_limit = experts.gpu[e].swiglu_limit = c.limit;
+    gpu.prepare_experts(experts.gpu);
+    for (int64_t T : c.tokens) {
+      const Tensor ids = skewed_expert_ids(rng, T, c.K, c.E);
+      const Tensor weights = random_bf16_values({T, c.K});
+      const Tensor x = random_bf16_values({T, c.H});
+      const Tensor ref = cpu.moe_experts(x, ids, weights, experts.cpu);
+      const Tensor dx = cuda::to_device(x), dids = cuda::to_device(ids), dw = cuda::to_device(weights);
+      for (int variant = 0; variant <= cuda::kMoeGroupedVariants; ++variant) {
+        CudaBackend b(CudaBackendOptions{false, variant});
+        const Tensor out = b.to_host(b.moe_experts(dx, dids, dw, experts.gpu));
+        EXPECT_LT(rel_err(out, ref), 1e-2) << "variant " << variant << " E=" << c.E << " H=" << c.H
+                                           << " I=" << c.I << " K=" << c.K << " T=" << T;
+      }
+    }
+  }
+}
+
+// The grouped GEMMs keep a token's output independent of the other tokens of its bucket: an output row
+// depends only on its own activation row (the tile it shares and its position there never enter its sums).
+TEST_F(CudaDeepseekOpsTest, MoeExpertsGroupedRowsIndependentOfBatchInBucket) {
+  CudaBackend gpu;
+  const int64_t E = 64, H = 256, I = 96, K = 6, Tmax = 2048;
+  ExpertSet experts = make_experts(this, gpu, E, H, I);
+  gpu.prepare_experts(experts.gpu);
+  const Tensor x = random_bf16_values({Tmax, H}), weights = random_bf16_values({Tmax, K});
+  const Tensor ids = distinct_expert_ids(rng, Tmax, K, E);  // [Tmax, K]
+  auto head = [](const Tensor& t, int64_t T) {
+    Tensor h = Tensor::empty(t.dtype(), {T, t.dim(1)});
+    std::copy_n(static_cast<const char*>(t.raw()), h.nbytes(), static_cast<char*>(h.raw()));
+    return cuda::to_device(h);
+  };
+  auto run = [&](int64_t T) {
+    return gpu.to_host(gpu.moe_experts(head(x, T), head(ids, T), head(weights, T), experts.gpu));
+  };
+  // Buckets 1024 (96 rows per expert: the 64-row tiles) and 2048 (192: the 128-row tiles).
+  for (auto [small, big] : {std::pair<int64_t, int64_t>{600, 1024}, {1100, 2048}}) {
     const Tensor a = run(small), b = run(big);
     int64_t differ = 0;
     for (int64_t i = 0; i < a.numel(); ++i) differ += a.f32()[i] != b.f32()[i];
@@ -548,6 +615,11 @@ TEST_F(CudaDeepseekOpsTest, DISABLED_BenchDecodeOps) {
   }
 }
 
+// moe_experts at the DeepSeek-V2-Lite expert shape (64 experts, top 6, hidden 2048, intermediate 1408; the
+// stacked weights, 1.1 GB, far exceed the 50 MB L2) from decode to prefill sizes: the default path, and from
+// 683 tokens on every grouped GEMM variant and the older 64-row tensor-core tiles, in TFLOP/s next to the
+// dense cuBLASLt bf16 rate of 8192 x 2816 x 2048 (CUDA events, 20 calls back to back), and the active
+// experts' weight bytes per second as a share of 4290 GB/s.
 TEST_F(CudaDeepseekOpsTest, DISABLED_BenchGroupedExperts) {
   CudaBackend gpu;
   const int64_t E = 64, H = 2048, I = 1408, K = 6;
@@ -560,33 +632,40 @@ TEST_F(CudaDeepseekOpsTest, DISABLED_BenchGroupedExperts) {
     experts[e].up.weight = gate_up.rows(2 * e * I + I, 2 * (e + 1) * I);
     experts[e].down.weight = down.rows(e * H, (e + 1) * H);
   }
-  // Device copy bandwidth (read + write) for reference.
-  const double copy_gbs = measured_copy_gbs();
-  for (int64_t T : {1, 8, 64, 256, 1366}) {
+  const double hbm_gbs = 4290.0;  // H200 HBM3e bandwidth reached by streaming kernels here
+  // The dense bf16 GEMM rate for comparison: [8192, 2048] x [2816, 2048]^T, activations rounded to bf16.
+  Linear w{device_bf16_filled(this, {2 * I, H}), Tensor()};
+  const Tensor xd = cuda::to_device(random_bf16_values({8192, H}));
+  const double dense_ms = cuda::time_stream_ms([&] { gpu.linear(xd, w); }, 20);
+  const double dense = 2.0 * 8192 * 2 * I * H / dense_ms / 1e9;
+  std::printf("dense bf16 GEMM 8192 x 2816 x 2048: %.1f TFLOP/s\n", dense);
+  std::printf("%6s %6s %8s %-22s %9s %8s %7s %11s\n", "T", "rows", "experts", "path", "us", "TFLOP/s",
+              "% dense", "% 4290 GB/s");
+  for (int64_t T : {1, 8, 64, 256, 683, 1366, 2731}) {
     const Tensor ids = distinct_expert_ids(rng, T, K, E);  // [T, K]
     const Tensor dx = cuda::to_device(random_bf16_values({T, H})), dids = cuda::to_device(ids),
                  dw = cuda::to_device(random_bf16_values({T, K}));
-    const double s = time_calls([&] { gpu.moe_experts(dx, dids, dw, experts); }, 20);
     std::set<int32_t> active(ids.data<int32_t>(), ids.data<int32_t>() + T * K);
     const double flops = 6.0 * T * K * H * I, bytes = 3.0 * active.size() * H * I * 2;
-    std::printf(
-        "moe_experts T %lld (%lld routed rows, %zu experts): %.1f us, %.1f TFLOP/s, weights %.0f GB/s "
-        "(%.0f%% of copy)\n",
-        static_cast<long long>(T), static_cast<long long>(T * K), active.size(), s * 1e6, flops / s / 1e12,
-        bytes / s / 1e9, 100.0 * bytes / s / 1e9 / copy_gbs);
-    if (T * K > 64 * E) {  // the 64-row tensor-core tiles (the streaming tiles always split)
-      CudaBackend plain(CudaBackendOptions{false});
-      const double sp = time_calls([&] { plain.moe_experts(dx, dids, dw, experts); }, 20);
-      std::printf("  activations rounded to bf16 (one MMA): %.1f us, %.1f TFLOP/s\n", sp * 1e6,
-                  flops / sp / 1e12);
+    auto row = [&](const char* path, CudaBackend& b) {
+      const double ms = cuda::time_stream_ms([&] { b.moe_experts(dx, dids, dw, experts); }, 20);
+      std::printf("%6lld %6lld %8zu %-22s %9.1f %8.1f %6.0f%% %10.0f%%\n", static_cast<long long>(T),
+                  static_cast<long long>(T * K), active.size(), path, ms * 1e3, flops / ms / 1e9,
+                  100.0 * flops / ms / 1e9 / dense, 100.0 * bytes / ms / 1e6 / hbm_gbs);
+    };
+    row("default", gpu);
+    if (T < 683) continue;
+    for (int variant = 1; variant <= cuda::kMoeGroupedVariants; ++variant) {
+      CudaBackend b(CudaBackendOptions{false, variant});
+      const char* names[] = {"", "grouped 128x128 k32 s4", "grouped 128x128 k64 s3", "grouped 64x128 k64 s4",
+                             "grouped 128x256 k32 s4"};
+      row(names[variant], b);
     }
+    CudaBackend old(CudaBackendOptions{false, -1});
+    row("64-row mma tiles", old);
+    CudaBackend split(CudaBackendOptions{true});
+    row("64-row mma tiles split", split);
   }
-  // The dense bf16 GEMM rate for comparison: [8192, 2048] x [2816, 2048]^T, activations rounded to bf16.
-  CudaBackend plain(CudaBackendOptions{false});
-  Linear w{device_bf16_filled(this, {2 * I, H}), Tensor()};
-  const Tensor x = cuda::to_device(random_bf16_values({8192, H}));
-  const double s = time_calls([&] { plain.linear(x, w); }, 20);
-  std::printf("dense bf16 GEMM 8192 x 2816 x 2048: %.1f TFLOP/s\n", 2.0 * 8192 * 2 * I * H / s / 1e12);
 }
 
 #else

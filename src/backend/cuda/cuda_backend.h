@@ -18,6 +18,10 @@ struct CudaBackendOptions {
   // bf16 GEMMs, hi and lo halves) instead of rounding activations to bf16 (one GEMM, the default). See
   // gemm_cublaslt.h. Up to 8 rows run the GEMV kernels, which keep fp32 activations either way.
   bool split_gemm_activations = false;
+  // moe_experts above 64 (bucketed) rows per expert runs the grouped bf16 GEMMs (cuda::moe_grouped_*) unless
+  // split_gemm_activations: 0 picks the tile variant from the rows per expert, 1..cuda::kMoeGroupedVariants
+  // forces one (benchmarks), -1 runs the older 64-row tensor-core tiles instead.
+  int moe_grouped_variant = 0;
 };
 
 class CudaBackend : public Backend {

@@ -1,6 +1,7 @@
 // CudaBackend's DeepSeekMoE ops: moe_route, moe_experts (device-side permutation by expert, grouped gate/up
-// + SiLU-mul and down kernels over all experts, weighted un-permute), and the load-time hooks that keep the
-// router bias in float32 and stack each layer's experts into one gate/up and one down tensor.
+// + SiLU-mul and down kernels over all experts: weight streaming at decode sizes, bf16 grouped GEMMs for many
+// rows per expert; weighted un-permute), and the load-time hooks that keep the router bias in float32 and
+// stack each layer's experts into one gate/up and one down tensor.
 #include <algorithm>
 
 #include "backend/cuda/batch_bucket.h"
@@ -176,13 +177,14 @@ Tensor CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor
   Tensor tiles = Tensor::empty_on(Device::kCuda, DType::I32, {E + 1});
   Tensor slot_pair = Tensor::empty_on(Device::kCuda, DType::I32, {pairs});
   Tensor pair_slot = Tensor::empty_on(Device::kCuda, DType::I32, {pairs});
-  Tensor act = Tensor::empty_on(Device::kCuda, DType::F32, {pairs, I});  // [pairs, I] permuted rows
-  Tensor y = Tensor::empty_on(Device::kCuda, DType::F32, {pairs, H});    // [pairs, H] permuted rows
+  Tensor y = Tensor::empty_on(Device::kCuda, DType::F32, {pairs, H});  // [pairs, H] permuted rows
   const float* xd = dev_f32(x, "moe_experts", "x");
   // Decided on the token count rounded up to a power of two (as a CUDA graph's padded batch would be), so
   // that eager and replayed steps of one bucket run the same kernels. Up to kMoeStreamMaxRows rows per
   // expert: the weight-streaming tensor-core kernels (tiles of 8 to 64 rows, each expert tile's weights
-  // read once); more: the 64-row tensor-core tiles; shapes or alignments neither takes: CUDA cores.
+  // read once); more: the grouped bf16 GEMMs (activations rounded to bf16), or with split activations (or
+  // when the grouped kernels are off) the 64-row tensor-core tiles; shapes or alignments none takes: CUDA
+  // cores.
   const int64_t rows_per_expert = (cuda::next_pow2(T) * K + E - 1) / E;
   const int stream_rows = cuda::moe_stream_tile_rows(rows_per_expert);
   const bool stream =
@@ -190,33 +192,55 @@ Tensor CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor
       cuda::moe_stream_supported(H, reinterpret_cast<uintptr_t>(xd), gate.base, gate.stride) &&
       cuda::moe_stream_supported(H, 0, up.base, up.stride) &&
       cuda::moe_stream_supported(I, 0, down.base, down.stride);
-  const bool mma = !stream && cuda::next_pow2(T) * K >= kMoeMmaRowsPerExpert * E &&
+  const int grouped_variant = options_.moe_grouped_variant > 0
+                                  ? options_.moe_grouped_variant
+                                  : cuda::moe_grouped_variant_for(rows_per_expert);
+  const bool grouped =
+      !stream && rows_per_expert > cuda::kMoeStreamMaxRows && !options_.split_gemm_activations &&
+      options_.moe_grouped_variant >= 0 &&
+      cuda::moe_grouped_supported(H, reinterpret_cast<uintptr_t>(xd), gate.base, gate.stride) &&
+      cuda::moe_grouped_supported(H, 0, up.base, up.stride) &&
+      cuda::moe_grouped_supported(I, 0, down.base, down.stride);
+  const bool mma = !stream && !grouped && cuda::next_pow2(T) * K >= kMoeMmaRowsPerExpert * E &&
                    cuda::moe_mma_supported(H, reinterpret_cast<uintptr_t>(xd), gate.base, gate.stride) &&
                    cuda::moe_mma_supported(H, 0, up.base, up.stride) &&
                    cuda::moe_mma_supported(I, 0, down.base, down.stride);
-  const int tile_rows = stream ? stream_rows
-                        : mma  ? cuda::kMoeMmaTileRows
-                               : cuda::moe_rows_per_tile(cuda::next_pow2(T) * K, E);
+  const int tile_rows = stream    ? stream_rows
+                        : grouped ? cuda::moe_grouped_tile_rows(grouped_variant)
+                        : mma     ? cuda::kMoeMmaTileRows
+                                  : cuda::moe_rows_per_tile(cuda::next_pow2(T) * K, E);
   cuda::launch_moe_permute(ids.data<int32_t>(), pairs, E, tile_rows, offsets.data<int32_t>(),
                            tiles.data<int32_t>(), slot_pair.data<int32_t>(), pair_slot.data<int32_t>());
-  if (stream) {
-    cuda::launch_moe_gate_up_stream(tile_rows, xd, K, offsets.data<int32_t>(), tiles.data<int32_t>(),
-                                    slot_pair.data<int32_t>(), gate, up, act.data<float>(), pairs, E, H, I,
-                                    experts[0].swiglu_limit);
-    cuda::launch_moe_down_stream(tile_rows, act.data<float>(), offsets.data<int32_t>(), tiles.data<int32_t>(),
-                                 down, y.data<float>(), pairs, E, H, I);
-  } else if (mma) {
-    cuda::launch_moe_gate_up_mma(options_.split_gemm_activations, xd, K, offsets.data<int32_t>(),
-                                 tiles.data<int32_t>(), slot_pair.data<int32_t>(), gate, up,
-                                 act.data<float>(), pairs, E, H, I, experts[0].swiglu_limit);
-    cuda::launch_moe_down_mma(options_.split_gemm_activations, act.data<float>(), offsets.data<int32_t>(),
-                              tiles.data<int32_t>(), down, y.data<float>(), pairs, E, H, I);
+  if (grouped) {
+    Tensor xb = Tensor::empty_on(Device::kCuda, DType::BF16, {T, H});       // [T, H] x rounded to bf16
+    Tensor act = Tensor::empty_on(Device::kCuda, DType::BF16, {pairs, I});  // [pairs, I] permuted rows
+    cuda::launch_moe_x_bf16(xd, xb.data<uint16_t>(), T * H);
+    cuda::launch_moe_gate_up_grouped(grouped_variant, xb.data<uint16_t>(), K, offsets.data<int32_t>(),
+                                     tiles.data<int32_t>(), slot_pair.data<int32_t>(), gate, up,
+                                     act.data<uint16_t>(), pairs, E, H, I, experts[0].swiglu_limit);
+    cuda::launch_moe_down_grouped(grouped_variant, act.data<uint16_t>(), offsets.data<int32_t>(),
+                                  tiles.data<int32_t>(), down, y.data<float>(), pairs, E, H, I);
   } else {
-    cuda::launch_moe_gate_up(tile_rows, xd, K, offsets.data<int32_t>(), tiles.data<int32_t>(),
-                             slot_pair.data<int32_t>(), gate, up, act.data<float>(), pairs, E, H, I,
-                             experts[0].swiglu_limit);
-    cuda::launch_moe_down(tile_rows, act.data<float>(), offsets.data<int32_t>(), tiles.data<int32_t>(), down,
-                          y.data<float>(), pairs, E, H, I);
+    Tensor act = Tensor::empty_on(Device::kCuda, DType::F32, {pairs, I});  // [pairs, I] permuted rows
+    if (stream) {
+      cuda::launch_moe_gate_up_stream(tile_rows, xd, K, offsets.data<int32_t>(), tiles.data<int32_t>(),
+                                      slot_pair.data<int32_t>(), gate, up, act.data<float>(), pairs, E, H, I,
+                                      experts[0].swiglu_limit);
+      cuda::launch_moe_down_stream(tile_rows, act.data<float>(), offsets.data<int32_t>(),
+                                   tiles.data<int32_t>(), down, y.data<float>(), pairs, E, H, I);
+    } else if (mma) {
+      cuda::launch_moe_gate_up_mma(options_.split_gemm_activations, xd, K, offsets.data<int32_t>(),
+                                   tiles.data<int32_t>(), slot_pair.data<int32_t>(), gate, up,
+                                   act.data<float>(), pairs, E, H, I, experts[0].swiglu_limit);
+      cuda::launch_moe_down_mma(options_.split_gemm_activations, act.data<float>(), offsets.data<int32_t>(),
+                                tiles.data<int32_t>(), down, y.data<float>(), pairs, E, H, I);
+    } else {
+      cuda::launch_moe_gate_up(tile_rows, xd, K, offsets.data<int32_t>(), tiles.data<int32_t>(),
+                               slot_pair.data<int32_t>(), gate, up, act.data<float>(), pairs, E, H, I,
+                               experts[0].swiglu_limit);
+      cuda::launch_moe_down(tile_rows, act.data<float>(), offsets.data<int32_t>(), tiles.data<int32_t>(),
+                            down, y.data<float>(), pairs, E, H, I);
+    }
   }
   cuda::launch_moe_combine(y.data<float>(), pair_slot.data<int32_t>(),
                            dev_f32(weights, "moe_experts", "weights"), out.data<float>(), T, K, H);

@@ -87,6 +87,30 @@ void launch_moe_gate_up_stream(int tile_rows, const float* x, int64_t k, const i
 void launch_moe_down_stream(int tile_rows, const float* act, const int32_t* offsets, const int32_t* tiles,
                             StackedWeights down, float* y, int64_t pairs, int64_t E, int64_t H, int64_t I);
 
+// The grouped GEMMs for many rows per expert (moe_grouped_kernels.cu; above kMoeStreamMaxRows): both
+// operands bf16 (x rounded to bf16 once by launch_moe_x_bf16, the SiLU-mul output act kept as bf16 [pairs,
+// I]), block tiles of BM permuted rows x BN columns (permute with tile_rows = moe_grouped_tile_rows(variant))
+// on mma.sync through a cp.async pipeline. Variants (1-based, kMoeGroupedVariants): 1: 128 x 128, K steps of
+// 32, 4 stages; 2: 128 x 128, K steps of 64, 3 stages; 3: 64 x 128, K steps of 64, 4 stages; 4: 128 x 256, K
+// steps of 32, 4 stages (one block per SM). moe_grouped_variant_for picks one from the (bucketed) average
+// rows per expert. moe_grouped_supported: whether the kernels take inner dimension K, activations at address
+// a and weights w at stride `stride` (K a multiple of 8, 16-byte aligned operands; any N, rows and expert
+// counts).
+inline constexpr int kMoeGroupedVariants = 4;
+int moe_grouped_variant_for(int64_t rows_per_expert);
+int moe_grouped_tile_rows(int variant);
+bool moe_grouped_supported(int64_t K, uintptr_t a, const uint16_t* w, int64_t stride);
+// out [n] bf16 = x [n] f32 rounded to nearest (n a multiple of 8, both 16-byte aligned).
+void launch_moe_x_bf16(const float* x, uint16_t* out, int64_t n);
+// act [pairs, I] bf16 = silu(x_r gate_e^T) * (x_r up_e^T) with x_r = xb[slot_pair[r] / k] for xb [T, H] bf16.
+void launch_moe_gate_up_grouped(int variant, const uint16_t* xb, int64_t k, const int32_t* offsets,
+                                const int32_t* tiles, const int32_t* slot_pair, StackedWeights gate,
+                                StackedWeights up, uint16_t* act, int64_t pairs, int64_t E, int64_t H,
+                                int64_t I, float limit);
+// y [pairs, H] f32 = act_r down_e^T for the permuted rows of act [pairs, I] bf16.
+void launch_moe_down_grouped(int variant, const uint16_t* act, const int32_t* offsets, const int32_t* tiles,
+                             StackedWeights down, float* y, int64_t pairs, int64_t E, int64_t H, int64_t I);
+
 // out [T, H] = sum_j weights[t, j] * y[pair_slot[t * k + j]] (in slot order j).
 void launch_moe_combine(const float* y, const int32_t* pair_slot, const float* weights, float* out, int64_t T,
                         int64_t k, int64_t H);
