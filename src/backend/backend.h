@@ -145,6 +145,9 @@ class Backend {
   // cache rows [k | v] (v [T, Hkv * Dv]) of the plan's tokens to cache layer `layer`.
   virtual void rope_write_kv(Tensor& q, Tensor& k, const Tensor& v, const RopeTable& table, RopeLayout layout,
                              KvCache& cache, int64_t layer, const BatchPlan& plan);
+  // residual [T, H] += moe_experts(x, ids, weights, experts) (the routed experts' weighted sum added last).
+  virtual void moe_experts_residual(Tensor& residual, const Tensor& x, const Tensor& ids,
+                                    const Tensor& weights, const std::vector<MlpWeights>& experts);
 
   // ---- DeepSeek-V4 (cpu_v4_*.cpp) ----
   // x [T, H] -> n identical residual streams [T, n, H].

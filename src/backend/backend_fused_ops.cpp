@@ -28,4 +28,9 @@ void Backend::rope_write_kv(Tensor& q, Tensor& k, const Tensor& v, const RopeTab
   write_kv(cache, layer, plan, k, v);
 }
 
+void Backend::moe_experts_residual(Tensor& residual, const Tensor& x, const Tensor& ids,
+                                   const Tensor& weights, const std::vector<MlpWeights>& experts) {
+  add_inplace(residual, moe_experts(x, ids, weights, experts));
+}
+
 }  // namespace dsinfer

@@ -19,6 +19,7 @@
 #ifdef DSINFER_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_tensor.h"
+#include "backend/cuda/mla_kernels.h"
 #include "backend/cuda/runtime.h"
 #endif
 
@@ -60,8 +61,9 @@ class CudaDeepseekOpsTest : public ::testing::Test {
 
 // Fills every position of `seqs` (cached + new) with random bf16 rows in the CPU cache and copies the cache
 // image into a float32 and a bf16 GPU cache; then compares attention_mla for the plan's query tokens.
-void check_mla(CudaDeepseekOpsTest* test, int64_t H, int64_t R, int64_t P,
-               const std::vector<std::pair<int32_t, int32_t>>& seqs, double tol) {
+// Returns the GPU outputs (float32 cache, bf16 cache) as host tensors.
+std::vector<Tensor> check_mla(CudaDeepseekOpsTest* test, int64_t H, int64_t R, int64_t P,
+                              const std::vector<std::pair<int32_t, int32_t>>& seqs, double tol) {
   const int32_t bs = 16;
   const int64_t width = R + P;
   std::vector<std::pair<int32_t, int32_t>> full;
@@ -91,12 +93,15 @@ void check_mla(CudaDeepseekOpsTest* test, int64_t H, int64_t R, int64_t P,
   const Tensor ref = test->cpu.attention_mla(q_lat, q_pe, cpu_cache, 0, plan, scale);
   CudaBackend gpu;
   const Tensor dq = cuda::to_device(q_lat), dp = cuda::to_device(q_pe);
+  std::vector<Tensor> outs;
   for (const KvCache* cache : {&f32_cache, &bf16_cache}) {
     const Tensor out = gpu.to_host(gpu.attention_mla(dq, dp, *cache, 0, plan, scale));
-    ASSERT_EQ(out.shape(), ref.shape());
+    EXPECT_EQ(out.shape(), ref.shape());
     EXPECT_LT(CudaDeepseekOpsTest::rel_err(out, ref), tol)
         << "H=" << H << " R=" << R << " P=" << P << " T=" << T << " cache " << dtype_name(cache->dtype());
+    outs.push_back(out);
   }
+  return outs;
 }
 
 TEST_F(CudaDeepseekOpsTest, MlaDecodeMatchesCpu) {
@@ -121,6 +126,41 @@ TEST_F(CudaDeepseekOpsTest, MlaDecodeTensorCoreEdgesMatchCpu) {
   std::vector<std::pair<int32_t, int32_t>> many;
   for (int32_t i = 0; i < 257; ++i) many.push_back({(i * 37) % 300, 1});
   check_mla(this, 16, 512, 64, many, 1e-5);
+}
+
+TEST_F(CudaDeepseekOpsTest, MlaFusedMergeEqualsCombineKernel) {
+  // The last split block to arrive merges the splits (few splits), else the separate combine kernel: both
+  // must match the CPU and give the same bits. Forced both ways (and fused for every split count) on the
+  // CUDA-core (float32 cache) and tensor-core (bf16 cache) kernels: batch 1 and 3 at contexts of 2 to ~60
+  // splits, a partial head group, empty splits (mixed lengths).
+  const int saved = cuda::mla_fused_merge_max_splits();
+  struct Case {
+    int64_t H, R, P;
+    std::vector<std::pair<int32_t, int32_t>> seqs;
+  };
+  const std::vector<Case> cases = {{16, 512, 64, {{130, 1}}},
+                                   {16, 512, 64, {{255, 1}}},
+                                   {16, 512, 64, {{700, 1}}},
+                                   {16, 512, 64, {{3000, 1}}},
+                                   {24, 512, 64, {{10, 1}, {500, 1}, {64, 1}}},
+                                   {128, 512, 64, {{300, 1}}},
+                                   {4, 32, 8, {{0, 1}, {90, 1}, {1000, 1}}},
+                                   {3, 100, 12, {{5, 1}, {200, 1}}}};
+  for (const Case& c : cases) {
+    std::vector<std::vector<Tensor>> runs;
+    for (int max_splits : {0, 8, 4096}) {
+      cuda::mla_set_fused_merge_max_splits(max_splits);
+      rng.seed(777);  // the same inputs for every run
+      runs.push_back(check_mla(this, c.H, c.R, c.P, c.seqs, 1e-5));
+    }
+    for (size_t r = 1; r < runs.size(); ++r)
+      for (size_t k = 0; k < runs[0].size(); ++k) {
+        int64_t differ = 0;
+        for (int64_t i = 0; i < runs[0][k].numel(); ++i) differ += runs[0][k].f32()[i] != runs[r][k].f32()[i];
+        EXPECT_EQ(differ, 0) << "H=" << c.H << " R=" << c.R << " run " << r << " cache " << k;
+      }
+  }
+  cuda::mla_set_fused_merge_max_splits(saved);
 }
 
 TEST_F(CudaDeepseekOpsTest, MlaPrefillAndChunkedMatchCpu) {
@@ -424,6 +464,32 @@ TEST_F(CudaDeepseekOpsTest, MoeExpertsRowsIndependentOfBatchInBucket) {
     int64_t differ = 0;
     for (int64_t i = 0; i < a.numel(); ++i) differ += a.f32()[i] != b.f32()[i];
     EXPECT_EQ(differ, 0) << "T " << small << " vs " << big;
+  }
+}
+
+TEST_F(CudaDeepseekOpsTest, MoeExpertsResidualMatchesCpuAndUnfused) {
+  // The combine adding into the residual: residual + the experts' sum, the same bits as moe_experts followed
+  // by add_inplace, within tolerance of the CPU (streaming, tensor-core and CUDA-core tiles).
+  CudaBackend gpu(CudaBackendOptions{true});
+  for (auto [E, H, I, K] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{64, 256, 96, 6}, {6, 60, 36, 2}}) {
+    ExpertSet experts = make_experts(this, gpu, E, H, I);
+    gpu.prepare_experts(experts.gpu);
+    for (int64_t T : {1, 3, 8, 64, 600}) {
+      const Tensor ids = distinct_expert_ids(rng, T, K, E);
+      const Tensor weights = random_bf16_values({T, K}), x = random_bf16_values({T, H});
+      const Tensor h = random_bf16_values({T, H}, 4.0f);
+      Tensor ref = h.clone();
+      cpu.moe_experts_residual(ref, x, ids, weights, experts.cpu);
+      const Tensor dx = cuda::to_device(x), dids = cuda::to_device(ids), dw = cuda::to_device(weights);
+      Tensor fused = cuda::to_device(h), unfused = cuda::to_device(h);
+      gpu.moe_experts_residual(fused, dx, dids, dw, experts.gpu);
+      gpu.add_inplace(unfused, gpu.moe_experts(dx, dids, dw, experts.gpu));
+      const Tensor a = gpu.to_host(fused), b = gpu.to_host(unfused);
+      EXPECT_LT(rel_err(a, ref), 1e-5) << "E=" << E << " T=" << T;
+      int64_t differ = 0;
+      for (int64_t i = 0; i < a.numel(); ++i) differ += a.f32()[i] != b.f32()[i];
+      EXPECT_EQ(differ, 0) << "E=" << E << " T=" << T;
+    }
   }
 }
 

@@ -67,6 +67,13 @@ const std::vector<CudaOpSupport>& cuda_op_support() {
        {},
        {},
        ""},
+      {"moe_experts_residual",
+       {"launch_moe_permute", "launch_moe_gate_up_stream", "launch_moe_down_stream", "launch_moe_gate_up",
+        "launch_moe_down", "launch_moe_gate_up_mma", "launch_moe_down_mma",
+        "launch_moe_combine (accumulate)"},
+       {},
+       {"moe_experts", "add_inplace"},
+       ""},
       // ---- DeepSeek-V3.2 sparse attention ----
       {"layer_norm", {}, {}, {}, ""},
       {"dsa_indexer_topk", {}, {}, {}, ""},
@@ -137,9 +144,9 @@ const std::vector<std::string>& model_backend_ops(Arch arch) {
                                                  "attention_gqa", "linear_residual", "norm_mlp_residual",
                                                  "gather_rows",   "sample"};
   static const std::vector<std::string> mla = {
-      "embed",           "norm_linears",      "rms_norm",    "linear",      "rope", "write_kv",
-      "attention_mla",   "head_matmul",       "moe_route",   "moe_experts", "mlp",  "add_inplace",
-      "linear_residual", "norm_mlp_residual", "gather_rows", "sample"};
+      "embed",    "norm_linears",    "rms_norm",          "linear",      "rope",
+      "write_kv", "attention_mla",   "head_matmul",       "moe_route",   "moe_experts_residual",
+      "mlp",      "linear_residual", "norm_mlp_residual", "gather_rows", "sample"};
   static const std::vector<std::string> v32 = [] {
     std::vector<std::string> ops = mla;
     ops.insert(ops.end() - 1, {"layer_norm", "dsa_indexer_topk", "attention_mla_sparse"});
