@@ -28,6 +28,15 @@ void Backend::rope_write_kv(Tensor& q, Tensor& k, const Tensor& v, const RopeTab
   write_kv(cache, layer, plan, k, v);
 }
 
+void Backend::mla_rope_write_kv(Tensor& q_pe, Tensor& k_pe, const Tensor& latent, const Tensor& norm,
+                                float eps, const RopeTable& table, RopeLayout layout, KvCache& cache,
+                                int64_t layer, const BatchPlan& plan) {
+  const Tensor normed = rms_norm(latent, norm, eps);  // [T, R]
+  rope(q_pe, plan.positions, table, 0, layout);
+  rope(k_pe, plan.positions, table, 0, layout);
+  write_kv(cache, layer, plan, normed, k_pe);
+}
+
 void Backend::moe_experts_residual(Tensor& residual, const Tensor& x, const Tensor& ids,
                                    const Tensor& weights, const std::vector<MlpWeights>& experts) {
   add_inplace(residual, moe_experts(x, ids, weights, experts));

@@ -14,6 +14,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "core/dtype.h"
 #include "core/tensor.h"
+#include "model/rope.h"
 #include "scrambled_plan.h"
 
 #ifdef DSINFER_HAVE_CUDA
@@ -168,6 +169,82 @@ TEST_F(CudaDeepseekOpsTest, MlaPrefillAndChunkedMatchCpu) {
   const std::vector<std::pair<int32_t, int32_t>> chunks = {{0, 100}, {37, 60}, {250, 1}, {0, 3}};
   for (int64_t H : {16, 128}) check_mla(this, H, 512, 64, chunks, 1e-5);
   check_mla(this, 2, 128, 32, {{0, 300}, {100, 200}}, 1e-5);
+}
+
+TEST_F(CudaDeepseekOpsTest, MlaRopeWriteKvMatchesCpuAndUnfused) {
+  // One kernel: the latent's RMSNorm, rope of q_pe and k_pe (both layouts, yarn scaling), the cache rows;
+  // against the CPU reference and the unfused CUDA ops (rms_norm, rope, rope, write_kv), float32 and bf16
+  // caches, batch 1 to 64 at scattered positions.
+  RopeConfig yarn;
+  yarn.type = RopeType::kYarn;
+  yarn.factor = 40.0;
+  yarn.original_max_position_embeddings = 4096;
+  yarn.mscale = 1.0;
+  yarn.mscale_all_dim = 1.0;
+  struct Case {
+    int64_t H, R, P;
+    RopeLayout layout;
+    RopeConfig rope;
+  };
+  const std::vector<Case> cases = {{16, 512, 64, RopeLayout::kInterleaved, RopeConfig{}},
+                                   {128, 512, 64, RopeLayout::kHalf, yarn},
+                                   {4, 32, 8, RopeLayout::kInterleaved, yarn},
+                                   {3, 100, 12, RopeLayout::kHalf, RopeConfig{}}};
+  CudaBackend gpu;
+  const int32_t bs = 16;
+  for (const Case& c : cases) {
+    const RopeTable table = make_rope_table(c.rope, c.P);
+    const Tensor norm = random_bf16_values({c.R});
+    const Tensor dnorm = gpu.prepare_weight(norm);
+    for (int64_t T : {1, 3, 8, 64}) {
+      std::vector<std::pair<int32_t, int32_t>> seqs;
+      int32_t blocks = 1;  // enough that no two sequences share a block (and not a multiple of 7)
+      for (int64_t i = 0; i < T; ++i) {
+        seqs.push_back({static_cast<int32_t>((i * 397) % 1000), 1});
+        blocks += (seqs.back().first + 1 + bs - 1) / bs;
+      }
+      if (blocks % 7 == 0) ++blocks;
+      const BatchPlan plan = make_plan(seqs, bs, blocks);
+      const Tensor latent = random_bf16_values({T, c.R}), k_pe = random_bf16_values({T, 1, c.P}),
+                   q_pe = random_bf16_values({T, c.H, c.P});
+      const KvLayerSpec spec{KvKind::kFullHistory, c.R + c.P};
+      KvCache cpu_cache({spec}, blocks, bs);
+      std::fill(cpu_cache.slot(0, 0), cpu_cache.slot(0, 0) + cpu_cache.storage(0).numel(), 0.0f);
+      Tensor ref_q = q_pe.clone(), ref_k = k_pe.clone();
+      cpu.mla_rope_write_kv(ref_q, ref_k, latent, norm, 1e-6f, table, c.layout, cpu_cache, 0, plan);
+      for (DType dt : {DType::F32, DType::BF16}) {
+        KvCache fused_cache({spec}, blocks, bs, Device::kCuda, dt),
+            plain_cache({spec}, blocks, bs, Device::kCuda, dt);
+        Tensor fq = cuda::to_device(q_pe), fk = cuda::to_device(k_pe);
+        gpu.mla_rope_write_kv(fq, fk, cuda::to_device(latent), dnorm, 1e-6f, table, c.layout, fused_cache, 0,
+                              plan);
+        Tensor pq = cuda::to_device(q_pe), pk = cuda::to_device(k_pe);
+        gpu.Backend::mla_rope_write_kv(pq, pk, cuda::to_device(latent), dnorm, 1e-6f, table, c.layout,
+                                       plain_cache, 0, plan);
+        // The written rows, as float32 host tensors [T, R + P].
+        auto rows = [&](const KvCache& cache) {
+          const Tensor image = gpu.to_host(cache.storage(0));  // [slots, R + P]
+          Tensor out = Tensor::empty(DType::F32, {T, c.R + c.P});
+          for (int64_t t = 0; t < T; ++t)
+            std::copy_n(image.f32() + plan.slot_mapping[t] * (c.R + c.P), c.R + c.P,
+                        out.f32() + t * (c.R + c.P));
+          return out;
+        };
+        Tensor ref_rows = Tensor::empty(DType::F32, {T, c.R + c.P});
+        for (int64_t t = 0; t < T; ++t)
+          std::copy_n(cpu_cache.slot(0, plan.slot_mapping[t]), c.R + c.P, ref_rows.f32() + t * (c.R + c.P));
+        const double tol = dt == DType::BF16 ? 5e-3 : 1e-6;
+        const std::string what = "H=" + std::to_string(c.H) + " R=" + std::to_string(c.R) +
+                                 " T=" + std::to_string(T) + " " + std::string(dtype_name(dt));
+        const Tensor fused_rows = rows(fused_cache), plain_rows = rows(plain_cache);
+        EXPECT_LT(rel_err(fused_rows, ref_rows), tol) << what;
+        EXPECT_LT(rel_err(fused_rows, plain_rows), 1e-6) << what;
+        EXPECT_LT(rel_err(gpu.to_host(fq), ref_q), 1e-6) << what;
+        EXPECT_LT(rel_err(gpu.to_host(fk), ref_k), 1e-6) << what;
+        EXPECT_LT(rel_err(gpu.to_host(fq), gpu.to_host(pq)), 1e-6) << what;
+      }
+    }
+  }
 }
 
 // ---- head_matmul ----

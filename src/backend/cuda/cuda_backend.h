@@ -73,6 +73,10 @@ class CudaBackend : public Backend {
                  Tensor* ids, Tensor* weights) override;
   Tensor moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
                      const std::vector<MlpWeights>& experts) override;
+  // One kernel: RMSNorm of the latent, rope of q_pe and k_pe, the cache rows (mla_write_kernels.cu).
+  void mla_rope_write_kv(Tensor& q_pe, Tensor& k_pe, const Tensor& latent, const Tensor& norm, float eps,
+                         const RopeTable& table, RopeLayout layout, KvCache& cache, int64_t layer,
+                         const BatchPlan& plan) override;
   // moe_experts whose combine kernel adds into the residual (no separate add).
   void moe_experts_residual(Tensor& residual, const Tensor& x, const Tensor& ids, const Tensor& weights,
                             const std::vector<MlpWeights>& experts) override;

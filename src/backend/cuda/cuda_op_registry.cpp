@@ -50,6 +50,7 @@ const std::vector<CudaOpSupport>& cuda_op_support() {
        {"rms_norm", "mlp", "add_inplace"},
        ""},
       {"rope_write_kv", {"launch_rope_write_kv"}, {}, {"rope", "write_kv"}, ""},
+      {"mla_rope_write_kv", {"launch_mla_rope_write_kv"}, {}, {"rms_norm", "rope", "write_kv"}, ""},
       // ---- sampling on the GPU (greedy/temperature/top-k/top-p/min-p/penalties) ----
       {"sample", {"launch_sample_rows"}, {}, {}, "host sampler over the logits copied back"},
       // ---- DeepSeek MLA / MoE (V2, V3) ----
@@ -143,13 +144,23 @@ const std::vector<std::string>& model_backend_ops(Arch arch) {
   static const std::vector<std::string> dense = {"embed",         "norm_linears",    "rope_write_kv",
                                                  "attention_gqa", "linear_residual", "norm_mlp_residual",
                                                  "gather_rows",   "sample"};
-  static const std::vector<std::string> mla = {
-      "embed",    "norm_linears",    "rms_norm",          "linear",      "rope",
-      "write_kv", "attention_mla",   "head_matmul",       "moe_route",   "moe_experts_residual",
-      "mlp",      "linear_residual", "norm_mlp_residual", "gather_rows", "sample"};
+  static const std::vector<std::string> mla = {"embed",
+                                               "norm_linears",
+                                               "rms_norm",
+                                               "linear",
+                                               "mla_rope_write_kv",
+                                               "attention_mla",
+                                               "head_matmul",
+                                               "moe_route",
+                                               "moe_experts_residual",
+                                               "mlp",
+                                               "linear_residual",
+                                               "norm_mlp_residual",
+                                               "gather_rows",
+                                               "sample"};
   static const std::vector<std::string> v32 = [] {
     std::vector<std::string> ops = mla;
-    ops.insert(ops.end() - 1, {"layer_norm", "dsa_indexer_topk", "attention_mla_sparse"});
+    ops.insert(ops.end() - 1, {"rope", "write_kv", "layer_norm", "dsa_indexer_topk", "attention_mla_sparse"});
     return ops;
   }();
   static const std::vector<std::string> v4 = {
