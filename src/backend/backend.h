@@ -151,6 +151,14 @@ class Backend {
   virtual Tensor rope_attention_gqa(Tensor& q, Tensor& k, const Tensor& v, const RopeTable& table,
                                     RopeLayout layout, KvCache& cache, int64_t layer, const BatchPlan& plan,
                                     float scale);
+  // DeepSeek MLA's cache write: rotates q_pe [T, H, P] and k_pe [T, 1, P] in place (layout, dims [0, P)),
+  // then writes the cache rows [rms_norm(latent [T, R], norm, eps) | k_pe] of the plan's tokens to `layer`.
+  virtual void mla_rope_write_kv(Tensor& q_pe, Tensor& k_pe, const Tensor& latent, const Tensor& norm,
+                                 float eps, const RopeTable& table, RopeLayout layout, KvCache& cache,
+                                 int64_t layer, const BatchPlan& plan);
+  // residual [T, H] += moe_experts(x, ids, weights, experts) (the routed experts' weighted sum added last).
+  virtual void moe_experts_residual(Tensor& residual, const Tensor& x, const Tensor& ids,
+                                    const Tensor& weights, const std::vector<MlpWeights>& experts);
 
   // ---- DeepSeek-V4 (cpu_v4_*.cpp) ----
   // x [T, H] -> n identical residual streams [T, n, H].

@@ -39,4 +39,18 @@ Tensor Backend::rope_attention_gqa(Tensor& q, Tensor& k, const Tensor& v, const 
   return attention_gqa(q, cache, layer, plan, Hkv, D, Dv, scale);
 }
 
+void Backend::mla_rope_write_kv(Tensor& q_pe, Tensor& k_pe, const Tensor& latent, const Tensor& norm,
+                                float eps, const RopeTable& table, RopeLayout layout, KvCache& cache,
+                                int64_t layer, const BatchPlan& plan) {
+  const Tensor normed = rms_norm(latent, norm, eps);  // [T, R]
+  rope(q_pe, plan.positions, table, 0, layout);
+  rope(k_pe, plan.positions, table, 0, layout);
+  write_kv(cache, layer, plan, normed, k_pe);
+}
+
+void Backend::moe_experts_residual(Tensor& residual, const Tensor& x, const Tensor& ids,
+                                   const Tensor& weights, const std::vector<MlpWeights>& experts) {
+  add_inplace(residual, moe_experts(x, ids, weights, experts));
+}
+
 }  // namespace dsinfer

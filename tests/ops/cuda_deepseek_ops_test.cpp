@@ -14,12 +14,14 @@
 #include "backend/cpu/cpu_backend.h"
 #include "core/dtype.h"
 #include "core/tensor.h"
+#include "model/rope.h"
 #include "scrambled_plan.h"
 
 #ifdef DSINFER_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_tensor.h"
 #include "backend/cuda/moe_kernels.h"
+#include "backend/cuda/mla_kernels.h"
 #include "backend/cuda/runtime.h"
 #include "backend/cuda/timing.h"
 #endif
@@ -62,8 +64,9 @@ class CudaDeepseekOpsTest : public ::testing::Test {
 
 // Fills every position of `seqs` (cached + new) with random bf16 rows in the CPU cache and copies the cache
 // image into a float32 and a bf16 GPU cache; then compares attention_mla for the plan's query tokens.
-void check_mla(CudaDeepseekOpsTest* test, int64_t H, int64_t R, int64_t P,
-               const std::vector<std::pair<int32_t, int32_t>>& seqs, double tol) {
+// Returns the GPU outputs (float32 cache, bf16 cache) as host tensors.
+std::vector<Tensor> check_mla(CudaDeepseekOpsTest* test, int64_t H, int64_t R, int64_t P,
+                              const std::vector<std::pair<int32_t, int32_t>>& seqs, double tol) {
   const int32_t bs = 16;
   const int64_t width = R + P;
   std::vector<std::pair<int32_t, int32_t>> full;
@@ -93,12 +96,15 @@ void check_mla(CudaDeepseekOpsTest* test, int64_t H, int64_t R, int64_t P,
   const Tensor ref = test->cpu.attention_mla(q_lat, q_pe, cpu_cache, 0, plan, scale);
   CudaBackend gpu;
   const Tensor dq = cuda::to_device(q_lat), dp = cuda::to_device(q_pe);
+  std::vector<Tensor> outs;
   for (const KvCache* cache : {&f32_cache, &bf16_cache}) {
     const Tensor out = gpu.to_host(gpu.attention_mla(dq, dp, *cache, 0, plan, scale));
-    ASSERT_EQ(out.shape(), ref.shape());
+    EXPECT_EQ(out.shape(), ref.shape());
     EXPECT_LT(CudaDeepseekOpsTest::rel_err(out, ref), tol)
         << "H=" << H << " R=" << R << " P=" << P << " T=" << T << " cache " << dtype_name(cache->dtype());
+    outs.push_back(out);
   }
+  return outs;
 }
 
 TEST_F(CudaDeepseekOpsTest, MlaDecodeMatchesCpu) {
@@ -125,11 +131,122 @@ TEST_F(CudaDeepseekOpsTest, MlaDecodeTensorCoreEdgesMatchCpu) {
   check_mla(this, 16, 512, 64, many, 1e-5);
 }
 
+TEST_F(CudaDeepseekOpsTest, MlaFusedMergeEqualsCombineKernel) {
+  // The last split block to arrive merges the splits (few splits), else the separate combine kernel: both
+  // must match the CPU and give the same bits. Forced both ways (and fused for every split count) on the
+  // CUDA-core (float32 cache) and tensor-core (bf16 cache) kernels: batch 1 and 3 at contexts of 2 to ~60
+  // splits, a partial head group, empty splits (mixed lengths).
+  const int saved = cuda::mla_fused_merge_max_splits();
+  struct Case {
+    int64_t H, R, P;
+    std::vector<std::pair<int32_t, int32_t>> seqs;
+  };
+  const std::vector<Case> cases = {{16, 512, 64, {{130, 1}}},
+                                   {16, 512, 64, {{255, 1}}},
+                                   {16, 512, 64, {{700, 1}}},
+                                   {16, 512, 64, {{3000, 1}}},
+                                   {24, 512, 64, {{10, 1}, {500, 1}, {64, 1}}},
+                                   {128, 512, 64, {{300, 1}}},
+                                   {4, 32, 8, {{0, 1}, {90, 1}, {1000, 1}}},
+                                   {3, 100, 12, {{5, 1}, {200, 1}}}};
+  for (const Case& c : cases) {
+    std::vector<std::vector<Tensor>> runs;
+    for (int max_splits : {0, 8, 4096}) {
+      cuda::mla_set_fused_merge_max_splits(max_splits);
+      rng.seed(777);  // the same inputs for every run
+      runs.push_back(check_mla(this, c.H, c.R, c.P, c.seqs, 1e-5));
+    }
+    for (size_t r = 1; r < runs.size(); ++r)
+      for (size_t k = 0; k < runs[0].size(); ++k) {
+        int64_t differ = 0;
+        for (int64_t i = 0; i < runs[0][k].numel(); ++i) differ += runs[0][k].f32()[i] != runs[r][k].f32()[i];
+        EXPECT_EQ(differ, 0) << "H=" << c.H << " R=" << c.R << " run " << r << " cache " << k;
+      }
+  }
+  cuda::mla_set_fused_merge_max_splits(saved);
+}
+
 TEST_F(CudaDeepseekOpsTest, MlaPrefillAndChunkedMatchCpu) {
   // Whole prompts and chunks after a cached prefix, causal within the chunk.
   const std::vector<std::pair<int32_t, int32_t>> chunks = {{0, 100}, {37, 60}, {250, 1}, {0, 3}};
   for (int64_t H : {16, 128}) check_mla(this, H, 512, 64, chunks, 1e-5);
   check_mla(this, 2, 128, 32, {{0, 300}, {100, 200}}, 1e-5);
+}
+
+TEST_F(CudaDeepseekOpsTest, MlaRopeWriteKvMatchesCpuAndUnfused) {
+  // One kernel: the latent's RMSNorm, rope of q_pe and k_pe (both layouts, yarn scaling), the cache rows;
+  // against the CPU reference and the unfused CUDA ops (rms_norm, rope, rope, write_kv), float32 and bf16
+  // caches, batch 1 to 64 at scattered positions.
+  RopeConfig yarn;
+  yarn.type = RopeType::kYarn;
+  yarn.factor = 40.0;
+  yarn.original_max_position_embeddings = 4096;
+  yarn.mscale = 1.0;
+  yarn.mscale_all_dim = 1.0;
+  struct Case {
+    int64_t H, R, P;
+    RopeLayout layout;
+    RopeConfig rope;
+  };
+  const std::vector<Case> cases = {{16, 512, 64, RopeLayout::kInterleaved, RopeConfig{}},
+                                   {128, 512, 64, RopeLayout::kHalf, yarn},
+                                   {4, 32, 8, RopeLayout::kInterleaved, yarn},
+                                   {3, 100, 12, RopeLayout::kHalf, RopeConfig{}}};
+  CudaBackend gpu;
+  const int32_t bs = 16;
+  for (const Case& c : cases) {
+    const RopeTable table = make_rope_table(c.rope, c.P);
+    const Tensor norm = random_bf16_values({c.R});
+    const Tensor dnorm = gpu.prepare_weight(norm);
+    for (int64_t T : {1, 3, 8, 64}) {
+      std::vector<std::pair<int32_t, int32_t>> seqs;
+      int32_t blocks = 1;  // enough that no two sequences share a block (and not a multiple of 7)
+      for (int64_t i = 0; i < T; ++i) {
+        seqs.push_back({static_cast<int32_t>((i * 397) % 1000), 1});
+        blocks += (seqs.back().first + 1 + bs - 1) / bs;
+      }
+      if (blocks % 7 == 0) ++blocks;
+      const BatchPlan plan = make_plan(seqs, bs, blocks);
+      const Tensor latent = random_bf16_values({T, c.R}), k_pe = random_bf16_values({T, 1, c.P}),
+                   q_pe = random_bf16_values({T, c.H, c.P});
+      const KvLayerSpec spec{KvKind::kFullHistory, c.R + c.P};
+      KvCache cpu_cache({spec}, blocks, bs);
+      std::fill(cpu_cache.slot(0, 0), cpu_cache.slot(0, 0) + cpu_cache.storage(0).numel(), 0.0f);
+      Tensor ref_q = q_pe.clone(), ref_k = k_pe.clone();
+      cpu.mla_rope_write_kv(ref_q, ref_k, latent, norm, 1e-6f, table, c.layout, cpu_cache, 0, plan);
+      for (DType dt : {DType::F32, DType::BF16}) {
+        KvCache fused_cache({spec}, blocks, bs, Device::kCuda, dt),
+            plain_cache({spec}, blocks, bs, Device::kCuda, dt);
+        Tensor fq = cuda::to_device(q_pe), fk = cuda::to_device(k_pe);
+        gpu.mla_rope_write_kv(fq, fk, cuda::to_device(latent), dnorm, 1e-6f, table, c.layout, fused_cache, 0,
+                              plan);
+        Tensor pq = cuda::to_device(q_pe), pk = cuda::to_device(k_pe);
+        gpu.Backend::mla_rope_write_kv(pq, pk, cuda::to_device(latent), dnorm, 1e-6f, table, c.layout,
+                                       plain_cache, 0, plan);
+        // The written rows, as float32 host tensors [T, R + P].
+        auto rows = [&](const KvCache& cache) {
+          const Tensor image = gpu.to_host(cache.storage(0));  // [slots, R + P]
+          Tensor out = Tensor::empty(DType::F32, {T, c.R + c.P});
+          for (int64_t t = 0; t < T; ++t)
+            std::copy_n(image.f32() + plan.slot_mapping[t] * (c.R + c.P), c.R + c.P,
+                        out.f32() + t * (c.R + c.P));
+          return out;
+        };
+        Tensor ref_rows = Tensor::empty(DType::F32, {T, c.R + c.P});
+        for (int64_t t = 0; t < T; ++t)
+          std::copy_n(cpu_cache.slot(0, plan.slot_mapping[t]), c.R + c.P, ref_rows.f32() + t * (c.R + c.P));
+        const double tol = dt == DType::BF16 ? 5e-3 : 1e-6;
+        const std::string what = "H=" + std::to_string(c.H) + " R=" + std::to_string(c.R) +
+                                 " T=" + std::to_string(T) + " " + std::string(dtype_name(dt));
+        const Tensor fused_rows = rows(fused_cache), plain_rows = rows(plain_cache);
+        EXPECT_LT(rel_err(fused_rows, ref_rows), tol) << what;
+        EXPECT_LT(rel_err(fused_rows, plain_rows), 1e-6) << what;
+        EXPECT_LT(rel_err(gpu.to_host(fq), ref_q), 1e-6) << what;
+        EXPECT_LT(rel_err(gpu.to_host(fk), ref_k), 1e-6) << what;
+        EXPECT_LT(rel_err(gpu.to_host(fq), gpu.to_host(pq)), 1e-6) << what;
+      }
+    }
+  }
 }
 
 // ---- head_matmul ----
@@ -464,6 +581,32 @@ TEST_F(CudaDeepseekOpsTest, MoeExpertsGroupedGemmMatchesCpu) {
         EXPECT_LT(rel_err(out, ref), 1e-2) << "variant " << variant << " E=" << c.E << " H=" << c.H
                                            << " I=" << c.I << " K=" << c.K << " T=" << T;
       }
+    }
+  }
+}
+
+TEST_F(CudaDeepseekOpsTest, MoeExpertsResidualMatchesCpuAndUnfused) {
+  // The combine adding into the residual: residual + the experts' sum, the same bits as moe_experts followed
+  // by add_inplace, within tolerance of the CPU (streaming, tensor-core and CUDA-core tiles).
+  CudaBackend gpu(CudaBackendOptions{true});
+  for (auto [E, H, I, K] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{64, 256, 96, 6}, {6, 60, 36, 2}}) {
+    ExpertSet experts = make_experts(this, gpu, E, H, I);
+    gpu.prepare_experts(experts.gpu);
+    for (int64_t T : {1, 3, 8, 64, 600}) {
+      const Tensor ids = distinct_expert_ids(rng, T, K, E);
+      const Tensor weights = random_bf16_values({T, K}), x = random_bf16_values({T, H});
+      const Tensor h = random_bf16_values({T, H}, 4.0f);
+      Tensor ref = h.clone();
+      cpu.moe_experts_residual(ref, x, ids, weights, experts.cpu);
+      const Tensor dx = cuda::to_device(x), dids = cuda::to_device(ids), dw = cuda::to_device(weights);
+      Tensor fused = cuda::to_device(h), unfused = cuda::to_device(h);
+      gpu.moe_experts_residual(fused, dx, dids, dw, experts.gpu);
+      gpu.add_inplace(unfused, gpu.moe_experts(dx, dids, dw, experts.gpu));
+      const Tensor a = gpu.to_host(fused), b = gpu.to_host(unfused);
+      EXPECT_LT(rel_err(a, ref), 1e-5) << "E=" << E << " T=" << T;
+      int64_t differ = 0;
+      for (int64_t i = 0; i < a.numel(); ++i) differ += a.f32()[i] != b.f32()[i];
+      EXPECT_EQ(differ, 0) << "E=" << E << " T=" << T;
     }
   }
 }

@@ -82,6 +82,13 @@ class CudaBackend : public Backend {
                  Tensor* ids, Tensor* weights) override;
   Tensor moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
                      const std::vector<MlpWeights>& experts) override;
+  // One kernel: RMSNorm of the latent, rope of q_pe and k_pe, the cache rows (mla_write_kernels.cu).
+  void mla_rope_write_kv(Tensor& q_pe, Tensor& k_pe, const Tensor& latent, const Tensor& norm, float eps,
+                         const RopeTable& table, RopeLayout layout, KvCache& cache, int64_t layer,
+                         const BatchPlan& plan) override;
+  // moe_experts whose combine kernel adds into the residual (no separate add).
+  void moe_experts_residual(Tensor& residual, const Tensor& x, const Tensor& ids, const Tensor& weights,
+                            const std::vector<MlpWeights>& experts) override;
 
   // DeepSeek-V3.2 / V4 ops: no kernels yet (each throws dsinfer::Error).
   Tensor hc_expand(const Tensor& x, int64_t n) override;
@@ -119,6 +126,10 @@ class CudaBackend : public Backend {
     if (const T* p = step_.find(v)) return p;
     return mirror.upload(v);
   }
+
+  // moe_experts into out [T, H] (accumulate: out += the experts' weighted sum instead of out =).
+  void run_moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
+                       const std::vector<MlpWeights>& experts, float* out, bool accumulate);
 
   CudaBackendOptions options_;
   cuda::StepPlan step_;

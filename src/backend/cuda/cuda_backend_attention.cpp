@@ -11,6 +11,7 @@
 #include "backend/cuda/attention_kernels.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/device_args.h"
+#include "backend/cuda/mla_write_kernels.h"
 #include "backend/cuda/rope_kernels.h"
 #include "core/dtype.h"
 #include "core/error.h"
@@ -134,6 +135,34 @@ Tensor CudaBackend::rope_attention_gqa(Tensor& q, Tensor& k, const Tensor& v, co
   rope.scaling = table.attention_scaling;
   rope.interleaved = layout == RopeLayout::kInterleaved;
   return attention_gqa_routed(q, cache, layer, plan, Hkv, D, Dv, scale, &rope);
+}
+
+void CudaBackend::mla_rope_write_kv(Tensor& q_pe, Tensor& k_pe, const Tensor& latent, const Tensor& norm,
+                                    float eps, const RopeTable& table, RopeLayout layout, KvCache& cache,
+                                    int64_t layer, const BatchPlan& plan) {
+  // q_pe [T, H, P], k_pe [T, 1, P] (rotated in place), latent [T, R] -> cache rows [norm(latent) | k_pe].
+  const cuda::DeviceCacheView view = cache_view(cache, layer, "mla_rope_write_kv");
+  const int64_t T = plan.num_tokens();
+  DSI_CHECK(q_pe.ndim() == 3 && q_pe.dim(0) == T && k_pe.numel() == T * q_pe.dim(2) && latent.ndim() == 2 &&
+                latent.dim(0) == T,
+            "mla_rope_write_kv: q_pe ", shape_str(q_pe.shape()), ", k_pe ", shape_str(k_pe.shape()),
+            ", latent ", shape_str(latent.shape()), " for ", T, " tokens");
+  const int64_t H = q_pe.dim(1), P = q_pe.dim(2), R = latent.dim(1);
+  DSI_CHECK(norm.numel() == R, "mla_rope_write_kv: norm of ", norm.numel(), " values for a latent of ", R);
+  DSI_CHECK(R + P == cache.width(layer), "mla_rope_write_kv: rows of ", R + P, " values for a cache row of ",
+            cache.width(layer));
+  DSI_CHECK(table.rope_dim == P && static_cast<int64_t>(table.inv_freq.size()) == P / 2,
+            "mla_rope_write_kv: rope table of ", table.inv_freq.size(), " frequencies for rope dims ", P);
+  DSI_CHECK(static_cast<int64_t>(plan.positions.size()) == T, "mla_rope_write_kv: positions for ", T,
+            " tokens");
+  check_slots(cache, plan, "mla_rope_write_kv");
+  if (T == 0) return;
+  cuda::launch_mla_rope_write_kv(
+      dev_f32(q_pe, "mla_rope_write_kv", "q_pe"), dev_f32(k_pe, "mla_rope_write_kv", "k_pe"),
+      dev_f32(latent, "mla_rope_write_kv", "latent"), dev_bf16(norm, "mla_rope_write_kv", "norm"), eps, view,
+      device_array(plan.positions, positions_), device_array(plan.slot_mapping, slot_mapping_),
+      P ? inv_freq_.upload(table.inv_freq) : nullptr, T, H, R, P, table.attention_scaling,
+      layout == RopeLayout::kInterleaved);
 }
 
 Tensor CudaBackend::attention_gqa(const Tensor& q, const KvCache& cache, int64_t layer, const BatchPlan& plan,

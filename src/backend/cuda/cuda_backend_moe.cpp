@@ -1,7 +1,8 @@
-// CudaBackend's DeepSeekMoE ops: moe_route, moe_experts (device-side permutation by expert, grouped gate/up
-// + SiLU-mul and down kernels over all experts: weight streaming at decode sizes, bf16 grouped GEMMs for many
-// rows per expert; weighted un-permute), and the load-time hooks that keep the router bias in float32 and
-// stack each layer's experts into one gate/up and one down tensor.
+// CudaBackend's DeepSeekMoE ops: moe_route, moe_experts and moe_experts_residual (device-side permutation by
+// expert, grouped gate/up + SiLU-mul and down kernels over all experts: weight streaming at decode sizes, bf16
+// grouped GEMMs for many rows per expert; weighted un-permute into a new tensor or added to the residual),
+// and the load-time hooks that keep the router bias in float32 and stack each layer's experts into one
+// gate/up and one down tensor.
 #include <algorithm>
 
 #include "backend/cuda/batch_bucket.h"
@@ -148,6 +149,23 @@ void CudaBackend::moe_route(const Tensor& x, const Tensor& router, const Tensor&
 Tensor CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
                                 const std::vector<MlpWeights>& experts) {
   // x [T, H], ids [T, k] I32, weights [T, k] F32 -> [T, H]
+  DSI_CHECK(x.ndim() == 2, "moe_experts: x ", shape_str(x.shape()), " must be [T, H]");
+  Tensor out = Tensor::empty_on(Device::kCuda, DType::F32, {x.dim(0), x.dim(1)});
+  run_moe_experts(x, ids, weights, experts, out.data<float>(), /*accumulate=*/false);
+  return out;
+}
+
+void CudaBackend::moe_experts_residual(Tensor& residual, const Tensor& x, const Tensor& ids,
+                                       const Tensor& weights, const std::vector<MlpWeights>& experts) {
+  // residual [T, H] += moe_experts(x [T, H], ids, weights)
+  DSI_CHECK(residual.shape() == x.shape(), "moe_experts_residual: residual ", shape_str(residual.shape()),
+            " and x ", shape_str(x.shape()), " differ");
+  run_moe_experts(x, ids, weights, experts, dev_f32(residual, "moe_experts_residual", "residual"),
+                  /*accumulate=*/true);
+}
+
+void CudaBackend::run_moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
+                                  const std::vector<MlpWeights>& experts, float* out, bool accumulate) {
   DSI_CHECK(x.ndim() == 2 && ids.ndim() == 2 && weights.shape() == ids.shape() && ids.dim(0) == x.dim(0),
             "moe_experts: x ", shape_str(x.shape()), ", ids ", shape_str(ids.shape()), ", weights ",
             shape_str(weights.shape()));
@@ -156,8 +174,7 @@ Tensor CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor
   const int64_t T = x.dim(0), H = x.dim(1), K = ids.dim(1), E = static_cast<int64_t>(experts.size());
   check_experts(experts, H);
   const int64_t I = experts[0].gate.out_features(), pairs = T * K;
-  Tensor out = Tensor::empty_on(Device::kCuda, DType::F32, {T, H});
-  if (pairs == 0) return out;
+  if (pairs == 0) return;
   // Experts not laid out at a fixed stride (not through prepare_experts) are stacked for this call.
   Tensor gate_tmp, up_tmp, down_tmp;
   cuda::StackedWeights gate, up, down;
@@ -243,8 +260,7 @@ Tensor CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor
     }
   }
   cuda::launch_moe_combine(y.data<float>(), pair_slot.data<int32_t>(),
-                           dev_f32(weights, "moe_experts", "weights"), out.data<float>(), T, K, H);
-  return out;
+                           dev_f32(weights, "moe_experts", "weights"), out, T, K, H, accumulate);
 }
 
 }  // namespace dsinfer

@@ -56,6 +56,7 @@ const std::vector<CudaOpSupport>& cuda_op_support() {
        {},
        {"rope_write_kv", "attention_gqa"},
        ""},
+      {"mla_rope_write_kv", {"launch_mla_rope_write_kv"}, {}, {"rms_norm", "rope", "write_kv"}, ""},
       // ---- sampling on the GPU (greedy/temperature/top-k/top-p/min-p/penalties) ----
       {"sample", {"launch_sample_rows"}, {}, {}, "host sampler over the logits copied back"},
       // ---- DeepSeek MLA / MoE (V2, V3) ----
@@ -73,6 +74,13 @@ const std::vector<CudaOpSupport>& cuda_op_support() {
         "launch_moe_gate_up_grouped", "launch_moe_down_grouped", "launch_moe_combine"},
        {},
        {},
+       ""},
+      {"moe_experts_residual",
+       {"launch_moe_permute", "launch_moe_gate_up_stream", "launch_moe_down_stream", "launch_moe_gate_up",
+        "launch_moe_down", "launch_moe_gate_up_mma", "launch_moe_down_mma",
+        "launch_moe_combine (accumulate)"},
+       {},
+       {"moe_experts", "add_inplace"},
        ""},
       // ---- DeepSeek-V3.2 sparse attention ----
       {"layer_norm", {}, {}, {}, ""},
@@ -143,13 +151,23 @@ const std::vector<std::string>& model_backend_ops(Arch arch) {
   static const std::vector<std::string> dense = {"embed",         "norm_linears",    "rope_write_kv",
                                                  "attention_gqa", "linear_residual", "norm_mlp_residual",
                                                  "gather_rows",   "sample"};
-  static const std::vector<std::string> mla = {
-      "embed",           "norm_linears",      "rms_norm",    "linear",      "rope", "write_kv",
-      "attention_mla",   "head_matmul",       "moe_route",   "moe_experts", "mlp",  "add_inplace",
-      "linear_residual", "norm_mlp_residual", "gather_rows", "sample"};
+  static const std::vector<std::string> mla = {"embed",
+                                               "norm_linears",
+                                               "rms_norm",
+                                               "linear",
+                                               "mla_rope_write_kv",
+                                               "attention_mla",
+                                               "head_matmul",
+                                               "moe_route",
+                                               "moe_experts_residual",
+                                               "mlp",
+                                               "linear_residual",
+                                               "norm_mlp_residual",
+                                               "gather_rows",
+                                               "sample"};
   static const std::vector<std::string> v32 = [] {
     std::vector<std::string> ops = mla;
-    ops.insert(ops.end() - 1, {"layer_norm", "dsa_indexer_topk", "attention_mla_sparse"});
+    ops.insert(ops.end() - 1, {"rope", "write_kv", "layer_norm", "dsa_indexer_topk", "attention_mla_sparse"});
     return ops;
   }();
   static const std::vector<std::string> v4 = {

@@ -2,15 +2,21 @@
 // up to 16 heads): the block stages 16 cached rows [latent | rope key] at a time in shared memory, so every
 // head of the group reads each cached byte once, scores them against the group's queries, and keeps an
 // online softmax and the weighted latent sum [heads, R] in registers. With several splits each block
-// writes its partial state (max, sum, latent sum) and a second kernel merges them.
+// writes its partial state (max, sum, latent sum) and the last block of its (token, head group) to arrive
+// merges them (mla_merge.cuh; arrival counters from decode_arrivals), or, where no counters are available
+// (a capture that would need a larger counter buffer) or the splits are many, a second kernel with the same
+// merge.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 
+#include "backend/cuda/attention_kernels.h"
 #include "backend/cuda/batch_bucket.h"
 #include "backend/cuda/kernel_common.cuh"
 #include "backend/cuda/mla_kernels.h"
+#include "backend/cuda/mla_merge.cuh"
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda/stream.h"
 #include "core/error.h"
@@ -27,6 +33,9 @@ constexpr int64_t kMinChunk = 64;       // fewest positions a split handles
 constexpr int64_t kTargetBlocks = 528;  // 4 per SM of an H100 / H200
 // Tensor-core kernel (mla_tc_kernels.cu): blocks of 16 heads, one resident per SM, tiles of 64 rows.
 constexpr int64_t kTcHeads = 16, kTcTile = 64, kTcSlots = 132;  // 132 SMs: H100 SXM / H200
+// Most splits the last-arriving block merges itself (it reads splits x 32 KiB for 16 heads of R 512 alone,
+// so many splits are merged faster by the separate combine kernel's T x H blocks).
+constexpr int kDefaultFusedMergeSplits = 8;
 
 __device__ __forceinline__ float load_elem(const float* p) {
   return *p;
@@ -56,7 +65,8 @@ struct MlaParams {
   float scale;
   int splits;
   int64_t chunk;
-  bool vec4;  // R and P multiples of 4: vector loads
+  bool vec4;      // R and P multiples of 4: vector loads
+  int* arrivals;  // [T, groups] zeroed arrival counters (fused merge), or null (separate combine kernel)
 };
 
 int heads_per_group(int64_t H, int64_t R) {
@@ -214,47 +224,22 @@ __global__ void __launch_bounds__(kThreads) mla_kernel(MlaParams p, const Elem* 
     p.ws_ml[(base + h) * 2] = m_s[h];
     p.ws_ml[(base + h) * 2 + 1] = l_s[h];
   }
+  // Fused merge: the last split block of (t, head group) merges every split. The shared memory is free once
+  // every thread has passed arrive's barrier (m_s, l_s were read above); w [hg, splits] + inv [hg] fit
+  // (checked on the host).
+  __shared__ int last_flag;
+  if (p.arrivals && detail::mla_arrive_last(p.arrivals + t * gridDim.z + blockIdx.z, p.splits, &last_flag))
+    detail::mla_merge(p.ws_acc, p.ws_ml, t, p.H, p.R, h0, hg, p.splits, p.out, smem, smem + hg * p.splits);
 }
 
-// out[t, h] = merge of the splits' states; split 0 always holds position 0, so the max is finite. The
-// block first turns the splits' (max, sum) into weights in shared memory, then sums the latent partials.
+// out[t, h] = merge of the splits' states (detail::mla_merge: the fused merge's arithmetic, same bits).
 __global__ void mla_combine_kernel(const float* ws_acc, const float* ws_ml, float* out, int H, int R,
                                    int splits) {
   pdl_wait();
   pdl_trigger();
-  extern __shared__ float weight[];  // [splits]
-  __shared__ float red[32];
-  const int64_t t = blockIdx.x;
-  const int h = blockIdx.y, tid = threadIdx.x, lane = tid % 32, warp = tid / 32, nwarps = blockDim.x / 32;
-  const float* ml = ws_ml + (t * splits * H + h) * 2;  // split s at ml[s * H * 2]
-  float mx = -INFINITY;
-  for (int s = tid; s < splits; s += blockDim.x) mx = fmaxf(mx, ml[static_cast<int64_t>(s) * H * 2]);
-  for (int o = 16; o > 0; o /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-  if (lane == 0) red[warp] = mx;
-  __syncthreads();
-  float M = red[0];
-  for (int w = 1; w < nwarps; ++w) M = fmaxf(M, red[w]);
-  __syncthreads();
-  float l = 0.0f;
-  for (int s = tid; s < splits; s += blockDim.x) {
-    const float m = ml[static_cast<int64_t>(s) * H * 2];
-    const float w = m == -INFINITY ? 0.0f : expf(m - M);
-    weight[s] = w;
-    l += w * ml[static_cast<int64_t>(s) * H * 2 + 1];
-  }
-  for (int o = 16; o > 0; o /= 2) l += __shfl_xor_sync(0xffffffffu, l, o);
-  if (lane == 0) red[warp] = l;
-  __syncthreads();
-  float L = 0.0f;
-  for (int w = 0; w < nwarps; ++w) L += red[w];
-  const float inv = 1.0f / L;
-  const float* acc = ws_acc + (t * splits * H + h) * static_cast<int64_t>(R);  // split s at acc[s * H * R]
-  for (int r = tid; r < R; r += blockDim.x) {
-    float o = 0.0f;
-#pragma unroll 4
-    for (int s = 0; s < splits; ++s) o += weight[s] * acc[static_cast<int64_t>(s) * H * R + r];
-    out[(t * H + h) * static_cast<int64_t>(R) + r] = o * inv;
-  }
+  extern __shared__ float weight[];  // [splits] weights, then [1] 1 / their sum
+  detail::mla_merge(ws_acc, ws_ml, blockIdx.x, H, R, static_cast<int>(blockIdx.y), 1, splits, out, weight,
+                    weight + splits);
 }
 
 template <typename Elem>
@@ -274,6 +259,24 @@ void launch_typed(const MlaParams& p, const Elem* cache, int64_t T, int groups) 
 }
 
 }  // namespace
+
+namespace {
+int& fused_merge_max_splits() {
+  static int max_splits = [] {
+    const char* env = std::getenv("DSINFER_MLA_FUSED_SPLITS");
+    return env && *env ? std::max(0, std::atoi(env)) : kDefaultFusedMergeSplits;
+  }();
+  return max_splits;
+}
+}  // namespace
+
+int mla_fused_merge_max_splits() {
+  return fused_merge_max_splits();
+}
+
+void mla_set_fused_merge_max_splits(int max_splits) {
+  fused_merge_max_splits() = std::max(0, max_splits);
+}
 
 MlaSplit mla_choose_split(int64_t T, int64_t H, int64_t R, int64_t max_ctx, bool tensor_cores) {
   MlaSplit s;
@@ -353,20 +356,32 @@ void launch_attention_mla(const float* q_lat, const float* q_pe, const void* cac
   DSI_CHECK(smem_bytes(p.HG, p.D) <= 200 * 1024, "attention_mla: rows of ", p.D,
             " values need too much shared memory");
   const int groups = static_cast<int>((H + p.HG - 1) / p.HG);
+  // Fused merge (the last split block to arrive merges) when the splits are few and their weights fit the
+  // kernel's shared memory; the decision follows the split alone (next_pow2(T), the context bucket), and the
+  // separate combine computes the same bits, so a capture that finds no counters changes nothing.
+  int* arrivals = nullptr;
+  if (split.splits > 1 && split.splits <= mla_fused_merge_max_splits()) {
+    const int64_t kernel_groups = split.tensor_cores ? (H + kTcHeads - 1) / kTcHeads : groups;
+    const int64_t merge_floats = (split.tensor_cores ? kTcHeads : p.HG) * (int64_t{split.splits} + 1);
+    const int64_t smem_floats =
+        split.tensor_cores ? kTcMergeFloats : static_cast<int64_t>(smem_bytes(p.HG, p.D) / sizeof(float));
+    if (merge_floats <= smem_floats) arrivals = reinterpret_cast<int*>(decode_arrivals(T * kernel_groups));
+  }
+  p.arrivals = arrivals;
   if (split.tensor_cores) {
     DSI_CHECK(mla_tc_supported(R, P, cache_bf16, reinterpret_cast<uintptr_t>(cache),
                                reinterpret_cast<uintptr_t>(q_lat), reinterpret_cast<uintptr_t>(q_pe)),
               "attention_mla: a tensor-core split for a launch the tensor-core kernel does not take");
-    launch_attention_mla_tc(q_lat, q_pe, static_cast<const uint16_t*>(cache), plan, out, p.ws_acc, p.ws_ml, T,
-                            H, scale, split);
+    launch_attention_mla_tc(q_lat, q_pe, static_cast<const uint16_t*>(cache), plan, out, p.ws_acc, p.ws_ml,
+                            arrivals, T, H, scale, split);
   } else if (cache_bf16) {
     launch_typed(p, static_cast<const uint16_t*>(cache), T, groups);
   } else {
     launch_typed(p, static_cast<const float*>(cache), T, groups);
   }
-  if (split.splits > 1) {
+  if (split.splits > 1 && !arrivals) {
     const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(H));
-    launch_pdl(mla_combine_kernel, grid, 128, static_cast<size_t>(p.splits) * sizeof(float), p.ws_acc,
+    launch_pdl(mla_combine_kernel, grid, 128, static_cast<size_t>(p.splits + 1) * sizeof(float), p.ws_acc,
                p.ws_ml, out, p.H, p.R, p.splits);
     check_launch("attention_mla combine");
   }

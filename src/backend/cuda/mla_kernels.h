@@ -16,7 +16,8 @@ struct MlaPlanView {
 };
 
 // How one attention_mla launch is split: `splits` chunks of `chunk` cache positions per query token (a
-// partial softmax state per chunk, merged by a second kernel when splits > 1).
+// partial softmax state per chunk; when splits > 1 the last split block of a (token, head group) to finish
+// merges them, or a second kernel does: see launch_attention_mla).
 struct MlaSplit {
   int splits = 1;
   int64_t chunk = 0;
@@ -32,6 +33,16 @@ MlaSplit mla_choose_split(int64_t T, int64_t H, int64_t R, int64_t max_ctx, bool
 // Floats of the workspace a split launch needs (0 when splits == 1).
 size_t mla_workspace_floats(int64_t T, int64_t H, int64_t R, const MlaSplit& split);
 
+// Most splits whose states the MLA kernels merge themselves (the last split block to arrive, counted in
+// decode_arrivals): above, a separate combine kernel (the same merge, the same bits).
+// DSINFER_MLA_FUSED_SPLITS (read once; 0 turns the fused merge off) overrides the default of 8.
+int mla_fused_merge_max_splits();
+// Tests and benchmarks only (between steps, never while CUDA graphs of the model are captured).
+void mla_set_fused_merge_max_splits(int max_splits);
+
+// Floats of the tensor-core kernel's shared memory its fused merge may use (weights [16, splits] + [16]).
+inline constexpr int64_t kTcMergeFloats = 8 * 16 * 72;
+
 // out [T, H, R] = softmax((q_lat . latent + q_pe . rope_key) * scale) latent over cache positions
 // [0, positions[t]] of token t's sequence. q_lat [T, H, R], q_pe [T, H, P] float32; cache rows of
 // `width` = R + P values, float32 or (cache_bf16) bf16 bits. Every head group of a token reads each cached
@@ -43,11 +54,13 @@ void launch_attention_mla(const float* q_lat, const float* q_pe, const void* cac
 // The tensor-core kernel (mla_tc_kernels.cu), which launch_attention_mla runs when split.tensor_cores: a bf16
 // cache of the DeepSeek-V2/V3 shape (R = 512, P = 64), cache and queries at 16-byte aligned addresses, and a
 // GPU with the shared memory it needs (Hopper; not an A100). It writes `out` directly when split.splits == 1,
-// else the partial states ws_acc [T, splits, H, R] and ws_ml [T, splits, H, 2].
+// else the partial states ws_acc [T, splits, H, R] and ws_ml [T, splits, H, 2], which the last split block of
+// each (token, group of 16 heads) merges into `out` when `arrivals` ([T, groups] zeroed counters, left
+// zeroed) is given.
 bool mla_tc_supported(int64_t R, int64_t P, bool cache_bf16, uintptr_t cache, uintptr_t q_lat,
                       uintptr_t q_pe);
 void launch_attention_mla_tc(const float* q_lat, const float* q_pe, const uint16_t* cache,
-                             const MlaPlanView& plan, float* out, float* ws_acc, float* ws_ml, int64_t T,
-                             int64_t H, float scale, const MlaSplit& split);
+                             const MlaPlanView& plan, float* out, float* ws_acc, float* ws_ml, int* arrivals,
+                             int64_t T, int64_t H, float scale, const MlaSplit& split);
 
 }  // namespace dsinfer::cuda

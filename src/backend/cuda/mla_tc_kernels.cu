@@ -5,7 +5,8 @@
 // 4-5 of the 36 k-steps for all 64 positions with its Q fragments in registers, and the partial scores are
 // summed across warps in a fixed order; online softmax in shared memory; O += P V: each warp owns 64 of the
 // 512 latent columns. mma.sync m16n8k16 (bf16 in, fp32 accumulate) with Q and P split into bf16 hi + lo, so
-// only the cache's own rounding remains. Partial states have the layout of mla_kernels.cu's combine.
+// only the cache's own rounding remains. Partial states have the layout of mla_kernels.cu's combine; with
+// arrival counters the last split block of a (token, head group) merges them (mla_merge.cuh).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -13,6 +14,7 @@
 
 #include "backend/cuda/kernel_common.cuh"
 #include "backend/cuda/mla_kernels.h"
+#include "backend/cuda/mla_merge.cuh"
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda/stream.h"
 #include "core/error.h"
@@ -35,7 +37,9 @@ struct Smem {
   __nv_bfloat16 p_hi[kHeads * kLdP], p_lo[kHeads * kLdP];  // [16 heads][64] probabilities
   float m[kHeads], l[kHeads], c[kHeads];                   // running max, running sum, this tile's rescale
   int64_t slot[2][kNT];                                    // [stage][row] cache slot (-1: past the end)
+  int last;                                                // mla_arrive_last's verdict
 };
+static_assert(sizeof(Smem::red) / sizeof(float) == kTcMergeFloats, "the fused merge's scratch is red");
 
 __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -102,7 +106,7 @@ __device__ __forceinline__ void ldmatrix_v(uint32_t* b, const __nv_bfloat16* k_t
 
 __global__ void __launch_bounds__(kThreads, 1)
     mla_tc_kernel(const float* q_lat, const float* q_pe, const uint16_t* cache, MlaPlanView plan, float* out,
-                  float* ws_acc, float* ws_ml, int H, float scale, int splits, int64_t chunk) {
+                  float* ws_acc, float* ws_ml, int* arrivals, int H, float scale, int splits, int64_t chunk) {
   pdl_wait();
   pdl_trigger();
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -301,6 +305,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     ws_ml[(base + tid) * 2] = sm.m[tid];
     ws_ml[(base + tid) * 2 + 1] = sm.l[tid];
   }
+  // Fused merge: the last split block of (t, head group) merges every split, its weights in sm.red (free
+  // after the last tile; hg * splits <= kTcMergeFloats - 16, checked on the host), 1 / sums in sm.c.
+  if (splits > 1 && arrivals && detail::mla_arrive_last(arrivals + blockIdx.x, splits, &sm.last))
+    detail::mla_merge(ws_acc, ws_ml, t, H, kR, h0, hg, splits, out, &sm.red[0][0][0], sm.c);
 }
 
 }  // namespace
@@ -320,14 +328,14 @@ bool mla_tc_supported(int64_t R, int64_t P, bool cache_bf16, uintptr_t cache, ui
 }
 
 void launch_attention_mla_tc(const float* q_lat, const float* q_pe, const uint16_t* cache,
-                             const MlaPlanView& plan, float* out, float* ws_acc, float* ws_ml, int64_t T,
-                             int64_t H, float scale, const MlaSplit& split) {
+                             const MlaPlanView& plan, float* out, float* ws_acc, float* ws_ml, int* arrivals,
+                             int64_t T, int64_t H, float scale, const MlaSplit& split) {
   const int64_t groups = (H + kHeads - 1) / kHeads;
   DSI_CHECK(T * groups < (int64_t{1} << 31) && split.splits < 65536 && split.chunk % kNT == 0,
             "attention_mla (tensor cores): bad launch shape");
   const dim3 grid(static_cast<unsigned>(T * groups), static_cast<unsigned>(split.splits));
   launch_pdl(mla_tc_kernel, grid, kThreads, sizeof(Smem), q_lat, q_pe, cache, plan, out, ws_acc, ws_ml,
-             static_cast<int>(H), scale, split.splits, split.chunk);
+             arrivals, static_cast<int>(H), scale, split.splits, split.chunk);
   check_launch("attention_mla (tensor cores)");
 }
 

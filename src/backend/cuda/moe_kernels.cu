@@ -1,7 +1,8 @@
 // DeepSeekMoE expert kernels (routing is in moe_route_kernels.cu): a one-block permutation builds
 // per-expert row offsets and tile offsets on the device; the grouped kernels launch an upper bound of tiles
 // and each block finds its expert by binary search over the tile offsets (blocks past the last tile exit),
-// so no expert count ever reaches the host; the combine kernel un-permutes with the routing weights.
+// so no expert count ever reaches the host; the combine kernel un-permutes with the routing weights (into a
+// new tensor, or added to the residual).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -209,7 +210,7 @@ __global__ void __launch_bounds__(kRowsThreads)
 template <bool kVec>
 __global__ void __launch_bounds__(kCombineThreads)
     moe_combine_kernel(const float* y, const int32_t* pair_slot, const float* weights, float* out, int k,
-                       int H) {
+                       int H, bool accumulate) {
   pdl_wait();
   pdl_trigger();
   extern __shared__ int32_t slots[];                 // [k]
@@ -253,10 +254,14 @@ __global__ void __launch_bounds__(kCombineThreads)
   }
   float* dst = out + t * H + h;
   if (kVec) {
-    *reinterpret_cast<float4*>(dst) =
-        make_float4(o[0], o[kW > 1 ? 1 : 0], o[kW > 2 ? 2 : 0], o[kW > 3 ? 3 : 0]);
+    float4 r = make_float4(o[0], o[kW > 1 ? 1 : 0], o[kW > 2 ? 2 : 0], o[kW > 3 ? 3 : 0]);
+    if (accumulate) {
+      const float4 a = *reinterpret_cast<const float4*>(dst);
+      r = make_float4(a.x + r.x, a.y + r.y, a.z + r.z, a.w + r.w);
+    }
+    *reinterpret_cast<float4*>(dst) = r;
   } else {
-    dst[0] = o[0];
+    dst[0] = accumulate ? dst[0] + o[0] : o[0];
   }
 }
 
@@ -336,7 +341,7 @@ void launch_moe_down(int tile_rows, const float* act, const int32_t* offsets, co
 }
 
 void launch_moe_combine(const float* y, const int32_t* pair_slot, const float* weights, float* out, int64_t T,
-                        int64_t k, int64_t H) {
+                        int64_t k, int64_t H, bool accumulate) {
   if (T == 0 || H == 0) return;
   auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   const bool vec = H % 4 == 0 && aligned(y) && aligned(out);
@@ -346,10 +351,10 @@ void launch_moe_combine(const float* y, const int32_t* pair_slot, const float* w
   DSI_CHECK(smem <= 48 * 1024 && grid.y <= 65535, "moe_combine: top_k ", k, ", hidden ", H, " too large");
   if (vec) {
     launch_pdl(moe_combine_kernel<true>, grid, kCombineThreads, smem, y, pair_slot, weights, out,
-               static_cast<int>(k), static_cast<int>(H));
+               static_cast<int>(k), static_cast<int>(H), accumulate);
   } else {
     launch_pdl(moe_combine_kernel<false>, grid, kCombineThreads, smem, y, pair_slot, weights, out,
-               static_cast<int>(k), static_cast<int>(H));
+               static_cast<int>(k), static_cast<int>(H), accumulate);
   }
   check_launch("moe_combine");
 }

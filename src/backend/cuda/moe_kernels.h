@@ -111,8 +111,9 @@ void launch_moe_gate_up_grouped(int variant, const uint16_t* xb, int64_t k, cons
 void launch_moe_down_grouped(int variant, const uint16_t* act, const int32_t* offsets, const int32_t* tiles,
                              StackedWeights down, float* y, int64_t pairs, int64_t E, int64_t H, int64_t I);
 
-// out [T, H] = sum_j weights[t, j] * y[pair_slot[t * k + j]] (in slot order j).
+// out [T, H] = sum_j weights[t, j] * y[pair_slot[t * k + j]] (in slot order j); accumulate: out += that sum
+// (added once, after the sum).
 void launch_moe_combine(const float* y, const int32_t* pair_slot, const float* weights, float* out, int64_t T,
-                        int64_t k, int64_t H);
+                        int64_t k, int64_t H, bool accumulate = false);
 
 }  // namespace dsinfer::cuda

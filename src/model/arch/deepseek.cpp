@@ -196,11 +196,10 @@ class DeepseekModel : public Model {
     }
     q_nope = q_nope.reshape({T, H, nope});
     q_pe = q_pe.reshape({T, H, P});
-    Tensor latent = b.rms_norm(proj[0], a.kv_a_norm, eps);  // [T, R]
-    Tensor k_pe = proj[1].reshape({T, 1, P});               // [T, 1, P]
-    b.rope(q_pe, plan.positions, rope_, 0, layout_);
-    b.rope(k_pe, plan.positions, rope_, 0, layout_);
-    b.write_kv(cache, layer, plan, latent, k_pe);
+    // The normalised latent and the rotated rope key are only read back from the cache (absorbed form, also
+    // for prefill), so one op normalises, rotates q_pe and k_pe and writes the rows.
+    Tensor k_pe = proj[1].reshape({T, 1, P});  // [T, 1, P]
+    b.mla_rope_write_kv(q_pe, k_pe, proj[0], a.kv_a_norm, eps, rope_, layout_, cache, layer, plan);
     Tensor q_lat = b.head_matmul(q_nope, a.w_uk, /*transpose_w=*/true);  // [T, H, R]
     Tensor o_lat;                                                        // [T, H, R]
     if (selector_) {

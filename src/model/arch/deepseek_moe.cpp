@@ -55,9 +55,8 @@ void add_moe_residual(Backend& b, const MoeWeights& moe, Tensor& h, const Tensor
   Tensor ids, weights;
   b.moe_route(x, moe.router, moe.router_bias, moe.routing, &ids, &weights);  // [T, k], [T, k]
   if (hook) hook->on_route(b, layer, ids, weights);
-  const Tensor y = b.moe_experts(x, ids, weights, moe.experts);       // [T, H]
   if (moe.has_shared) b.norm_mlp_residual(h, norm, eps, moe.shared);  // h += shared(norm(h))
-  b.add_inplace(h, y);
+  b.moe_experts_residual(h, x, ids, weights, moe.experts);            // h += routed experts(x)
 }
 
 }  // namespace dsinfer

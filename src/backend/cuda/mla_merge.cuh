@@ -1,0 +1,100 @@
+// The merge of MLA split partial states, shared by the separate combine kernel and the fused tail of the MLA
+// decode kernels (the last split block of a (token, head group) to arrive merges the group), so both compute
+// the same bits. Partial states: ws_acc [T, splits, H, R] (unnormalised latent sums) and ws_ml
+// [T, splits, H, 2] (running max, running sum). Per head, one warp finds M = max_s m_s and the weights
+// w_s = exp(m_s - M) (0 for splits that saw no position), L = sum_s w_s l_s (lane-strided partial sums, then
+// a butterfly: the order depends on the split count only); every output is
+// (sum_s w_s acc_s, one fma per split in split order) * (1 / L).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+
+namespace dsinfer::cuda::detail {
+
+// Called by every thread of a split block after its partial state is stored: counts the block's arrival at
+// `counter` and returns true (in every thread) in the block that arrives last of `splits`, which then sees
+// the other blocks' partials and has already reset the counter to 0 for the next launch. `flag`: a shared
+// int.
+__device__ __forceinline__ bool mla_arrive_last(int* counter, int splits, int* flag) {
+  __threadfence();  // this block's partials are visible device-wide before its arrival counts
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const int last = atomicAdd(counter, 1) == splits - 1;
+    if (last) atomicExch(counter, 0);  // every split has arrived: nobody else touches it in this launch
+    *flag = last;
+  }
+  __syncthreads();
+  const bool last = *flag != 0;
+  if (last) __threadfence();
+  return last;
+}
+
+// out[t, h0 + g] for g < hg from the splits' partial states. Every thread of the block calls it (it
+// synchronises). w_s: shared scratch of hg * splits floats; inv_s: shared [hg].
+__device__ __forceinline__ void mla_merge(const float* ws_acc, const float* ws_ml, int64_t t, int H, int R,
+                                          int h0, int hg, int splits, float* out, float* w_s, float* inv_s) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
+  const int64_t ml_step = static_cast<int64_t>(H) * 2;  // floats between consecutive splits of ws_ml
+  for (int g = warp; g < hg; g += nwarps) {
+    const float* ml = ws_ml + (t * splits * H + h0 + g) * 2;
+    float mx = -INFINITY;
+    for (int s = lane; s < splits; s += 32) mx = fmaxf(mx, __ldcg(ml + s * ml_step));
+    for (int o = 16; o > 0; o /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    float l = 0.0f;
+    for (int s = lane; s < splits; s += 32) {
+      const float m = __ldcg(ml + s * ml_step);
+      const float w = m == -INFINITY ? 0.0f : expf(m - mx);
+      w_s[g * splits + s] = w;
+      l = fmaf(w, __ldcg(ml + s * ml_step + 1), l);
+    }
+    for (int o = 16; o > 0; o /= 2) l += __shfl_xor_sync(0xffffffffu, l, o);
+    if (lane == 0) inv_s[g] = 1.0f / l;
+  }
+  __syncthreads();
+  const int64_t acc_step = static_cast<int64_t>(H) * R;  // floats between consecutive splits of ws_acc
+  const float* acc0 = ws_acc + (t * splits * H + h0) * static_cast<int64_t>(R);
+  float* out0 = out + (t * H + h0) * static_cast<int64_t>(R);
+  constexpr int kBatch = 4;  // splits whose values are loaded before their fmas
+  if (R % 4 == 0) {
+    const int r4 = R / 4;
+    for (int idx = threadIdx.x; idx < hg * r4; idx += blockDim.x) {
+      const int g = idx / r4, r = (idx % r4) * 4;
+      const float* src = acc0 + static_cast<int64_t>(g) * R + r;
+      const float* w = w_s + g * splits;
+      float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      for (int s0 = 0; s0 < splits; s0 += kBatch) {
+        float4 v[kBatch];
+#pragma unroll
+        for (int j = 0; j < kBatch; ++j)
+          v[j] = s0 + j < splits ? __ldcg(reinterpret_cast<const float4*>(src + (s0 + j) * acc_step))
+                                 : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+        for (int j = 0; j < kBatch; ++j) {
+          if (s0 + j < splits) {
+            const float wt = w[s0 + j];
+            o.x = fmaf(wt, v[j].x, o.x);
+            o.y = fmaf(wt, v[j].y, o.y);
+            o.z = fmaf(wt, v[j].z, o.z);
+            o.w = fmaf(wt, v[j].w, o.w);
+          }
+        }
+      }
+      const float inv = inv_s[g];
+      *reinterpret_cast<float4*>(out0 + static_cast<int64_t>(g) * R + r) =
+          make_float4(o.x * inv, o.y * inv, o.z * inv, o.w * inv);
+    }
+  } else {
+    for (int idx = threadIdx.x; idx < hg * R; idx += blockDim.x) {
+      const int g = idx / R, r = idx % R;
+      const float* src = acc0 + static_cast<int64_t>(g) * R + r;
+      const float* w = w_s + g * splits;
+      float o = 0.0f;
+      for (int s = 0; s < splits; ++s) o = fmaf(w[s], __ldcg(src + s * acc_step), o);
+      out0[static_cast<int64_t>(g) * R + r] = o * inv_s[g];
+    }
+  }
+}
+
+}  // namespace dsinfer::cuda::detail
