@@ -58,6 +58,8 @@ class Scheduler {
   // Picks the next step's work, allocating (and, if needed, preempting for) its blocks.
   StepSchedule schedule();
   // The step's forward pass ran: marks its positions computed and registers full blocks in the prefix cache.
+  // Every computed token must be in the sequence's tokens by then (async scheduling appends a pending token
+  // first).
   void complete(const StepSchedule& step);
   // Caps the sequences per step below max_batch_size (0: no cap); the circuit breaker's reduce_batch_size
   // fallback and step retries use it.
