@@ -34,7 +34,7 @@ struct EngineConfig {
   int64_t cpu_kv_cache_bytes = int64_t{1} << 30;  // CPU backend: KV byte budget
   bool enable_prefix_caching = true;
   int32_t max_queue_length = 1024;  // waiting requests beyond this are rejected
-  bool cuda_graphs = true;      // GPU: replay decode steps as CUDA graphs (env DSINFER_CUDA_GRAPHS=0: off)
+  bool cuda_graphs = true;  // GPU: replay decode steps as CUDA graphs (env DSINFER_CUDA_GRAPHS=0: off)
   // GPU: launch step N+1 before step N's sampled tokens reach the host (they are fed in on the device), so
   // the host's per-request work and scheduling overlap the GPU's step (docs/architecture.md, "Scheduler
   // and engine loop"). The CPU backend runs synchronously: it takes the async path only when

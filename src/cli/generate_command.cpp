@@ -33,8 +33,8 @@ struct GenerateArgs {
   SamplingParams params;
   int64_t seed = -1;
   bool json = false;
-  int32_t max_batch_size = 64;    // --input: engine sequences per step
-  int32_t max_num_tokens = 2048;  // --input: engine tokens per step
+  int32_t max_batch_size = 64;       // --input: engine sequences per step
+  int32_t max_num_tokens = 2048;     // --input: engine tokens per step
   bool no_async_scheduling = false;  // --input: the engine waits for each step's tokens before the next
 };
 

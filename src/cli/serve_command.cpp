@@ -156,8 +156,7 @@ void add_serve_command(CLI::App& app) {
              [](C& c) { return &c.engine.enable_prefix_caching; });
   flag<int32_t>(cmd, s, "--max-queue-length", "Waiting requests beyond this get 429 (1024)",
                 [](C& c) { return &c.engine.max_queue_length; });
-  flag<bool>(cmd, s, "--async-scheduling",
-             "GPU: schedule the next step while the current one runs (true)",
+  flag<bool>(cmd, s, "--async-scheduling", "GPU: schedule the next step while the current one runs (true)",
              [](C& c) { return &c.engine.async_scheduling; });
   cmd->add_flag("--no-async-scheduling", a->no_async_scheduling, "Same as --async-scheduling false");
   cmd->callback([a]() { run_guarded([&]() { return run_serve(*a); }); });

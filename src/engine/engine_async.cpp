@@ -27,7 +27,7 @@ void EngineImpl::run_step_async() {
   StepSchedule live;
   live.step = step.step;
   std::vector<SamplingRow> rows;
-  std::vector<uint64_t> row_ids;        // 0: a dropped row
+  std::vector<uint64_t> row_ids;  // 0: a dropped row
   std::vector<Sequence*> row_seqs;
   for (size_t i = 0; i < step.seqs.size(); ++i) {
     const ScheduledSeq& e = step.seqs[i];
@@ -60,11 +60,15 @@ void EngineImpl::run_step_async() {
     return;
   }
   // The next step may compute these tokens before the host sees them, unless a token certainly ends its
-  // request (max_tokens, context): that sequence sits the next step out instead of running a wasted row.
+  // request (max_tokens, context): that sequence sits the next step out instead of running a wasted row, and
+  // gives up its batch slot.
   for (size_t r = 0; r < row_ids.size(); ++r) {
     if (!row_ids[r]) continue;
     Sequence* s = row_seqs[r];
-    if (requests_.at(row_ids[r])->next_token_is_last(s->num_tokens())) continue;
+    if (requests_.at(row_ids[r])->next_token_is_last(s->num_tokens())) {
+      s->ending = true;  // removed when its token arrives; its batch slot is free for admissions already
+      continue;
+    }
     s->pending = true;
     s->pending_row = static_cast<int32_t>(r);
   }

@@ -272,6 +272,7 @@ void EngineImpl::deliver_tokens(const std::vector<uint64_t>& ids, const std::vec
     RequestState& state = *it->second;
     seq->pending = false;
     seq->pending_row = -1;
+    seq->ending = false;
     RequestEvent event;
     try {
       event = state.on_token(sampled.at(row), seq->num_tokens(), seq->cached_tokens);

@@ -101,8 +101,8 @@ class EngineImpl : public Engine {
   std::unique_ptr<Scheduler> scheduler_;
   std::unordered_map<uint64_t, std::unique_ptr<RequestState>> requests_;  // engine thread only
   double peak_utilization_ = 0.0;
-  bool async_ = false;                // async scheduling (EngineConfig::async_scheduling)
-  bool inflight_ = false;             // a step's sampling is queued and its results not yet taken
+  bool async_ = false;                  // async scheduling (EngineConfig::async_scheduling)
+  bool inflight_ = false;               // a step's sampling is queued and its results not yet taken
   std::vector<uint64_t> inflight_ids_;  // the request of each of its rows (0: dropped row)
   int64_t fed_tokens_ = 0;
   int64_t dropped_entries_ = 0;

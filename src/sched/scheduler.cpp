@@ -177,9 +177,9 @@ StepSchedule Scheduler::schedule() {
   // With tiers, long sequences whose share is spent are skipped (kept in order) instead of blocking.
   std::vector<Sequence*> skipped;
   // Async scheduling: a running sequence waiting for its sampled token (it may end on it) is not in this
-  // step but still holds its place among the running sequences.
+  // step but still holds its place among the running sequences, unless that token certainly ends it.
   while (out.preempted.empty() && budget.seqs > 0 && budget.tokens > 0 &&
-         static_cast<int32_t>(running_.size()) < config_.max_batch_size) {
+         occupied_slots() < config_.max_batch_size) {
     auto head = waiting_.begin();
     while (head != waiting_.end() && std::find(skipped.begin(), skipped.end(), *head) != skipped.end())
       ++head;
@@ -283,6 +283,12 @@ BatchPlan Scheduler::build_plan(const StepSchedule& step) const {
   return plan;
 }
 
+int32_t Scheduler::occupied_slots() const {
+  int32_t n = 0;
+  for (const Sequence* s : running_) n += s->ending ? 0 : 1;
+  return n;
+}
+
 int64_t Scheduler::allocated_unused_slots() const {
   int64_t unused = 0;
   for (const Sequence* s : running_) unused += s->table.capacity(pool_.block_size()) - s->num_computed;
@@ -291,7 +297,7 @@ int64_t Scheduler::allocated_unused_slots() const {
 
 void Scheduler::check_invariants() const {
   pool_.check_invariants();
-  DSI_CHECK(static_cast<int32_t>(running_.size()) <= config_.max_batch_size, "Scheduler: ", running_.size(),
+  DSI_CHECK(occupied_slots() <= config_.max_batch_size, "Scheduler: ", occupied_slots(),
             " running sequences exceed max_batch_size ", config_.max_batch_size);
   DSI_CHECK(running_.size() + waiting_.size() == seqs_.size(), "Scheduler: queues hold ",
             running_.size() + waiting_.size(), " sequences, the map ", seqs_.size());

@@ -72,6 +72,8 @@ class Scheduler {
   BatchPlan build_plan(const StepSchedule& step) const;
 
   int32_t num_running() const { return static_cast<int32_t>(running_.size()); }
+  // Running sequences that hold a batch slot (all but those whose in-flight token ends them).
+  int32_t occupied_slots() const;
   int32_t num_waiting() const { return static_cast<int32_t>(waiting_.size()); }
   bool has_work() const { return !running_.empty() || !waiting_.empty(); }
   int64_t preemptions() const { return preemptions_; }

@@ -28,6 +28,9 @@ struct Sequence {
   // it (BatchPlan::prev_sample_rows feeds it in), and the engine appends it once it reaches the host.
   bool pending = false;
   int32_t pending_row = -1;
+  // Async scheduling: the token in flight certainly ends the request (max_tokens, context): the sequence
+  // sits out the next step and its batch slot may go to an admission (its blocks stay until it ends).
+  bool ending = false;
 
   int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
   // Tokens including a pending one: position known_tokens() - 1 is the last the sequence can compute.

@@ -130,8 +130,8 @@ std::vector<Request> make_requests(int32_t vocab, int64_t context) {
     const std::vector<int32_t> tail = random_tokens(lengths[i]);
     r.prompt.insert(r.prompt.end(), tail.begin(), tail.end());
     r.params.ignore_eos = true;
-    r.params.max_tokens =
-        std::min<int32_t>(4 + static_cast<int32_t>(rng() % 16), static_cast<int32_t>(context - r.prompt.size()));
+    r.params.max_tokens = std::min<int32_t>(4 + static_cast<int32_t>(rng() % 16),
+                                            static_cast<int32_t>(context - r.prompt.size()));
     if (i % 2 == 0) {
       r.params.temperature = 0.0f;
     } else {
@@ -154,7 +154,8 @@ struct RunResult {
   int late_events = 0;
 };
 
-RunResult run(const std::string& model, const Scenario& sc, const std::vector<Request>& requests, bool async) {
+RunResult run(const std::string& model, const Scenario& sc, const std::vector<Request>& requests,
+              bool async) {
   auto backend = std::make_unique<CpuBackend>();
   LoadOptions options;
   options.progress = false;
@@ -223,8 +224,8 @@ TEST_P(AsyncSchedulingTest, OutputsEqualSynchronousSteps) {
   EXPECT_GT(stops, 0);
   EXPECT_EQ(async.late_events, 0);
   EXPECT_EQ(sync.stats.fed_tokens, 0);
-  EXPECT_GT(async.stats.fed_tokens, 0);        // the async path ran
-  EXPECT_GT(async.stats.dropped_entries, 0);   // a sequence ended with a row in the next step
+  EXPECT_GT(async.stats.fed_tokens, 0);       // the async path ran
+  EXPECT_GT(async.stats.dropped_entries, 0);  // a sequence ended with a row in the next step
   EXPECT_EQ(async.stats.kv_blocks_used, 0);
   EXPECT_EQ(async.stats.running, 0);
   EXPECT_EQ(async.stats.waiting, 0);

@@ -312,6 +312,7 @@ TEST_P(SchedulerPropertyTest, InvariantsHoldWithOneStepLookahead) {
       if (!s) continue;
       s->pending = false;
       s->pending_row = -1;
+      s->ending = false;
       s->tokens.push_back(row.token);
       if (s->num_tokens() >= target[row.id] || rng() % 12 == 0 ||
           (capacity >= 64 && s->num_tokens() >= capacity)) {
@@ -332,6 +333,8 @@ TEST_P(SchedulerPropertyTest, InvariantsHoldWithOneStepLookahead) {
       if (s->num_tokens() + 1 < target[s->id]) {  // not certainly its last token: may be fed next step
         s->pending = true;
         s->pending_row = static_cast<int32_t>(inflight.size()) - 1;
+      } else {
+        s->ending = true;  // sits out; its slot may be taken by an admission
       }
     }
     sched.check_invariants();

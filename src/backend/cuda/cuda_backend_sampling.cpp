@@ -130,12 +130,13 @@ void CudaBackend::sample_async(const Tensor& logits, const std::vector<SamplingR
   Tensor cand_values = Tensor::empty_on(Device::kCuda, DType::F32, {R, capacity});  // [R, capacity]
   const int64_t result_bytes = R * static_cast<int64_t>(sizeof(cuda::SampleRowResult));
   call.results = Tensor::empty_on(Device::kCuda, DType::U8, {result_bytes});  // [R] SampleRowResult
-  cuda::launch_sample_rows(logits.data<float>(), R, V, reinterpret_cast<const cuda::SampleRowParams*>(in + params_at),
-                           seen.empty() ? nullptr : reinterpret_cast<const int32_t*>(in + seen_at),
-                           gen_ids.empty() ? nullptr : reinterpret_cast<const int32_t*>(in + gen_ids_at),
-                           gen_counts.empty() ? nullptr : reinterpret_cast<const int32_t*>(in + gen_counts_at),
-                           work ? work.data<float>() : nullptr, cand_ids.data<int32_t>(), cand_values.data<float>(),
-                           static_cast<cuda::SampleRowResult*>(call.results.raw()));
+  cuda::launch_sample_rows(
+      logits.data<float>(), R, V, reinterpret_cast<const cuda::SampleRowParams*>(in + params_at),
+      seen.empty() ? nullptr : reinterpret_cast<const int32_t*>(in + seen_at),
+      gen_ids.empty() ? nullptr : reinterpret_cast<const int32_t*>(in + gen_ids_at),
+      gen_counts.empty() ? nullptr : reinterpret_cast<const int32_t*>(in + gen_counts_at),
+      work ? work.data<float>() : nullptr, cand_ids.data<int32_t>(), cand_values.data<float>(),
+      static_cast<cuda::SampleRowResult*>(call.results.raw()));
   // Results: queued into pinned memory; sample_wait waits for the event.
   char* out = sample_outputs_.reserve(static_cast<size_t>(result_bytes), sample_outputs_copied_);
   cuda::copy_to_host_async(out, call.results.raw(), static_cast<size_t>(result_bytes));
@@ -185,10 +186,9 @@ void CudaBackend::feed_on_device(const BatchPlan& plan) {
     DSI_CHECK(r < sample_.rows, "feed_sampled_tokens: row ", r, " of a sampling call of ", sample_.rows,
               " rows");
   }
-  cuda::launch_feed_sampled_tokens(step_.token_ids_for_feed(), step_.device().prev_sample_rows,
-                                   plan.num_tokens(),
-                                   static_cast<const cuda::SampleRowResult*>(sample_.results.raw()),
-                                   sample_.rows, sample_.vocab);
+  cuda::launch_feed_sampled_tokens(
+      step_.token_ids_for_feed(), step_.device().prev_sample_rows, plan.num_tokens(),
+      static_cast<const cuda::SampleRowResult*>(sample_.results.raw()), sample_.rows, sample_.vocab);
 }
 
 }  // namespace dsinfer
