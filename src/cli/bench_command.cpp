@@ -256,6 +256,10 @@ int run_bench(const BenchArgs& a) {
         {"kv_block_size", stats.kv_block_size},
         {"preemptions", stats.preemptions},
         {"steps", stats.steps},
+        {"async_scheduling", !a.no_async_scheduling},
+        {"fed_tokens", stats.fed_tokens},
+        {"dropped_entries", stats.dropped_entries},
+        {"cuda_graph_replays", stats.cuda_graph_replays},
         {"long_fraction", a.long_fraction},
         {"request_rate", a.request_rate},
         {"length_tiers", a.length_tiers},
@@ -267,8 +271,10 @@ int run_bench(const BenchArgs& a) {
     };
     std::cout << j.dump() << std::endl;
   } else {
-    std::printf("requests: %zu (%lld failed)   duration: %.2f s   steps: %lld\n", requests.size(),
-                static_cast<long long>(errors), seconds, static_cast<long long>(stats.steps));
+    std::printf(
+        "requests: %zu (%lld failed)   duration: %.2f s   steps: %lld (%lld tokens fed on the device)\n",
+        requests.size(), static_cast<long long>(errors), seconds, static_cast<long long>(stats.steps),
+        static_cast<long long>(stats.fed_tokens));
     std::printf("throughput: %.2f requests/s, %.1f input tokens/s, %.1f output tokens/s\n", rps, in_tps,
                 out_tps);
     std::printf("tokens: %lld input (%lld from the prefix cache), %lld output\n",
