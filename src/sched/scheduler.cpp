@@ -178,8 +178,8 @@ StepSchedule Scheduler::schedule() {
   std::vector<Sequence*> skipped;
   // Async scheduling: a running sequence waiting for its sampled token (it may end on it) is not in this
   // step but still holds its place among the running sequences, unless that token certainly ends it.
-  while (out.preempted.empty() && budget.seqs > 0 && budget.tokens > 0 &&
-         occupied_slots() < config_.max_batch_size) {
+  int32_t occupied = occupied_slots();
+  while (out.preempted.empty() && budget.seqs > 0 && budget.tokens > 0 && occupied < config_.max_batch_size) {
     auto head = waiting_.begin();
     while (head != waiting_.end() && std::find(skipped.begin(), skipped.end(), *head) != skipped.end())
       ++head;
@@ -225,6 +225,7 @@ StepSchedule Scheduler::schedule() {
       s->cached_tokens = std::min(hit, s->prompt_len);
     }
     insert_running(s);
+    ++occupied;
     schedule_entry(s, n, out, budget);
     if (long_seq) long_left -= n;
   }
