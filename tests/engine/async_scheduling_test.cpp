@@ -10,7 +10,6 @@
 #include <map>
 #include <mutex>
 #include <random>
-#include <thread>
 
 #include "backend/cpu/cpu_backend.h"
 #include "engine/engine_impl.h"
