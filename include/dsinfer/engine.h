@@ -34,7 +34,13 @@ struct EngineConfig {
   int64_t cpu_kv_cache_bytes = int64_t{1} << 30;  // CPU backend: KV byte budget
   bool enable_prefix_caching = true;
   int32_t max_queue_length = 1024;  // waiting requests beyond this are rejected
-  bool cuda_graphs = true;      // GPU: replay decode steps as CUDA graphs (env DSINFER_CUDA_GRAPHS=0: off)
+  bool cuda_graphs = true;  // GPU: replay decode steps as CUDA graphs (env DSINFER_CUDA_GRAPHS=0: off)
+  // GPU: launch step N+1 before step N's sampled tokens reach the host (they are fed in on the device), so
+  // the host's per-request work and scheduling overlap the GPU's step (docs/architecture.md, "Scheduler
+  // and engine loop"). The CPU backend runs synchronously: it takes the async path only when
+  // async_scheduling_on_cpu is also set (tests).
+  bool async_scheduling = true;
+  bool async_scheduling_on_cpu = false;
   ResilienceConfig resilience;  // circuit breaker, watchdog, length tiers, fault injection
 };
 
@@ -99,6 +105,10 @@ struct EngineStats {
   int64_t cache_reinits = 0;
   int32_t batch_limit = 0;         // current cap on sequences per step (0: max_batch_size)
   int64_t cuda_graph_replays = 0;  // decode steps replayed from CUDA graphs
+  // Async scheduling: tokens fed into a step from the previous step's sampling before the host saw them,
+  // and entries of steps whose sequence ended before the step's results were read (their work is dropped).
+  int64_t fed_tokens = 0;
+  int64_t dropped_entries = 0;
 };
 
 // Whether a new request may start (the circuit breaker's gate and the device's health).

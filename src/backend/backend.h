@@ -93,6 +93,18 @@ class Backend {
   // runs HostSampler on a host copy (backend_sampling.cpp), drawing from each row's host_rng. A row that
   // cannot be sampled reports SampledToken::error; the others are unaffected.
   virtual std::vector<SampledToken> sample(const Tensor& logits, const std::vector<SamplingRow>& rows);
+  // sample() in two halves, for async scheduling: sample_async queues the sampling of logits [rows, vocab]
+  // and returns (rows and their spans are read before it returns); sample_wait returns its results, waiting
+  // for them to reach the host. The sampled ids stay where the backend keeps them until the next
+  // sample_async, so that the next forward pass can take them as input (BatchPlan::prev_sample_rows) before
+  // the host has seen them. Default: samples at once with sample() and keeps the ids on the host.
+  virtual void sample_async(const Tensor& logits, const std::vector<SamplingRow>& rows);
+  virtual std::vector<SampledToken> sample_wait();
+  // Resolves plan.prev_sample_rows before the forward pass: tokens fed from the last sample_async call.
+  // Default (the ids are on the host): writes them into plan.token_ids (an id of a failed row becomes 0;
+  // that row's result is dropped). The CUDA backend leaves the host placeholders and patches its device
+  // copy of the token ids (begin_step), so the forward pass does not wait for the previous sampling.
+  virtual void feed_sampled_tokens(BatchPlan& plan);
 
   // [T, H] rows of table [V, H] for ids [T].
   virtual Tensor embed(const Tensor& table, const std::vector<int32_t>& ids) = 0;
@@ -215,6 +227,12 @@ class Backend {
   virtual Tensor attention_mla_sparse(const Tensor& q_lat, const Tensor& q_pe, const KvCache& cache,
                                       int64_t layer, const BatchPlan& plan, const Tensor& selected,
                                       float scale) = 0;
+
+ private:
+  // The default sample_async's results (until sample_wait) and its sampled ids (until the next call).
+  std::vector<SampledToken> async_results_;
+  std::vector<int32_t> last_sampled_;
+  bool async_pending_ = false;
 };
 
 // Calls begin_step / end_step around a model's forward pass (also when it throws).

@@ -1,4 +1,7 @@
-// The default Backend::sample: HostSampler over a host copy of the logits, row by row.
+// The default Backend::sample: HostSampler over a host copy of the logits, row by row; the default
+// sample_async / sample_wait / feed_sampled_tokens (async scheduling) on top of it, ids kept on the host.
+#include <algorithm>
+
 #include "backend/backend.h"
 #include "backend/host_sampling.h"
 #include "core/error.h"
@@ -18,6 +21,30 @@ std::vector<SampledToken> Backend::sample(const Tensor& logits, const std::vecto
     out.push_back(sampler.sample_row(host.f32() + static_cast<int64_t>(r) * V, V, rows[r]));
   }
   return out;
+}
+
+void Backend::sample_async(const Tensor& logits, const std::vector<SamplingRow>& rows) {
+  DSI_CHECK(!async_pending_, "sample_async: the previous call's results were not taken (sample_wait)");
+  last_sampled_.clear();
+  async_results_ = sample(logits, rows);
+  for (const SampledToken& t : async_results_) last_sampled_.push_back(t.error.empty() ? t.token : -1);
+  async_pending_ = true;
+}
+
+std::vector<SampledToken> Backend::sample_wait() {
+  DSI_CHECK(async_pending_, "sample_wait: no sample_async call is pending");
+  async_pending_ = false;
+  return std::move(async_results_);
+}
+
+void Backend::feed_sampled_tokens(BatchPlan& plan) {
+  for (size_t t = 0; t < plan.prev_sample_rows.size(); ++t) {
+    const int32_t r = plan.prev_sample_rows[t];
+    if (r < 0) continue;
+    DSI_CHECK(r < static_cast<int32_t>(last_sampled_.size()), "feed_sampled_tokens: row ", r,
+              " of a sample call of ", last_sampled_.size(), " rows");
+    plan.token_ids[t] = std::max(0, last_sampled_[r]);  // a failed row's request ends; its row is dropped
+  }
 }
 
 }  // namespace dsinfer

@@ -31,6 +31,9 @@ void BatchPlan::validate(int64_t num_cache_blocks) const {
     DSI_CHECK(prompt_lens[s] >= context_lens[s], "BatchPlan: prefill target of sequence ", s,
               " is shorter than its context");
   }
+  DSI_CHECK(prev_sample_rows.empty() || prev_sample_rows.size() == token_ids.size(),
+            "BatchPlan: prev_sample_rows must be empty or hold one entry per token");
+  for (int32_t r : prev_sample_rows) DSI_CHECK(r >= -1, "BatchPlan: bad previous sample row ", r);
   for (int32_t row : logits_rows) DSI_CHECK(row >= 0 && row < num_tokens(), "BatchPlan: bad logits row");
 }
 

@@ -22,6 +22,10 @@ struct BatchPlan {
   // (the CPU DeepSeek-V3.2 and V4 indexers break top-k ties as torch does over a full-prompt row).
   // Empty: context_lens.
   std::vector<int32_t> prompt_lens;
+  // [num_tokens] or empty (async scheduling): r >= 0 when token t is the token the previous
+  // Backend::sample_async call sampled in its row r (token_ids[t] is then a placeholder until
+  // Backend::feed_sampled_tokens resolves it, on the host or on the device), -1 for a known token.
+  std::vector<int32_t> prev_sample_rows;
   int32_t block_size = 64;
 
   int32_t num_tokens() const { return static_cast<int32_t>(token_ids.size()); }
@@ -29,6 +33,12 @@ struct BatchPlan {
   int32_t query_len(int32_t seq) const { return cu_seqlens[seq + 1] - cu_seqlens[seq]; }
   // prompt_lens[seq], or context_lens[seq] when not given.
   int32_t prompt_len(int32_t seq) const { return prompt_lens.empty() ? context_lens[seq] : prompt_lens[seq]; }
+  // Whether some token is fed from the previous sample call (prev_sample_rows).
+  bool feeds_sampled_tokens() const {
+    for (int32_t r : prev_sample_rows)
+      if (r >= 0) return true;
+    return false;
+  }
   // Cache slot holding position `pos` of sequence `seq`.
   int64_t slot_of(int32_t seq, int64_t pos) const {
     return static_cast<int64_t>(block_table[block_table_indptr[seq] + pos / block_size]) * block_size +

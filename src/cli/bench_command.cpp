@@ -40,6 +40,7 @@ struct BenchArgs {
   int32_t kv_block_size = 64;
   int64_t max_kv_tokens = 0;
   bool no_prefix_caching = false;
+  bool no_async_scheduling = false;
   std::string device = "auto";
   std::string cuda_arch = "auto";
   uint64_t seed = 0;
@@ -141,6 +142,7 @@ int run_bench(const BenchArgs& a) {
   config.kv_block_size = a.kv_block_size;
   config.max_tokens_in_paged_kv_cache = a.max_kv_tokens;
   config.enable_prefix_caching = !a.no_prefix_caching;
+  config.async_scheduling = !a.no_async_scheduling;
   config.max_queue_length = std::max(config.max_queue_length, a.num_prompts + 1);
   config.resilience.length_tiers.enabled = a.length_tiers;
   config.resilience.length_tiers.long_prompt_tokens = a.long_prompt_tokens;
@@ -254,6 +256,10 @@ int run_bench(const BenchArgs& a) {
         {"kv_block_size", stats.kv_block_size},
         {"preemptions", stats.preemptions},
         {"steps", stats.steps},
+        {"async_scheduling", !a.no_async_scheduling},
+        {"fed_tokens", stats.fed_tokens},
+        {"dropped_entries", stats.dropped_entries},
+        {"cuda_graph_replays", stats.cuda_graph_replays},
         {"long_fraction", a.long_fraction},
         {"request_rate", a.request_rate},
         {"length_tiers", a.length_tiers},
@@ -265,8 +271,10 @@ int run_bench(const BenchArgs& a) {
     };
     std::cout << j.dump() << std::endl;
   } else {
-    std::printf("requests: %zu (%lld failed)   duration: %.2f s   steps: %lld\n", requests.size(),
-                static_cast<long long>(errors), seconds, static_cast<long long>(stats.steps));
+    std::printf(
+        "requests: %zu (%lld failed)   duration: %.2f s   steps: %lld (%lld tokens fed on the device)\n",
+        requests.size(), static_cast<long long>(errors), seconds, static_cast<long long>(stats.steps),
+        static_cast<long long>(stats.fed_tokens));
     std::printf("throughput: %.2f requests/s, %.1f input tokens/s, %.1f output tokens/s\n", rps, in_tps,
                 out_tps);
     std::printf("tokens: %lld input (%lld from the prefix cache), %lld output\n",
@@ -310,6 +318,8 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--kv-block-size", a->kv_block_size, "Tokens per KV block (64)");
   cmd->add_option("--max-kv-tokens", a->max_kv_tokens, "KV capacity in tokens (default: the byte budget)");
   cmd->add_flag("--no-prefix-caching", a->no_prefix_caching, "Disable prefix caching");
+  cmd->add_flag("--no-async-scheduling", a->no_async_scheduling,
+                "Wait for each step's sampled tokens before scheduling the next step (GPU)");
   cmd->add_option("--device", a->device, "auto, cpu or cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   add_cuda_arch_option(cmd, a->cuda_arch);
   cmd->add_option("--seed", a->seed, "Seed of the synthetic prompts and lengths (0)");

@@ -33,8 +33,9 @@ struct GenerateArgs {
   SamplingParams params;
   int64_t seed = -1;
   bool json = false;
-  int32_t max_batch_size = 64;    // --input: engine sequences per step
-  int32_t max_num_tokens = 2048;  // --input: engine tokens per step
+  int32_t max_batch_size = 64;       // --input: engine sequences per step
+  int32_t max_num_tokens = 2048;     // --input: engine tokens per step
+  bool no_async_scheduling = false;  // --input: the engine waits for each step's tokens before the next
 };
 
 // Per-line overrides of the sampling parameters in --input files.
@@ -87,6 +88,7 @@ int run_input_file(const GenerateArgs& a) {
   config.cuda_arch = a.cuda_arch;
   config.max_batch_size = a.max_batch_size;
   config.max_num_tokens = a.max_num_tokens;
+  config.async_scheduling = !a.no_async_scheduling;
   std::unique_ptr<Engine> engine = Engine::create(config);
   const Tokenizer& tok = engine->tokenizer();
   struct Slot {
@@ -216,6 +218,8 @@ void add_generate_command(CLI::App& app) {
   add_cuda_arch_option(cmd, a->cuda_arch);
   cmd->add_option("--max-batch-size", a->max_batch_size, "--input: sequences per engine step (64)");
   cmd->add_option("--max-num-tokens", a->max_num_tokens, "--input: tokens per engine step (2048)");
+  cmd->add_flag("--no-async-scheduling", a->no_async_scheduling,
+                "--input: do not overlap the next step's scheduling with the GPU's current step");
   cmd->add_flag("--json", a->json, "Print {\"text\", \"ids\", \"finish_reason\", \"usage\"}");
   cmd->callback([a]() { run_guarded([&]() { return run_generate(*a); }); });
 }

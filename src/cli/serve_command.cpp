@@ -19,6 +19,7 @@ struct ServeArgs {
   std::string model;
   std::string config_file;
   bool enable_fault_injection = false;  // allows a fault_injection: section (tests only)
+  bool no_async_scheduling = false;     // wins over --async-scheduling and the file
   server::ServeConfig flags;            // values of the flags given
   std::vector<std::pair<CLI::Option*, std::function<void(server::ServeConfig&)>>> overrides;
 };
@@ -55,6 +56,7 @@ int run_serve(ServeArgs& a) {
   for (auto& [opt, apply] : a.overrides) {
     if (opt->count() > 0) apply(config);
   }
+  if (a.no_async_scheduling) config.engine.async_scheduling = false;
   config.engine.model_dir = a.model;
   check_fault_injection_allowed(config.engine.resilience, a.enable_fault_injection);
   server::validate(config);
@@ -154,6 +156,9 @@ void add_serve_command(CLI::App& app) {
              [](C& c) { return &c.engine.enable_prefix_caching; });
   flag<int32_t>(cmd, s, "--max-queue-length", "Waiting requests beyond this get 429 (1024)",
                 [](C& c) { return &c.engine.max_queue_length; });
+  flag<bool>(cmd, s, "--async-scheduling", "GPU: schedule the next step while the current one runs (true)",
+             [](C& c) { return &c.engine.async_scheduling; });
+  cmd->add_flag("--no-async-scheduling", a->no_async_scheduling, "Same as --async-scheduling false");
   cmd->callback([a]() { run_guarded([&]() { return run_serve(*a); }); });
 }
 

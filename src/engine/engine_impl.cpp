@@ -1,7 +1,7 @@
 // EngineImpl: request validation, the engine thread's loop (inbox -> schedule -> forward -> sample ->
-// events) and statistics. On the CPU backend the forward pass uses every core through OpenMP, so the next
-// step's plan is built after the current step on the same thread (it costs well under a millisecond; see
-// bench/scheduler_bench.cpp) rather than overlapped with it.
+// events), the synchronous step and the pieces the asynchronous step (engine_async.cpp) shares with it, and
+// statistics. Synchronous steps (the CPU backend, or async scheduling off) build the next step's plan after
+// the current step's tokens are in (it costs well under a millisecond; see bench/scheduler_bench.cpp).
 #include "engine/engine_impl.h"
 
 #include <algorithm>
@@ -82,8 +82,12 @@ EngineImpl::EngineImpl(const EngineConfig& config, std::unique_ptr<Backend> back
         config.kv_block_size, static_cast<int32_t>(tiers.long_prefill_share * config.max_num_tokens));
   }
   scheduler_ = std::make_unique<Scheduler>(sc, *pool_);
+  // Async scheduling pays off where the forward pass runs asynchronously (the GPU); the CPU backend
+  // computes the step inside forward(), so there it only runs for tests.
+  async_ = config.async_scheduling && (model_->kv_device() != Device::kCpu || config.async_scheduling_on_cpu);
   log_info("engine: ", num_blocks, " KV blocks of ", config.kv_block_size, " tokens (", cache_->bytes() >> 20,
-           " MiB), prefix caching ", pool_->prefix_caching() ? "on" : "off");
+           " MiB), prefix caching ", pool_->prefix_caching() ? "on" : "off", ", async scheduling ",
+           async_ ? "on" : "off");
   init_resilience();
   publish_stats();
   thread_ = std::thread([this] { loop(); });
@@ -224,7 +228,7 @@ void EngineImpl::abort_request(uint64_t id, const std::string& error) {
   }
 }
 
-void EngineImpl::run_step() {
+StepSchedule EngineImpl::schedule_step() {
   StepSchedule step = scheduler_->schedule();
   for (uint64_t id : step.preempted) model_->release_sequence(static_cast<int64_t>(id));
   for (uint64_t id : step.failed) {
@@ -232,49 +236,46 @@ void EngineImpl::run_step() {
                           std::to_string(static_cast<int64_t>(pool_->num_blocks()) * pool_->block_size()) +
                           " tokens)");
   }
-  if (step.empty()) return;
+  return step;
+}
+
+bool EngineImpl::launch_forward(const StepSchedule& step, Tensor* logits) {
   const Clock::time_point now = Clock::now();
   for (const ScheduledSeq& e : step.seqs) requests_.at(e.seq->id)->on_scheduled(now);
-  Tensor logits;  // [sampled sequences, vocab], host or device
   const Clock::time_point start = Clock::now();
   begin_step_watch(start);
   try {
     if (faults_) faults_->before_step();
     BatchPlan plan = scheduler_->build_plan(step);
-    logits = model_->forward_device(plan, *cache_);
+    if (plan.feeds_sampled_tokens()) {
+      backend_->feed_sampled_tokens(plan);
+      for (int32_t r : plan.prev_sample_rows) fed_tokens_ += r >= 0 ? 1 : 0;
+    }
+    *logits = model_->forward_device(plan, *cache_);
   } catch (const std::exception& e) {
     const bool watchdog_reported = end_step_watch();
     const StepErrorType type = classify_step_error(e);
     if (!(watchdog_reported && type == StepErrorType::kTimeout)) on_step_failure(step, type, e.what());
-    return;
+    return false;
   }
   end_step_watch();  // a slow step is counted as a TIMEOUT; its results are still good
   on_step_success(step, start, Clock::now());
-  scheduler_->complete(step);
-  // One sampling call for the whole batch: on the GPU only the chosen tokens (and requested logprobs) come
-  // back to the host. Rows borrow each request's state; nothing touches it until the results are in.
-  std::vector<SamplingRow> rows;
-  for (const ScheduledSeq& e : step.seqs) {
-    if (e.sample) rows.push_back(requests_.at(e.seq->id)->sampling_row());
-  }
-  std::vector<SampledToken> sampled;
-  try {
-    sampled = backend_->sample(logits, rows);
-  } catch (const std::exception& ex) {  // the whole call failed (not one row): every sampled request ends
-    for (const ScheduledSeq& e : step.seqs) {
-      if (e.sample) abort_request(e.seq->id, std::string("sampling failed: ") + ex.what());
-    }
-    return;
-  }
-  size_t row = 0;
-  for (const ScheduledSeq& e : step.seqs) {
-    if (!e.sample) continue;
-    Sequence* seq = e.seq;
-    const uint64_t id = seq->id;
-    RequestState& state = *requests_.at(id);
+  return true;
+}
+
+void EngineImpl::deliver_tokens(const std::vector<uint64_t>& ids, const std::vector<SampledToken>& sampled) {
+  for (size_t row = 0; row < ids.size(); ++row) {
+    const uint64_t id = ids[row];
+    auto it = requests_.find(id);
+    Sequence* seq = scheduler_->find(id);
+    if (id == 0 || it == requests_.end() || !seq) continue;  // ended after its row was queued: dropped
+    RequestState& state = *it->second;
+    seq->pending = false;
+    seq->pending_row = -1;
+    seq->ending = false;
     RequestEvent event;
     try {
-      event = state.on_token(sampled.at(row++), seq->num_tokens(), seq->cached_tokens);
+      event = state.on_token(sampled.at(row), seq->num_tokens(), seq->cached_tokens);
     } catch (const std::exception& ex) {
       abort_request(id, std::string("sampling failed: ") + ex.what());
       continue;
@@ -283,8 +284,8 @@ void EngineImpl::run_step() {
     if (event.finished) {
       scheduler_->remove(id);
       model_->release_sequence(static_cast<int64_t>(id));
-      finished = std::move(requests_.at(id));
-      requests_.erase(id);
+      finished = std::move(it->second);
+      requests_.erase(it);
       on_request_end(id, event.error);
     } else {
       seq->tokens.push_back(state.last_token());
@@ -295,6 +296,35 @@ void EngineImpl::run_step() {
       log_warn("engine: event callback of request ", id, " threw: ", ex.what());
     }
   }
+}
+
+void EngineImpl::run_step() {
+  if (async_) {
+    run_step_async();
+    return;
+  }
+  StepSchedule step = schedule_step();
+  if (step.empty()) return;
+  Tensor logits;  // [sampled sequences, vocab], host or device
+  if (!launch_forward(step, &logits)) return;
+  scheduler_->complete(step);
+  // One sampling call for the whole batch: on the GPU only the chosen tokens (and requested logprobs) come
+  // back to the host. Rows borrow each request's state; nothing touches it until the results are in.
+  std::vector<SamplingRow> rows;
+  std::vector<uint64_t> ids;
+  for (const ScheduledSeq& e : step.seqs) {
+    if (!e.sample) continue;
+    rows.push_back(requests_.at(e.seq->id)->sampling_row());
+    ids.push_back(e.seq->id);
+  }
+  std::vector<SampledToken> sampled;
+  try {
+    sampled = backend_->sample(logits, rows);
+  } catch (const std::exception& ex) {  // the whole call failed (not one row): every sampled request ends
+    for (uint64_t id : ids) abort_request(id, std::string("sampling failed: ") + ex.what());
+    return;
+  }
+  deliver_tokens(ids, sampled);
 }
 
 void EngineImpl::publish_stats() {
@@ -312,6 +342,8 @@ void EngineImpl::publish_stats() {
   s.preemptions = scheduler_->preemptions();
   s.steps = scheduler_->steps();
   s.cuda_graph_replays = model_->graph_replays();
+  s.fed_tokens = fed_tokens_;
+  s.dropped_entries = dropped_entries_;
   s.prefix_cache_hit_tokens = scheduler_->prefix_hit_tokens();
   peak_utilization_ = std::max(peak_utilization_, s.kv_utilization);
   s.kv_utilization_peak = peak_utilization_;
@@ -330,7 +362,7 @@ void EngineImpl::loop() {
     {
       std::unique_lock<std::mutex> lock(mutex_);
       auto ready = [&] {
-        return !inbox_.empty() || !cancels_.empty() || shutting_down_ || scheduler_->has_work();
+        return !inbox_.empty() || !cancels_.empty() || shutting_down_ || scheduler_->has_work() || inflight_;
       };
       if (ticking()) {
         wake_.wait_for(lock, std::chrono::milliseconds(100), ready);
@@ -350,10 +382,11 @@ void EngineImpl::loop() {
       for (const auto& [id, state] : requests_) ids.push_back(id);
       std::sort(ids.begin(), ids.end());
       for (uint64_t id : ids) abort_request(id, "the engine shut down");
+      finish_inflight();  // its rows belong to ended requests: dropped
       publish_stats();
       return;
     }
-    if (scheduler_->has_work()) {
+    if (scheduler_->has_work() || inflight_) {
       const Clock::time_point busy_start = Clock::now();
       try {
         run_step();
@@ -363,6 +396,7 @@ void EngineImpl::loop() {
         std::vector<uint64_t> ids;
         for (const auto& [id, state] : requests_) ids.push_back(id);
         for (uint64_t id : ids) abort_request(id, std::string("engine step failed: ") + e.what());
+        finish_inflight();
       }
     }
     publish_stats();

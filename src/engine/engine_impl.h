@@ -58,6 +58,16 @@ class EngineImpl : public Engine {
   // before the KV cache takes its share of the memory left (throws a clear error when it does not fit).
   void profile_step_memory(const std::vector<KvLayerSpec>& layers);
   void run_step();
+  // Pieces of a step (engine_impl.cpp): schedule (dropping preempted state, ending failed requests); build
+  // the plan and launch the forward pass (false: it failed and was handled); hand sampled tokens to their
+  // requests (ids[r]: the request of row r, 0 for a dropped row).
+  StepSchedule schedule_step();
+  bool launch_forward(const StepSchedule& step, Tensor* logits);
+  void deliver_tokens(const std::vector<uint64_t>& ids, const std::vector<SampledToken>& sampled);
+  // Async scheduling (engine_async.cpp): launches step N+1, then finishes step N while it runs.
+  void run_step_async();
+  // Waits for the in-flight step's sampled tokens and delivers them (no-op when none is in flight).
+  void finish_inflight();
   // Ends a request without a token: removes it everywhere and delivers its final event.
   void abort_request(uint64_t id, const std::string& error);
   void publish_stats();
@@ -91,6 +101,11 @@ class EngineImpl : public Engine {
   std::unique_ptr<Scheduler> scheduler_;
   std::unordered_map<uint64_t, std::unique_ptr<RequestState>> requests_;  // engine thread only
   double peak_utilization_ = 0.0;
+  bool async_ = false;                  // async scheduling (EngineConfig::async_scheduling)
+  bool inflight_ = false;               // a step's sampling is queued and its results not yet taken
+  std::vector<uint64_t> inflight_ids_;  // the request of each of its rows (0: dropped row)
+  int64_t fed_tokens_ = 0;
+  int64_t dropped_entries_ = 0;
 
   // Resilience state (engine thread unless atomic or noted).
   std::unique_ptr<CircuitBreaker> breaker_;  // thread-safe

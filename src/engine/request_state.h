@@ -44,6 +44,11 @@ class RequestState {
   // Delivers an event through the request's callback (no-op without one).
   void deliver(const RequestEvent& event) const;
 
+  // Whether the next token certainly ends the request (its max_tokens, or no cache row after it) in a
+  // sequence of `sequence_tokens` tokens before it: async scheduling then computes no row for it.
+  bool next_token_is_last(int64_t sequence_tokens) const {
+    return completion_tokens_ + 1 >= request_.sampling.max_tokens || sequence_tokens + 1 >= context_;
+  }
   bool finished() const { return finished_; }
   int32_t last_token() const { return last_token_; }
 

@@ -85,7 +85,7 @@ bool Scheduler::preempt_request(uint64_t id) {
 }
 
 void Scheduler::schedule_entry(Sequence* s, int32_t n, StepSchedule& out, Budget& budget) {
-  out.seqs.push_back({s, s->num_computed, n, s->num_computed + n == s->num_tokens()});
+  out.seqs.push_back({s, s->num_computed, n, s->num_computed + n == s->known_tokens()});
   out.num_tokens += n;
   budget.tokens -= n;
   budget.seqs -= 1;
@@ -144,7 +144,10 @@ StepSchedule Scheduler::schedule() {
   // 1. Decodes of running sequences, highest rank first, so generation keeps flowing.
   for (size_t i = 0; i < running_.size() && budget.seqs > 0 && budget.tokens > 0;) {
     Sequence* s = running_[i];
-    if (s->remaining() != 1) {
+    // A pending token that would need more blocks than the pool has waits until the host knows it (the
+    // sequence may end on it); then it fails as any other sequence would.
+    const int32_t bs = pool_.block_size();
+    if (s->remaining() != 1 || (s->pending && s->num_computed / bs + 1 > pool_.num_blocks())) {
       ++i;
       continue;
     }
@@ -173,7 +176,10 @@ StepSchedule Scheduler::schedule() {
   // 3. Admissions in queue order; none in a step that had to preempt (the blocks are short).
   // With tiers, long sequences whose share is spent are skipped (kept in order) instead of blocking.
   std::vector<Sequence*> skipped;
-  while (out.preempted.empty() && budget.seqs > 0 && budget.tokens > 0) {
+  // Async scheduling: a running sequence waiting for its sampled token (it may end on it) is not in this
+  // step but still holds its place among the running sequences, unless that token certainly ends it.
+  int32_t occupied = occupied_slots();
+  while (out.preempted.empty() && budget.seqs > 0 && budget.tokens > 0 && occupied < config_.max_batch_size) {
     auto head = waiting_.begin();
     while (head != waiting_.end() && std::find(skipped.begin(), skipped.end(), *head) != skipped.end())
       ++head;
@@ -184,6 +190,9 @@ StepSchedule Scheduler::schedule() {
       skipped.push_back(s);
       continue;
     }
+    // A preempted sequence is re-admitted only once its pending token reached the host (the engine
+    // resolves it before the next step is scheduled, so this wait is never observed).
+    if (s->pending) break;
     int32_t hit = 0;
     if (s->table.empty()) {
       // Keep at least the last token to compute: its logits give the next token.
@@ -216,6 +225,7 @@ StepSchedule Scheduler::schedule() {
       s->cached_tokens = std::min(hit, s->prompt_len);
     }
     insert_running(s);
+    ++occupied;
     schedule_entry(s, n, out, budget);
     if (long_seq) long_left -= n;
   }
@@ -226,6 +236,8 @@ void Scheduler::complete(const StepSchedule& step) {
   for (const ScheduledSeq& e : step.seqs) {
     Sequence* s = e.seq;
     s->num_computed = e.start + e.num_tokens;
+    DSI_CHECK(s->num_computed <= s->num_tokens(), "Scheduler: sequence ", s->id, " completed position ",
+              s->num_computed - 1, " before its token reached the host");
     s->table.register_full_blocks(pool_, s->tokens, s->num_computed);
   }
 }
@@ -245,7 +257,15 @@ BatchPlan Scheduler::build_plan(const StepSchedule& step) const {
     const std::vector<int32_t>& blocks = s.table.blocks();
     const int64_t end = e.start + e.num_tokens;
     for (int64_t p = e.start; p < end; ++p) {
-      plan.token_ids.push_back(s.tokens[p]);
+      if (p == s.num_tokens()) {  // the pending token: the backend feeds it from the last sample call
+        DSI_CHECK(s.pending && s.pending_row >= 0, "Scheduler: sequence ", s.id, " computes position ", p,
+                  " beyond its tokens");
+        plan.prev_sample_rows.resize(plan.token_ids.size(), -1);
+        plan.prev_sample_rows.push_back(s.pending_row);
+        plan.token_ids.push_back(0);
+      } else {
+        plan.token_ids.push_back(s.tokens[p]);
+      }
       plan.positions.push_back(static_cast<int32_t>(p));
       plan.slot_mapping.push_back(static_cast<int64_t>(blocks[p / bs]) * bs + p % bs);
     }
@@ -253,14 +273,21 @@ BatchPlan Scheduler::build_plan(const StepSchedule& step) const {
     plan.context_lens.push_back(static_cast<int32_t>(end));
     // The length this prefill pass reaches (all of the sequence's known tokens): chunked prefill then breaks
     // indexer top-k ties exactly as a one-shot prefill would (see BatchPlan::prompt_lens).
-    plan.prompt_lens.push_back(static_cast<int32_t>(s.num_tokens()));
+    plan.prompt_lens.push_back(static_cast<int32_t>(s.known_tokens()));
     const int64_t nblocks = (end + bs - 1) / bs;
     plan.block_table.insert(plan.block_table.end(), blocks.begin(), blocks.begin() + nblocks);
     plan.block_table_indptr.push_back(static_cast<int32_t>(plan.block_table.size()));
     plan.seq_ids.push_back(static_cast<int64_t>(s.id));
     if (e.sample) plan.logits_rows.push_back(plan.cu_seqlens.back() - 1);
   }
+  if (!plan.prev_sample_rows.empty()) plan.prev_sample_rows.resize(plan.token_ids.size(), -1);
   return plan;
+}
+
+int32_t Scheduler::occupied_slots() const {
+  int32_t n = 0;
+  for (const Sequence* s : running_) n += s->ending ? 0 : 1;
+  return n;
 }
 
 int64_t Scheduler::allocated_unused_slots() const {
@@ -271,7 +298,7 @@ int64_t Scheduler::allocated_unused_slots() const {
 
 void Scheduler::check_invariants() const {
   pool_.check_invariants();
-  DSI_CHECK(static_cast<int32_t>(running_.size()) <= config_.max_batch_size, "Scheduler: ", running_.size(),
+  DSI_CHECK(occupied_slots() <= config_.max_batch_size, "Scheduler: ", occupied_slots(),
             " running sequences exceed max_batch_size ", config_.max_batch_size);
   DSI_CHECK(running_.size() + waiting_.size() == seqs_.size(), "Scheduler: queues hold ",
             running_.size() + waiting_.size(), " sequences, the map ", seqs_.size());
@@ -281,7 +308,7 @@ void Scheduler::check_invariants() const {
   for (const Sequence* s : running_) {
     DSI_CHECK(s->status == SeqStatus::kRunning, "Scheduler: sequence ", s->id,
               " running with waiting status");
-    DSI_CHECK(s->num_computed <= s->num_tokens(), "Scheduler: sequence ", s->id,
+    DSI_CHECK(s->num_computed <= s->known_tokens(), "Scheduler: sequence ", s->id,
               " computed beyond its tokens");
     DSI_CHECK(s->table.capacity(pool_.block_size()) >= s->num_computed, "Scheduler: sequence ", s->id,
               " has fewer slots than computed tokens");

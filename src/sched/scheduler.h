@@ -58,6 +58,8 @@ class Scheduler {
   // Picks the next step's work, allocating (and, if needed, preempting for) its blocks.
   StepSchedule schedule();
   // The step's forward pass ran: marks its positions computed and registers full blocks in the prefix cache.
+  // Every computed token must be in the sequence's tokens by then (async scheduling appends a pending token
+  // first).
   void complete(const StepSchedule& step);
   // Caps the sequences per step below max_batch_size (0: no cap); the circuit breaker's reduce_batch_size
   // fallback and step retries use it.
@@ -70,6 +72,8 @@ class Scheduler {
   BatchPlan build_plan(const StepSchedule& step) const;
 
   int32_t num_running() const { return static_cast<int32_t>(running_.size()); }
+  // Running sequences that hold a batch slot (all but those whose in-flight token ends them).
+  int32_t occupied_slots() const;
   int32_t num_waiting() const { return static_cast<int32_t>(waiting_.size()); }
   bool has_work() const { return !running_.empty() || !waiting_.empty(); }
   int64_t preemptions() const { return preemptions_; }

@@ -23,10 +23,20 @@ struct Sequence {
   SeqStatus status = SeqStatus::kWaiting;
   uint64_t scheduled_step = 0;  // last step that scheduled it (0: never)
   BlockTable table;
+  // Async scheduling: a token was sampled for this sequence on the device and is not in `tokens` yet (it
+  // is row `pending_row` of the last sample call). It counts as known: the next step may already compute
+  // it (BatchPlan::prev_sample_rows feeds it in), and the engine appends it once it reaches the host.
+  bool pending = false;
+  int32_t pending_row = -1;
+  // Async scheduling: the token in flight certainly ends the request (max_tokens, context): the sequence
+  // sits out the next step and its batch slot may go to an admission (its blocks stay until it ends).
+  bool ending = false;
 
   int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
+  // Tokens including a pending one: position known_tokens() - 1 is the last the sequence can compute.
+  int64_t known_tokens() const { return num_tokens() + (pending ? 1 : 0); }
   // Known tokens without KV rows yet (1 while decoding).
-  int64_t remaining() const { return num_tokens() - num_computed; }
+  int64_t remaining() const { return known_tokens() - num_computed; }
 };
 
 // Queue order: higher priority first, then earlier arrival.

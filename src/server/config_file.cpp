@@ -81,6 +81,7 @@ std::map<std::string, Section> base_sections() {
            DSI_ENGINE_KEY(int64_t, cpu_kv_cache_bytes),
            DSI_ENGINE_KEY(bool, enable_prefix_caching),
            DSI_ENGINE_KEY(int32_t, max_queue_length),
+           DSI_ENGINE_KEY(bool, async_scheduling),
        }},
   };
 }

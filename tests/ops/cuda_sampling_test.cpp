@@ -2,7 +2,8 @@
 // greedy and top-k = 1 equal the host argmax (ties -> lowest id), seeded draws are reproducible, empirical
 // distributions over many draws match the host's kept probabilities (penalties, temperature, top-k, top-p,
 // min-p), draws stay inside the host's kept set on a 128K vocabulary (compacted and whole-row search
-// paths), logprobs match the host's log-softmax, and bad rows report errors without failing the others.
+// paths), logprobs match the host's log-softmax, and bad rows report errors without failing the others;
+// sample_async's device ids feed the next plan's tokens (async scheduling).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -358,6 +359,82 @@ TEST_F(CudaSamplingTest, HostLogitsUseTheHostSampler) {
   HostSampler host;
   EXPECT_EQ(got[0], host.sample(logits.f32(), 500, rows[0], b));
   EXPECT_EQ(got[1], host.sample(logits.f32() + 500, 500, rows[1], b));
+}
+
+// Async scheduling: a plan's tokens fed from the previous sample_async call (prev_sample_rows) reach the
+// forward pass on the device before sample_wait, and a failed row (NaN logits) feeds 0; the host plan keeps
+// its placeholders. Host logits feed through the host plan instead.
+TEST_F(CudaSamplingTest, FeedSampledTokensPatchesTheDevicePlan) {
+  const int64_t V = 1000, H = 8;
+  Tensor logits = random_logits(4, V, 1.0f);
+  const int32_t planted[] = {17, 999, -1, 500};
+  for (int64_t r = 0; r < 4; ++r) {
+    if (planted[r] >= 0) logits.f32()[r * V + planted[r]] = 50.0f;
+  }
+  logits.f32()[2 * V + 3] = NAN;
+  const std::vector<SamplingRow> rows(4, row_with(0.0f));
+  Tensor table_host = random_logits(V, H, 1.0f);  // [V, H]
+  const Tensor table = gpu.prepare_weight(table_host);
+
+  auto plan_of = [](std::vector<int32_t> tokens, std::vector<int32_t> prev) {
+    BatchPlan p;
+    p.block_size = 16;
+    p.cu_seqlens = {0};
+    p.block_table_indptr = {0};
+    for (size_t s = 0; s < tokens.size(); ++s) {
+      p.positions.push_back(3);
+      p.cu_seqlens.push_back(static_cast<int32_t>(s + 1));
+      p.context_lens.push_back(4);
+      p.block_table.push_back(static_cast<int32_t>(s));
+      p.block_table_indptr.push_back(static_cast<int32_t>(s + 1));
+      p.slot_mapping.push_back(static_cast<int64_t>(s) * 16 + 3);
+      p.logits_rows.push_back(static_cast<int32_t>(s));
+      p.seq_ids.push_back(static_cast<int64_t>(s));
+    }
+    p.token_ids = std::move(tokens);
+    p.prev_sample_rows = std::move(prev);
+    return p;
+  };
+  auto embed_of = [&](BatchPlan& plan) {
+    gpu.begin_step(plan);
+    Tensor out = gpu.to_host(gpu.embed(table, plan.token_ids));  // [T, H]
+    gpu.end_step();
+    return std::vector<float>(out.f32(), out.f32() + out.numel());
+  };
+  BatchPlan want = plan_of({999, 42, 17, 0, 500, 7}, {});
+  const std::vector<float> expected = embed_of(want);
+  BatchPlan want2 = plan_of({999, 42, 23, 0, 500, 7}, {});
+  const std::vector<float> expected2 = embed_of(want2);
+
+  gpu.sample_async(cuda::to_device(logits), rows);
+  BatchPlan fed = plan_of({0, 42, 0, 0, 0, 7}, {1, -1, 0, 2, 3, -1});
+  gpu.feed_sampled_tokens(fed);
+  EXPECT_EQ(fed.token_ids, (std::vector<int32_t>{0, 42, 0, 0, 0, 7}));  // patched on the device only
+  EXPECT_EQ(embed_of(fed), expected);
+  const std::vector<SampledToken> got = gpu.sample_wait();
+  ASSERT_EQ(got.size(), 4u);
+  EXPECT_EQ(got[0].token, 17);
+  EXPECT_EQ(got[1].token, 999);
+  EXPECT_FALSE(got[2].error.empty());
+  EXPECT_EQ(got[3].token, 500);
+  // The same plan again (its bytes unchanged: no upload) is patched again, now from a new call.
+  logits.f32()[0 * V + 17] = 0.0f;
+  logits.f32()[0 * V + 23] = 60.0f;
+  gpu.sample_async(cuda::to_device(logits), rows);
+  BatchPlan again = plan_of({0, 42, 0, 0, 0, 7}, {1, -1, 0, 2, 3, -1});
+  EXPECT_EQ(embed_of(again), expected2);
+  gpu.sample_wait();
+
+  // Host logits: the host sampler ran; the ids go into the host plan.
+  std::mt19937_64 rng(3);
+  std::vector<SamplingRow> host_rows(4, row_with(0.0f));
+  for (SamplingRow& r : host_rows) r.host_rng = &rng;
+  gpu.sample_async(logits, host_rows);
+  BatchPlan host_fed = plan_of({0, 42, 0, 0, 0, 7}, {1, -1, 0, 2, 3, -1});
+  gpu.feed_sampled_tokens(host_fed);
+  EXPECT_EQ(host_fed.token_ids, (std::vector<int32_t>{999, 42, 23, 0, 500, 7}));
+  EXPECT_EQ(embed_of(host_fed), expected2);
+  EXPECT_EQ(tokens_of({gpu.sample_wait()[0]}), std::vector<int32_t>{23});
 }
 
 // tiny-llama from the working directory (the GPU machine runs tests from the repository root) or the

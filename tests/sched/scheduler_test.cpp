@@ -1,6 +1,7 @@
-// Scheduler tests: budgets, chunk alignment, admission and preemption order, and a property test that
-// drives the scheduler with random arrivals, cancellations and fake sampling (fixed seeds), checking its
-// invariants after every step and that every request finishes or is cancelled.
+// Scheduler tests: budgets, chunk alignment, admission and preemption order, and property tests that drive
+// the scheduler with random arrivals, cancellations and fake sampling (fixed seeds), synchronously and with
+// the async engine's one-step lookahead (pending tokens), checking its invariants after every step and that
+// every request finishes or is cancelled.
 #include "sched/scheduler.h"
 
 #include <gtest/gtest.h>
@@ -226,6 +227,124 @@ TEST_P(SchedulerPropertyTest, InvariantsHoldUnderRandomTraffic) {
   EXPECT_FALSE(sched.has_work()) << "scheduler stalled after " << steps << " steps";
   EXPECT_TRUE(live.empty());
   EXPECT_EQ(finished.size() + cancelled.size() + failed.size(), static_cast<size_t>(kArrivals));
+  EXPECT_EQ(pool.num_used(), 0);
+  pool.check_invariants();
+}
+
+// Async scheduling: step N+1 is scheduled before step N's sampled tokens are known (they are pending, fed
+// from the previous sampling call's rows), then step N's tokens are appended, sequences that end are
+// removed while they still have an entry in step N+1 (dropped), and step N+1 is completed.
+TEST_P(SchedulerPropertyTest, InvariantsHoldWithOneStepLookahead) {
+  const PropertyParam p = GetParam();
+  std::mt19937 rng(p.seed + 100);
+  BlockPool pool(p.num_blocks, p.block_size, p.prefix);
+  SchedulerConfig c;
+  c.max_batch_size = p.max_batch;
+  c.max_num_tokens = p.max_tokens;
+  c.context_chunk_size = p.chunk;
+  c.enable_chunked_context = p.chunked;
+  Scheduler sched(c, pool);
+  const int64_t capacity = static_cast<int64_t>(p.num_blocks) * p.block_size;
+  std::map<uint64_t, int32_t> target;  // id -> total tokens at which it certainly finishes
+  std::set<uint64_t> live;
+  size_t ended = 0;
+  struct Row {
+    uint64_t id;
+    int32_t token;
+  };
+  std::vector<Row> inflight;  // the previous step's sampled rows, tokens not yet appended
+  uint64_t next_id = 1;
+  const int kArrivals = 120;
+  int steps = 0, fed = 0;
+  auto end_seq = [&](uint64_t id) {
+    ASSERT_TRUE(sched.remove(id));
+    live.erase(id);
+    ++ended;
+  };
+  while ((next_id <= kArrivals || sched.has_work() || !inflight.empty()) && steps < 20000) {
+    ++steps;
+    if (next_id <= kArrivals && rng() % 3 == 0) {
+      const int burst = 1 + static_cast<int>(rng() % 4);
+      for (int b = 0; b < burst && next_id <= kArrivals; ++b) {
+        int32_t len = 1 + static_cast<int32_t>(rng() % 60);
+        if (!p.chunked) len = std::min(len, p.max_tokens);
+        sched.add(
+            make_seq(next_id, len, static_cast<int32_t>(rng() % 3), static_cast<int32_t>(rng() % 2) * 1000));
+        target[next_id] = len + 1 + static_cast<int32_t>(rng() % 30);
+        live.insert(next_id);
+        ++next_id;
+      }
+    }
+    if (!live.empty() && rng() % 10 == 0) {  // cancellation, pending token or not
+      auto it = live.begin();
+      std::advance(it, rng() % live.size());
+      end_seq(*it);
+    }
+    StepSchedule step = sched.schedule();
+    ASSERT_LE(static_cast<int32_t>(step.seqs.size()), p.max_batch);
+    ASSERT_LE(step.num_tokens, p.max_tokens);
+    std::vector<uint64_t> ids;
+    for (const ScheduledSeq& e : step.seqs) {
+      ASSERT_EQ(e.start, e.seq->num_computed);
+      ASSERT_LE(e.start + e.num_tokens, e.seq->known_tokens());
+      ids.push_back(e.seq->id);
+    }
+    BatchPlan plan = sched.build_plan(step);
+    plan.validate(pool.num_blocks());
+    for (int32_t s = 0; s < plan.num_seqs(); ++s) {
+      for (int32_t t = plan.cu_seqlens[s]; t < plan.cu_seqlens[s + 1]; ++t) {
+        const int32_t r = plan.prev_sample_rows.empty() ? -1 : plan.prev_sample_rows[t];
+        if (r < 0) continue;
+        ++fed;  // only the last token of a sequence, fed from its own row of the previous step
+        ASSERT_EQ(t, plan.cu_seqlens[s + 1] - 1);
+        ASSERT_LT(r, static_cast<int32_t>(inflight.size()));
+        ASSERT_EQ(inflight[r].id, static_cast<uint64_t>(plan.seq_ids[s]));
+      }
+    }
+    sched.check_invariants();
+    for (uint64_t id : step.failed) {
+      live.erase(id);
+      ++ended;
+    }
+    // The previous step's tokens arrive: append, or end the sequence (certain length or a random stop).
+    for (const Row& row : inflight) {
+      Sequence* s = sched.find(row.id);
+      if (!s) continue;
+      s->pending = false;
+      s->pending_row = -1;
+      s->ending = false;
+      s->tokens.push_back(row.token);
+      if (s->num_tokens() >= target[row.id] || rng() % 12 == 0 ||
+          (capacity >= 64 && s->num_tokens() >= capacity)) {
+        end_seq(row.id);
+      }
+    }
+    inflight.clear();
+    StepSchedule live_step;
+    live_step.step = step.step;
+    for (size_t i = 0; i < step.seqs.size(); ++i) {
+      if (sched.find(ids[i]) == step.seqs[i].seq) live_step.seqs.push_back(step.seqs[i]);
+    }
+    sched.complete(live_step);
+    for (const ScheduledSeq& e : live_step.seqs) {
+      if (!e.sample) continue;
+      Sequence* s = e.seq;
+      inflight.push_back({s->id, static_cast<int32_t>(rng() % 100)});
+      if (s->num_tokens() + 1 < target[s->id]) {  // not certainly its last token: may be fed next step
+        s->pending = true;
+        s->pending_row = static_cast<int32_t>(inflight.size()) - 1;
+      } else {
+        s->ending = true;  // sits out; its slot may be taken by an admission
+      }
+    }
+    sched.check_invariants();
+  }
+  std::printf("seed %u (async): %d steps, %d fed tokens, %zu ended, %lld preemptions\n", p.seed, steps, fed,
+              ended, static_cast<long long>(sched.preemptions()));
+  EXPECT_FALSE(sched.has_work()) << "scheduler stalled after " << steps << " steps";
+  EXPECT_TRUE(live.empty());
+  EXPECT_GT(fed, 0);
+  EXPECT_EQ(ended, static_cast<size_t>(kArrivals));
   EXPECT_EQ(pool.num_used(), 0);
   pool.check_invariants();
 }

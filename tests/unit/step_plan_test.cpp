@@ -73,7 +73,24 @@ TEST(StepPlanTest, OffsetsDoNotMoveWhenBlockTablesGrow) {
   EXPECT_EQ(a.block_table_indptr, b.block_table_indptr);
   EXPECT_EQ(a.logits_rows, b.logits_rows);
   EXPECT_EQ(a.block_table, b.block_table);
+  EXPECT_EQ(a.prev_sample_rows, b.prev_sample_rows);
   EXPECT_GT(b.bytes.size(), a.bytes.size());
+}
+
+// Async scheduling: the rows feeding tokens from the previous sampling call are always T entries (-1 for a
+// known token) at an offset fixed by the counts, so plans with and without fed tokens share a graph.
+TEST(StepPlanTest, PreviousSampleRowsAlwaysHoldOneEntryPerToken) {
+  BatchPlan plan = decode_plan({1, 3, 2});
+  const cuda::PackedPlan none = cuda::pack_plan(plan);
+  EXPECT_EQ(read<int32_t>(none, none.prev_sample_rows, 3), (std::vector<int32_t>{-1, -1, -1}));
+  plan.prev_sample_rows = {2, -1, 0};
+  const cuda::PackedPlan fed = cuda::pack_plan(plan);
+  EXPECT_EQ(read<int32_t>(fed, fed.prev_sample_rows, 3), plan.prev_sample_rows);
+  EXPECT_EQ(fed.prev_sample_rows, none.prev_sample_rows);
+  EXPECT_EQ(fed.block_table, none.block_table);
+  EXPECT_EQ(fed.prev_sample_rows % 256, 0u);
+  EXPECT_TRUE(plan.feeds_sampled_tokens());
+  plan.validate(64);
 }
 
 #else

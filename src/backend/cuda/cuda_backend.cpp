@@ -54,6 +54,12 @@ int64_t CudaBackend::free_memory_bytes() const {
 
 void CudaBackend::begin_step(const BatchPlan& plan) {
   step_.upload(plan, context_bound_);
+  feed_on_device(plan);
+}
+
+void CudaBackend::stage_plan(const BatchPlan& plan) {
+  step_.upload(plan, context_bound_);
+  feed_on_device(plan);
 }
 
 void CudaBackend::end_step() {

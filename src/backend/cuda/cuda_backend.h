@@ -9,6 +9,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/attention_kernels.h"
 #include "backend/cuda/device_mirror.h"
+#include "backend/cuda/pinned_buffer.h"
 #include "backend/cuda/step_plan.h"
 
 namespace dsinfer {
@@ -33,19 +34,31 @@ class CudaBackend : public Backend {
   int64_t free_memory_bytes() const override;
   Tensor prepare_weight(Tensor host_f32) override;
   Tensor to_host(const Tensor& t) override;
+  // Uploads the step plan; then patches the tokens it feeds from the last sample_async (prev_sample_rows)
+  // into the plan's device token ids, unless a CUDA graph is being captured.
   void begin_step(const BatchPlan& plan) override;
   void end_step() override;
 
   // Step plan on the device (CUDA graphs: its buffer's generation() changes when addresses move).
   const cuda::StepPlan& step_plan() const { return step_; }
-  // Uploads `plan` as the step plan without starting a step (a graph replay's inputs).
-  void stage_plan(const BatchPlan& plan) { step_.upload(plan, context_bound_); }
+  // Uploads `plan` as the step plan without starting a step (a graph replay's inputs), fed tokens patched
+  // in as begin_step does (the patch is never part of a graph: its source moves every step).
+  void stage_plan(const BatchPlan& plan);
   // Attention kernels size their grids for contexts up to max(longest context, bound): set by the graph
   // runner to its context bucket so that a captured graph serves every step of the bucket.
   void set_context_bound(int32_t bound) { context_bound_ = bound; }
   // Samples on the GPU (cuda_backend_sampling.cpp): only the chosen tokens and logprobs are copied back.
   // Host logits go to the default (host) implementation.
   std::vector<SampledToken> sample(const Tensor& logits, const std::vector<SamplingRow>& rows) override;
+  // sample() in two halves: the inputs go up with one asynchronous copy from pinned memory, the kernel and
+  // the copy of the results into pinned memory are queued, and only sample_wait waits (for an event), so a
+  // forward pass queued after sample_async runs while the host prepares the next step. The device results
+  // stay until the next call: feed_sampled_tokens / begin_step read the sampled ids from there.
+  void sample_async(const Tensor& logits, const std::vector<SamplingRow>& rows) override;
+  std::vector<SampledToken> sample_wait() override;
+  // Host logits were sampled last: the default (host ids into plan.token_ids). Device: nothing on the host;
+  // begin_step / stage_plan patch the device token ids (launch_feed_sampled_tokens).
+  void feed_sampled_tokens(BatchPlan& plan) override;
 
   Tensor embed(const Tensor& table, const std::vector<int32_t>& ids) override;
   Tensor rms_norm(const Tensor& x, const Tensor& weight, float eps) override;
@@ -130,13 +143,29 @@ class CudaBackend : public Backend {
   // moe_experts into out [T, H] (accumulate: out += the experts' weighted sum instead of out =).
   void run_moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
                        const std::vector<MlpWeights>& experts, float* out, bool accumulate);
+  // Patches the current step plan's device token ids fed from the last device sampling call.
+  void feed_on_device(const BatchPlan& plan);
+
+  // The last sample_async call (cuda_backend_sampling.cpp).
+  struct SampleCall {
+    Tensor results;  // [rows] cuda::SampleRowResult on the device: the fed tokens' source until the next call
+    int32_t rows = 0;
+    int32_t vocab = 0;
+    std::vector<std::string> errors;  // per row, found on the host
+    std::vector<int32_t> logprobs;    // per row, top logprobs asked for
+    bool on_device = false;           // false: host logits (the Backend default sampled them)
+    bool pending = false;             // sample_wait has not taken the results yet
+  };
 
   CudaBackendOptions options_;
   cuda::StepPlan step_;
   int32_t context_bound_ = 0;
   // Device copies of the host arrays ops receive, one mirror per kind so they do not evict each other.
   cuda::DeviceMirror ids_, rows_, positions_, slot_mapping_, inv_freq_, decode_tokens_, flash_tiles_;
-  cuda::DeviceMirror sample_params_, sample_seen_, sample_gen_ids_, sample_gen_counts_;
+  SampleCall sample_;
+  cuda::PinnedBuffer sample_inputs_, sample_outputs_;  // staging of the sampling inputs and results
+  void* sample_inputs_copied_ = nullptr;               // events (cuda::EventHandle) after those copies
+  void* sample_outputs_copied_ = nullptr;
   // Host scratch of attention_gqa: the tokens of decode sequences and the flash query tiles.
   std::vector<int32_t> decode_tokens_host_, flash_tiles_host_;
 };

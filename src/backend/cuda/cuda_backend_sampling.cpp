@@ -1,5 +1,7 @@
-// CudaBackend::sample: packs each row's parameters and penalty token lists into flat device arrays, runs
-// the sampling kernel over the device logits and copies back only the per-row results (one copy per step).
+// CudaBackend::sample / sample_async / sample_wait: packs each row's parameters and penalty token lists
+// into one device buffer (one asynchronous copy), runs the sampling kernel over the device logits and copies
+// back only the per-row results (one asynchronous copy per step, waited for in sample_wait); the device
+// results feed the next step's tokens (feed_sampled_tokens, launch_feed_sampled_tokens).
 #include <algorithm>
 #include <cstring>
 
@@ -24,20 +26,50 @@ bool append_ids(std::vector<int32_t>& flat, std::span<const int32_t> ids, int64_
   return true;
 }
 
+// Appends v at a 256-byte aligned offset of `out`; returns the offset.
+template <typename T>
+size_t append_aligned(std::vector<char>& out, const std::vector<T>& v) {
+  const size_t offset = (out.size() + 255) / 256 * 256;
+  out.resize(offset + v.size() * sizeof(T));
+  if (!v.empty()) std::memcpy(out.data() + offset, v.data(), v.size() * sizeof(T));
+  return offset;
+}
+
 }  // namespace
 
 std::vector<SampledToken> CudaBackend::sample(const Tensor& logits, const std::vector<SamplingRow>& rows) {
-  if (logits.is_cpu()) return Backend::sample(logits, rows);
+  sample_async(logits, rows);
+  return sample_wait();
+}
+
+void CudaBackend::sample_async(const Tensor& logits, const std::vector<SamplingRow>& rows) {
+  DSI_CHECK(!sample_.pending, "sample_async: the previous call's results were not taken (sample_wait)");
+  if (logits.is_cpu()) {
+    Backend::sample_async(logits, rows);
+    sample_ = SampleCall{};
+    sample_.pending = true;
+    return;
+  }
   DSI_CHECK(logits.ndim() == 2 && logits.dim(0) == static_cast<int64_t>(rows.size()), "sample: logits ",
             shape_str(logits.shape()), " for ", rows.size(), " rows");
   DSI_CHECK(logits.device() == Device::kCuda && logits.dtype() == DType::F32,
             "sample: logits must be float32 on the GPU, got ", dtype_name(logits.dtype()));
   const int64_t R = logits.dim(0), V = logits.dim(1);
-  if (R == 0) return {};
+  SampleCall call;
+  call.rows = static_cast<int32_t>(R);
+  call.vocab = static_cast<int32_t>(V);
+  call.on_device = true;
+  call.errors.resize(R);
+  call.logprobs.resize(R);
+  if (R == 0) {
+    call.pending = true;
+    sample_ = std::move(call);
+    return;
+  }
 
   std::vector<cuda::SampleRowParams> params(R);
   std::vector<int32_t> seen, gen_ids, gen_counts;
-  std::vector<std::string> errors(R);
+  std::vector<std::string>& errors = call.errors;
   int32_t work_rows = 0;
   for (int64_t r = 0; r < R; ++r) {
     const SamplingRow& row = rows[r];
@@ -54,6 +86,7 @@ std::vector<SampledToken> CudaBackend::sample(const Tensor& logits, const std::v
     p.seed = row.seed;
     p.draw_index = row.draw_index;
     p.work_row = -1;
+    call.logprobs[r] = row.logprobs;
     if (row.logprobs > cuda::kSampleMaxTopLogprobs) {
       errors[r] =
           str_cat("sampler: at most ", cuda::kSampleMaxTopLogprobs, " top logprobs, got ", row.logprobs);
@@ -74,27 +107,59 @@ std::vector<SampledToken> CudaBackend::sample(const Tensor& logits, const std::v
     p.work_row = work_rows++;
   }
 
+  // Inputs: one buffer, one asynchronous copy from pinned memory (a synchronous copy would wait for the
+  // forward pass queued before it).
+  std::vector<char> packed;
+  const size_t params_at = append_aligned(packed, params);
+  const size_t seen_at = append_aligned(packed, seen);
+  const size_t gen_ids_at = append_aligned(packed, gen_ids);
+  const size_t gen_counts_at = append_aligned(packed, gen_counts);
+  if (sample_inputs_copied_) cuda::event_wait_host(sample_inputs_copied_);  // the staging is free again
+  char* staging = sample_inputs_.reserve(packed.size(), sample_inputs_copied_);
+  std::memcpy(staging, packed.data(), packed.size());
+  Tensor inputs = Tensor::empty_on(Device::kCuda, DType::U8, {static_cast<int64_t>(packed.size())});
+  char* in = static_cast<char*>(inputs.raw());
+  cuda::copy_to_device_async(in, staging, packed.size());
+  if (!sample_inputs_copied_) sample_inputs_copied_ = cuda::event_create();
+  cuda::event_record(sample_inputs_copied_);
+
   const int64_t capacity = cuda::sample_candidate_capacity(V);
   Tensor work;  // [rows with penalties, V]: the penalised logits
   if (work_rows > 0) work = Tensor::empty_on(Device::kCuda, DType::F32, {work_rows, V});
   Tensor cand_ids = Tensor::empty_on(Device::kCuda, DType::I32, {R, capacity});     // [R, capacity]
   Tensor cand_values = Tensor::empty_on(Device::kCuda, DType::F32, {R, capacity});  // [R, capacity]
   const int64_t result_bytes = R * static_cast<int64_t>(sizeof(cuda::SampleRowResult));
-  Tensor results = Tensor::empty_on(Device::kCuda, DType::U8, {result_bytes});
-  cuda::launch_sample_rows(logits.data<float>(), R, V, sample_params_.upload(params),
-                           sample_seen_.upload(seen), sample_gen_ids_.upload(gen_ids),
-                           sample_gen_counts_.upload(gen_counts), work ? work.data<float>() : nullptr,
-                           cand_ids.data<int32_t>(), cand_values.data<float>(),
-                           static_cast<cuda::SampleRowResult*>(results.raw()));
-  std::vector<cuda::SampleRowResult> host(R);
-  cuda::copy_to_host(host.data(), results.raw(), static_cast<size_t>(result_bytes));  // waits for the kernel
+  call.results = Tensor::empty_on(Device::kCuda, DType::U8, {result_bytes});  // [R] SampleRowResult
+  cuda::launch_sample_rows(
+      logits.data<float>(), R, V, reinterpret_cast<const cuda::SampleRowParams*>(in + params_at),
+      seen.empty() ? nullptr : reinterpret_cast<const int32_t*>(in + seen_at),
+      gen_ids.empty() ? nullptr : reinterpret_cast<const int32_t*>(in + gen_ids_at),
+      gen_counts.empty() ? nullptr : reinterpret_cast<const int32_t*>(in + gen_counts_at),
+      work ? work.data<float>() : nullptr, cand_ids.data<int32_t>(), cand_values.data<float>(),
+      static_cast<cuda::SampleRowResult*>(call.results.raw()));
+  // Results: queued into pinned memory; sample_wait waits for the event.
+  char* out = sample_outputs_.reserve(static_cast<size_t>(result_bytes), sample_outputs_copied_);
+  cuda::copy_to_host_async(out, call.results.raw(), static_cast<size_t>(result_bytes));
+  if (!sample_outputs_copied_) sample_outputs_copied_ = cuda::event_create();
+  cuda::event_record(sample_outputs_copied_);
+  call.pending = true;
+  sample_ = std::move(call);
+}
 
+std::vector<SampledToken> CudaBackend::sample_wait() {
+  DSI_CHECK(sample_.pending, "sample_wait: no sample_async call is pending");
+  sample_.pending = false;
+  if (!sample_.on_device) return Backend::sample_wait();
+  const int32_t R = sample_.rows, V = sample_.vocab;
+  if (R == 0) return {};
+  cuda::event_wait_host(sample_outputs_copied_);  // the kernel ran and its results are in pinned memory
+  const auto* host = reinterpret_cast<const cuda::SampleRowResult*>(sample_outputs_.data());
   std::vector<SampledToken> out(R);
-  for (int64_t r = 0; r < R; ++r) {
+  for (int32_t r = 0; r < R; ++r) {
     const cuda::SampleRowResult& h = host[r];
     SampledToken& t = out[r];
-    if (!errors[r].empty()) {
-      t.error = errors[r];
+    if (!sample_.errors[r].empty()) {
+      t.error = sample_.errors[r];
     } else if (h.error == cuda::kSampleBadLogit) {
       t.error = "sampler: a logit is NaN or +inf";
     } else if (h.error == cuda::kSampleAllMasked) {
@@ -102,13 +167,28 @@ std::vector<SampledToken> CudaBackend::sample(const Tensor& logits, const std::v
     } else {
       DSI_CHECK(h.token >= 0 && h.token < V, "sample: the kernel returned token ", h.token, " for row ", r);
       t.token = h.token;
-      if (rows[r].logprobs > 0) {
+      if (sample_.logprobs[r] > 0) {
         t.logprob = h.logprob;
         for (int32_t i = 0; i < h.num_top; ++i) t.top.emplace_back(h.top_ids[i], h.top_logprobs[i]);
       }
     }
   }
   return out;
+}
+
+void CudaBackend::feed_sampled_tokens(BatchPlan& plan) {
+  if (!sample_.on_device) Backend::feed_sampled_tokens(plan);  // host ids; else begin_step patches the device
+}
+
+void CudaBackend::feed_on_device(const BatchPlan& plan) {
+  if (!sample_.on_device || cuda::capturing() || !plan.feeds_sampled_tokens()) return;
+  for (int32_t r : plan.prev_sample_rows) {
+    DSI_CHECK(r < sample_.rows, "feed_sampled_tokens: row ", r, " of a sampling call of ", sample_.rows,
+              " rows");
+  }
+  cuda::launch_feed_sampled_tokens(
+      step_.token_ids_for_feed(), step_.device().prev_sample_rows, plan.num_tokens(),
+      static_cast<const cuda::SampleRowResult*>(sample_.results.raw()), sample_.rows, sample_.vocab);
 }
 
 }  // namespace dsinfer

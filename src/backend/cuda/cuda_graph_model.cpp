@@ -81,6 +81,7 @@ BatchPlan CudaGraphModel::padded(const BatchPlan& plan, int32_t bucket, const Kv
     p.logits_rows.push_back(s);
     p.seq_ids.push_back(-1 - s);
     if (!p.prompt_lens.empty()) p.prompt_lens.push_back(1);
+    if (!p.prev_sample_rows.empty()) p.prev_sample_rows.push_back(-1);
   }
   return p;
 }

@@ -59,6 +59,9 @@ const std::vector<CudaOpSupport>& cuda_op_support() {
       {"mla_rope_write_kv", {"launch_mla_rope_write_kv"}, {}, {"rms_norm", "rope", "write_kv"}, ""},
       // ---- sampling on the GPU (greedy/temperature/top-k/top-p/min-p/penalties) ----
       {"sample", {"launch_sample_rows"}, {}, {}, "host sampler over the logits copied back"},
+      {"sample_async", {"launch_sample_rows"}, {}, {}, "host sampler over the logits copied back"},
+      // async scheduling: the previous sampling call's ids patched into the step plan's device token ids
+      {"feed_sampled_tokens", {"launch_feed_sampled_tokens"}, {}, {}, "host ids written into the plan"},
       // ---- DeepSeek MLA / MoE (V2, V3) ----
       {"attention_mla",
        {"launch_attention_mla (CUDA cores; tensor cores for a bf16 cache with R 512, P 64)",

@@ -16,6 +16,7 @@ struct DevicePlan {
   const int32_t* block_table = nullptr;         // block ids of every sequence, concatenated
   const int64_t* slot_mapping = nullptr;        // [T] cache slot of each new token
   const int32_t* logits_rows = nullptr;         // [R] tokens whose logits are wanted
+  const int32_t* prev_sample_rows = nullptr;  // [T] row of the previous sampling call feeding token t, or -1
   int32_t num_tokens = 0;
   int32_t num_seqs = 0;
   int32_t num_logits_rows = 0;

@@ -647,4 +647,28 @@ void launch_sample_rows(const float* logits, int64_t R, int64_t V, const SampleR
   if (err != cudaSuccess) fail("CUDA kernel sample_rows failed to launch: ", cudaGetErrorString(err));
 }
 
+namespace {
+
+__global__ void feed_sampled_tokens_kernel(int32_t* token_ids, const int32_t* prev_rows, int32_t T,
+                                           const SampleRowResult* results, int32_t R, int32_t vocab) {
+  const int32_t t = static_cast<int32_t>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (t >= T) return;
+  const int32_t r = prev_rows[t];
+  if (r < 0 || r >= R) return;
+  const int32_t token = results[r].token;
+  token_ids[t] = token >= 0 && token < vocab ? token : 0;
+}
+
+}  // namespace
+
+void launch_feed_sampled_tokens(int32_t* token_ids, const int32_t* prev_rows, int32_t T,
+                                const SampleRowResult* results, int32_t R, int32_t vocab) {
+  if (T == 0) return;
+  constexpr int kFeedThreads = 256;
+  feed_sampled_tokens_kernel<<<static_cast<unsigned>((T + kFeedThreads - 1) / kFeedThreads), kFeedThreads, 0,
+                               stream()>>>(token_ids, prev_rows, T, results, R, vocab);
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) fail("CUDA kernel feed_sampled_tokens failed to launch: ", cudaGetErrorString(err));
+}
+
 }  // namespace dsinfer::cuda

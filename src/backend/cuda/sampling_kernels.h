@@ -63,4 +63,11 @@ void launch_sample_rows(const float* logits, int64_t R, int64_t V, const SampleR
                         const int32_t* seen, const int32_t* gen_ids, const int32_t* gen_counts, float* work,
                         int32_t* cand_ids, float* cand_values, SampleRowResult* results);
 
+// Async scheduling: token_ids[t] = results[prev_rows[t]].token for every t < T with 0 <= prev_rows[t] < R
+// (the tokens of the previous sampling call fed into the next forward pass without a host round trip); a
+// failed row's token (-1) or one outside [0, vocab) becomes 0 (that row's result is dropped by the engine).
+// A plain launch: it runs after everything queued before it.
+void launch_feed_sampled_tokens(int32_t* token_ids, const int32_t* prev_rows, int32_t T,
+                                const SampleRowResult* results, int32_t R, int32_t vocab);
+
 }  // namespace dsinfer::cuda

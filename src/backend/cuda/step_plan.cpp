@@ -62,6 +62,12 @@ PackedPlan pack_plan(const BatchPlan& plan) {
   p.context_lens = append(p.bytes, plan.context_lens);
   p.block_table_indptr = append(p.bytes, plan.block_table_indptr);
   p.logits_rows = append(p.bytes, plan.logits_rows);
+  // Always T entries (-1: a known token), so that offsets depend on the counts only.
+  std::vector<int32_t> prev(static_cast<size_t>(T), -1);
+  std::copy(plan.prev_sample_rows.begin(),
+            plan.prev_sample_rows.begin() + std::min<size_t>(prev.size(), plan.prev_sample_rows.size()),
+            prev.begin());
+  p.prev_sample_rows = append(p.bytes, prev);
   p.block_table = append(p.bytes, plan.block_table);  // last: its length changes from step to step
   return p;
 }
@@ -81,6 +87,7 @@ const DevicePlan& StepPlan::upload(const BatchPlan& plan, int32_t context_bound)
     packed_ = std::move(packed);
   }
   auto at = [&](size_t offset) { return dev_ + offset; };
+  token_ids_offset_ = pp.token_ids;
   device_.token_ids = reinterpret_cast<const int32_t*>(at(pp.token_ids));
   device_.positions = reinterpret_cast<const int32_t*>(at(pp.positions));
   device_.token_seq = reinterpret_cast<const int32_t*>(at(pp.token_seq));
@@ -90,6 +97,7 @@ const DevicePlan& StepPlan::upload(const BatchPlan& plan, int32_t context_bound)
   device_.block_table = reinterpret_cast<const int32_t*>(at(pp.block_table));
   device_.slot_mapping = reinterpret_cast<const int64_t*>(at(pp.slot_mapping));
   device_.logits_rows = reinterpret_cast<const int32_t*>(at(pp.logits_rows));
+  device_.prev_sample_rows = reinterpret_cast<const int32_t*>(at(pp.prev_sample_rows));
   device_.num_tokens = T;
   device_.num_seqs = S;
   device_.num_logits_rows = static_cast<int32_t>(plan.logits_rows.size());

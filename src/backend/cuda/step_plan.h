@@ -18,7 +18,7 @@ namespace dsinfer::cuda {
 struct PackedPlan {
   std::vector<char> bytes;
   size_t token_ids = 0, positions = 0, token_seq = 0, slot_mapping = 0, cu_seqlens = 0, context_lens = 0,
-         block_table_indptr = 0, logits_rows = 0, block_table = 0;
+         block_table_indptr = 0, logits_rows = 0, prev_sample_rows = 0, block_table = 0;
 };
 PackedPlan pack_plan(const BatchPlan& plan);
 
@@ -39,6 +39,9 @@ class StepPlan {
   // Device pointer of a host array that is a member of the current plan (null otherwise).
   const int32_t* find(const std::vector<int32_t>& v) const;
   const int64_t* find(const std::vector<int64_t>& v) const;
+  // The current plan's device token ids, writable: async scheduling patches tokens fed from the previous
+  // sampling call into them (stream-ordered after the upload).
+  int32_t* token_ids_for_feed() { return reinterpret_cast<int32_t*>(dev_ + token_ids_offset_); }
   uint64_t generation() const { return generation_; }
 
  private:
@@ -47,6 +50,7 @@ class StepPlan {
   std::vector<char> packed_;  // what the device buffer holds
   char* pinned_ = nullptr;    // staging for the copy
   char* dev_ = nullptr;
+  size_t token_ids_offset_ = 0;  // of the current plan in dev_
   size_t capacity_ = 0;
   void* copy_done_ = nullptr;  // event after the last copy (the staging buffer is free once it passed)
   DevicePlan device_;
