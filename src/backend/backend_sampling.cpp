@@ -26,7 +26,9 @@ std::vector<SampledToken> Backend::sample(const Tensor& logits, const std::vecto
 void Backend::sample_async(const Tensor& logits, const std::vector<SamplingRow>& rows) {
   DSI_CHECK(!async_pending_, "sample_async: the previous call's results were not taken (sample_wait)");
   last_sampled_.clear();
-  async_results_ = sample(logits, rows);
+  // The host pipeline, not the virtual sample(): a backend's sample() may itself be sample_async +
+  // sample_wait (CUDA), which hands host logits back here.
+  async_results_ = Backend::sample(logits, rows);
   for (const SampledToken& t : async_results_) last_sampled_.push_back(t.error.empty() ? t.token : -1);
   async_pending_ = true;
 }
