@@ -157,12 +157,6 @@ class Backend {
   // cache rows [k | v] (v [T, Hkv * Dv]) of the plan's tokens to cache layer `layer`.
   virtual void rope_write_kv(Tensor& q, Tensor& k, const Tensor& v, const RopeTable& table, RopeLayout layout,
                              KvCache& cache, int64_t layer, const BatchPlan& plan);
-  // rope_write_kv, then attention_gqa over the cache: q [T, Hq, D], k [T, Hkv, D], v [T, Hkv * Dv] ->
-  // [T, Hq * Dv]. q and k may be left rotated or not (a backend that fuses the rotation into the attention
-  // kernel does not write them back).
-  virtual Tensor rope_attention_gqa(Tensor& q, Tensor& k, const Tensor& v, const RopeTable& table,
-                                    RopeLayout layout, KvCache& cache, int64_t layer, const BatchPlan& plan,
-                                    float scale);
   // DeepSeek MLA's cache write: rotates q_pe [T, H, P] and k_pe [T, 1, P] in place (layout, dims [0, P)),
   // then writes the cache rows [rms_norm(latent [T, R], norm, eps) | k_pe] of the plan's tokens to `layer`.
   virtual void mla_rope_write_kv(Tensor& q_pe, Tensor& k_pe, const Tensor& latent, const Tensor& norm,

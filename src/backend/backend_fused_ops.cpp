@@ -1,7 +1,6 @@
 // Default implementations of the Backend's fused ops: the primitive ops in the reference's order, so a
 // backend that does not fuse (the CPU reference) computes exactly what the unfused model code did.
 #include "backend/backend.h"
-#include "core/error.h"
 
 namespace dsinfer {
 
@@ -27,16 +26,6 @@ void Backend::rope_write_kv(Tensor& q, Tensor& k, const Tensor& v, const RopeTab
   rope(q, plan.positions, table, 0, layout);
   rope(k, plan.positions, table, 0, layout);
   write_kv(cache, layer, plan, k, v);
-}
-
-Tensor Backend::rope_attention_gqa(Tensor& q, Tensor& k, const Tensor& v, const RopeTable& table,
-                                   RopeLayout layout, KvCache& cache, int64_t layer, const BatchPlan& plan,
-                                   float scale) {
-  DSI_CHECK(q.ndim() == 3 && k.ndim() == 3 && k.dim(1) > 0, "rope_attention_gqa: q ", shape_str(q.shape()),
-            " and k ", shape_str(k.shape()));
-  rope_write_kv(q, k, v, table, layout, cache, layer, plan);
-  const int64_t Hkv = k.dim(1), D = q.dim(2), Dv = cache.width(layer) / Hkv - D;
-  return attention_gqa(q, cache, layer, plan, Hkv, D, Dv, scale);
 }
 
 void Backend::mla_rope_write_kv(Tensor& q_pe, Tensor& k_pe, const Tensor& latent, const Tensor& norm,

@@ -1,5 +1,5 @@
 // Device helpers shared by the attention and cache-write kernels (.cu only): bf16 conversion, the paged
-// slot of a position, one rope rotation, 16-byte cp.async copies, launch checks.
+// slot of a position, 16-byte cp.async copies, launch checks.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -36,17 +36,6 @@ __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
 __device__ __forceinline__ int64_t slot_of(const DevicePlanView& plan, int32_t seq, int64_t pos) {
   const int64_t bs = plan.block_size;
   return static_cast<int64_t>(plan.block_table[plan.block_table_indptr[seq] + pos / bs]) * bs + pos % bs;
-}
-
-// One rope rotation of the pair (x0, x1) at position `pos` with frequency `inv_freq`: every kernel that
-// rotates (rope, rope + cache write, decode with the rotation fused) computes it with these exact roundings
-// (no contraction into FMAs), so a vector rotated by any of them has the same bits. Precise cosf/sinf.
-__device__ __forceinline__ void rope_rotate(float inv_freq, float pos, float scaling, float sign, float x0,
-                                            float x1, float& y0, float& y1) {
-  const float freq = __fmul_rn(inv_freq, pos);
-  const float c = __fmul_rn(cosf(freq), scaling), s = __fmul_rn(sign, __fmul_rn(sinf(freq), scaling));
-  y0 = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
-  y1 = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s));
 }
 
 // 16-byte async global -> shared copy; bytes 0 fills the destination with zeros (src is not read).

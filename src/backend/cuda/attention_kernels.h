@@ -42,19 +42,6 @@ struct GqaShape {
 void launch_attention_gqa(const float* q, const DeviceCacheView& cache, const DevicePlanView& plan,
                           float* out, int64_t T, const GqaShape& shape);
 
-// The rotation and cache write that launch_attention_decode_rope does itself: q is passed un-rotated; k
-// [num_queries, Hkv, D] and v [num_queries, Hkv * Dv] (float32) are the step's new keys and values. Every
-// query is the last position of its sequence; the kernel rotates q and k (all D dims, attn::rope_rotate,
-// the same bits as launch_rope_write_kv), uses the new K/V row from registers, and writes it (bf16) to the
-// cache slot of that position.
-struct DecodeRope {
-  const float* k = nullptr;
-  const float* v = nullptr;
-  const float* inv_freq = nullptr;  // [D / 2]
-  float scaling = 1.0f;
-  bool interleaved = false;
-};
-
 // Split-KV decode kernel: one CTA per (query, kv head, context split) handles all Hq / Hkv query heads of the
 // group, so each cached K/V row is read once per group; the splits are merged either by a second kernel or,
 // when `arrivals` is given, by the last split CTA of each (query, head group) to finish (fused combine; the
@@ -64,8 +51,7 @@ struct DecodeRope {
 // lengths themselves are read on the device), so a captured CUDA graph replays it for any lengths up to
 // max_context. `partials` must hold decode_partial_floats(...) floats (unused when that is 0). `arrivals`
 // (null: separate combine kernel) must hold decode_arrival_slots(...) zeros; the kernel leaves them zero.
-// D, Dv multiples of 8 and the group's tiles within the shared memory (decode_supported). `rope`: see
-// launch_attention_decode_rope.
+// D, Dv multiples of 8 and the group's tiles within the shared memory (decode_supported).
 inline constexpr int kMaxDecodeSplits = 64;
 bool decode_supported(const GqaShape& shape, bool bf16_cache);
 int64_t decode_splits(int64_t num_queries, const GqaShape& shape, int64_t max_context);
@@ -73,17 +59,7 @@ int64_t decode_partial_floats(int64_t num_queries, const GqaShape& shape, int64_
 int64_t decode_arrival_slots(int64_t num_queries, const GqaShape& shape, int64_t max_context);
 void launch_attention_decode(const float* q, const DeviceCacheView& cache, const DevicePlanView& plan,
                              const int32_t* tokens, int64_t num_queries, float* out, const GqaShape& shape,
-                             int64_t max_context, float* partials, int32_t* arrivals = nullptr,
-                             const DecodeRope* rope = nullptr);
-
-// Shapes the fused rope decode takes (the register-resident kernel's: bf16 cache, D == Dv in {64, 128, 256}).
-bool decode_rope_supported(const GqaShape& shape, bool bf16_cache);
-// launch_attention_decode with the rotation and the cache write fused; queries are tokens 0..num_queries-1
-// (a pure decode step: one token per sequence).
-void launch_attention_decode_rope(const float* q, const DecodeRope& rope, const DeviceCacheView& cache,
-                                  const DevicePlanView& plan, int64_t num_queries, float* out,
-                                  const GqaShape& shape, int64_t max_context, float* partials,
-                                  int32_t* arrivals);
+                             int64_t max_context, float* partials, int32_t* arrivals = nullptr);
 
 // The process-wide arrival counters of the fused combine: a zeroed device buffer of at least `slots` int32
 // (grown outside CUDA graph capture only; growing invalidates captured graphs). Null when slots is 0, or

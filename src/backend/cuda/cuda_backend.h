@@ -7,7 +7,6 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "backend/cuda/attention_kernels.h"
 #include "backend/cuda/device_mirror.h"
 #include "backend/cuda/pinned_buffer.h"
 #include "backend/cuda/step_plan.h"
@@ -80,10 +79,6 @@ class CudaBackend : public Backend {
   // One kernel: rope on q and k, then the [k | v] cache rows (float32 or bf16 cache).
   void rope_write_kv(Tensor& q, Tensor& k, const Tensor& v, const RopeTable& table, RopeLayout layout,
                      KvCache& cache, int64_t layer, const BatchPlan& plan) override;
-  // Pure decode steps (bf16 cache, full-dim rope): one decode kernel rotates q and k, writes the cache rows
-  // and attends (q, k left un-rotated); otherwise rope_write_kv + attention_gqa.
-  Tensor rope_attention_gqa(Tensor& q, Tensor& k, const Tensor& v, const RopeTable& table, RopeLayout layout,
-                            KvCache& cache, int64_t layer, const BatchPlan& plan, float scale) override;
 
   // DeepSeek-V2/V3: MLA (cuda_backend_mla.cpp) and DeepSeekMoE (cuda_backend_moe.cpp).
   Tensor prepare_weight_f32(Tensor host_f32) override;
@@ -128,10 +123,6 @@ class CudaBackend : public Backend {
                               const BatchPlan& plan, const Tensor& selected, float scale) override;
 
  private:
-  // attention_gqa, with the decode kernel's fused rotation and cache write when `rope` is given.
-  Tensor attention_gqa_routed(const Tensor& q, const KvCache& cache, int64_t layer, const BatchPlan& plan,
-                              int64_t kv_heads, int64_t head_dim, int64_t v_head_dim, float scale,
-                              const cuda::DecodeRope* rope);
   // Device pointer of a host array: the step plan's copy when `v` is one of the current plan's arrays, else
   // `mirror`'s.
   template <typename T>

@@ -1,12 +1,9 @@
-// CudaBackend's attention-side ops: rope, cache writes (float32 or bf16 cache), the fused rope + cache write,
-// rope + cache write + decode attention in one kernel for pure decode steps (rope_attention_gqa), and GQA
-// attention, which routes each sequence of the plan to a kernel: query_len 1 (decode) -> split-KV
+// CudaBackend's attention-side ops: rope, cache writes (float32 or bf16 cache), the fused rope + cache write
+// and GQA attention, which routes each sequence of the plan to a kernel: query_len 1 (decode) -> split-KV
 // decode kernel (splits merged in the kernel, decode_arrivals); longer chunks -> tensor-core flash kernel
 // (bf16 cache, head dim 64 or 128) or, for other shapes, the decode kernel run per token; shapes neither
 // takes -> the simple kernel. The split is made on the host from the plan, so nothing waits for the GPU.
 #include <algorithm>
-#include <cstdlib>
-#include <string>
 
 #include "backend/cuda/attention_kernels.h"
 #include "backend/cuda/cuda_backend.h"
@@ -40,15 +37,6 @@ void check_slots(const KvCache& cache, const BatchPlan& plan, const char* op) {
             plan.slot_mapping.size(), " entries for ", plan.num_tokens(), " tokens");
   const int64_t slots = cache.num_blocks() * cache.block_size();
   for (int64_t s : plan.slot_mapping) DSI_CHECK(s >= 0 && s < slots, op, ": slot ", s, " outside the cache");
-}
-
-// DSINFER_CUDA_FUSED_ROPE=0 turns the fused rope + cache write + decode attention off (read once).
-bool fused_rope_enabled() {
-  static const bool enabled = [] {
-    const char* env = std::getenv("DSINFER_CUDA_FUSED_ROPE");
-    return !(env && std::string(env) == "0");
-  }();
-  return enabled;
 }
 
 }  // namespace
@@ -108,35 +96,6 @@ void CudaBackend::rope_write_kv(Tensor& q, Tensor& k, const Tensor& v, const Rop
                              table.attention_scaling, layout == RopeLayout::kInterleaved);
 }
 
-Tensor CudaBackend::rope_attention_gqa(Tensor& q, Tensor& k, const Tensor& v, const RopeTable& table,
-                                       RopeLayout layout, KvCache& cache, int64_t layer,
-                                       const BatchPlan& plan, float scale) {
-  // q [T, Hq, D], k [T, Hkv, D], v [T, Hkv * Dv] -> out [T, Hq * Dv]. A pure decode step (one token per
-  // sequence) whose heads rotate in full runs the decode kernel with the rotation and the cache write fused;
-  // anything else runs rope_write_kv, then attention_gqa.
-  const int64_t T = plan.num_tokens();
-  const bool shapes = q.ndim() == 3 && k.ndim() == 3 && q.dim(0) == T && k.dim(0) == T && k.dim(1) > 0 &&
-                      q.dim(2) == k.dim(2) && q.dim(1) % k.dim(1) == 0;
-  if (!shapes || T == 0 || T != plan.num_seqs() || table.rope_dim != q.dim(2) || !fused_rope_enabled() ||
-      cache.device() != Device::kCuda || cache.dtype() != DType::BF16) {
-    return Backend::rope_attention_gqa(q, k, v, table, layout, cache, layer, plan, scale);
-  }
-  const int64_t Hq = q.dim(1), Hkv = k.dim(1), D = q.dim(2), Dv = cache.width(layer) / Hkv - D;
-  const cuda::GqaShape shape{Hq, Hkv, D, Dv, scale};
-  if (v.numel() != T * Hkv * Dv || !cuda::decode_rope_supported(shape, true) ||
-      static_cast<int64_t>(table.inv_freq.size()) != D / 2) {
-    return Backend::rope_attention_gqa(q, k, v, table, layout, cache, layer, plan, scale);
-  }
-  check_slots(cache, plan, "rope_attention_gqa");
-  cuda::DecodeRope rope;
-  rope.k = dev_f32(k, "rope_attention_gqa", "k");
-  rope.v = dev_f32(v, "rope_attention_gqa", "v");
-  rope.inv_freq = inv_freq_.upload(table.inv_freq);
-  rope.scaling = table.attention_scaling;
-  rope.interleaved = layout == RopeLayout::kInterleaved;
-  return attention_gqa_routed(q, cache, layer, plan, Hkv, D, Dv, scale, &rope);
-}
-
 void CudaBackend::mla_rope_write_kv(Tensor& q_pe, Tensor& k_pe, const Tensor& latent, const Tensor& norm,
                                     float eps, const RopeTable& table, RopeLayout layout, KvCache& cache,
                                     int64_t layer, const BatchPlan& plan) {
@@ -167,12 +126,6 @@ void CudaBackend::mla_rope_write_kv(Tensor& q_pe, Tensor& k_pe, const Tensor& la
 
 Tensor CudaBackend::attention_gqa(const Tensor& q, const KvCache& cache, int64_t layer, const BatchPlan& plan,
                                   int64_t kv_heads, int64_t head_dim, int64_t v_head_dim, float scale) {
-  return attention_gqa_routed(q, cache, layer, plan, kv_heads, head_dim, v_head_dim, scale, nullptr);
-}
-
-Tensor CudaBackend::attention_gqa_routed(const Tensor& q, const KvCache& cache, int64_t layer,
-                                         const BatchPlan& plan, int64_t kv_heads, int64_t head_dim,
-                                         int64_t v_head_dim, float scale, const cuda::DecodeRope* rope) {
   // q [T, Hq, D] -> out [T, Hq * Dv]
   const cuda::DeviceCacheView cv = cache_view(cache, layer, "attention_gqa");
   DSI_CHECK(q.ndim() == 3, "attention_gqa: q must be [T, Hq, D], got ", shape_str(q.shape()));
@@ -200,7 +153,6 @@ Tensor CudaBackend::attention_gqa_routed(const Tensor& q, const KvCache& cache, 
   const float* qd = dev_f32(q, "attention_gqa", "q");
 
   if (!cuda::decode_supported(shape, cv.bf16)) {
-    DSI_CHECK(!rope, "attention_gqa: no fused rope for this shape");
     cuda::launch_attention_gqa(qd, cv, view, out.data<float>(), T, shape);
     if (lone_call) step_.clear_host();
     return out;
@@ -244,14 +196,13 @@ Tensor CudaBackend::attention_gqa_routed(const Tensor& q, const KvCache& cache, 
     const auto n = static_cast<int64_t>(dec.size());
     // All tokens in order (a pure decode step): no token list, so a captured graph does not depend on it.
     const int32_t* tokens = n == T ? nullptr : decode_tokens_.upload(dec);
-    DSI_CHECK(!rope || (tokens == nullptr && tiles.empty()), "attention_gqa: fused rope needs a decode step");
     const int64_t bucket = cuda::attention_max_context_bucket(max_context);
     const int64_t floats = cuda::decode_partial_floats(n, shape, bucket);
     Tensor partials = floats ? Tensor::empty_on(Device::kCuda, DType::F32, {floats}) : Tensor();
     // Fused combine when the counters are there (a capture that would need more runs the combine kernel).
     int32_t* arrivals = cuda::decode_arrivals(cuda::decode_arrival_slots(n, shape, bucket));
     cuda::launch_attention_decode(qd, cv, view, tokens, n, out.data<float>(), shape, bucket,
-                                  floats ? partials.data<float>() : nullptr, arrivals, rope);
+                                  floats ? partials.data<float>() : nullptr, arrivals);
   }
   if (lone_call) step_.clear_host();
   return out;

@@ -50,12 +50,6 @@ const std::vector<CudaOpSupport>& cuda_op_support() {
        {"rms_norm", "mlp", "add_inplace"},
        ""},
       {"rope_write_kv", {"launch_rope_write_kv"}, {}, {"rope", "write_kv"}, ""},
-      {"rope_attention_gqa",
-       {"launch_attention_decode_rope (pure decode steps)", "launch_rope_write_kv", "launch_attention_decode",
-        "launch_attention_flash"},
-       {},
-       {"rope_write_kv", "attention_gqa"},
-       ""},
       {"mla_rope_write_kv", {"launch_mla_rope_write_kv"}, {}, {"rms_norm", "rope", "write_kv"}, ""},
       // ---- sampling on the GPU (greedy/temperature/top-k/top-p/min-p/penalties) ----
       {"sample", {"launch_sample_rows"}, {}, {}, "host sampler over the logits copied back"},

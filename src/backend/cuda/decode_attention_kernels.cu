@@ -347,25 +347,9 @@ int64_t decode_arrival_slots(int64_t num_queries, const GqaShape& shape, int64_t
   return decode_splits(num_queries, shape, max_context) > 1 ? num_queries * shape.Hq : 0;
 }
 
-bool decode_rope_supported(const GqaShape& shape, bool bf16_cache) {
-  return decode_supported(shape, bf16_cache) && detail::decode_warp_supported(shape, bf16_cache);
-}
-
-void launch_attention_decode_rope(const float* q, const DecodeRope& rope, const DeviceCacheView& cache,
-                                  const DevicePlanView& plan, int64_t num_queries, float* out,
-                                  const GqaShape& shape, int64_t max_context, float* partials,
-                                  int32_t* arrivals) {
-  DSI_CHECK(decode_rope_supported(shape, cache.bf16), "attention decode with rope: unsupported shape (Hq ",
-            shape.Hq, ", Hkv ", shape.Hkv, ", D ", shape.D, ", Dv ", shape.Dv, ")");
-  DSI_CHECK(rope.k && rope.v && rope.inv_freq, "attention decode with rope: k, v and inv_freq are required");
-  launch_attention_decode(q, cache, plan, nullptr, num_queries, out, shape, max_context, partials, arrivals,
-                          &rope);
-}
-
 void launch_attention_decode(const float* q, const DeviceCacheView& cache, const DevicePlanView& plan,
                              const int32_t* tokens, int64_t num_queries, float* out, const GqaShape& shape,
-                             int64_t max_context, float* partials, int32_t* arrivals,
-                             const DecodeRope* rope) {
+                             int64_t max_context, float* partials, int32_t* arrivals) {
   DSI_CHECK(decode_supported(shape, cache.bf16), "attention decode: unsupported shape (Hq ", shape.Hq,
             ", Hkv ", shape.Hkv, ", D ", shape.D, ", Dv ", shape.Dv, ")");
   DSI_CHECK(max_context > 0, "attention decode: max_context must be positive");
@@ -375,9 +359,7 @@ void launch_attention_decode(const float* q, const DeviceCacheView& cache, const
   if (sp.splits == 1) arrivals = nullptr;  // nothing to merge
   if (detail::decode_warp_supported(shape, cache.bf16)) {
     detail::launch_decode_warp(q, cache, plan, tokens, num_queries, out, shape, sp.splits, sp.chunk, partials,
-                               arrivals, rope);
-  } else if (rope) {
-    fail("attention decode with rope: the register-resident kernel does not take this shape");
+                               arrivals);
   } else if (cache.bf16) {
     launch_decode_typed<__nv_bfloat16>(q, cache, plan, tokens, num_queries, out, shape, sp, partials,
                                        arrivals);

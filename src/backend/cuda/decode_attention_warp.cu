@@ -5,10 +5,7 @@
 // each lane has U rows of K and V in flight. No barriers until the end, where the rows of a warp merge by
 // shuffles and the 4 warps through shared memory. Launch geometry comes from the caller (split plan of
 // decode_attention_kernels.cu), so it depends on max_context only. With arrival counters the last split CTA
-// of a (query, head chunk) merges the splits itself (decode_merge.cuh) instead of the combine kernel. With
-// ROPE (launch_attention_decode_rope) the kernel also rotates q on load, and the new token's K/V row
-// (rotated, rounded to bf16 as the cache holds it) replaces the cache read of the last position; one CTA
-// writes it.
+// of a (query, head chunk) merges the splits itself (decode_merge.cuh) instead of the combine kernel.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -37,53 +34,12 @@ __device__ __forceinline__ void bf16x8_to_float(const uint4& raw, float (&f)[8])
   }
 }
 
-// Rotates x = dims [8 li, 8 li + 8) of one head (D dims) at position pos in place. Half layout pairs dim d
-// with d + D / 2, held by lane li ^ (D / 16) of the same row group: every lane of the warp must call this.
-template <int D>
-__device__ __forceinline__ void rope8(float (&x)[8], int li, float pos, const DecodeRope& rope) {
-  constexpr int LPR = D / 8;
-  if (rope.interleaved) {
-#pragma unroll
-    for (int e = 0; e < 8; e += 2)
-      attn::rope_rotate(rope.inv_freq[(li * 8 + e) / 2], pos, rope.scaling, 1.0f, x[e], x[e + 1], x[e],
-                        x[e + 1]);
-    return;
-  }
-  const bool first = li < LPR / 2;
-#pragma unroll
-  for (int e = 0; e < 8; ++e) {
-    const float other = __shfl_xor_sync(0xffffffffu, x[e], LPR / 2);
-    const int i = (li % (LPR / 2)) * 8 + e;  // frequency index of the pair
-    float y0, y1;
-    if (first) {
-      attn::rope_rotate(rope.inv_freq[i], pos, rope.scaling, 1.0f, x[e], other, y0, y1);
-      x[e] = y0;
-    } else {
-      attn::rope_rotate(rope.inv_freq[i], pos, rope.scaling, 1.0f, other, x[e], y0, y1);
-      x[e] = y1;
-    }
-  }
-}
-
-__device__ __forceinline__ uint4 float8_to_bf16x8(const float (&f)[8]) {
-  uint4 out;
-  __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&out);
-#pragma unroll
-  for (int e = 0; e < 4; ++e) h[e] = __floats2bfloat162_rn(f[2 * e], f[2 * e + 1]);
-  return out;
-}
-
-__device__ __forceinline__ void load8(const float* src, float (&x)[8]) {
-  const float4 a = reinterpret_cast<const float4*>(src)[0], b = reinterpret_cast<const float4*>(src)[1];
-  x[0] = a.x, x[1] = a.y, x[2] = a.z, x[3] = a.w, x[4] = b.x, x[5] = b.y, x[6] = b.z, x[7] = b.w;
-}
-
-template <int D, int GMAX, bool ROPE>
+template <int D, int GMAX>
 __global__ void __launch_bounds__(kThreads)
     decode_warp_kernel(const float* __restrict__ q, const __nv_bfloat16* __restrict__ cache, int64_t width,
                        DevicePlanView plan, const int32_t* tokens, int num_queries, float* out,
                        float* partials, int32_t* arrivals, int Hq, int Hkv, float scale_log2, int splits,
-                       int chunk, DecodeRope rope) {
+                       int chunk) {
   pdl_wait();
   pdl_trigger();
   constexpr int LPR = D / 8;            // lanes per cache row (8 values each)
@@ -118,37 +74,19 @@ __global__ void __launch_bounds__(kThreads)
   const int32_t* blocks = plan.block_table + plan.block_table_indptr[plan.token_seq[t]];
   const int bs = static_cast<int>(plan.block_size);
 
-  const float pos = static_cast<float>(ctx - 1);
   float qr[GMAX][8];
 #pragma unroll
   for (int g = 0; g < GMAX; ++g) {
-    if (g < gc) {  // the same for every thread of the CTA
-      load8(q + (static_cast<int64_t>(t) * Hq + h0 + g) * D + li * 8, qr[g]);
-      if (ROPE) rope8<D>(qr[g], li, pos, rope);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) qr[g][e] *= scale_log2;
+    if (g < gc) {
+      const float4* src =
+          reinterpret_cast<const float4*>(q + (static_cast<int64_t>(t) * Hq + h0 + g) * D + li * 8);
+      const float4 a = src[0], b = src[1];
+      qr[g][0] = a.x * scale_log2, qr[g][1] = a.y * scale_log2, qr[g][2] = a.z * scale_log2;
+      qr[g][3] = a.w * scale_log2, qr[g][4] = b.x * scale_log2, qr[g][5] = b.y * scale_log2;
+      qr[g][6] = b.z * scale_log2, qr[g][7] = b.w * scale_log2;
     } else {
 #pragma unroll
       for (int e = 0; e < 8; ++e) qr[g][e] = 0.0f;
-    }
-  }
-  // ROPE: this lane's 8 dims of the new token's K (rotated) and V as bf16, used for position ctx - 1 instead
-  // of the cache, and written to its slot by the head chunk 0 CTA of the split that holds that position.
-  uint4 knew = make_uint4(0, 0, 0, 0), vnew = make_uint4(0, 0, 0, 0);
-  if (ROPE) {
-    float kv[8];
-    load8(rope.k + (static_cast<int64_t>(t) * Hkv + kvh) * D + li * 8, kv);
-    rope8<D>(kv, li, pos, rope);
-    knew = float8_to_bf16x8(kv);
-    load8(rope.v + (static_cast<int64_t>(t) * Hkv + kvh) * D + li * 8, kv);
-    vnew = float8_to_bf16x8(kv);
-    if (hc == 0 && begin <= ctx - 1 && ctx - 1 < end && warp == 0 && sub == 0) {
-      const int p = ctx - 1;
-      __nv_bfloat16* row =
-          const_cast<__nv_bfloat16*>(cache) + (static_cast<int64_t>(blocks[p / bs]) * bs + p % bs) * width;
-      *reinterpret_cast<uint4*>(row + static_cast<int64_t>(kvh) * D + li * 8) = knew;
-      *reinterpret_cast<uint4*>(row + static_cast<int64_t>(Hkv) * D + static_cast<int64_t>(kvh) * D +
-                                li * 8) = vnew;
     }
   }
   float m[GMAX], l[GMAX], acc[GMAX][8];
@@ -175,10 +113,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       valid[u] = slot[u] >= 0;
-      if (ROPE && n0 + lane_row + u * RPW == ctx - 1) {
-        kr[u] = knew;
-        vr[u] = vnew;
-      } else if (valid[u]) {
+      if (valid[u]) {
         const __nv_bfloat16* row = cache + slot[u] * width;
         kr[u] = __ldg(reinterpret_cast<const uint4*>(row + kcol));
         vr[u] = __ldg(reinterpret_cast<const uint4*>(row + vcol));
@@ -285,36 +220,30 @@ __global__ void __launch_bounds__(kThreads)
 template <int D, int GMAX>
 void launch_typed(const float* q, const DeviceCacheView& cache, const DevicePlanView& plan,
                   const int32_t* tokens, int64_t num_queries, float* out, const GqaShape& shape,
-                  int64_t splits, int64_t chunk, float* partials, int32_t* arrivals, const DecodeRope* rope) {
+                  int64_t splits, int64_t chunk, float* partials, int32_t* arrivals) {
   const int64_t G = shape.Hq / shape.Hkv, nhc = (G + GMAX - 1) / GMAX;
   const dim3 grid(static_cast<unsigned>(num_queries), static_cast<unsigned>(shape.Hkv * nhc),
                   static_cast<unsigned>(splits));
-  auto* kernel = rope ? decode_warp_kernel<D, GMAX, true> : decode_warp_kernel<D, GMAX, false>;
-  launch_pdl(kernel, grid, kThreads, 0, q, static_cast<const __nv_bfloat16*>(cache.data), cache.width, plan,
-             tokens, static_cast<int>(num_queries), out, partials, arrivals, static_cast<int>(shape.Hq),
-             static_cast<int>(shape.Hkv), shape.scale * 1.4426950408889634f, static_cast<int>(splits),
-             static_cast<int>(chunk), rope ? *rope : DecodeRope{});
+  launch_pdl(decode_warp_kernel<D, GMAX>, grid, kThreads, 0, q, static_cast<const __nv_bfloat16*>(cache.data),
+             cache.width, plan, tokens, static_cast<int>(num_queries), out, partials, arrivals,
+             static_cast<int>(shape.Hq), static_cast<int>(shape.Hkv), shape.scale * 1.4426950408889634f,
+             static_cast<int>(splits), static_cast<int>(chunk));
   attn::check_launch("attention_decode (warp kernel)");
 }
 
 template <int D>
 void launch_for_dim(const float* q, const DeviceCacheView& cache, const DevicePlanView& plan,
                     const int32_t* tokens, int64_t num_queries, float* out, const GqaShape& shape,
-                    int64_t splits, int64_t chunk, float* partials, int32_t* arrivals,
-                    const DecodeRope* rope) {
+                    int64_t splits, int64_t chunk, float* partials, int32_t* arrivals) {
   const int64_t G = shape.Hq / shape.Hkv;
   if (G <= 1) {
-    launch_typed<D, 1>(q, cache, plan, tokens, num_queries, out, shape, splits, chunk, partials, arrivals,
-                       rope);
+    launch_typed<D, 1>(q, cache, plan, tokens, num_queries, out, shape, splits, chunk, partials, arrivals);
   } else if (G <= 2) {
-    launch_typed<D, 2>(q, cache, plan, tokens, num_queries, out, shape, splits, chunk, partials, arrivals,
-                       rope);
+    launch_typed<D, 2>(q, cache, plan, tokens, num_queries, out, shape, splits, chunk, partials, arrivals);
   } else if (G <= 4) {
-    launch_typed<D, 4>(q, cache, plan, tokens, num_queries, out, shape, splits, chunk, partials, arrivals,
-                       rope);
+    launch_typed<D, 4>(q, cache, plan, tokens, num_queries, out, shape, splits, chunk, partials, arrivals);
   } else {
-    launch_typed<D, 8>(q, cache, plan, tokens, num_queries, out, shape, splits, chunk, partials, arrivals,
-                       rope);
+    launch_typed<D, 8>(q, cache, plan, tokens, num_queries, out, shape, splits, chunk, partials, arrivals);
   }
 }
 
@@ -329,20 +258,15 @@ bool decode_warp_supported(const GqaShape& s, bool bf16_cache) {
 
 void launch_decode_warp(const float* q, const DeviceCacheView& cache, const DevicePlanView& plan,
                         const int32_t* tokens, int64_t num_queries, float* out, const GqaShape& shape,
-                        int64_t splits, int64_t chunk, float* partials, int32_t* arrivals,
-                        const DecodeRope* rope) {
+                        int64_t splits, int64_t chunk, float* partials, int32_t* arrivals) {
   DSI_CHECK(decode_warp_supported(shape, cache.bf16), "attention decode: the warp kernel does not take D ",
             shape.D, " / Dv ", shape.Dv);
-  DSI_CHECK(!rope || !tokens, "attention decode with rope: queries must be the step's tokens in order");
   if (shape.D == 64) {
-    launch_for_dim<64>(q, cache, plan, tokens, num_queries, out, shape, splits, chunk, partials, arrivals,
-                       rope);
+    launch_for_dim<64>(q, cache, plan, tokens, num_queries, out, shape, splits, chunk, partials, arrivals);
   } else if (shape.D == 128) {
-    launch_for_dim<128>(q, cache, plan, tokens, num_queries, out, shape, splits, chunk, partials, arrivals,
-                        rope);
+    launch_for_dim<128>(q, cache, plan, tokens, num_queries, out, shape, splits, chunk, partials, arrivals);
   } else {
-    launch_for_dim<256>(q, cache, plan, tokens, num_queries, out, shape, splits, chunk, partials, arrivals,
-                        rope);
+    launch_for_dim<256>(q, cache, plan, tokens, num_queries, out, shape, splits, chunk, partials, arrivals);
   }
 }
 

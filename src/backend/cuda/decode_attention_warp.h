@@ -11,11 +11,9 @@ namespace dsinfer::cuda::detail {
 bool decode_warp_supported(const GqaShape& shape, bool bf16_cache);
 // One CTA per (query, kv head x chunk of up to 8 of its q heads, split); split sp covers positions
 // [sp * chunk, (sp + 1) * chunk). partials as in decode_attention_kernels.cu (splits > 1 only); arrivals
-// (splits > 1, or null): num_queries * Hkv * ceil(G / 8) zeros, the fused combine's counters. rope (or
-// null): the fused rotation and cache write of launch_attention_decode_rope (tokens must be null).
+// (splits > 1, or null): num_queries * Hkv * ceil(G / 8) zeros, the fused combine's counters.
 void launch_decode_warp(const float* q, const DeviceCacheView& cache, const DevicePlanView& plan,
                         const int32_t* tokens, int64_t num_queries, float* out, const GqaShape& shape,
-                        int64_t splits, int64_t chunk, float* partials, int32_t* arrivals,
-                        const DecodeRope* rope = nullptr);
+                        int64_t splits, int64_t chunk, float* partials, int32_t* arrivals);
 
 }  // namespace dsinfer::cuda::detail

@@ -1,7 +1,7 @@
 // Rotary embedding: one block per token, one thread per (head, pair); and rope fused with the KV-cache
 // write (one block per (token, head): q heads rotate in place; k heads rotate in place and write their K and
-// V parts of the token's cache row as float32 or bf16). The rotation is attn::rope_rotate (precise cosf/sinf,
-// so the angles match the CPU reference to float32 rounding).
+// V parts of the token's cache row as float32 or bf16). Precise cosf/sinf (no fast math) so
+// the angles match the CPU reference to float32 rounding.
 #include <cuda_runtime.h>
 
 #include "backend/cuda/attention_common.cuh"
@@ -23,10 +23,15 @@ __global__ void rope_kernel(float* x, const int32_t* positions, const float* inv
   const float pos = static_cast<float>(positions[t]);
   for (int64_t idx = threadIdx.x; idx < heads * half; idx += blockDim.x) {
     const int64_t h = idx / half, i = idx % half;
+    const float freq = inv_freq[i] * pos;
+    const float c = cosf(freq) * scaling;
+    const float s = sign * sinf(freq) * scaling;
     float* v = x + (t * heads + h) * head_dim + offset;
     const int64_t a = interleaved ? 2 * i : i;
     const int64_t b = interleaved ? 2 * i + 1 : i + half;
-    attn::rope_rotate(inv_freq[i], pos, scaling, sign, v[a], v[b], v[a], v[b]);
+    const float x0 = v[a], x1 = v[b];
+    v[a] = x0 * c - x1 * s;
+    v[b] = x1 * c + x0 * s;
   }
 }
 
@@ -47,9 +52,11 @@ __global__ void rope_write_kv_kernel(float* q, float* k, const float* v, KV* cac
   KV* row = is_q ? nullptr : cache + slot_mapping[t] * width;
   const float pos = static_cast<float>(positions[t]);
   for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    const float freq = inv_freq[i] * pos;
+    const float c = cosf(freq) * scaling, s = sinf(freq) * scaling;
     const int a = interleaved ? 2 * i : i, b = interleaved ? 2 * i + 1 : i + half;
-    float y0, y1;
-    attn::rope_rotate(inv_freq[i], pos, scaling, 1.0f, x[a], x[b], y0, y1);
+    const float x0 = x[a], x1 = x[b];
+    const float y0 = x0 * c - x1 * s, y1 = x1 * c + x0 * s;
     x[a] = y0;
     x[b] = y1;
     if (!is_q) {
