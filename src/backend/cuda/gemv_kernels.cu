@@ -466,16 +466,22 @@ const MmaKernel& find_mma(GemvConfig c, bool swiglu) {
        c.stages, ", splits ", c.splits);
 }
 
-// The kernel shape for a launch, from bench/cuda_linear_bench on the H200 (2026-11-30; Llama-3.1-8B shapes,
-// M = 1 and 8): two activation parts (the third costs 2-10% and buys bits below the 2^-17 relative error
-// of two), long rows (K >= 8192: down) 16 rows per block with 4 chunks per stage; otherwise 32 rows per
-// block once that still gives every SM more than one block (qkv: 6144 rows, lm_head), else 16 (o: 4096).
+// The kernel shape for a launch: two activation parts (the third costs 2-10% and buys bits below the 2^-17
+// relative error of two), long rows (K >= 8192: down) 16 rows per block with 4 chunks per stage, and the
+// rest from the sweep below.
 GemvConfig choose_shape(int64_t rows, int64_t K, bool swiglu) {
-  if (swiglu) return {2, 2, 3, 2, false};
-  if (K >= 8192) return {1, 4, 3, 2, false};
-  if (rows >= 32 * 264) return {2, 1, 4, 2, false};  // >= 2 blocks of 32 rows per SM (132 SMs)
-  if (rows >= 32 * 160) return {2, 2, 3, 2, false};
-  return {1, 2, 4, 2, false};
+  // From CudaLinearTest.DISABLED_BenchGemvSweep on the H200 (2026-12-01, M 1 and 4; no split-K shape won):
+  // 4-warp blocks for the big SwiGLU launches (Llama-8B gate_up 73.1 -> 66.7 us, V2-Lite dense MLP 30.1 ->
+  // 25.3) and the LM head; 4 chunks per stage for the small matrices (8B o 13.5 -> 11.9, V2-Lite o 6.9
+  // -> 5.2, q + kv_a 8.8 -> 7.1).
+  if (swiglu) {
+    if (rows < 8192) return {2, 2, 3, 2, false, 8};  // V2-Lite shared experts (2816): no better shape
+    return K >= 4096 ? GemvConfig{2, 2, 3, 2, false, 4} : GemvConfig{2, 1, 4, 2, false, 4};
+  }
+  if (K >= 8192) return {1, 4, 3, 2, false, 8};
+  if (rows >= 32 * 264) return {2, 1, 4, 2, false, 4};  // LM heads: >= 2 blocks of 32 rows per SM
+  if (rows >= 32 * 160) return {2, 2, 3, 2, false, 8};  // 8B qkv (6144 rows)
+  return {1, 4, 3, 2, false, 8};
 }
 
 int num_sms() {
@@ -535,7 +541,9 @@ GemvConfig resolve(int64_t M, int64_t K, const int64_t* N, int count, bool swigl
   in.stages = c.stages;
   in.sms = num_sms();
   in.blocks_per_sm = find_mma(c, swiglu).blocks_per_sm;
-  in.forced = forced_ksplit();
+  // Split-K only on request: the sweep found no shape where a split beat the best unsplit kernel (the model
+  // in gemv_plan.h split V2-Lite's kv_a, 4.6 -> 7.3 us).
+  in.forced = forced_ksplit() > 0 ? forced_ksplit() : 1;
   c.ksplit = choose_gemv_ksplit(in);
   return c;
 }

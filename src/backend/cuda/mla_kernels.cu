@@ -34,8 +34,10 @@ constexpr int64_t kTargetBlocks = 528;  // 4 per SM of an H100 / H200
 // Tensor-core kernel (mla_tc_kernels.cu): blocks of 16 heads, one resident per SM, tiles of 64 rows.
 constexpr int64_t kTcHeads = 16, kTcTile = 64, kTcSlots = 132;  // 132 SMs: H100 SXM / H200
 // Most splits the last-arriving block merges itself (it reads splits x 32 KiB for 16 heads of R 512 alone,
-// so many splits are merged faster by the separate combine kernel's T x H blocks).
-constexpr int kDefaultFusedMergeSplits = 8;
+// so many splits are merged faster by the separate combine kernel's T x H blocks). Off by default: on the
+// H200 (2026-12-01) V2-Lite decode at batch 1 took 3.54 ms/token with the fused merge (4 splits) and 3.41 ms
+// with the combine kernel.
+constexpr int kDefaultFusedMergeSplits = 0;
 
 __device__ __forceinline__ float load_elem(const float* p) {
   return *p;

@@ -35,7 +35,8 @@ size_t mla_workspace_floats(int64_t T, int64_t H, int64_t R, const MlaSplit& spl
 
 // Most splits whose states the MLA kernels merge themselves (the last split block to arrive, counted in
 // decode_arrivals): above, a separate combine kernel (the same merge, the same bits).
-// DSINFER_MLA_FUSED_SPLITS (read once; 0 turns the fused merge off) overrides the default of 8.
+// DSINFER_MLA_FUSED_SPLITS (read once; 0 turns the fused merge off) overrides the default of 0 (off: measured
+// slower than the combine kernel on V2-Lite decode).
 int mla_fused_merge_max_splits();
 // Tests and benchmarks only (between steps, never while CUDA graphs of the model are captured).
 void mla_set_fused_merge_max_splits(int max_splits);
