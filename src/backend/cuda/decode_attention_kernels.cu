@@ -21,6 +21,7 @@
 #include "backend/cuda/decode_attention_warp.h"
 #include "backend/cuda/decode_merge.cuh"
 #include "backend/cuda/pdl.cuh"
+#include "backend/cuda/runtime.h"
 #include "backend/cuda/stream.h"
 #include "core/error.h"
 
@@ -43,16 +44,7 @@ int64_t ceil_div(int64_t a, int64_t b) {
 }
 
 int num_sms() {
-  static const int n = [] {
-    int dev = 0, v = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
-      cudaGetLastError();
-      return 108;
-    }
-    return v;
-  }();
-  return n;
+  return device_sm_count(108);
 }
 
 // Elements of a cache row per 16 bytes.

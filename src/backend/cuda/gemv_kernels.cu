@@ -19,6 +19,7 @@
 #include "backend/cuda/gemv_workspace.h"
 #include "backend/cuda/kernel_common.cuh"
 #include "backend/cuda/pdl.cuh"
+#include "backend/cuda/runtime.h"
 #include "backend/cuda/stream.h"
 #include "core/error.h"
 
@@ -485,16 +486,7 @@ GemvConfig choose_shape(int64_t rows, int64_t K, bool swiglu) {
 }
 
 int num_sms() {
-  static const int n = [] {
-    int dev = 0, v = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
-      cudaGetLastError();
-      return 132;
-    }
-    return v;
-  }();
-  return n;
+  return device_sm_count(132);
 }
 
 // DSINFER_GEMV_SPLITK=N: the auto choice's split is N (1: never split); unset or invalid: the model.

@@ -246,4 +246,17 @@ void destroy_graph(GraphHandle graph) {
   if (graph) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph));
 }
 
+int device_sm_count(int fallback) {
+  static const int n = [] {
+    int dev = 0, v = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+      cudaGetLastError();
+      return 0;
+    }
+    return v;
+  }();
+  return n > 0 ? n : fallback;
+}
+
 }  // namespace dsinfer::cuda

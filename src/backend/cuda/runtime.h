@@ -14,6 +14,8 @@ void copy_to_device(void* dst, const void* src, size_t bytes);
 void copy_to_host(void* dst, const void* src, size_t bytes);
 void copy_device_to_device(void* dst, const void* src, size_t bytes);
 void synchronize();  // waits for the stream
+// Streaming multiprocessors of the current device (read once); `fallback` when it cannot be queried.
+int device_sm_count(int fallback);
 
 // Page-locked host memory (needed for copies that overlap host work or are captured in graphs).
 void* host_alloc_pinned(size_t bytes);
