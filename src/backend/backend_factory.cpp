@@ -29,6 +29,15 @@ std::unique_ptr<Backend> make_cuda_backend(const std::string& cuda_arch) {
   CudaBackendOptions options;
   const char* gemm = std::getenv("DSINFER_CUDA_GEMM");
   if (gemm && std::strcmp(gemm, "split") == 0) options.split_gemm_activations = true;
+  // DSINFER_MOE_GROUPED_MIN_ROWS=N: the grouped expert GEMMs from N (bucketed) rows per expert on
+  // (benchmarks).
+  if (const char* rows = std::getenv("DSINFER_MOE_GROUPED_MIN_ROWS"); rows && *rows) {
+    char* end = nullptr;
+    const long long n = std::strtoll(rows, &end, 10);
+    DSI_CHECK(*end == '\0' && n >= 1, "DSINFER_MOE_GROUPED_MIN_ROWS must be a positive integer, got \"", rows,
+              "\"");
+    options.moe_grouped_min_rows = n;
+  }
   return std::make_unique<CudaBackend>(options);
 }
 

@@ -20,8 +20,8 @@
 #ifdef DSINFER_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_tensor.h"
-#include "backend/cuda/moe_kernels.h"
 #include "backend/cuda/mla_kernels.h"
+#include "backend/cuda/moe_kernels.h"
 #include "backend/cuda/runtime.h"
 #include "backend/cuda/timing.h"
 #endif
@@ -746,7 +746,7 @@ TEST_F(CudaDeepseekOpsTest, DISABLED_BenchDecodeOps) {
   }
   const Tensor w_uk = device_bf16_filled(this, {heads, nope, R});
   const Tensor w_uv = device_bf16_filled(this, {heads, v, R});
-  for (int64_t T : {1, 64, 256}) {
+  for (int64_t T : {1, 64, 256, 512}) {
     const Tensor q_nope = cuda::to_device(random_bf16_values({T, heads, nope}));
     double s = time_calls([&] { gpu.head_matmul(q_nope, w_uk, true); }, 50);
     std::printf("head_matmul T %lld [16, 128] -> [16, 512] (w^T x): %.1f us, %.2f TFLOP/s\n",
@@ -808,6 +808,47 @@ TEST_F(CudaDeepseekOpsTest, DISABLED_BenchGroupedExperts) {
     row("64-row mma tiles", old);
     CudaBackend split(CudaBackendOptions{true});
     row("64-row mma tiles split", split);
+  }
+}
+
+// moe_experts at decode batch sizes (V2-Lite experts, 64 of them, top 6): the weight-streaming kernels
+// against the grouped bf16 GEMMs in 64- and 128-row tiles, in us and in active expert weight bytes per
+// second as a share of 4290 GB/s. Chooses CudaBackendOptions::moe_grouped_min_rows.
+TEST_F(CudaDeepseekOpsTest, DISABLED_BenchExpertsDecodeBatch) {
+  CudaBackend gpu;
+  const int64_t E = 64, H = 2048, I = 1408, K = 6;
+  const Tensor gate_up = device_bf16_filled(this, {E * 2 * I, H});  // [E * 2I, H] stacked gate/up rows
+  const Tensor down = device_bf16_filled(this, {E * H, I});         // [E * H, I]
+  std::vector<MlpWeights> experts(E);
+  for (int64_t e = 0; e < E; ++e) {
+    experts[e].gate.weight = gate_up.rows(2 * e * I, 2 * e * I + I);
+    experts[e].up.weight = gate_up.rows(2 * e * I + I, 2 * (e + 1) * I);
+    experts[e].down.weight = down.rows(e * H, (e + 1) * H);
+  }
+  CudaBackendOptions streaming;
+  streaming.moe_grouped_min_rows = int64_t{1} << 40;
+  CudaBackendOptions g64, g128;
+  g64.moe_grouped_variant = 3;
+  g64.moe_grouped_min_rows = 1;
+  g128.moe_grouped_variant = 2;
+  g128.moe_grouped_min_rows = 1;
+  CudaBackend stream_b(streaming), g64_b(g64), g128_b(g128);
+  std::printf("%6s %10s %-18s %9s %12s\n", "T", "rows/exp", "path", "us", "% 4290 GB/s");
+  for (int64_t T : {16, 32, 64, 128, 256, 512}) {
+    const Tensor ids = distinct_expert_ids(rng, T, K, E);  // [T, K]
+    const Tensor dx = cuda::to_device(random_bf16_values({T, H})), dids = cuda::to_device(ids),
+                 dw = cuda::to_device(random_bf16_values({T, K}));
+    std::set<int32_t> active(ids.data<int32_t>(), ids.data<int32_t>() + T * K);
+    const double bytes = 3.0 * active.size() * H * I * 2;
+    auto row = [&](const char* path, CudaBackend& b) {
+      const double ms = cuda::time_stream_ms([&] { b.moe_experts(dx, dids, dw, experts); }, 20);
+      std::printf("%6lld %10.1f %-18s %9.1f %11.0f%%\n", static_cast<long long>(T),
+                  static_cast<double>(T * K) / E, path, ms * 1e3, 100.0 * bytes / ms / 1e6 / 4290.0);
+    };
+    row("default", gpu);
+    row("streaming", stream_b);
+    row("grouped 64x128", g64_b);
+    row("grouped 128x128", g128_b);
   }
 }
 

@@ -1,8 +1,8 @@
 // CudaBackend's DeepSeekMoE ops: moe_route, moe_experts and moe_experts_residual (device-side permutation by
-// expert, grouped gate/up + SiLU-mul and down kernels over all experts: weight streaming at decode sizes, bf16
-// grouped GEMMs for many rows per expert; weighted un-permute into a new tensor or added to the residual),
-// and the load-time hooks that keep the router bias in float32 and stack each layer's experts into one
-// gate/up and one down tensor.
+// expert, grouped gate/up + SiLU-mul and down kernels over all experts: weight streaming at decode sizes,
+// bf16 grouped GEMMs for many rows per expert; weighted un-permute into a new tensor or added to the
+// residual), and the load-time hooks that keep the router bias in float32 and stack each layer's experts into
+// one gate/up and one down tensor.
 #include <algorithm>
 
 #include "backend/cuda/batch_bucket.h"
@@ -197,27 +197,27 @@ void CudaBackend::run_moe_experts(const Tensor& x, const Tensor& ids, const Tens
   Tensor y = Tensor::empty_on(Device::kCuda, DType::F32, {pairs, H});  // [pairs, H] permuted rows
   const float* xd = dev_f32(x, "moe_experts", "x");
   // Decided on the token count rounded up to a power of two (as a CUDA graph's padded batch would be), so
-  // that eager and replayed steps of one bucket run the same kernels. Up to kMoeStreamMaxRows rows per
-  // expert: the weight-streaming tensor-core kernels (tiles of 8 to 64 rows, each expert tile's weights
-  // read once); more: the grouped bf16 GEMMs (activations rounded to bf16), or with split activations (or
-  // when the grouped kernels are off) the 64-row tensor-core tiles; shapes or alignments none takes: CUDA
-  // cores.
+  // that eager and replayed steps of one bucket run the same kernels. From moe_grouped_min_rows rows per
+  // expert: the grouped bf16 GEMMs (activations rounded to bf16); below it, or with split activations, up to
+  // kMoeStreamMaxRows rows per expert: the weight-streaming tensor-core kernels (tiles of 8 to 64 rows, each
+  // expert tile's weights read once); more (split activations, or the grouped kernels off): the 64-row
+  // tensor-core tiles; shapes or alignments none takes: CUDA cores.
   const int64_t rows_per_expert = (cuda::next_pow2(T) * K + E - 1) / E;
-  const int stream_rows = cuda::moe_stream_tile_rows(rows_per_expert);
+  const int grouped_variant = options_.moe_grouped_variant > 0
+                                  ? options_.moe_grouped_variant
+                                  : cuda::moe_grouped_variant_for(rows_per_expert);
+  const bool grouped =
+      rows_per_expert >= options_.moe_grouped_min_rows && !options_.split_gemm_activations &&
+      options_.moe_grouped_variant >= 0 &&
+      cuda::moe_grouped_supported(H, reinterpret_cast<uintptr_t>(xd), gate.base, gate.stride) &&
+      cuda::moe_grouped_supported(H, 0, up.base, up.stride) &&
+      cuda::moe_grouped_supported(I, 0, down.base, down.stride);
+  const int stream_rows = grouped ? 0 : cuda::moe_stream_tile_rows(rows_per_expert);
   const bool stream =
       stream_rows > 0 &&
       cuda::moe_stream_supported(H, reinterpret_cast<uintptr_t>(xd), gate.base, gate.stride) &&
       cuda::moe_stream_supported(H, 0, up.base, up.stride) &&
       cuda::moe_stream_supported(I, 0, down.base, down.stride);
-  const int grouped_variant = options_.moe_grouped_variant > 0
-                                  ? options_.moe_grouped_variant
-                                  : cuda::moe_grouped_variant_for(rows_per_expert);
-  const bool grouped =
-      !stream && rows_per_expert > cuda::kMoeStreamMaxRows && !options_.split_gemm_activations &&
-      options_.moe_grouped_variant >= 0 &&
-      cuda::moe_grouped_supported(H, reinterpret_cast<uintptr_t>(xd), gate.base, gate.stride) &&
-      cuda::moe_grouped_supported(H, 0, up.base, up.stride) &&
-      cuda::moe_grouped_supported(I, 0, down.base, down.stride);
   const bool mma = !stream && !grouped && cuda::next_pow2(T) * K >= kMoeMmaRowsPerExpert * E &&
                    cuda::moe_mma_supported(H, reinterpret_cast<uintptr_t>(xd), gate.base, gate.stride) &&
                    cuda::moe_mma_supported(H, 0, up.base, up.stride) &&

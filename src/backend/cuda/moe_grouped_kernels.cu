@@ -312,9 +312,9 @@ void launch_grouped(int variant, const uint16_t* a, int topk, const int32_t* off
 
 int moe_grouped_variant_for(int64_t rows_per_expert) {
   // DISABLED_BenchGroupedExperts on the H200 (2026-12-01): 128 x 128 with K steps of 64 is the fastest or
-  // within 1% at 4,098 / 8,196 / 16,386 routed rows (380 / 598 / 1,109 us).
-  (void)rows_per_expert;
-  return 2;
+  // within 1% at 4,098 / 8,196 / 16,386 routed rows (380 / 598 / 1,109 us). Up to 64 rows per expert (decode
+  // batches) one 64-row tile covers most experts: half the padded MMAs of a 128-row one.
+  return rows_per_expert <= 64 ? 3 : 2;
 }
 
 int moe_grouped_tile_rows(int variant) {
