@@ -1,8 +1,8 @@
 // CudaBackend's DeepSeekMoE ops: moe_route, moe_experts and moe_experts_residual (device-side permutation by
-// expert, grouped gate/up + SiLU-mul and down kernels over all experts: weight streaming at decode sizes, bf16
-// grouped GEMMs for many rows per expert; weighted un-permute into a new tensor or added to the residual),
-// and the load-time hooks that keep the router bias in float32 and stack each layer's experts into one
-// gate/up and one down tensor.
+// expert, grouped gate/up + SiLU-mul and down kernels over all experts: weight streaming at decode sizes,
+// bf16 grouped GEMMs for many rows per expert; weighted un-permute into a new tensor or added to the
+// residual), and the load-time hooks that keep the router bias in float32 and stack each layer's experts into
+// one gate/up and one down tensor.
 #include <algorithm>
 
 #include "backend/cuda/batch_bucket.h"
@@ -203,7 +203,9 @@ void CudaBackend::run_moe_experts(const Tensor& x, const Tensor& ids, const Tens
   // when the grouped kernels are off) the 64-row tensor-core tiles; shapes or alignments none takes: CUDA
   // cores.
   const int64_t rows_per_expert = (cuda::next_pow2(T) * K + E - 1) / E;
-  const int stream_rows = cuda::moe_stream_tile_rows(rows_per_expert);
+  // A forced grouped variant (benchmarks, tests) runs the grouped GEMMs at any rows per expert.
+  const bool forced_grouped = options_.moe_grouped_variant > 0 && !options_.split_gemm_activations;
+  const int stream_rows = forced_grouped ? 0 : cuda::moe_stream_tile_rows(rows_per_expert);
   const bool stream =
       stream_rows > 0 &&
       cuda::moe_stream_supported(H, reinterpret_cast<uintptr_t>(xd), gate.base, gate.stride) &&
@@ -213,8 +215,8 @@ void CudaBackend::run_moe_experts(const Tensor& x, const Tensor& ids, const Tens
                                   ? options_.moe_grouped_variant
                                   : cuda::moe_grouped_variant_for(rows_per_expert);
   const bool grouped =
-      !stream && rows_per_expert > cuda::kMoeStreamMaxRows && !options_.split_gemm_activations &&
-      options_.moe_grouped_variant >= 0 &&
+      !stream && (forced_grouped || rows_per_expert > cuda::kMoeStreamMaxRows) &&
+      !options_.split_gemm_activations && options_.moe_grouped_variant >= 0 &&
       cuda::moe_grouped_supported(H, reinterpret_cast<uintptr_t>(xd), gate.base, gate.stride) &&
       cuda::moe_grouped_supported(H, 0, up.base, up.stride) &&
       cuda::moe_grouped_supported(I, 0, down.base, down.stride);
