@@ -18,6 +18,7 @@
 #include "scrambled_plan.h"
 
 #ifdef DSINFER_HAVE_CUDA
+#include "backend/cuda/arch_path.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_tensor.h"
 #include "backend/cuda/mla_kernels.h"
@@ -585,6 +586,119 @@ TEST_F(CudaDeepseekOpsTest, MoeExpertsGroupedGemmMatchesCpu) {
   }
 }
 
+// The wgmma grouped kernels (Hopper path only) on one expert's tile(s) against an exact CPU product: small
+// integer operands, so every fp32 sum is exact and a descriptor, swizzle or accumulator-layout mistake shows
+// as mismatching (row, column) positions (the first few are printed). Down (fp32 out) exactly; gate/up
+// (SiLU-mul, bf16 out, x rows gathered through slot_pair / topk) within bf16 rounding. Cases: 64 x 128 x 64
+// (one k step), padding rows (a 128-row tile with 64 or 100 rows: an idle warpgroup), several k steps, K and
+// N tails (K 72, N 136).
+TEST_F(CudaDeepseekOpsTest, MoeWgmmaSingleTileExact) {
+  if (cuda::arch_path() != cuda::ArchPath::kHopper) GTEST_SKIP() << "wgmma runs on the Hopper path only";
+  CudaBackend gpu;  // registers the device allocator
+  struct Case {
+    int variant;
+    int64_t rows, K, N;
+  };
+  std::uniform_int_distribution<int> small(-3, 3);
+  auto ints = [&](Shape shape) {
+    Tensor t = Tensor::empty(DType::F32, shape);
+    for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = static_cast<float>(small(rng));
+    return t;
+  };
+  for (const Case& c :
+       {Case{7, 64, 64, 128}, Case{7, 37, 64, 128}, Case{5, 64, 64, 128}, Case{5, 128, 128, 256},
+        Case{6, 128, 192, 256}, Case{6, 200, 128, 512}, Case{8, 100, 72, 136}}) {
+    const int tile_rows = cuda::moe_grouped_tile_rows(c.variant);
+    const std::string what = "variant " + std::to_string(c.variant) + " rows " + std::to_string(c.rows) +
+                             " K " + std::to_string(c.K) + " N " + std::to_string(c.N);
+    const Tensor a = ints({c.rows, c.K}), w = ints({c.N, c.K}), w_up = ints({c.N, c.K});  // [rows, K], [N, K]
+    Tensor off = Tensor::empty(DType::I32, {2}), tiles = Tensor::empty(DType::I32, {2});
+    off.data<int32_t>()[0] = 0;
+    off.data<int32_t>()[1] = static_cast<int32_t>(c.rows);
+    tiles.data<int32_t>()[0] = 0;
+    tiles.data<int32_t>()[1] = static_cast<int32_t>((c.rows + tile_rows - 1) / tile_rows);
+    // Gate/up gathers row r from x row p(r) = rows - 1 - r through slot_pair[r] = 2 p(r) + r % 2 (topk 2).
+    Tensor slot_pair = Tensor::empty(DType::I32, {c.rows});
+    for (int64_t r = 0; r < c.rows; ++r)
+      slot_pair.data<int32_t>()[r] = static_cast<int32_t>(2 * (c.rows - 1 - r) + r % 2);
+    Tensor da = cuda::to_device(to_bf16_bits(a)), dw = cuda::to_device(to_bf16_bits(w)),
+           dw_up = cuda::to_device(to_bf16_bits(w_up)), doff = cuda::to_device(off),
+           dtiles = cuda::to_device(tiles), dslot = cuda::to_device(slot_pair);
+    Tensor y = Tensor::empty_on(Device::kCuda, DType::F32, {c.rows, c.N});     // [rows, N]
+    Tensor act = Tensor::empty_on(Device::kCuda, DType::BF16, {c.rows, c.N});  // [rows, N]
+    cuda::launch_moe_down_grouped(
+        c.variant, da.data<uint16_t>(), doff.data<int32_t>(), dtiles.data<int32_t>(),
+        cuda::StackedWeights{dw.data<uint16_t>(), c.N * c.K}, y.data<float>(), c.rows, 1, c.N, c.K);
+    cuda::launch_moe_gate_up_grouped(c.variant, da.data<uint16_t>(), 2, doff.data<int32_t>(),
+                                     dtiles.data<int32_t>(), dslot.data<int32_t>(),
+                                     cuda::StackedWeights{dw.data<uint16_t>(), c.N * c.K},
+                                     cuda::StackedWeights{dw_up.data<uint16_t>(), c.N * c.K},
+                                     act.data<uint16_t>(), c.rows, 1, c.K, c.N, 0.0f);
+    const Tensor hy = gpu.to_host(y), hact = gpu.to_host(act);
+    int64_t bad_down = 0, bad_gate_up = 0;
+    std::string first;
+    for (int64_t r = 0; r < c.rows; ++r) {
+      for (int64_t n = 0; n < c.N; ++n) {
+        double dot = 0, gate = 0, up = 0;
+        const int64_t src = c.rows - 1 - r;
+        for (int64_t k = 0; k < c.K; ++k) {
+          dot += double(a.f32()[r * c.K + k]) * w.f32()[n * c.K + k];
+          gate += double(a.f32()[src * c.K + k]) * w.f32()[n * c.K + k];
+          up += double(a.f32()[src * c.K + k]) * w_up.f32()[n * c.K + k];
+        }
+        const float got = hy.f32()[r * c.N + n];
+        if (got != static_cast<float>(dot) && ++bad_down <= 8)
+          first += " down(" + std::to_string(r) + "," + std::to_string(n) + ")=" + std::to_string(got) +
+                   " want " + std::to_string(dot);
+        const double want = gate / (1.0 + std::exp(-gate)) * up, got_act = hact.f32()[r * c.N + n];
+        if (std::abs(got_act - want) > std::abs(want) / 128 + 1e-3 && ++bad_gate_up <= 8)
+          first += " act(" + std::to_string(r) + "," + std::to_string(n) + ")=" + std::to_string(got_act) +
+                   " want " + std::to_string(want);
+      }
+    }
+    EXPECT_EQ(bad_down, 0) << what << ":" << first;
+    EXPECT_EQ(bad_gate_up, 0) << what << ":" << first;
+  }
+}
+
+// Every grouped variant (the wgmma ones on Hopper, and forced onto the Ampere path, where they run their
+// mma.sync twins) on ragged experts: an empty one and 64 to 259 rows (tile tails on both tile sizes), with
+// K tails (H 72, I 40 and 200), feature tails (I 40, 200) and top-2 gathers.
+TEST_F(CudaDeepseekOpsTest, MoeExpertsGroupedRaggedExpertsMatchCpu) {
+  CudaBackend gpu;
+  const std::vector<int64_t> counts = {0, 1, 63, 64, 65, 127, 128, 131};
+  const int64_t E = static_cast<int64_t>(counts.size()), K = 2;
+  for (auto [H, I] : {std::pair<int64_t, int64_t>{72, 40}, {256, 200}}) {
+    ExpertSet experts = make_experts(this, gpu, E, H, I);
+    gpu.prepare_experts(experts.gpu);
+    // Slot 0 of the tokens of block e takes expert e, slot 1 expert e + 1 (the last block: expert 1), so
+    // expert e holds counts[e] + counts[e - 1] rows: 0 (empty), 132, 64, 127, 129, 192, 255, 259.
+    int64_t T = 0;
+    for (int64_t c : counts) T += c;
+    Tensor ids = Tensor::empty(DType::I32, {T, K});
+    int64_t t = 0;
+    for (int64_t e = 0; e < E; ++e) {
+      for (int64_t i = 0; i < counts[e]; ++i, ++t) {
+        ids.data<int32_t>()[t * K] = static_cast<int32_t>(e);
+        ids.data<int32_t>()[t * K + 1] = static_cast<int32_t>(e + 1 < E ? e + 1 : 1);
+      }
+    }
+    const Tensor weights = random_bf16_values({T, K}), x = random_bf16_values({T, H});
+    const Tensor ref = cpu.moe_experts(x, ids, weights, experts.cpu);
+    const Tensor dx = cuda::to_device(x), dids = cuda::to_device(ids), dw = cuda::to_device(weights);
+    for (const char* path : {"", "sm_80"}) {
+      cuda::init_arch_path(path);
+      for (int variant = 1; variant <= cuda::kMoeGroupedVariants; ++variant) {
+        CudaBackend b(CudaBackendOptions{false, variant});
+        const Tensor out = b.to_host(b.moe_experts(dx, dids, dw, experts.gpu));
+        EXPECT_LT(rel_err(out, ref), 1e-2)
+            << "variant " << variant << " path '" << path << "' H=" << H << " I=" << I;
+      }
+    }
+    cuda::init_arch_path("");
+  }
+}
+
 TEST_F(CudaDeepseekOpsTest, MoeExpertsResidualMatchesCpuAndUnfused) {
   // The combine adding into the residual: residual + the experts' sum, the same bits as moe_experts followed
   // by add_inplace, within tolerance of the CPU (streaming, tensor-core and CUDA-core tiles).
@@ -614,10 +728,10 @@ TEST_F(CudaDeepseekOpsTest, MoeExpertsResidualMatchesCpuAndUnfused) {
 // The grouped GEMMs keep a token's output independent of the other tokens of its bucket: an output row
 // depends only on its own activation row (the tile it shares and its position there never enter its sums).
 TEST_F(CudaDeepseekOpsTest, MoeExpertsGroupedRowsIndependentOfBatchInBucket) {
-  CudaBackend gpu;
+  CudaBackend base;
   const int64_t E = 64, H = 256, I = 96, K = 6, Tmax = 2048;
-  ExpertSet experts = make_experts(this, gpu, E, H, I);
-  gpu.prepare_experts(experts.gpu);
+  ExpertSet experts = make_experts(this, base, E, H, I);
+  base.prepare_experts(experts.gpu);
   const Tensor x = random_bf16_values({Tmax, H}), weights = random_bf16_values({Tmax, K});
   const Tensor ids = distinct_expert_ids(rng, Tmax, K, E);  // [Tmax, K]
   auto head = [](const Tensor& t, int64_t T) {
@@ -625,15 +739,19 @@ TEST_F(CudaDeepseekOpsTest, MoeExpertsGroupedRowsIndependentOfBatchInBucket) {
     std::copy_n(static_cast<const char*>(t.raw()), h.nbytes(), static_cast<char*>(h.raw()));
     return cuda::to_device(h);
   };
-  auto run = [&](int64_t T) {
-    return gpu.to_host(gpu.moe_experts(head(x, T), head(ids, T), head(weights, T), experts.gpu));
-  };
-  // Buckets 1024 (96 rows per expert: the 64-row tiles) and 2048 (192: the 128-row tiles).
-  for (auto [small, big] : {std::pair<int64_t, int64_t>{600, 1024}, {1100, 2048}}) {
-    const Tensor a = run(small), b = run(big);
-    int64_t differ = 0;
-    for (int64_t i = 0; i < a.numel(); ++i) differ += a.f32()[i] != b.f32()[i];
-    EXPECT_EQ(differ, 0) << "T " << small << " vs " << big;
+  // The default choice and the wgmma variants (their mma.sync twins off Hopper).
+  for (int variant : {0, 5, 6, 7, 8}) {
+    CudaBackend gpu(CudaBackendOptions{false, variant});
+    auto run = [&](int64_t T) {
+      return gpu.to_host(gpu.moe_experts(head(x, T), head(ids, T), head(weights, T), experts.gpu));
+    };
+    // Buckets 1024 (96 rows per expert: the 64-row tiles) and 2048 (192: the 128-row tiles).
+    for (auto [small, big] : {std::pair<int64_t, int64_t>{600, 1024}, {1100, 2048}}) {
+      const Tensor a = run(small), b = run(big);
+      int64_t differ = 0;
+      for (int64_t i = 0; i < a.numel(); ++i) differ += a.f32()[i] != b.f32()[i];
+      EXPECT_EQ(differ, 0) << "variant " << variant << " T " << small << " vs " << big;
+    }
   }
 }
 
@@ -759,8 +877,10 @@ TEST_F(CudaDeepseekOpsTest, DISABLED_BenchDecodeOps) {
 }
 
 // moe_experts at the DeepSeek-V2-Lite expert shape (64 experts, top 6, hidden 2048, intermediate 1408; the
-// stacked weights, 1.1 GB, far exceed the 50 MB L2) from decode to prefill sizes: the default path, and from
-// 683 tokens on every grouped GEMM variant and the older 64-row tensor-core tiles, in TFLOP/s next to the
+// stacked weights, 1.1 GB, far exceed the 50 MB L2) from decode to prefill sizes: the default path, from 256
+// tokens every grouped GEMM variant (forced, so also below 64 rows per expert; wgmma variants 5-8 on the
+// Hopper path, their mma.sync twins with DSINFER_CUDA_ARCH=sm_80), and from 683 tokens the older 64-row
+// tensor-core tiles, in TFLOP/s next to the
 // dense cuBLASLt bf16 rate of 8192 x 2816 x 2048 (CUDA events, 20 calls back to back), and the active
 // experts' weight bytes per second as a share of 4290 GB/s.
 TEST_F(CudaDeepseekOpsTest, DISABLED_BenchGroupedExperts) {
@@ -784,7 +904,7 @@ TEST_F(CudaDeepseekOpsTest, DISABLED_BenchGroupedExperts) {
   std::printf("dense bf16 GEMM 8192 x 2816 x 2048: %.1f TFLOP/s\n", dense);
   std::printf("%6s %6s %8s %-22s %9s %8s %7s %11s\n", "T", "rows", "experts", "path", "us", "TFLOP/s",
               "% dense", "% 4290 GB/s");
-  for (int64_t T : {1, 8, 64, 256, 683, 1366, 2731}) {
+  for (int64_t T : {1, 8, 64, 256, 512, 683, 1366, 2731, 8192}) {
     const Tensor ids = distinct_expert_ids(rng, T, K, E);  // [T, K]
     const Tensor dx = cuda::to_device(random_bf16_values({T, H})), dids = cuda::to_device(ids),
                  dw = cuda::to_device(random_bf16_values({T, K}));
@@ -797,13 +917,21 @@ TEST_F(CudaDeepseekOpsTest, DISABLED_BenchGroupedExperts) {
                   100.0 * flops / ms / 1e9 / dense, 100.0 * bytes / ms / 1e6 / hbm_gbs);
     };
     row("default", gpu);
-    if (T < 683) continue;
+    if (T < 256) continue;
     for (int variant = 1; variant <= cuda::kMoeGroupedVariants; ++variant) {
       CudaBackend b(CudaBackendOptions{false, variant});
-      const char* names[] = {"", "grouped 128x128 k32 s4", "grouped 128x128 k64 s3", "grouped 64x128 k64 s4",
-                             "grouped 128x256 k32 s4"};
+      const char* names[] = {"",
+                             "grouped 128x128 k32 s4",
+                             "grouped 128x128 k64 s3",
+                             "grouped 64x128 k64 s4",
+                             "grouped 128x256 k32 s4",
+                             "wgmma 128x128 s4",
+                             "wgmma 128x256 s4",
+                             "wgmma 64x128 s4",
+                             "wgmma 128x128 s3"};
       row(names[variant], b);
     }
+    if (T < 683) continue;
     CudaBackend old(CudaBackendOptions{false, -1});
     row("64-row mma tiles", old);
     CudaBackend split(CudaBackendOptions{true});
@@ -832,7 +960,9 @@ TEST_F(CudaDeepseekOpsTest, DISABLED_BenchExpertsDecodeBatch) {
   g64.moe_grouped_min_rows = 1;
   g128.moe_grouped_variant = 2;
   g128.moe_grouped_min_rows = 1;
-  CudaBackend stream_b(streaming), g64_b(g64), g128_b(g128);
+  CudaBackendOptions w64 = g64;
+  w64.moe_grouped_variant = 7;  // wgmma 64 x 128 (Hopper)
+  CudaBackend stream_b(streaming), g64_b(g64), g128_b(g128), w64_b(w64);
   std::printf("%6s %10s %-18s %9s %12s\n", "T", "rows/exp", "path", "us", "% 4290 GB/s");
   for (int64_t T : {16, 32, 64, 128, 256, 512}) {
     const Tensor ids = distinct_expert_ids(rng, T, K, E);  // [T, K]
@@ -849,6 +979,7 @@ TEST_F(CudaDeepseekOpsTest, DISABLED_BenchExpertsDecodeBatch) {
     row("streaming", stream_b);
     row("grouped 64x128", g64_b);
     row("grouped 128x128", g128_b);
+    row("wgmma 64x128", w64_b);
   }
 }
 

@@ -20,7 +20,8 @@ struct CudaBackendOptions {
   bool split_gemm_activations = false;
   // moe_experts above 64 (bucketed) rows per expert runs the grouped bf16 GEMMs (cuda::moe_grouped_*) unless
   // split_gemm_activations: 0 picks the tile variant from the rows per expert, 1..cuda::kMoeGroupedVariants
-  // forces one (benchmarks), -1 runs the older 64-row tensor-core tiles instead.
+  // forces one at any rows per expert (benchmarks, tests), -1 runs the older 64-row tensor-core tiles
+  // instead.
   int moe_grouped_variant = 0;
   // moe_experts runs the grouped bf16 GEMMs from this many (bucketed) rows per expert on, the weight-streaming
   // kernels (fp32 activations as bf16 hi + lo) below it; DSINFER_MOE_GROUPED_MIN_ROWS overrides it (see

@@ -206,9 +206,10 @@ void CudaBackend::run_moe_experts(const Tensor& x, const Tensor& ids, const Tens
   const int grouped_variant = options_.moe_grouped_variant > 0
                                   ? options_.moe_grouped_variant
                                   : cuda::moe_grouped_variant_for(rows_per_expert);
+  // A forced grouped variant (benchmarks, tests) runs the grouped GEMMs at any rows per expert.
   const bool grouped =
-      rows_per_expert >= options_.moe_grouped_min_rows && !options_.split_gemm_activations &&
-      options_.moe_grouped_variant >= 0 &&
+      (rows_per_expert >= options_.moe_grouped_min_rows || options_.moe_grouped_variant > 0) &&
+      !options_.split_gemm_activations && options_.moe_grouped_variant >= 0 &&
       cuda::moe_grouped_supported(H, reinterpret_cast<uintptr_t>(xd), gate.base, gate.stride) &&
       cuda::moe_grouped_supported(H, 0, up.base, up.stride) &&
       cuda::moe_grouped_supported(I, 0, down.base, down.stride);

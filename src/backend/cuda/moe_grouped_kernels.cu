@@ -7,13 +7,19 @@
 // multi-stage cp.async pipeline fills (K steps of BK; K and N tails zero-filled). The gate/up kernel stages
 // BN/2 gate and the same BN/2 up rows per block, interleaved by BN/8 so that each warp holds the gate and up
 // sums of the same features and applies SiLU-mul in registers. Each output row depends only on its own
-// activation row: a token's result does not depend on the other tokens of the batch.
+// activation row: a token's result does not depend on the other tokens of the batch. Variants 5..8 are the
+// Hopper wgmma kernels of moe_wgmma_kernels.cu (their mma.sync twin on the Ampere path).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <cstdlib>
+#include <cstring>
+
+#include "backend/cuda/arch_path.h"
 #include "backend/cuda/kernel_common.cuh"
 #include "backend/cuda/moe_kernels.h"
 #include "backend/cuda/moe_tile.cuh"
+#include "backend/cuda/moe_wgmma.h"
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda/stream.h"
 #include "core/error.h"
@@ -290,6 +296,12 @@ void launch_grouped(int variant, const uint16_t* a, int topk, const int32_t* off
                 (!kGateUp || moe_grouped_supported(K, 0, w2.base, w2.stride)),
             "moe_experts: operands the grouped kernel cannot take");
   if (pairs == 0 || N == 0) return;
+  if (moe_wgmma_variant(variant)) {
+    if (arch_path() == ArchPath::kHopper)
+      return launch_moe_grouped_wgmma(variant, kGateUp, a, topk, offsets, tiles, slot_pair, w1, w2, out,
+                                      pairs, E, K, N, limit);
+    variant = moe_wgmma_ampere_twin(variant);  // the same tile rows
+  }
   switch (variant) {
     case 1:
       return launch_config<V1, kGateUp>(a, topk, offsets, tiles, slot_pair, w1, w2, out, pairs, E, K, N,
@@ -308,9 +320,24 @@ void launch_grouped(int variant, const uint16_t* a, int topk, const int32_t* off
   }
 }
 
+// Whether moe_grouped_variant_for picks the wgmma variants on the Hopper path: DSINFER_CUDA_MOE_WGMMA=1
+// (off by default until the lead has verified them on the H200). Decided once, so eager and replayed steps
+// agree.
+bool wgmma_by_default() {
+  static const bool on = [] {
+    const char* env = std::getenv("DSINFER_CUDA_MOE_WGMMA");
+    return env != nullptr && std::strcmp(env, "1") == 0;
+  }();
+  return on;
+}
+
 }  // namespace
 
 int moe_grouped_variant_for(int64_t rows_per_expert) {
+  // wgmma (Hopper): 64 x 128 for decode-sized experts, 128 x 128 up to 256 rows, 128 x 256 above (a guess
+  // until DISABLED_BenchGroupedExperts has measured them).
+  if (wgmma_by_default() && arch_path() == ArchPath::kHopper)
+    return rows_per_expert <= 64 ? 7 : rows_per_expert <= 256 ? 5 : 6;
   // DISABLED_BenchGroupedExperts on the H200 (2026-12-01): 128 x 128 with K steps of 64 is the fastest or
   // within 1% at 4,098 / 8,196 / 16,386 routed rows (380 / 598 / 1,109 us). Up to 64 rows per expert (decode
   // batches) one 64-row tile covers most experts: half the padded MMAs of a 128-row one.
@@ -318,6 +345,7 @@ int moe_grouped_variant_for(int64_t rows_per_expert) {
 }
 
 int moe_grouped_tile_rows(int variant) {
+  if (moe_wgmma_variant(variant)) return moe_wgmma_tile_rows(variant);
   switch (variant) {
     case 1:
       return V1::BM;

@@ -92,11 +92,12 @@ void launch_moe_down_stream(int tile_rows, const float* act, const int32_t* offs
 // I]), block tiles of BM permuted rows x BN columns (permute with tile_rows = moe_grouped_tile_rows(variant))
 // on mma.sync through a cp.async pipeline. Variants (1-based, kMoeGroupedVariants): 1: 128 x 128, K steps of
 // 32, 4 stages; 2: 128 x 128, K steps of 64, 3 stages; 3: 64 x 128, K steps of 64, 4 stages; 4: 128 x 256, K
-// steps of 32, 4 stages (one block per SM). moe_grouped_variant_for picks one from the (bucketed) average
-// rows per expert. moe_grouped_supported: whether the kernels take inner dimension K, activations at address
-// a and weights w at stride `stride` (K a multiple of 8, 16-byte aligned operands; any N, rows and expert
-// counts).
-inline constexpr int kMoeGroupedVariants = 4;
+// steps of 32, 4 stages (one block per SM); 5..8: the Hopper wgmma kernels (moe_wgmma.h; on the Ampere path
+// their mma.sync twin of the same tile rows). moe_grouped_variant_for picks one from the (bucketed) average
+// rows per expert (the wgmma ones only on the Hopper path with DSINFER_CUDA_MOE_WGMMA=1).
+// moe_grouped_supported: whether the kernels take inner dimension K, activations at address a and weights w
+// at stride `stride` (K a multiple of 8, 16-byte aligned operands; any N, rows and expert counts).
+inline constexpr int kMoeGroupedVariants = 8;
 int moe_grouped_variant_for(int64_t rows_per_expert);
 int moe_grouped_tile_rows(int variant);
 bool moe_grouped_supported(int64_t K, uintptr_t a, const uint16_t* w, int64_t stride);
