@@ -2,6 +2,7 @@
 // `dsinfer eval batch-agreement` (batched vs one-at-a-time greedy outputs).
 #include <cstdio>
 #include <iostream>
+#include <memory>
 
 #include "backend/backend_factory.h"
 #include "cli/commands.h"
@@ -15,8 +16,9 @@ namespace dsinfer::cli {
 
 namespace {
 
-// --margin-rule auto: on for every backend but the CPU reference (whose fp32 logits match exactly).
-bool margin_rule_on(const std::string& flag, const Backend& backend) {
+// --margin-rule / --routing-rule auto: on for every backend but the CPU reference (its fp32 logits match
+// exactly).
+bool rule_on(const std::string& flag, const Backend& backend) {
   if (flag == "auto") return backend.device() != Device::kCpu;
   return flag == "on";
 }
@@ -28,6 +30,7 @@ struct GoldenArgs {
   std::string cuda_arch = "auto";
   double tolerance = 0;  // 0: 1e-4 on the CPU, 2e-2 (bf16 weights) on other devices
   std::string margin_rule = "auto";
+  std::string routing_rule = "auto";
   int64_t chunk = 0;
   bool json = false;
   bool routing_check = false;
@@ -40,14 +43,22 @@ int run_golden_command(const GoldenArgs& a) {
   GoldenOptions options;
   options.rel_l2_tolerance = a.tolerance > 0 ? a.tolerance : backend->device() == Device::kCpu ? 1e-4 : 2e-2;
   options.prefill_chunk = a.chunk;
-  options.margin_rule = margin_rule_on(a.margin_rule, *backend);
+  options.margin_rule = rule_on(a.margin_rule, *backend);
+  // The CPU reference for the routing rule and --routing-check, loaded on first use.
+  std::unique_ptr<Backend> cpu;
+  std::unique_ptr<Model> reference;
+  auto cpu_reference = [&]() -> Model& {
+    if (!reference) {
+      cpu = make_backend("cpu", a.model, "auto");
+      reference = load_model(a.model, *cpu);
+    }
+    return *reference;
+  };
+  options.routing_rule = rule_on(a.routing_rule, *backend);  // auto: on for non-CPU devices
+  options.routing_reference = cpu_reference;
   GoldenReport report = run_golden(*model, golden, options);
   std::vector<RoutingCheckCase> routing;
-  if (a.routing_check) {
-    auto cpu = make_backend("cpu", a.model, "auto");
-    auto reference = load_model(a.model, *cpu);
-    routing = run_routing_check(*model, *reference, golden_prompts(golden), a.chunk);
-  }
+  if (a.routing_check) routing = run_routing_check(*model, cpu_reference(), golden_prompts(golden), a.chunk);
   if (a.json) {
     nlohmann::json j = report.to_json();
     if (a.routing_check) j["routing_check"] = routing_check_json(routing);
@@ -62,6 +73,10 @@ int run_golden_command(const GoldenArgs& a) {
                     c.first_mismatch, c.mismatch.margin, c.mismatch.margin_source.c_str(), c.mismatch.bound,
                     c.excused_mismatch ? "excused (bf16 noise), rest not compared" : "NOT excused");
       }
+      if (c.routing_checked) {
+        std::printf("       routing rule: %s: %s\n", c.excused_routing ? "excused" : "NOT excused",
+                    c.routing.reason.c_str());
+      }
     }
     for (const RoutingCheckCase& r : routing) {
       std::printf(
@@ -70,9 +85,10 @@ int run_golden_command(const GoldenArgs& a) {
           r.index, static_cast<long long>(r.flipped), static_cast<long long>(r.decisions), r.free_rel_l2,
           r.forced_rel_l2);
     }
-    std::printf("%s (rel_l2 <= %.1e and %s, %s backend)\n", report.pass ? "PASS" : "FAIL", report.tolerance,
+    std::printf("%s (rel_l2 <= %.1e and %s%s, %s backend)\n", report.pass ? "PASS" : "FAIL", report.tolerance,
                 report.margin_rule ? "greedy tokens identical up to a mismatch within bf16 noise"
                                    : "identical greedy tokens",
+                report.routing_rule ? ", or only routing flips within bf16 noise" : "",
                 backend->name().c_str());
   }
   return report.pass ? 0 : 1;
@@ -162,13 +178,19 @@ void add_eval_command(CLI::App& app) {
       ->add_option("--margin-rule", golden_args->margin_rule,
                    "Excuse a greedy mismatch within bf16 noise: on, off, auto (on for non-CPU devices)")
       ->check(CLI::IsMember({"auto", "on", "off"}));
+  golden
+      ->add_option("--routing-rule", golden_args->routing_rule,
+                   "MoE models: excuse a failing case whose only cause is expert-routing flips within bf16 "
+                   "noise (checked on the CPU reference forced to this backend's routing): on, off, auto (on "
+                   "for non-CPU devices)")
+      ->check(CLI::IsMember({"auto", "on", "off"}));
   golden->add_option("--prefill-chunk", golden_args->chunk,
                      "Prefill the prompt in chunks of this many tokens");
   golden->add_flag("--json", golden_args->json, "Print one JSON object");
   golden->add_flag("--routing-check", golden_args->routing_check,
                    "MoE models: also run each prompt on the CPU reference forced to this backend's expert "
-                   "routing and report the flipped routing decisions and both logits errors (diagnostic: the "
-                   "verdict is unchanged)");
+                   "routing and report the flipped routing decisions, their margins and both logits errors "
+                   "(diagnostic: the verdict is unchanged)");
   golden->callback([golden_args]() { run_guarded([&]() { return run_golden_command(*golden_args); }); });
 
   auto ppl_args = std::make_shared<PplArgs>();

@@ -49,6 +49,7 @@ nlohmann::json GoldenReport::to_json() const {
   j["pass"] = pass;
   j["tolerance"] = tolerance;
   j["margin_rule"] = margin_rule;
+  j["routing_rule"] = routing_rule;
   j["cases"] = nlohmann::json::array();
   for (const GoldenCase& c : cases) {
     nlohmann::json cj = {{"case", c.index},
@@ -57,6 +58,7 @@ nlohmann::json GoldenReport::to_json() const {
                          {"rel_l2_err", c.rel_l2_err},
                          {"greedy_match", c.greedy_match},
                          {"excused_mismatch", c.excused_mismatch ? c.mismatch.to_json() : nlohmann::json()},
+                         {"excused_routing", c.excused_routing},
                          {"pass", c.pass}};
     if (!c.greedy_match) {
       cj["greedy"] = c.greedy;
@@ -65,6 +67,7 @@ nlohmann::json GoldenReport::to_json() const {
       cj["mismatch_top2_margin"] = c.mismatch_margin;
       cj["mismatch"] = c.mismatch.to_json();
     }
+    if (c.routing_checked) cj.update(c.routing.to_json());
     j["cases"].push_back(cj);
   }
   return j;
@@ -97,6 +100,8 @@ GoldenReport run_golden(Model& model, const std::string& golden_path, const Gold
   GoldenReport report;
   report.tolerance = options.rel_l2_tolerance;
   report.margin_rule = options.margin_rule;
+  const bool routing_rule = options.routing_rule && has_moe_routing(model);  // dense models: never
+  report.routing_rule = routing_rule;
   report.pass = true;
   for (int i = 0; i < cases; ++i) {
     const std::string n = std::to_string(i);
@@ -140,6 +145,18 @@ GoldenReport run_golden(Model& model, const std::string& golden_path, const Gold
     c.greedy_match = c.first_mismatch < 0;
     c.pass = (c.greedy_match || c.excused_mismatch) && c.rel_l2_err <= options.rel_l2_tolerance &&
              std::isfinite(c.rel_l2_err);
+    if (!c.pass && routing_rule) {
+      DSI_CHECK(options.routing_reference, "golden: the routing rule needs the CPU reference model");
+      RoutingRuleOptions ro;
+      ro.rel_l2_tolerance = options.rel_l2_tolerance;
+      ro.margin_rule = options.margin_rule;
+      ro.prefill_chunk = options.prefill_chunk;
+      c.routing =
+          judge_routing(model, options.routing_reference(), ids, static_cast<int64_t>(expected.size()), ro);
+      c.routing_checked = true;
+      c.excused_routing = c.routing.excused;
+      c.pass = c.excused_routing;
+    }
     report.pass = report.pass && c.pass;
     report.cases.push_back(std::move(c));
   }

@@ -1,11 +1,13 @@
 // Golden checks: run the prompts of a golden.safetensors file (fixtures format) and compare the logits and
 // the 16-token greedy continuation with the reference (exactly, or under the margin rule).
 #pragma once
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "engine/margin_rule.h"
+#include "engine/routing_rule.h"
 #include "model/model.h"
 
 namespace dsinfer {
@@ -24,6 +26,10 @@ struct GoldenCase {
   // When excused, the tokens after it were not compared (greedy stops there).
   GreedyMismatch mismatch;
   bool excused_mismatch = false;
+  // The routing rule (engine/routing_rule.h): run for a failing case of an MoE model when on.
+  bool routing_checked = false;
+  RoutingExcuse routing;
+  bool excused_routing = false;  // the case passes because of it
   bool pass = false;
 };
 
@@ -31,6 +37,7 @@ struct GoldenReport {
   bool pass = false;
   double tolerance = 1e-4;
   bool margin_rule = false;
+  bool routing_rule = false;
   std::vector<GoldenCase> cases;
   nlohmann::json to_json() const;
 };
@@ -40,6 +47,11 @@ struct GoldenOptions {
   int64_t prefill_chunk = 0;  // > 0: prefill in chunks of this many tokens
   // Excuse a greedy mismatch within bf16 noise (engine/margin_rule.h); on by default for non-CPU devices.
   bool margin_rule = false;
+  // Excuse a failing case of an MoE model whose only cause is routing flips within bf16 noise
+  // (engine/routing_rule.h); on by default for non-CPU devices. Needs `routing_reference`: the CPU
+  // reference model, loaded on first use (only when a case of an MoE model fails).
+  bool routing_rule = false;
+  std::function<Model&()> routing_reference;
 };
 
 GoldenReport run_golden(Model& model, const std::string& golden_path, const GoldenOptions& options = {});

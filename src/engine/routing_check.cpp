@@ -1,76 +1,13 @@
 // run_routing_check: record the tested model's routing, replay it on the reference (see routing_check.h).
 #include "engine/routing_check.h"
 
-#include <algorithm>
-#include <utility>
-
 #include "core/error.h"
 #include "engine/golden_eval.h"
+#include "engine/routing_hooks.h"
 #include "engine/sequence_runner.h"
 
 namespace dsinfer {
 namespace {
-
-// Backend::to_host hands back values as F32 (the GPU's I32 expert ids too): the ids as I32 again, each
-// checked to be a whole number.
-Tensor host_ids(const Tensor& host, int64_t layer) {
-  if (host.dtype() == DType::I32) return host;
-  DSI_CHECK(host.dtype() == DType::F32, "routing check: expert ids of layer ", layer, " came back as ",
-            dtype_name(host.dtype()));
-  Tensor ids = Tensor::empty(DType::I32, host.shape());  // [T, k]
-  const float* src = host.data<float>();
-  int32_t* dst = ids.data<int32_t>();
-  for (int64_t i = 0; i < host.numel(); ++i) {
-    dst[i] = static_cast<int32_t>(src[i]);
-    DSI_CHECK(static_cast<float>(dst[i]) == src[i], "routing check: expert id ", src[i], " of layer ", layer,
-              " is not a whole number");
-  }
-  return ids;
-}
-
-// Host copies of every routing call of a run, in call order.
-class RoutingRecorder : public MoeRoutingHook {
- public:
-  void on_route(Backend& backend, int64_t layer, Tensor& ids, Tensor& weights) override {
-    calls.push_back({host_ids(backend.to_host(ids), layer), backend.to_host(weights)});
-  }
-  std::vector<std::pair<Tensor, Tensor>> calls;  // ([T, k] I32, [T, k] F32)
-};
-
-// Replaces each routing call's result with the recorded one and counts the decisions that differ.
-class RoutingForcer : public MoeRoutingHook {
- public:
-  explicit RoutingForcer(const std::vector<std::pair<Tensor, Tensor>>& calls) : calls_(calls) {}
-
-  void on_route(Backend& backend, int64_t layer, Tensor& ids, Tensor& weights) override {
-    DSI_CHECK(ids.is_cpu() && weights.is_cpu(), "routing check: the reference must run on the CPU backend");
-    DSI_CHECK(next_ < calls_.size(), "routing check: the reference routed more often than the tested model");
-    const auto& [fids, fweights] = calls_[next_++];
-    DSI_CHECK(ids.dtype() == DType::I32 && fids.dtype() == DType::I32,
-              "routing check: expert ids must be I32");
-    DSI_CHECK(fids.shape() == ids.shape() && fweights.shape() == weights.shape(),
-              "routing check: routing of layer ", layer, " has shape ", shape_str(ids.shape()),
-              " on the reference and ", shape_str(fids.shape()), " on the tested model");
-    const int64_t T = ids.dim(0), k = ids.dim(1);
-    for (int64_t t = 0; t < T; ++t) {
-      std::vector<int32_t> own(ids.data<int32_t>() + t * k, ids.data<int32_t>() + (t + 1) * k);
-      std::vector<int32_t> forced(fids.data<int32_t>() + t * k, fids.data<int32_t>() + (t + 1) * k);
-      std::sort(own.begin(), own.end());
-      std::sort(forced.begin(), forced.end());
-      flipped += own != forced;
-      ++decisions;
-    }
-    ids = fids.clone();
-    weights = fweights.clone();
-  }
-
-  bool all_used() const { return next_ == calls_.size(); }
-  int64_t decisions = 0, flipped = 0;
-
- private:
-  const std::vector<std::pair<Tensor, Tensor>>& calls_;
-  size_t next_ = 0;
-};
 
 double rel_l2(const Tensor& a, const Tensor& ref) {
   DSI_CHECK(a.shape() == ref.shape(), "routing check: logits of shapes ", shape_str(a.shape()), " and ",
@@ -107,11 +44,18 @@ std::vector<RoutingCheckCase> run_routing_check(Model& tested, Model& reference,
     c.tokens = static_cast<int64_t>(prompts[i].size());
     c.decisions = forcer.decisions;
     c.flipped = forcer.flipped;
+    c.flips = forcer.flips;
     c.free_rel_l2 = rel_l2(tested_logits, free_logits);
     c.forced_rel_l2 = rel_l2(tested_logits, forced_logits);
     out.push_back(c);
   }
   return out;
+}
+
+nlohmann::json flips_json(const std::vector<RoutingFlip>& flips) {
+  nlohmann::json j = nlohmann::json::array();
+  for (const RoutingFlip& f : flips) j.push_back(f.to_json());
+  return j;
 }
 
 nlohmann::json routing_check_json(const std::vector<RoutingCheckCase>& cases) {
@@ -121,6 +65,7 @@ nlohmann::json routing_check_json(const std::vector<RoutingCheckCase>& cases) {
                  {"tokens", c.tokens},
                  {"decisions", c.decisions},
                  {"flipped", c.flipped},
+                 {"flips", flips_json(c.flips)},
                  {"free_rel_l2", c.free_rel_l2},
                  {"forced_rel_l2", c.forced_rel_l2}});
   }

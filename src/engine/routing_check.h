@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/routing_margin.h"
 #include "model/model.h"
 
 namespace dsinfer {
@@ -17,10 +18,11 @@ namespace dsinfer {
 struct RoutingCheckCase {
   int index = 0;
   int64_t tokens = 0;
-  int64_t decisions = 0;       // (token, MoE layer) routing decisions
-  int64_t flipped = 0;         // of those, chosen expert sets that differ from the reference's own
-  double free_rel_l2 = 0.0;    // tested vs reference, each routing by itself (all prompt rows)
-  double forced_rel_l2 = 0.0;  // tested vs reference forced to the tested model's routing
+  int64_t decisions = 0;           // (token, MoE layer) routing decisions
+  int64_t flipped = 0;             // of those, chosen expert sets that differ from the reference's own
+  std::vector<RoutingFlip> flips;  // each of those, judged against the reference's scores
+  double free_rel_l2 = 0.0;        // tested vs reference, each routing by itself (all prompt rows)
+  double forced_rel_l2 = 0.0;      // tested vs reference forced to the tested model's routing
 };
 
 // Runs `prompts` (prefilled in chunks of prefill_chunk tokens when > 0) through both models. `reference`
@@ -28,6 +30,9 @@ struct RoutingCheckCase {
 std::vector<RoutingCheckCase> run_routing_check(Model& tested, Model& reference,
                                                 const std::vector<std::vector<int32_t>>& prompts,
                                                 int64_t prefill_chunk = 0);
+
+// The flips as a JSON array of RoutingFlip::to_json.
+nlohmann::json flips_json(const std::vector<RoutingFlip>& flips);
 
 nlohmann::json routing_check_json(const std::vector<RoutingCheckCase>& cases);
 

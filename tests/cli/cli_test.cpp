@@ -334,6 +334,31 @@ TEST(EvalCli, GoldenMarginRuleFlagAndDefaults) {
   EXPECT_NE(r.status, 0);
 }
 
+TEST(EvalCli, GoldenRoutingRuleFlagAndDefaults) {
+  const std::string v3 = std::string(DSINFER_TEST_DATA) + "/models/tiny-deepseek-v3";
+  CliRun r = run("eval golden --model " + v3 + " --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["routing_rule"], false);  // auto: off on the CPU
+  for (const auto& c : j["cases"]) EXPECT_EQ(c["excused_routing"], false);
+  // Forced on with a tolerance no case meets: the rule runs, finds no flip (the CPU is the reference) and
+  // keeps the cases failing.
+  r = run("eval golden --model " + v3 + " --routing-rule on --tolerance 1e-12 --json");
+  EXPECT_EQ(r.status, 1) << r.err;
+  j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["routing_rule"], true);
+  for (const auto& c : j["cases"]) {
+    EXPECT_EQ(c["routing_flips"]["count"], 0);
+    EXPECT_EQ(c["forced_rel_l2"], 0.0);
+    EXPECT_EQ(c["excused_routing"], false);
+    EXPECT_NE(c["routing_reason"].get<std::string>().find("no routing decision differs"), std::string::npos);
+  }
+  r = run("eval golden --model " + v3 + " --routing-rule on --tolerance 1e-12");
+  EXPECT_NE(r.out.find("routing rule: NOT excused"), std::string::npos) << r.out;
+  r = run("eval golden --model " + v3 + " --routing-rule maybe");
+  EXPECT_NE(r.status, 0);
+}
+
 TEST(EvalCli, BatchAgreementOnTheCpuIsComplete) {
   CliRun r = run("eval batch-agreement --model " + std::string(DSINFER_TEST_DATA) +
                  "/models/tiny-llama --device cpu --prompts 5 --max-tokens 6 --prompt-len 30 --json");

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
@@ -107,6 +108,13 @@ TEST(RoutingCheckTest, OneFlippedDecisionIsCountedAndForcedAway) {
   ASSERT_EQ(cases.size(), 1u);
   EXPECT_EQ(cases[0].decisions, 12);
   EXPECT_EQ(cases[0].flipped, 1);
+  // The flip is judged against the reference's scores (engine/routing_margin.h) at its token and layer.
+  ASSERT_EQ(cases[0].flips.size(), 1u);
+  EXPECT_EQ(cases[0].flips[0].token, 0);
+  EXPECT_EQ(cases[0].flips[0].layer, 1);
+  EXPECT_EQ(cases[0].flips[0].out.size(), 1u);
+  EXPECT_TRUE(cases[0].flips[0].level == "expert" || cases[0].flips[0].level == "group");
+  EXPECT_TRUE(std::isfinite(cases[0].flips[0].margin) && cases[0].flips[0].bound > 0.0);
   EXPECT_GT(cases[0].free_rel_l2, 0.0);
   EXPECT_EQ(cases[0].forced_rel_l2, 0.0);
 }

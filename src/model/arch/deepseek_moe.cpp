@@ -53,6 +53,7 @@ void add_moe_residual(Backend& b, const MoeWeights& moe, Tensor& h, const Tensor
                       MoeRoutingHook* hook, int64_t layer) {
   const Tensor x = b.rms_norm(h, norm, eps);  // [T, H]
   Tensor ids, weights;
+  if (hook) hook->on_router_input(b, layer, x, moe.router, moe.router_bias, moe.routing);
   b.moe_route(x, moe.router, moe.router_bias, moe.routing, &ids, &weights);  // [T, k], [T, k]
   if (hook) hook->on_route(b, layer, ids, weights);
   if (moe.has_shared) b.norm_mlp_residual(h, norm, eps, moe.shared);  // h += shared(norm(h))

@@ -1,0 +1,49 @@
+// The two MoeRoutingHooks of teacher-forced routing comparisons: RoutingRecorder keeps host copies of a
+// tested model's routing, RoutingForcer replays them on the CPU reference and records every (token, layer)
+// decision where the reference's own choice differs, with its margin (engine/routing_margin.h).
+#pragma once
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "engine/routing_margin.h"
+#include "model/moe_routing_hook.h"
+
+namespace dsinfer {
+
+// Host copies of every routing call of a run, in call order.
+class RoutingRecorder : public MoeRoutingHook {
+ public:
+  void on_route(Backend& backend, int64_t layer, Tensor& ids, Tensor& weights) override;
+  std::vector<std::pair<Tensor, Tensor>> calls;  // ([T, k] I32, [T, k] F32)
+};
+
+// Replaces each routing call's result with the recorded one; counts the decisions that differ and judges
+// each of them against the reference's own scores. Tokens are numbered across the run's forward passes
+// (a pass starts when the layer index does not increase), so a SequenceRunner's prompt rows come first
+// and each later step adds its tokens.
+class RoutingForcer : public MoeRoutingHook {
+ public:
+  explicit RoutingForcer(const std::vector<std::pair<Tensor, Tensor>>& calls) : calls_(calls) {}
+
+  void on_router_input(Backend& backend, int64_t layer, const Tensor& x, const Tensor& router,
+                       const Tensor& bias, const RoutingParams& params) override;
+  void on_route(Backend& backend, int64_t layer, Tensor& ids, Tensor& weights) override;
+
+  bool all_used() const { return next_ == calls_.size(); }
+  int64_t decisions = 0, flipped = 0;
+  std::vector<RoutingFlip> flips;  // one per flipped decision, in call order
+
+ private:
+  const std::vector<std::pair<Tensor, Tensor>>& calls_;
+  size_t next_ = 0;
+  // The current layer's router inputs (from on_router_input; empty tensors when the model gave none).
+  Tensor x_, router_, bias_;
+  RoutingParams params_;
+  int64_t input_layer_ = -1;
+  // Token numbering across forward passes.
+  int64_t offset_ = 0, last_layer_ = -1, last_rows_ = 0;
+};
+
+}  // namespace dsinfer
