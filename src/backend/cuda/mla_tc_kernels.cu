@@ -141,7 +141,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Cache slot of row crow of tile `it` (-1 past the end).
   auto slot_of = [&](int it) -> int64_t {
     const int64_t pos = begin + static_cast<int64_t>(it) * kNT + crow;
-    return it < ntiles && pos < end ? static_cast<int64_t>(blocks[pos / bs]) * bs + pos % bs : -1;
+    if (it >= ntiles || pos >= end) return -1;
+    const int p32 = static_cast<int>(pos), bs32 = static_cast<int>(bs);  // positions are int32: 32-bit math
+    return static_cast<int64_t>(blocks[p32 / bs32]) * bs + p32 % bs32;
   };
   // Row crow of tile `it` into stage it % kStages (rows past the end zero-filled, so P = 0 never meets
   // garbage). Commits a group even past the last tile (empty), so the wait counts below hold throughout.
@@ -232,8 +234,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         *reinterpret_cast<float2*>(&sm.red[warp][g + 8][col]) = make_float2(s[j][2], s[j][3]);
       }
     }
-    if (it >
-        0) {  // O [16, 512] += P [16, 32] V [32, 512] of tile it - 1: warp w owns columns [64w, 64w + 64)
+    // O [16, 512] += P [16, 32] V [32, 512] of tile it - 1: warp w owns latent columns [64w, 64w + 64).
+    if (it > 0) {
       const __nv_bfloat16* vt = sm.k[(it - 1) % kStages];
       const float c_lo = sm.c[g], c_hi = sm.c[g + 8];
 #pragma unroll
