@@ -121,10 +121,11 @@ TEST_F(CudaDeepseekOpsTest, MlaDecodeMatchesCpu) {
 
 TEST_F(CudaDeepseekOpsTest, MlaDecodeTensorCoreEdgesMatchCpu) {
   // The tensor-core kernel's edges (bf16 cache, R 512, P 64; the float32 cache runs the CUDA-core kernel):
-  // contexts around its 64-row tile, a context of 1, mixed lengths in one batch (empty splits), a partial
+  // contexts around its 32-row tile, a context of 1, mixed lengths in one batch (empty splits), a partial
   // head group (H 24), many splits (T 1, long context) and T = 257 (no split, next_pow2 512).
-  const std::vector<std::pair<int32_t, int32_t>> edges = {{0, 1},   {1, 1},   {62, 1},  {63, 1},  {64, 1},
-                                                          {126, 1}, {128, 1}, {199, 1}, {4000, 1}};
+  const std::vector<std::pair<int32_t, int32_t>> edges = {{0, 1},   {1, 1},   {31, 1},  {32, 1},  {33, 1},
+                                                          {62, 1},  {63, 1},  {64, 1},  {126, 1}, {128, 1},
+                                                          {161, 1}, {199, 1}, {4000, 1}};
   for (int64_t H : {16, 24, 128}) check_mla(this, H, 512, 64, edges, 1e-5);
   check_mla(this, 128, 512, 64, {{4096, 1}}, 1e-5);
   check_mla(this, 16, 512, 64, {{64, 1}}, 1e-5);
