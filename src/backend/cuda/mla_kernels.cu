@@ -31,12 +31,8 @@ constexpr int kMaxAcc = 32;  // latent outputs each thread accumulates
 constexpr int kMaxGroupHeads = 16;
 constexpr int64_t kMinChunk = 64;       // fewest positions a split handles
 constexpr int64_t kTargetBlocks = 528;  // 4 per SM of an H100 / H200
-// Tensor-core kernel (mla_tc_kernels.cu): blocks of 16 heads, one resident per SM, tiles of kTcTileRows rows.
-constexpr int64_t kTcHeads = 16, kTcTile = kTcTileRows, kTcSlots = 132;  // 132 SMs: H100 SXM / H200
-// Its split cost model, in tile times of one SM: a block's fixed cost (the first tile's latency, queries,
-// epilogue), the combine launch, and the partial states a split block writes and the merge reads back
-// (16 x 512 floats twice: ~1.75 tiles of bytes per block, spread over the SMs).
-constexpr double kTcBlockTiles = 2.0, kTcCombineTiles = 2.0, kTcMergeTilesPerBlock = 1.75;
+// Tensor-core kernel (mla_tc_kernels.cu): blocks of 16 heads, one resident per SM, tiles of 64 rows.
+constexpr int64_t kTcHeads = 16, kTcTile = 64, kTcSlots = 132;  // 132 SMs: H100 SXM / H200
 // Most splits the last-arriving block merges itself (it reads splits x 32 KiB for 16 heads of R 512 alone,
 // so many splits are merged faster by the separate combine kernel's T x H blocks). Off by default: on the
 // H200 (2026-12-01) V2-Lite decode at batch 1 took 3.54 ms/token with the fused merge (4 splits) and 3.41 ms
@@ -291,8 +287,9 @@ MlaSplit mla_choose_split(int64_t T, int64_t H, int64_t R, int64_t max_ctx, bool
   // T rounded up to a power of two: a CUDA graph pads the batch to a bucket b with T <= b <= that power, so
   // eager and replayed steps choose the same splits (and sum in the same order).
   if (tensor_cores) {
-    // Cost in tile times of one SM: waves of resident blocks x (tiles per block + the block's fixed cost),
-    // plus for a split launch the combine (a launch, and the partial states written and read back).
+    // Cost in tile times of one SM: waves of resident blocks x (tiles per block + ~1 for the queries and
+    // the epilogue), plus for a split launch the combine (a launch, and the partial states written and read
+    // back: ~0.9 tile of bytes per block, spread over the SMs).
     const int64_t blocks = next_pow2(T) * ((H + kTcHeads - 1) / kTcHeads);
     const int64_t tiles = (max_ctx + kTcTile - 1) / kTcTile;
     int64_t best_tiles = tiles;
@@ -301,9 +298,8 @@ MlaSplit mla_choose_split(int64_t T, int64_t H, int64_t R, int64_t max_ctx, bool
       const int64_t per = (tiles + sp - 1) / sp;
       if (sp > 1 && (tiles + per - 1) / per < sp) continue;  // the same chunk as a smaller split count
       const int64_t waves = (blocks * sp + kTcSlots - 1) / kTcSlots;
-      double cost = static_cast<double>(waves) * (static_cast<double>(per) + kTcBlockTiles);
-      if (sp > 1)
-        cost += kTcCombineTiles + kTcMergeTilesPerBlock * static_cast<double>(blocks * sp) / kTcSlots;
+      double cost = static_cast<double>(waves * (per + 1));
+      if (sp > 1) cost += 1.0 + 0.9 * static_cast<double>(blocks * sp) / kTcSlots;
       if (sp == 1 || cost < best_cost) best_cost = cost, best_tiles = per;
     }
     s.chunk = best_tiles * kTcTile;

@@ -21,13 +21,12 @@ struct MlaPlanView {
 struct MlaSplit {
   int splits = 1;
   int64_t chunk = 0;
-  bool tensor_cores = false;  // run the tensor-core kernel (chunk a multiple of kTcTileRows)
+  bool tensor_cores = false;  // run the tensor-core kernel (chunk a multiple of its 64-row tile)
 };
 
 // A split for T query tokens whose longest context is max_ctx, H heads of latent width R. CUDA cores: enough
 // blocks to fill the GPU, chunks of at least 64 positions. Tensor cores (one resident block per SM): the
-// split count that minimises waves x tiles per block plus the combine pass, chunks of whole
-// kTcTileRows-row tiles.
+// split count that minimises waves x tiles per block plus the combine pass, chunks of whole 64-row tiles.
 // Depends only on (next_pow2(T), H, R, max_ctx, tensor_cores), so a CUDA graph serves its whole bucket.
 MlaSplit mla_choose_split(int64_t T, int64_t H, int64_t R, int64_t max_ctx, bool tensor_cores);
 
@@ -42,10 +41,8 @@ int mla_fused_merge_max_splits();
 // Tests and benchmarks only (between steps, never while CUDA graphs of the model are captured).
 void mla_set_fused_merge_max_splits(int max_splits);
 
-// Cached rows per tile of the tensor-core kernel (a tensor-core split's chunk is a multiple of it).
-inline constexpr int64_t kTcTileRows = 32;
 // Floats of the tensor-core kernel's shared memory its fused merge may use (weights [16, splits] + [16]).
-inline constexpr int64_t kTcMergeFloats = 8 * 16 * (kTcTileRows + 8);
+inline constexpr int64_t kTcMergeFloats = 8 * 16 * 72;
 
 // out [T, H, R] = softmax((q_lat . latent + q_pe . rope_key) * scale) latent over cache positions
 // [0, positions[t]] of token t's sequence. q_lat [T, H, R], q_pe [T, H, P] float32; cache rows of
@@ -63,12 +60,6 @@ void launch_attention_mla(const float* q_lat, const float* q_pe, const void* cac
 // zeroed) is given.
 bool mla_tc_supported(int64_t R, int64_t P, bool cache_bf16, uintptr_t cache, uintptr_t q_lat,
                       uintptr_t q_pe);
-// The tensor-core kernel's precision: false (default), Q and P split into bf16 hi + lo (only the cache's
-// rounding remains); true, Q and P rounded to bf16 (half the MMAs; relative error ~1e-3).
-// DSINFER_MLA_BF16_QP=1 (read once) sets it; the setter is for tests and benchmarks (between steps, never
-// while CUDA graphs of the model are captured).
-bool mla_tc_bf16_qp();
-void mla_set_tc_bf16_qp(bool bf16);
 void launch_attention_mla_tc(const float* q_lat, const float* q_pe, const uint16_t* cache,
                              const MlaPlanView& plan, float* out, float* ws_acc, float* ws_ml, int* arrivals,
                              int64_t T, int64_t H, float scale, const MlaSplit& split);

@@ -1,21 +1,16 @@
 // Tensor-core MLA decode over a bf16 latent cache (R = 512, P = 64, the DeepSeek-V2/V3 shape): one block of
 // 8 warps per (query token, split of its context, group of 16 heads); the head groups of a token are adjacent
-// blocks, so they share each cached tile through L2. Tiles of 32 cached rows [latent | rope key] stream into
-// a ring of 5 shared-memory stages with cp.async, 3 tiles always in flight (each thread copies 9 16-byte
-// chunks of one row and looks up that row's cache slot one tile ahead, in a register). Per tile: S = Q K^T,
-// each warp taking 4-5 of the 36 k-steps for all 32 positions with its Q fragments in registers, the partial
-// scores summed across warps in a fixed order; online softmax in shared memory; O += P V, each warp owning 64
-// of the 512 latent columns. The loop is skewed by one tile (iteration i: S of tile i and P V of tile i - 1,
-// then the softmax of tile i), so a tile costs two barriers. mma.sync m16n8k16 (bf16 in, fp32 accumulate);
-// with kSplitQP, Q and P are split into bf16 hi + lo (two MMAs each), so only the cache's own rounding
-// remains; without it Q and P are rounded to bf16 (FlashMLA's precision, half the MMAs;
-// DSINFER_MLA_BF16_QP=1). Partial states have the layout of mla_kernels.cu's combine; with arrival counters
-// the last split block of a (token, head group) merges them (mla_merge.cuh).
+// blocks, so they share each cached tile through L2. Tiles of 64 cached rows [latent | rope key] stream into
+// shared memory with cp.async (two stages, the block table read two tiles ahead). S = Q K^T: each warp takes
+// 4-5 of the 36 k-steps for all 64 positions with its Q fragments in registers, and the partial scores are
+// summed across warps in a fixed order; online softmax in shared memory; O += P V: each warp owns 64 of the
+// 512 latent columns. mma.sync m16n8k16 (bf16 in, fp32 accumulate) with Q and P split into bf16 hi + lo, so
+// only the cache's own rounding remains. Partial states have the layout of mla_kernels.cu's combine; with
+// arrival counters the last split block of a (token, head group) merges them (mla_merge.cuh).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
-#include <cstdlib>
 
 #include "backend/cuda/kernel_common.cuh"
 #include "backend/cuda/mla_kernels.h"
@@ -29,27 +24,22 @@ namespace dsinfer::cuda {
 namespace {
 
 constexpr int kR = 512, kP = 64, kD = kR + kP;
-constexpr int kHeads = 16, kNT = static_cast<int>(kTcTileRows), kStages = 5, kWarps = 8,
-              kThreads = 32 * kWarps;
+constexpr int kHeads = 16, kNT = 64, kWarps = 8, kThreads = 32 * kWarps;
 constexpr int kLdK = kD + 8, kLdP = kNT + 8, kLdRed = kNT + 8;
-constexpr int kChunks = kD * 2 / 16;               // 16-byte chunks per cached row
-constexpr int kRowThreads = kThreads / kNT;        // threads copying one row of a tile
-constexpr int kRowChunks = kChunks / kRowThreads;  // chunks each of them copies
-constexpr int kKSteps = kD / 16;  // k-steps of S = Q K^T, spread over the warps (4 or 5 each)
+constexpr int kChunks = kD * 2 / 16;  // 16-byte chunks per cached row
+constexpr int kKSteps = kD / 16;      // k-steps of S = Q K^T, spread over the warps (4 or 5 each)
 static_assert(kKSteps > 4 * kWarps && kKSteps <= 5 * kWarps, "each warp takes 4 or 5 k-steps");
 static_assert(kHeads == 2 * kWarps && kR == 64 * kWarps, "softmax: 2 heads per warp; PV: 64 columns");
-static_assert(kNT == 32 && kChunks % kRowThreads == 0, "softmax: one position per lane; whole rows per copy");
-static_assert(kStages >= 4, "the skewed loop holds tiles i - 1 and i, and keeps tiles in flight");
 
 struct Smem {
-  __nv_bfloat16 k[kStages][kNT * kLdK];                    // [stage][32 rows][576 (+8 pad)] cached rows
-  float red[kWarps][kHeads][kLdRed];                       // [warp][16 heads][32 positions] partial scores
-  __nv_bfloat16 p_hi[kHeads * kLdP], p_lo[kHeads * kLdP];  // [16 heads][32] probabilities
-  float m[kHeads], l[kHeads], c[kHeads];  // running max, running sum, the last tile's rescale
-  int last;                               // mla_arrive_last's verdict
+  __nv_bfloat16 k[2][kNT * kLdK];                          // [stage][64 rows][576 (+8 pad)] cached rows
+  float red[kWarps][kHeads][kLdRed];                       // [warp][16 heads][64 positions] partial scores
+  __nv_bfloat16 p_hi[kHeads * kLdP], p_lo[kHeads * kLdP];  // [16 heads][64] probabilities
+  float m[kHeads], l[kHeads], c[kHeads];                   // running max, running sum, this tile's rescale
+  int64_t slot[2][kNT];                                    // [stage][row] cache slot (-1: past the end)
+  int last;                                                // mla_arrive_last's verdict
 };
 static_assert(sizeof(Smem::red) / sizeof(float) == kTcMergeFloats, "the fused merge's scratch is red");
-static_assert(sizeof(Smem) <= 227 * 1024, "one block per SM on Hopper");
 
 __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -114,7 +104,6 @@ __device__ __forceinline__ void ldmatrix_v(uint32_t* b, const __nv_bfloat16* k_t
 #endif
 }
 
-template <bool kSplitQP>
 __global__ void __launch_bounds__(kThreads, 1)
     mla_tc_kernel(const float* q_lat, const float* q_pe, const uint16_t* cache, MlaPlanView plan, float* out,
                   float* ws_acc, float* ws_ml, int* arrivals, int H, float scale, int splits, int64_t chunk) {
@@ -136,40 +125,38 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int64_t bs = plan.block_size;
   const int ntiles = begin < end ? static_cast<int>((end - begin + kNT - 1) / kNT) : 0;
 
-  // Copies: this thread moves chunks ccol + kRowThreads i (i < kRowChunks) of row crow of every tile.
-  const int crow = tid / kRowThreads, ccol = tid % kRowThreads;
-  // Cache slot of row crow of tile `it` (-1 past the end).
+  // Cache slot of row `tid` of tile `it` (-1 past the end); read by threads < kNT only.
   auto slot_of = [&](int it) -> int64_t {
-    const int64_t pos = begin + static_cast<int64_t>(it) * kNT + crow;
-    if (it >= ntiles || pos >= end) return -1;
-    const int p32 = static_cast<int>(pos), bs32 = static_cast<int>(bs);  // positions are int32: 32-bit math
-    return static_cast<int64_t>(blocks[p32 / bs32]) * bs + p32 % bs32;
+    const int64_t pos = begin + static_cast<int64_t>(it) * kNT + tid;
+    return it < ntiles && pos < end ? static_cast<int64_t>(blocks[pos / bs]) * bs + pos % bs : -1;
   };
-  // Row crow of tile `it` into stage it % kStages (rows past the end zero-filled, so P = 0 never meets
-  // garbage). Commits a group even past the last tile (empty), so the wait counts below hold throughout.
-  auto issue_row = [&](int it, int64_t slot) {
-    if (it < ntiles) {
-      __nv_bfloat16* dst = sm.k[it % kStages] + crow * kLdK + ccol * 8;
-      const uint16_t* src = cache + (slot >= 0 ? slot : 0) * kD + ccol * 8;
-#pragma unroll
-      for (int i = 0; i < kRowChunks; ++i)
-        cp_async16(dst + i * 8 * kRowThreads, src + i * 8 * kRowThreads, slot >= 0);
+  // Tile `it` into stage it % 2 (rows past the end zero-filled, so P = 0 never meets garbage).
+  auto issue_tile = [&](int it) {
+    const int st = it % 2;
+#pragma unroll 6
+    for (int i = tid; i < kNT * kChunks; i += kThreads) {
+      const int j = i / kChunks, c = i % kChunks;
+      const int64_t slot = sm.slot[st][j];
+      cp_async16(sm.k[st] + j * kLdK + c * 8, cache + (slot >= 0 ? slot : 0) * kD + c * 8, slot >= 0);
     }
     cp_async_commit();
   };
 
-  // Tiles 0 .. kStages - 3 in flight; the slot of the next tile to issue looked up ahead (its block-table
-  // read hides behind a tile).
-  for (int it = 0; it < kStages - 2; ++it) issue_row(it, slot_of(it));
-  int64_t next_slot = slot_of(kStages - 2);
+  int64_t next_slot = -1;  // threads < kNT: slot of their row of tile it + 2
+  if (tid < kNT) {
+    sm.slot[0][tid] = slot_of(0);
+    sm.slot[1][tid] = slot_of(1);
+  }
   if (tid < kHeads) {
     sm.m[tid] = -INFINITY;
     sm.l[tid] = 0.0f;
   }
+  __syncthreads();
+  if (ntiles > 0) issue_tile(0);
+  if (tid < kNT) next_slot = slot_of(2);
 
   // This warp's k-steps of S = Q K^T: k0 = 16 (warp + 8 i), i < nk (36 k-steps over 8 warps). Its Q
-  // fragments (bf16, or hi + lo bf16 parts of the fp32 queries; heads past the last are zero) stay in
-  // registers.
+  // fragments (hi + lo bf16 parts of the fp32 queries; heads past the last are zero) stay in registers.
   const int nk = warp < kKSteps - 4 * kWarps ? 5 : 4;
   uint32_t qh[5][4], ql[5][4];
 #pragma unroll
@@ -185,7 +172,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       const __nv_bfloat162 hi = __floats2bfloat162_rn(v.x, v.y);
       const __nv_bfloat162 lo = __floats2bfloat162_rn(v.x - __low2float(hi), v.y - __high2float(hi));
       qh[i][r] = *reinterpret_cast<const uint32_t*>(&hi);
-      ql[i][r] = kSplitQP ? *reinterpret_cast<const uint32_t*>(&lo) : 0u;
+      ql[i][r] = *reinterpret_cast<const uint32_t*>(&lo);
     }
   }
 
@@ -195,19 +182,17 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int c = 0; c < 4; ++c) acc[j][c] = 0.0f;
 
-  // Iteration it: S of tile it (into red) and O += P V of tile it - 1 (its P from the last iteration's
-  // softmax), a barrier, then the softmax of tile it (red into P, m, l, c). Tiles it - 1 .. it + kStages - 2
-  // occupy the kStages stages.
-  for (int it = 0; it <= ntiles; ++it) {
-    cp_async_wait<kStages - 3>();  // tile it has landed (later groups: tiles it + 1 .. it + kStages - 3)
-    __syncthreads();  // tile it visible; P V of tile it - 2 (its stage), the softmax of it - 1 (red) done
-    issue_row(it + kStages - 2, next_slot);
-    next_slot = slot_of(it + kStages - 1);
-    if (it < ntiles) {  // partial S [16, 32] over this warp's k-steps, then to red[warp]
-      const __nv_bfloat16* kt = sm.k[it % kStages];
-      float s[kNT / 8][4];
+  for (int it = 0; it < ntiles; ++it) {
+    const int64_t j0 = begin + static_cast<int64_t>(it) * kNT;
+    cp_async_wait<0>();
+    __syncthreads();  // tile it visible; every warp is done with tile it - 1 (its stage, P and red)
+    if (it + 1 < ntiles) issue_tile(it + 1);
+    const __nv_bfloat16* kt = sm.k[it % 2];
+    // Partial S [16, 64] over this warp's k-steps, then to red[warp].
+    {
+      float s[8][4];
 #pragma unroll
-      for (int j = 0; j < kNT / 8; ++j)
+      for (int j = 0; j < 8; ++j)
 #pragma unroll
         for (int c = 0; c < 4; ++c) s[j][c] = 0.0f;
 #pragma unroll
@@ -215,28 +200,66 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (i < nk) {
           const int k0 = 16 * (warp + kWarps * i);
 #pragma unroll
-          for (int j = 0; j < kNT / 8; j += 2) {
+          for (int j = 0; j < 8; j += 2) {
             uint32_t b[4];
             ldmatrix_bt(b, kt, j * 8, k0, lane);
             mma_bf16(s[j], qh[i], b);
+            mma_bf16(s[j], ql[i], b);
             mma_bf16(s[j + 1], qh[i], b + 2);
-            if constexpr (kSplitQP) {
-              mma_bf16(s[j], ql[i], b);
-              mma_bf16(s[j + 1], ql[i], b + 2);
-            }
+            mma_bf16(s[j + 1], ql[i], b + 2);
           }
         }
       }
 #pragma unroll
-      for (int j = 0; j < kNT / 8; ++j) {
+      for (int j = 0; j < 8; ++j) {
         const int col = j * 8 + 2 * tq;
         *reinterpret_cast<float2*>(&sm.red[warp][g][col]) = make_float2(s[j][0], s[j][1]);
         *reinterpret_cast<float2*>(&sm.red[warp][g + 8][col]) = make_float2(s[j][2], s[j][3]);
       }
     }
-    // O [16, 512] += P [16, 32] V [32, 512] of tile it - 1: warp w owns latent columns [64w, 64w + 64).
-    if (it > 0) {
-      const __nv_bfloat16* vt = sm.k[(it - 1) % kStages];
+    // Slots of tile it + 2 into the stage tile it's slots used (issued last iteration), then prefetch the
+    // block table for tile it + 3: its latency hides behind this tile.
+    if (tid < kNT) {
+      sm.slot[it % 2][tid] = next_slot;
+      next_slot = slot_of(it + 3);
+    }
+    __syncthreads();
+    // Online softmax: warp w updates heads 2w and 2w + 1, positions lane and lane + 32. S sums the warps'
+    // partials in a fixed order.
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int h = 2 * warp + hh;
+      float s0 = 0.0f, s1 = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) {
+        s0 += sm.red[w][h][lane];
+        s1 += sm.red[w][h][lane + 32];
+      }
+      s0 = j0 + lane < end ? s0 * scale : -INFINITY;
+      s1 = j0 + lane + 32 < end ? s1 * scale : -INFINITY;
+      float mx = fmaxf(s0, s1);
+      for (int o = 16; o > 0; o /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+      const float m_old = sm.m[h];
+      const float m_new = fmaxf(m_old, mx);  // finite: position j0 < end
+      const float p0 = s0 == -INFINITY ? 0.0f : expf(s0 - m_new);
+      const float p1 = s1 == -INFINITY ? 0.0f : expf(s1 - m_new);
+      float sum = p0 + p1;
+      for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+      const __nv_bfloat16 hi0 = __float2bfloat16_rn(p0), hi1 = __float2bfloat16_rn(p1);
+      sm.p_hi[h * kLdP + lane] = hi0;
+      sm.p_lo[h * kLdP + lane] = __float2bfloat16_rn(p0 - __bfloat162float(hi0));
+      sm.p_hi[h * kLdP + lane + 32] = hi1;
+      sm.p_lo[h * kLdP + lane + 32] = __float2bfloat16_rn(p1 - __bfloat162float(hi1));
+      if (lane == 0) {
+        const float corr = expf(m_old - m_new);  // 0 on the first tile
+        sm.c[h] = corr;
+        sm.l[h] = sm.l[h] * corr + sum;
+        sm.m[h] = m_new;
+      }
+    }
+    __syncthreads();
+    // O [16, 512] += P [16, 64] V [64, 512]: warp w owns latent columns [64w, 64w + 64).
+    {
       const float c_lo = sm.c[g], c_hi = sm.c[g + 8];
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
@@ -249,56 +272,20 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int k0 = 0; k0 < kNT; k0 += 16) {
         uint32_t ah[4], al[4];
         ldmatrix_a(ah, sm.p_hi, kLdP, 0, k0, lane);
-        if constexpr (kSplitQP) ldmatrix_a(al, sm.p_lo, kLdP, 0, k0, lane);
+        ldmatrix_a(al, sm.p_lo, kLdP, 0, k0, lane);
 #pragma unroll
         for (int j = 0; j < 8; j += 2) {
           uint32_t b[4];
-          ldmatrix_v(b, vt, k0, warp * 64 + j * 8, lane);
+          ldmatrix_v(b, kt, k0, warp * 64 + j * 8, lane);
           mma_bf16(acc[j], ah, b);
+          mma_bf16(acc[j], al, b);
           mma_bf16(acc[j + 1], ah, b + 2);
-          if constexpr (kSplitQP) {
-            mma_bf16(acc[j], al, b);
-            mma_bf16(acc[j + 1], al, b + 2);
-          }
-        }
-      }
-    }
-    __syncthreads();  // red of tile it complete; every warp has read P and c of tile it - 1
-    if (it < ntiles) {
-      // Online softmax: warp w updates heads 2w and 2w + 1, position lane. S sums the warps' partials in a
-      // fixed order. Without kSplitQP the sum l adds the bf16 probabilities P V uses.
-      const int64_t j0 = begin + static_cast<int64_t>(it) * kNT;
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        const int h = 2 * warp + hh;
-        float s0 = 0.0f;
-#pragma unroll
-        for (int w = 0; w < kWarps; ++w) s0 += sm.red[w][h][lane];
-        s0 = j0 + lane < end ? s0 * scale : -INFINITY;
-        float mx = s0;
-        for (int o = 16; o > 0; o /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-        const float m_old = sm.m[h];
-        const float m_new = fmaxf(m_old, mx);  // finite: position j0 < end
-        float p0 = s0 == -INFINITY ? 0.0f : expf(s0 - m_new);
-        const __nv_bfloat16 hi0 = __float2bfloat16_rn(p0);
-        sm.p_hi[h * kLdP + lane] = hi0;
-        if constexpr (kSplitQP)
-          sm.p_lo[h * kLdP + lane] = __float2bfloat16_rn(p0 - __bfloat162float(hi0));
-        else
-          p0 = __bfloat162float(hi0);
-        float sum = p0;
-        for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-        if (lane == 0) {
-          const float corr = expf(m_old - m_new);  // 0 on the first tile
-          sm.c[h] = corr;
-          sm.l[h] = sm.l[h] * corr + sum;
-          sm.m[h] = m_new;
+          mma_bf16(acc[j + 1], al, b + 2);
         }
       }
     }
   }
-  cp_async_wait<0>();  // only empty groups remain
-  __syncthreads();     // sm.l of the last tile (or the initial state of an empty split) is visible
+  __syncthreads();  // sm.l of the last tile (or the initial state of an empty split) is visible
 
   // Rows g and g + 8 of the fragments are heads g and g + 8; columns 64w + 8j + 2tq (+1).
   const int64_t base = (t * splits + split) * H + h0;
@@ -324,38 +311,19 @@ __global__ void __launch_bounds__(kThreads, 1)
     detail::mla_merge(ws_acc, ws_ml, t, H, kR, h0, hg, splits, out, &sm.red[0][0][0], sm.c);
 }
 
-bool& bf16_qp_setting() {
-  static bool bf16 = [] {
-    const char* env = std::getenv("DSINFER_MLA_BF16_QP");
-    return env && *env && std::atoi(env) != 0;
-  }();
-  return bf16;
-}
-
-bool set_smem_limit(void (*kernel)(const float*, const float*, const uint16_t*, MlaPlanView, float*, float*,
-                                   float*, int*, int, float, int, int64_t)) {
-  const bool ok = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(sizeof(Smem))) == cudaSuccess;
-  if (!ok) cudaGetLastError();
-  return ok;
-}
-
 }  // namespace
-
-bool mla_tc_bf16_qp() {
-  return bf16_qp_setting();
-}
-
-void mla_set_tc_bf16_qp(bool bf16) {
-  bf16_qp_setting() = bf16;
-}
 
 bool mla_tc_supported(int64_t R, int64_t P, bool cache_bf16, uintptr_t cache, uintptr_t q_lat,
                       uintptr_t q_pe) {
   if (!(cache_bf16 && R == kR && P == kP && cache % 16 == 0 && q_lat % 16 == 0 && q_pe % 16 == 0))
     return false;
-  // The stages need ~205 KiB of shared memory: Hopper has it, an A100 (163 KiB) does not.
-  static const bool fits = set_smem_limit(mla_tc_kernel<true>) && set_smem_limit(mla_tc_kernel<false>);
+  // The tiles need ~188 KiB of shared memory: Hopper has it, an A100 (163 KiB) does not.
+  static const bool fits = [] {
+    const bool ok = cudaFuncSetAttribute(mla_tc_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(sizeof(Smem))) == cudaSuccess;
+    if (!ok) cudaGetLastError();
+    return ok;
+  }();
   return fits;
 }
 
@@ -366,9 +334,8 @@ void launch_attention_mla_tc(const float* q_lat, const float* q_pe, const uint16
   DSI_CHECK(T * groups < (int64_t{1} << 31) && split.splits < 65536 && split.chunk % kNT == 0,
             "attention_mla (tensor cores): bad launch shape");
   const dim3 grid(static_cast<unsigned>(T * groups), static_cast<unsigned>(split.splits));
-  launch_pdl(mla_tc_bf16_qp() ? mla_tc_kernel<false> : mla_tc_kernel<true>, grid, kThreads, sizeof(Smem),
-             q_lat, q_pe, cache, plan, out, ws_acc, ws_ml, arrivals, static_cast<int>(H), scale, split.splits,
-             split.chunk);
+  launch_pdl(mla_tc_kernel, grid, kThreads, sizeof(Smem), q_lat, q_pe, cache, plan, out, ws_acc, ws_ml,
+             arrivals, static_cast<int>(H), scale, split.splits, split.chunk);
   check_launch("attention_mla (tensor cores)");
 }
 
