@@ -5,8 +5,10 @@
 #include <cstdint>
 
 #include "backend/cuda/attention_kernels.h"
+#include "backend/cuda/batch_bucket.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/device_args.h"
+#include "backend/cuda/gemm_cublaslt.h"
 #include "backend/cuda/head_matmul_kernels.h"
 #include "backend/cuda/mla_kernels.h"
 #include "core/dtype.h"
@@ -75,7 +77,15 @@ Tensor CudaBackend::head_matmul(const Tensor& x, const Tensor& w, bool transpose
   DSI_CHECK((transpose_w ? w.dim(1) : w.dim(2)) == A, "head_matmul: inner dimension mismatch");
   DSI_CHECK(w.device() == Device::kCuda && w.dtype() == DType::BF16,
             "head_matmul: the weight must be a bf16 CUDA tensor (loaded through prepare_weight)");
-  Tensor out = Tensor::empty_on(Device::kCuda, DType::F32, {T, H, B});
+  Tensor out = Tensor::empty_on(Device::kCuda, DType::F32, {T, H, B});  // [T, H, B]
+  // From 256 (bucketed) tokens: cuBLASLt over bf16-rounded x, like the other GEMMs over more than 8 rows
+  // (DSINFER_CUDA_GEMM=split keeps fp32 x on the tensor-core kernel instead). DISABLED_BenchDecodeOps on the
+  // H200 (2026-12-01, V2-Lite W_UK / W_UV): T 512 13.1 / 17.3 us, T 256 15.1 / 13.4 us; the tensor-core
+  // kernel is faster at T 64 (6.6 / 13.5 us against 15.0 / 15.6).
+  if (cuda::next_pow2(T) >= 256 && !options_.split_gemm_activations &&
+      cuda::head_linear_bf16(dev_f32(x, "head_matmul", "x"), w.data<uint16_t>(), out.data<float>(), T, H, A,
+                             B, transpose_w))
+    return out;
   cuda::launch_head_matmul(dev_f32(x, "head_matmul", "x"), w.data<uint16_t>(), out.data<float>(), T, H, A, B,
                            transpose_w);
   return out;

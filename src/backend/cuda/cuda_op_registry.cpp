@@ -63,7 +63,7 @@ const std::vector<CudaOpSupport>& cuda_op_support() {
        {},
        {},
        ""},
-      {"head_matmul", {"launch_head_matmul", "launch_head_matmul_mma"}, {}, {}, ""},
+      {"head_matmul", {"launch_head_matmul", "launch_head_matmul_mma", "head_linear_bf16"}, {}, {}, ""},
       {"moe_route", {"launch_moe_route"}, {}, {}, ""},
       {"moe_experts",
        {"launch_moe_permute", "launch_moe_gate_up_stream", "launch_moe_down_stream", "launch_moe_gate_up",

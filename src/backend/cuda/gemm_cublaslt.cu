@@ -10,6 +10,7 @@
 #include <mutex>
 #include <tuple>
 
+#include "backend/cuda/batch_bucket.h"
 #include "backend/cuda/gemm_cublaslt.h"
 #include "backend/cuda/runtime.h"
 #include "backend/cuda/stream.h"
@@ -97,22 +98,55 @@ class GemmContext {
     check_lt(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_16BF, K, N, K), "layout A");
     check_lt(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_16BF, K, M, K), "layout B");
     check_lt(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, N, M, N), "layout C");
-    cublasLtMatmulPreference_t pref = nullptr;
-    check_lt(cublasLtMatmulPreferenceCreate(&pref), "preference");
-    const size_t ws = kWorkspaceBytes;
-    check_lt(
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)),
-        "workspace preference");
-    cublasLtMatmulHeuristicResult_t result{};
-    int found = 0;
-    const cublasStatus_t st =
-        cublasLtMatmulAlgoGetHeuristic(handle_, p.op, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
-    cublasLtMatmulPreferenceDestroy(pref);
-    if (st == CUBLAS_STATUS_SUCCESS && found > 0) {
-      p.algo = result.algo;
-      p.has_algo = true;
-    }
+    choose_algo(p);
     return plans_.emplace(key, p).first->second;
+  }
+
+  // The per-head GEMM of head_linear_bf16 for exactly T tokens: y_h^T [B, T] = op(w_h) x_h^T over H heads
+  // (one strided-batched matmul). Its algorithm is the one chosen for next_pow2(T) tokens when cuBLASLt
+  // accepts it for T (so every T of a bucket sums a row alike), else the heuristic's for T.
+  const Plan& head_plan(int64_t T, int64_t H, int64_t A, int64_t B, bool transpose_w) {
+    auto key = std::make_tuple(T, H, A, B, transpose_w);
+    auto it = head_plans_.find(key);
+    if (it != head_plans_.end()) return it->second;
+    Plan p;
+    check_lt(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "head matmul descriptor");
+    const cublasOperation_t ta = transpose_w ? CUBLAS_OP_N : CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    check_lt(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)), "transa");
+    check_lt(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)), "transb");
+    // Column-major: w_h is [A, B] (ld A) used transposed, or with transpose_w [B, A] (ld B) as is; x_h^T is
+    // [A, T] (ld H * A, heads A apart); y_h^T is [B, T] (ld H * B, heads B apart).
+    if (transpose_w)
+      check_lt(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_16BF, B, A, B), "head layout A");
+    else
+      check_lt(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_16BF, A, B, A), "head layout A");
+    check_lt(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_16BF, A, T, H * A), "head layout B");
+    check_lt(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, B, T, H * B), "head layout C");
+    const int32_t batch = static_cast<int32_t>(H);
+    const int64_t strides[3] = {A * B, A, B};
+    cublasLtMatrixLayout_t layouts[3] = {p.a, p.b, p.c};
+    for (int i = 0; i < 3; ++i) {
+      check_lt(cublasLtMatrixLayoutSetAttribute(layouts[i], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch,
+                                                sizeof(batch)),
+               "head batch count");
+      check_lt(cublasLtMatrixLayoutSetAttribute(layouts[i], CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                                &strides[i], sizeof(strides[i])),
+               "head batch stride");
+    }
+    const int64_t bucket = next_pow2(T);
+    if (bucket != T) {
+      const Plan& b = head_plan(bucket, H, A, B, transpose_w);
+      cublasLtMatmulHeuristicResult_t check{};
+      if (b.has_algo &&
+          cublasLtMatmulAlgoCheck(handle_, p.op, p.a, p.b, p.c, p.c, &b.algo, &check) ==
+              CUBLAS_STATUS_SUCCESS &&
+          check.workspaceSize <= kWorkspaceBytes) {
+        p.algo = b.algo;
+        p.has_algo = true;
+      }
+    }
+    if (!p.has_algo) choose_algo(p);
+    return head_plans_.emplace(key, p).first->second;
   }
 
   // Bytes of one scratch half for n bf16 values (256-byte aligned, as the heuristic assumes).
@@ -143,11 +177,31 @@ class GemmContext {
     check_lt(cublasLtCreate(&handle_), "cublasLtCreate");
     check_cuda(cudaMalloc(&workspace_, kWorkspaceBytes), "cuBLASLt workspace allocation");
   }
+  // The heuristic's first algorithm for p's descriptor and layouts (has_algo false when there is none).
+  void choose_algo(Plan& p) {
+    cublasLtMatmulPreference_t pref = nullptr;
+    check_lt(cublasLtMatmulPreferenceCreate(&pref), "preference");
+    const size_t ws = kWorkspaceBytes;
+    check_lt(
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)),
+        "workspace preference");
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    const cublasStatus_t st =
+        cublasLtMatmulAlgoGetHeuristic(handle_, p.op, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (st == CUBLAS_STATUS_SUCCESS && found > 0) {
+      p.algo = result.algo;
+      p.has_algo = true;
+    }
+  }
+
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
   std::map<std::tuple<int64_t, int64_t, int64_t>, Plan> plans_;
+  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, bool>, Plan> head_plans_;
   std::mutex mutex_;
 };
 
@@ -228,6 +282,24 @@ void linear_bf16(const float* x, const uint16_t* w, const uint16_t* bias, float*
   matmul(ctx, p, hi, w, y, accumulate);
   if (split) matmul(ctx, p, lo, w, y, true);
   add_bias(y, bias, M, N);
+}
+
+bool head_linear_bf16(const float* x, const uint16_t* w, float* y, int64_t T, int64_t H, int64_t A, int64_t B,
+                      bool transpose_w) {
+  if (T == 0 || H == 0 || B == 0) return true;
+  if (A == 0 || !aligned256(w) || !aligned256(y) || (A * 2) % 16 != 0 || (B * 4) % 16 != 0) return false;
+  GemmContext& ctx = GemmContext::get();
+  std::lock_guard<std::mutex> lock(ctx.mutex());
+  const Plan& p = ctx.head_plan(T, H, A, B, transpose_w);
+  if (!p.has_algo) return false;
+  __nv_bfloat16* xb = ctx.scratch(T * H * A);  // [T, H, A] x rounded to bf16
+  split_bf16_kernel<<<blocks_for(T * H * A, 256), 256, 0, stream()>>>(x, xb, nullptr, T * H * A);
+  check_cuda(cudaGetLastError(), "bf16 conversion kernel launch");
+  const float alpha = 1.0f, beta = 0.0f;
+  check_lt(cublasLtMatmul(ctx.handle(), p.op, &alpha, w, p.a, xb, p.b, &beta, y, p.c, y, p.c, &p.algo,
+                          ctx.workspace(), kWorkspaceBytes, stream()),
+           "head matmul");
+  return true;
 }
 
 }  // namespace dsinfer::cuda

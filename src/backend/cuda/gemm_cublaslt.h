@@ -20,6 +20,14 @@ void linear_bf16(const float* x, const uint16_t* w, const uint16_t* bias, float*
 void gemm_bf16(const uint16_t* x, const uint16_t* w, const uint16_t* bias, float* y, int64_t M, int64_t N,
                int64_t K, bool accumulate = false);
 
+// The per-head matmul of the absorbed MLA for many tokens: y [T, H, B] float32, per head h y[t, h] = w[h]
+// x[t, h] (w [H, B, A]) or with transpose_w w[h]^T x[t, h] (w [H, A, B]), for x [T, H, A] float32 rounded to
+// bf16 into the scratch; one strided-batched cuBLASLt GEMM over the heads, whose algorithm is the one chosen
+// for next_pow2(T) tokens where cuBLASLt accepts it (rows sum alike for every T of a bucket). false (nothing
+// launched) when there is no algorithm or the operands are not aligned for one.
+bool head_linear_bf16(const float* x, const uint16_t* w, float* y, int64_t T, int64_t H, int64_t A, int64_t B,
+                      bool transpose_w);
+
 // Sizes the conversion scratch of linear_bf16 for max_M x max_K activations (hi and lo halves) now, so that
 // no later call reallocates it (a reallocation synchronizes the device and must not happen while a CUDA
 // graph is being captured). The scratch only grows; call it at startup with the largest step's shape.

@@ -320,13 +320,12 @@ void launch_grouped(int variant, const uint16_t* a, int topk, const int32_t* off
   }
 }
 
-// Whether moe_grouped_variant_for picks the wgmma variants on the Hopper path: DSINFER_CUDA_MOE_WGMMA=1
-// (off by default until the lead has verified them on the H200). Decided once, so eager and replayed steps
-// agree.
+// Whether moe_grouped_variant_for picks the wgmma variants on the Hopper path: yes unless
+// DSINFER_CUDA_MOE_WGMMA=0. Decided once, so eager and replayed steps agree.
 bool wgmma_by_default() {
   static const bool on = [] {
     const char* env = std::getenv("DSINFER_CUDA_MOE_WGMMA");
-    return env != nullptr && std::strcmp(env, "1") == 0;
+    return !(env != nullptr && std::strcmp(env, "0") == 0);
   }();
   return on;
 }
@@ -334,13 +333,13 @@ bool wgmma_by_default() {
 }  // namespace
 
 int moe_grouped_variant_for(int64_t rows_per_expert) {
-  // wgmma (Hopper): 64 x 128 for decode-sized experts, 128 x 128 up to 256 rows, 128 x 256 above (a guess
-  // until DISABLED_BenchGroupedExperts has measured them).
-  if (wgmma_by_default() && arch_path() == ArchPath::kHopper)
-    return rows_per_expert <= 64 ? 7 : rows_per_expert <= 256 ? 5 : 6;
-  // DISABLED_BenchGroupedExperts on the H200 (2026-12-01): 128 x 128 with K steps of 64 is the fastest or
-  // within 1% at 4,098 / 8,196 / 16,386 routed rows (380 / 598 / 1,109 us). Up to 64 rows per expert (decode
-  // batches) one 64-row tile covers most experts: half the padded MMAs of a 128-row one.
+  // DISABLED_BenchGroupedExperts / DISABLED_BenchExpertsDecodeBatch on the H200 (2026-12-01, V2-Lite experts,
+  // us at T 512 / 683 / 1366 / 2731 / 8192 tokens): wgmma 64 x 128 326 / 372 / 550 / 915 / 2854, wgmma
+  // 128 x 256 354 / 369 / 473 / 726 / 2314, mma.sync 64 x 128 336 / 404 / 705 / 1360 / 3859, mma.sync
+  // 128 x 128 342 / 395 / 591 / 1019 / 3156.
+  if (wgmma_by_default() && arch_path() == ArchPath::kHopper) return rows_per_expert <= 64 ? 7 : 6;
+  // The Ampere path: up to 64 rows per expert (decode batches) one 64-row tile covers most experts, half
+  // the padded MMAs of a 128-row one; above, 128 x 128 with K steps of 64.
   return rows_per_expert <= 64 ? 3 : 2;
 }
 

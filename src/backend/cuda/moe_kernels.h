@@ -87,14 +87,14 @@ void launch_moe_gate_up_stream(int tile_rows, const float* x, int64_t k, const i
 void launch_moe_down_stream(int tile_rows, const float* act, const int32_t* offsets, const int32_t* tiles,
                             StackedWeights down, float* y, int64_t pairs, int64_t E, int64_t H, int64_t I);
 
-// The grouped GEMMs for many rows per expert (moe_grouped_kernels.cu; above kMoeStreamMaxRows): both
+// The grouped GEMMs for many rows per expert (moe_grouped_kernels.cu; from moe_grouped_min_rows): both
 // operands bf16 (x rounded to bf16 once by launch_moe_x_bf16, the SiLU-mul output act kept as bf16 [pairs,
 // I]), block tiles of BM permuted rows x BN columns (permute with tile_rows = moe_grouped_tile_rows(variant))
 // on mma.sync through a cp.async pipeline. Variants (1-based, kMoeGroupedVariants): 1: 128 x 128, K steps of
 // 32, 4 stages; 2: 128 x 128, K steps of 64, 3 stages; 3: 64 x 128, K steps of 64, 4 stages; 4: 128 x 256, K
 // steps of 32, 4 stages (one block per SM); 5..8: the Hopper wgmma kernels (moe_wgmma.h; on the Ampere path
 // their mma.sync twin of the same tile rows). moe_grouped_variant_for picks one from the (bucketed) average
-// rows per expert (the wgmma ones only on the Hopper path with DSINFER_CUDA_MOE_WGMMA=1).
+// rows per expert (the wgmma ones on the Hopper path unless DSINFER_CUDA_MOE_WGMMA=0).
 // moe_grouped_supported: whether the kernels take inner dimension K, activations at address a and weights w
 // at stride `stride` (K a multiple of 8, 16-byte aligned operands; any N, rows and expert counts).
 inline constexpr int kMoeGroupedVariants = 8;
