@@ -9,13 +9,13 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
-#include <filesystem>
 #include <map>
 #include <mutex>
 
 #include "dsinfer/engine.h"
 #ifdef DSINFER_HAVE_CUDA
 #include "backend/cuda/runtime.h"
+#include "cuda_test_models.h"
 #endif
 
 namespace dsinfer {
@@ -81,19 +81,13 @@ Outcome run(EngineConfig config, const std::vector<std::vector<int32_t>>& prompt
 class CudaAsyncSchedulingTest : public ::testing::TestWithParam<std::string> {};
 
 INSTANTIATE_TEST_SUITE_P(Models, CudaAsyncSchedulingTest, ::testing::Values("tiny-llama", "tiny-deepseek-v3"),
-                         [](const auto& info) {
-                           std::string name = info.param;
-                           for (char& c : name)
-                             if (c == '-') c = '_';
-                           return name;
-                         });
+                         [](const auto& info) { return model_param_name(info.param); });
 
 TEST_P(CudaAsyncSchedulingTest, OutputsEqualSynchronousSteps) {
 #ifdef DSINFER_HAVE_CUDA
   if (!cuda::device_available()) GTEST_SKIP() << "no CUDA device visible";
   EngineConfig config;
-  const std::string built = std::string(DSINFER_TEST_DATA) + "/models/" + GetParam();
-  config.model_dir = std::filesystem::exists(built) ? built : "tests/data/models/" + GetParam();
+  config.model_dir = cuda_test_model_dir(GetParam());
   config.device = "cuda";
   config.kv_block_size = 16;
   config.max_batch_size = 16;
@@ -150,8 +144,7 @@ TEST_P(CudaAsyncSchedulingTest, StopTokensDropTheSpeculativeRow) {
 #ifdef DSINFER_HAVE_CUDA
   if (!cuda::device_available()) GTEST_SKIP() << "no CUDA device visible";
   EngineConfig config;
-  const std::string built = std::string(DSINFER_TEST_DATA) + "/models/" + GetParam();
-  config.model_dir = std::filesystem::exists(built) ? built : "tests/data/models/" + GetParam();
+  config.model_dir = cuda_test_model_dir(GetParam());
   config.device = "cuda";
   config.kv_block_size = 16;
   config.max_batch_size = 8;
@@ -208,8 +201,7 @@ TEST(CudaAsyncSchedulingBench, DISABLED_BenchStepOverlap) {
 #ifdef DSINFER_HAVE_CUDA
   if (!cuda::device_available()) GTEST_SKIP() << "no CUDA device visible";
   EngineConfig config;
-  const std::string built = std::string(DSINFER_TEST_DATA) + "/models/tiny-llama";
-  config.model_dir = std::filesystem::exists(built) ? built : "tests/data/models/tiny-llama";
+  config.model_dir = cuda_test_model_dir("tiny-llama");
   config.device = "cuda";
   config.kv_block_size = 16;
   config.max_batch_size = 64;

@@ -5,13 +5,13 @@
 #include <gtest/gtest.h>
 
 #include <condition_variable>
-#include <filesystem>
 #include <map>
 #include <mutex>
 
 #include "dsinfer/engine.h"
 #ifdef DSINFER_HAVE_CUDA
 #include "backend/cuda/runtime.h"
+#include "cuda_test_models.h"
 #endif
 
 namespace dsinfer {
@@ -62,20 +62,13 @@ class CudaGraphTest : public ::testing::TestWithParam<std::string> {};
 // Dense GQA (tiny-llama) and MLA + DeepSeekMoE with device-side routing (tiny-deepseek-v2 / v3).
 INSTANTIATE_TEST_SUITE_P(Models, CudaGraphTest,
                          ::testing::Values("tiny-llama", "tiny-deepseek-v2", "tiny-deepseek-v3"),
-                         [](const auto& info) {
-                           std::string name = info.param;
-                           for (char& c : name)
-                             if (c == '-') c = '_';
-                           return name;
-                         });
+                         [](const auto& info) { return model_param_name(info.param); });
 
 TEST_P(CudaGraphTest, ReplayedDecodeMatchesEagerDecode) {
 #ifdef DSINFER_HAVE_CUDA
   if (!cuda::device_available()) GTEST_SKIP() << "no CUDA device visible";
   EngineConfig config;
-  // The build's test data, or the current directory's (the GPU machine runs binaries built elsewhere).
-  const std::string built = std::string(DSINFER_TEST_DATA) + "/models/" + GetParam();
-  config.model_dir = std::filesystem::exists(built) ? built : "tests/data/models/" + GetParam();
+  config.model_dir = cuda_test_model_dir(GetParam());
   config.device = "cuda";
   config.kv_block_size = 16;
   config.max_batch_size = 16;

@@ -798,6 +798,20 @@ Tensor device_bf16_filled(CudaDeepseekOpsTest* test, Shape shape) {
   return dev;
 }
 
+// E experts of [I, H] gate/up and [H, I] down with small random weights, stacked as prepare_experts leaves
+// them (one [E * 2I, H] gate/up tensor, one [E * H, I] down tensor, which the rows views keep alive).
+std::vector<MlpWeights> stacked_random_experts(CudaDeepseekOpsTest* test, int64_t E, int64_t H, int64_t I) {
+  const Tensor gate_up = device_bf16_filled(test, {E * 2 * I, H});  // [E * 2I, H]
+  const Tensor down = device_bf16_filled(test, {E * H, I});         // [E * H, I]
+  std::vector<MlpWeights> experts(E);
+  for (int64_t e = 0; e < E; ++e) {
+    experts[e].gate.weight = gate_up.rows(2 * e * I, 2 * e * I + I);
+    experts[e].up.weight = gate_up.rows(2 * e * I + I, 2 * (e + 1) * I);
+    experts[e].down.weight = down.rows(e * H, (e + 1) * H);
+  }
+  return experts;
+}
+
 TEST_F(CudaDeepseekOpsTest, DISABLED_BenchMlaDecode) {
   CudaBackend gpu;  // registers the device allocator
   // Device copy bandwidth (read + write) for reference.
@@ -894,15 +908,7 @@ TEST_F(CudaDeepseekOpsTest, DISABLED_BenchDecodeOps) {
 TEST_F(CudaDeepseekOpsTest, DISABLED_BenchGroupedExperts) {
   CudaBackend gpu;
   const int64_t E = 64, H = 2048, I = 1408, K = 6;
-  // Stacked experts (as prepare_experts leaves them) with small random weights.
-  const Tensor gate_up = device_bf16_filled(this, {E * 2 * I, H});
-  const Tensor down = device_bf16_filled(this, {E * H, I});
-  std::vector<MlpWeights> experts(E);
-  for (int64_t e = 0; e < E; ++e) {
-    experts[e].gate.weight = gate_up.rows(2 * e * I, 2 * e * I + I);
-    experts[e].up.weight = gate_up.rows(2 * e * I + I, 2 * (e + 1) * I);
-    experts[e].down.weight = down.rows(e * H, (e + 1) * H);
-  }
+  const std::vector<MlpWeights> experts = stacked_random_experts(this, E, H, I);
   const double hbm_gbs = 4290.0;  // H200 HBM3e bandwidth reached by streaming kernels here
   // The dense bf16 GEMM rate for comparison: [8192, 2048] x [2816, 2048]^T, activations rounded to bf16.
   Linear w{device_bf16_filled(this, {2 * I, H}), Tensor()};
@@ -953,14 +959,7 @@ TEST_F(CudaDeepseekOpsTest, DISABLED_BenchGroupedExperts) {
 TEST_F(CudaDeepseekOpsTest, DISABLED_BenchExpertsDecodeBatch) {
   CudaBackend gpu;
   const int64_t E = 64, H = 2048, I = 1408, K = 6;
-  const Tensor gate_up = device_bf16_filled(this, {E * 2 * I, H});  // [E * 2I, H] stacked gate/up rows
-  const Tensor down = device_bf16_filled(this, {E * H, I});         // [E * H, I]
-  std::vector<MlpWeights> experts(E);
-  for (int64_t e = 0; e < E; ++e) {
-    experts[e].gate.weight = gate_up.rows(2 * e * I, 2 * e * I + I);
-    experts[e].up.weight = gate_up.rows(2 * e * I + I, 2 * (e + 1) * I);
-    experts[e].down.weight = down.rows(e * H, (e + 1) * H);
-  }
+  const std::vector<MlpWeights> experts = stacked_random_experts(this, E, H, I);
   CudaBackendOptions streaming;
   streaming.moe_grouped_min_rows = int64_t{1} << 40;
   CudaBackendOptions g64, g128;

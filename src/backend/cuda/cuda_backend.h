@@ -23,14 +23,14 @@ struct CudaBackendOptions {
   // forces one at any rows per expert (benchmarks, tests), -1 runs the older 64-row tensor-core tiles
   // instead.
   int moe_grouped_variant = 0;
-  // moe_experts runs the grouped bf16 GEMMs from this many (bucketed) rows per expert on, the weight-streaming
-  // kernels (fp32 activations as bf16 hi + lo) below it; DSINFER_MOE_GROUPED_MIN_ROWS overrides it (see
-  // backend_factory.cpp). DISABLED_BenchExpertsDecodeBatch on the H200 (2026-12-01, V2-Lite experts): the
-  // 64-row grouped tiles take 271 / 280 / 285 / 297 / 325 us at 3 / 6 / 12 / 24 / 48 rows per expert where
-  // streaming takes 299 / 394 / 456 / 634 / 1159 (even at 1.5 rows: 238 / 247). From 24 rows, where the gain
-  // is large: below it the bf16 activations of the grouped path made batched greedy output differ from
-  // one-at-a-time output beyond the margin rule (tiny-deepseek-v3, 1 of 32 prompts at batch 32) for a few
-  // percent of the step time of small batches.
+  // moe_experts runs the grouped bf16 GEMMs from this many (bucketed) rows per expert on, the
+  // weight-streaming kernels (fp32 activations as bf16 hi + lo) below it; DSINFER_MOE_GROUPED_MIN_ROWS
+  // overrides it (see backend_factory.cpp). DISABLED_BenchExpertsDecodeBatch on the H200 (2026-12-01, V2-Lite
+  // experts): the 64-row grouped tiles take 271 / 280 / 285 / 297 / 325 us at 3 / 6 / 12 / 24 / 48 rows per
+  // expert where streaming takes 299 / 394 / 456 / 634 / 1159 (even at 1.5 rows: 238 / 247). From 24 rows:
+  // below it the bf16 activations of the grouped path made batched greedy output differ from one-at-a-time
+  // output beyond the margin rule (tiny-deepseek-v3, 1 of 32 prompts at batch 32); the gain given up there is
+  // the 3-12 row figures above (V2-Lite T 32-128), not measured end to end.
   int64_t moe_grouped_min_rows = 24;
 };
 
