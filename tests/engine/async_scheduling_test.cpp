@@ -15,6 +15,7 @@
 #include "engine/engine_impl.h"
 #include "model/model.h"
 #include "model/model_config.h"
+#include "tiny_code_requests.h"
 #include "tokenizer/tokenizer.h"
 
 namespace dsinfer {
@@ -255,28 +256,7 @@ INSTANTIATE_TEST_SUITE_P(Models, AsyncSchedulingTest, ::testing::ValuesIn(cases(
 TEST(AsyncSchedulingTokenizer, StopStringsAndEosMatch) {
   const std::string dir = model_dir("deepseek-v3-tiny-code");
   Tokenizer tok = Tokenizer::load(dir);
-  std::vector<std::pair<std::string, SamplingParams>> cases;
-  SamplingParams greedy;
-  greedy.temperature = 0.0f;
-  greedy.max_tokens = 40;
-  cases.push_back({"def fibonacci(n):", greedy});
-  SamplingParams stop = greedy;
-  stop.stop = {"\n", "return"};
-  cases.push_back({"class Stack:\n    def __init__(self):", stop});
-  SamplingParams penalised;
-  penalised.temperature = 0.8f;
-  penalised.top_p = 0.9f;
-  penalised.seed = 12;
-  penalised.max_tokens = 30;
-  penalised.repetition_penalty = 1.3f;
-  penalised.frequency_penalty = 0.5f;
-  cases.push_back({"for i in range(10):", penalised});
-  SamplingParams long_run = greedy;  // runs into EOS or the token limit
-  long_run.max_tokens = 300;
-  cases.push_back({"# utilities\n", long_run});
-  SamplingParams stop2 = greedy;
-  stop2.stop = {"(", ":"};
-  cases.push_back({"import os\n", stop2});
+  const std::vector<std::pair<std::string, SamplingParams>> cases = tiny_code_requests();
 
   struct Got {
     std::string text;

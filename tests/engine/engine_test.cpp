@@ -18,6 +18,7 @@
 #include "engine/sampler.h"
 #include "engine/sequence_runner.h"
 #include "model/model.h"
+#include "tiny_code_requests.h"
 
 namespace dsinfer {
 namespace {
@@ -424,28 +425,7 @@ TEST(EngineWithTokenizer, MatchesGenerate) {
   CpuBackend ref_backend;
   std::unique_ptr<Model> ref_model = load("deepseek-v3-tiny-code", ref_backend);
   Tokenizer tok = Tokenizer::load(dir);
-  std::vector<std::pair<std::string, SamplingParams>> cases;
-  SamplingParams greedy;
-  greedy.temperature = 0.0f;
-  greedy.max_tokens = 40;
-  cases.push_back({"def fibonacci(n):", greedy});
-  SamplingParams stop = greedy;
-  stop.stop = {"\n", "return"};
-  cases.push_back({"class Stack:\n    def __init__(self):", stop});
-  SamplingParams sampled;
-  sampled.temperature = 0.8f;
-  sampled.top_p = 0.9f;
-  sampled.seed = 11;
-  sampled.max_tokens = 30;
-  cases.push_back({"import numpy as np\n", sampled});
-  SamplingParams penalised = sampled;
-  penalised.repetition_penalty = 1.3f;
-  penalised.frequency_penalty = 0.5f;
-  penalised.seed = 12;
-  cases.push_back({"for i in range(10):", penalised});
-  SamplingParams long_run = greedy;  // runs into EOS or the token limit
-  long_run.max_tokens = 300;
-  cases.push_back({"# utilities\n", long_run});
+  const std::vector<std::pair<std::string, SamplingParams>> cases = tiny_code_requests();
 
   EngineConfig config;
   config.model_dir = dir;
