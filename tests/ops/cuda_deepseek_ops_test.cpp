@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <memory>
 #include <random>
 #include <set>
 #include <tuple>
@@ -66,8 +67,11 @@ class CudaDeepseekOpsTest : public ::testing::Test {
 // Fills every position of `seqs` (cached + new) with random bf16 rows in the CPU cache and copies the cache
 // image into a float32 and a bf16 GPU cache; then compares attention_mla for the plan's query tokens.
 // Returns the GPU outputs (float32 cache, bf16 cache) as host tensors.
+// tol_bf16 (< 0: tol) bounds the bf16 cache's error, where the multi-query prefill kernel (bf16 queries and
+// probabilities) may run; its error is printed when it is looser than tol.
 std::vector<Tensor> check_mla(CudaDeepseekOpsTest* test, int64_t H, int64_t R, int64_t P,
-                              const std::vector<std::pair<int32_t, int32_t>>& seqs, double tol) {
+                              const std::vector<std::pair<int32_t, int32_t>>& seqs, double tol,
+                              double tol_bf16 = -1.0) {
   const int32_t bs = 16;
   const int64_t width = R + P;
   std::vector<std::pair<int32_t, int32_t>> full;
@@ -101,7 +105,12 @@ std::vector<Tensor> check_mla(CudaDeepseekOpsTest* test, int64_t H, int64_t R, i
   for (const KvCache* cache : {&f32_cache, &bf16_cache}) {
     const Tensor out = gpu.to_host(gpu.attention_mla(dq, dp, *cache, 0, plan, scale));
     EXPECT_EQ(out.shape(), ref.shape());
-    EXPECT_LT(CudaDeepseekOpsTest::rel_err(out, ref), tol)
+    const bool bf16 = cache == &bf16_cache;
+    const double err = CudaDeepseekOpsTest::rel_err(out, ref);
+    if (bf16 && tol_bf16 > tol)
+      std::printf("attention_mla H %lld T %lld bf16 cache: relative error %.2e\n", static_cast<long long>(H),
+                  static_cast<long long>(T), err);
+    EXPECT_LT(err, bf16 && tol_bf16 >= 0.0 ? tol_bf16 : tol)
         << "H=" << H << " R=" << R << " P=" << P << " T=" << T << " cache " << dtype_name(cache->dtype());
     outs.push_back(out);
   }
@@ -167,11 +176,52 @@ TEST_F(CudaDeepseekOpsTest, MlaFusedMergeEqualsCombineKernel) {
   cuda::mla_set_fused_merge_max_splits(saved);
 }
 
+// Relative error bound of the multi-query prefill kernel (bf16 queries and probabilities) against the
+// float32 CPU reference; the decode kernels stay within 1e-5.
+constexpr double kMlaPrefillTol = 1e-2;
+
+// Runs body() with the multi-query prefill kernel's block threshold set to min_blocks, then restores it.
+template <class Fn>
+void with_prefill_min_blocks(int min_blocks, Fn&& body) {
+  const int saved = cuda::mla_prefill_min_blocks();
+  cuda::mla_set_prefill_min_blocks(min_blocks);
+  body();
+  cuda::mla_set_prefill_min_blocks(saved);
+}
+
 TEST_F(CudaDeepseekOpsTest, MlaPrefillAndChunkedMatchCpu) {
-  // Whole prompts and chunks after a cached prefix, causal within the chunk.
+  // Whole prompts and chunks after a cached prefix, causal within the chunk: the decode kernels (prefill
+  // kernel off) at 1e-5, then the multi-query prefill kernel forced on for the bf16 cache.
   const std::vector<std::pair<int32_t, int32_t>> chunks = {{0, 100}, {37, 60}, {250, 1}, {0, 3}};
-  for (int64_t H : {16, 128}) check_mla(this, H, 512, 64, chunks, 1e-5);
+  with_prefill_min_blocks(1 << 30, [&] {
+    for (int64_t H : {16, 128}) check_mla(this, H, 512, 64, chunks, 1e-5);
+  });
+  with_prefill_min_blocks(0, [&] {
+    for (int64_t H : {16, 128}) check_mla(this, H, 512, 64, chunks, 1e-5, kMlaPrefillTol);
+  });
   check_mla(this, 2, 128, 32, {{0, 300}, {100, 200}}, 1e-5);
+}
+
+TEST_F(CudaDeepseekOpsTest, MlaPrefillKernelMatchesCpu) {
+  // The multi-query kernel (forced on; bf16 cache, R 512, P 64) on chunked context: chunks of 1 .. 300
+  // tokens after cached prefixes of 0 .. 700 in one plan, decode tokens between them (token blocks that
+  // straddle sequences), contexts around the 16-row cache blocks and the kernel's 32-row tiles, partial
+  // head groups (H 24) and 128 heads.
+  const std::vector<std::vector<std::pair<int32_t, int32_t>>> plans = {
+      {{0, 300}, {700, 1}, {37, 60}, {0, 1}, {129, 95}, {511, 33}, {0, 2}, {64, 64}},
+      {{0, 1}, {0, 2}, {5, 2}, {31, 1}, {31, 2}, {30, 3}},
+      {{700, 300}},
+      {{1, 299}, {699, 7}, {300, 128}, {33, 31}, {0, 17}, {15, 16}, {63, 65}}};
+  with_prefill_min_blocks(0, [&] {
+    for (const auto& seqs : plans)
+      for (int64_t H : {16, 24, 128}) check_mla(this, H, 512, 64, seqs, 1e-5, kMlaPrefillTol);
+  });
+  // The default threshold picks the prefill kernel for a large chunk (16 heads, 1024 tokens).
+  if (cuda::mla_prefill_min_blocks() <= 256) {
+    EXPECT_TRUE(cuda::mla_prefill_chosen(1024, 16, 512));
+  }
+  EXPECT_FALSE(cuda::mla_prefill_chosen(1024, 16, 1));  // decode-only: never
+  check_mla(this, 16, 512, 64, {{100, 500}, {0, 524}}, 1e-5, kMlaPrefillTol);
 }
 
 TEST_F(CudaDeepseekOpsTest, MlaRopeWriteKvMatchesCpuAndUnfused) {
@@ -834,6 +884,71 @@ TEST_F(CudaDeepseekOpsTest, DISABLED_BenchMlaDecode) {
           batch, ctx, static_cast<long long>(H), std::string(dtype_name(dt)).c_str(), s * 1e6,
           bytes / s / 1e9, 100.0 * bytes / s / 1e9 / copy_gbs);
     }
+  }
+}
+
+// attention_mla on prefill steps (bf16 cache, R 512, P 64): the split decode kernel (prefill kernel off) vs
+// the multi-query prefill kernel, us per call (CUDA events; six caches used in turn so that L2 does not keep
+// one step's rows for the next call) and TFLOP/s of the absorbed form's 2 x (576 + 512) FLOPs per (query
+// row, visible position). Workloads: 8192 query tokens as whole prompts of 128 .. 1024 tokens, or as chunks
+// after cached prefixes, and smaller steps near the kernel's threshold.
+TEST_F(CudaDeepseekOpsTest, DISABLED_BenchMlaPrefill) {
+  CudaBackend gpu;
+  const int64_t R = 512, P = 64;
+  const int32_t bs = 64;
+  struct Work {
+    const char* name;
+    std::vector<std::pair<int32_t, int32_t>> seqs;
+    int64_t H;
+  };
+  std::vector<std::pair<int32_t, int32_t>> prompts, chunks, small, tiny;
+  for (int32_t i = 0, left = 8192; left > 0; ++i) {  // 13 prompts of 128 .. 1024 tokens
+    const int32_t len = std::min(left, 128 + (i * 389) % 897);
+    prompts.push_back({0, len});
+    left -= len;
+  }
+  for (int32_t i = 0; i < 16; ++i) chunks.push_back({(i * 37) % 513, 512});  // 16 x 512 after 0 .. 512
+  for (int32_t i = 0; i < 4; ++i) small.push_back({(i * 251) % 700, 128});   // 512 tokens
+  for (int32_t i = 0; i < 2; ++i) tiny.push_back({600 + i * 100, 64});       // 128 tokens
+  const std::vector<Work> works = {{"8192 tok, 13 prompts 128..1024", prompts, 16},
+                                   {"8192 tok, 16 chunks of 512 after 0..512", chunks, 16},
+                                   {"8192 tok, 13 prompts, 128 heads", prompts, 128},
+                                   {"512 tok, 4 chunks of 128 after 0..700", small, 16},
+                                   {"128 tok, 2 chunks of 64 after 600..700", tiny, 16}};
+  std::printf("%-42s %5s %10s %8s %10s %8s %8s\n", "attention_mla prefill", "heads", "old us", "TFLOP/s",
+              "new us", "TFLOP/s", "speedup");
+  for (const Work& w : works) {
+    int32_t blocks = 1;
+    for (auto [cached, fresh] : w.seqs) blocks += (cached + fresh + bs - 1) / bs;
+    const BatchPlan plan = make_plan(w.seqs, bs, blocks);
+    const int64_t T = plan.num_tokens(), H = w.H;
+    double flops = 0.0;
+    for (int32_t pos : plan.positions) flops += (pos + 1.0) * H * 2.0 * (R + P + R);
+    std::vector<std::unique_ptr<KvCache>> caches;
+    for (int c = 0; c < 6; ++c) {
+      caches.push_back(
+          std::make_unique<KvCache>(std::vector<KvLayerSpec>{KvLayerSpec{KvKind::kFullHistory, R + P}},
+                                    blocks, bs, Device::kCuda, DType::BF16));
+      const Tensor filled = device_bf16_filled(this, {static_cast<int64_t>(blocks) * bs, R + P});
+      cuda::copy_device_to_device(const_cast<void*>(caches.back()->storage(0).raw()), filled.raw(),
+                                  filled.nbytes());
+    }
+    const Tensor q_lat = cuda::to_device(random_bf16_values({T, H, R}, 0.1f));
+    const Tensor q_pe = cuda::to_device(random_bf16_values({T, H, P}, 0.1f));
+    double us[2];
+    for (int variant = 0; variant < 2; ++variant) {
+      with_prefill_min_blocks(variant == 0 ? 1 << 30 : 0, [&] {
+        int next = 0;
+        us[variant] = 1e3 * cuda::time_stream_ms(
+                                [&] {
+                                  gpu.attention_mla(q_lat, q_pe, *caches[next], 0, plan, 0.07f);
+                                  next = (next + 1) % 6;
+                                },
+                                12);
+      });
+    }
+    std::printf("%-42s %5lld %10.1f %8.1f %10.1f %8.1f %7.2fx\n", w.name, static_cast<long long>(H), us[0],
+                flops / us[0] * 1e-6, us[1], flops / us[1] * 1e-6, us[0] / us[1]);
   }
 }
 

@@ -1,6 +1,6 @@
 // CudaBackend's MLA ops: attention_mla (absorbed form over the paged latent cache, float32 or bf16 rows) and
-// head_matmul. Host-side checks and split choice, then the kernels of mla_kernels.cu /
-// head_matmul_kernels.cu.
+// head_matmul. Host-side checks, the kernel choice (multi-query prefill kernel or the split decode kernels)
+// and split choice, then the kernels of mla_prefill_kernels.cu / mla_kernels.cu / head_matmul_kernels.cu.
 #include <algorithm>
 #include <cstdint>
 
@@ -55,6 +55,17 @@ Tensor CudaBackend::attention_mla(const Tensor& q_lat, const Tensor& q_pe, const
   const bool tensor_cores = cuda::mla_tc_supported(R, P, bf16, reinterpret_cast<uintptr_t>(storage.raw()),
                                                    reinterpret_cast<uintptr_t>(q_lat.raw()),
                                                    reinterpret_cast<uintptr_t>(q_pe.raw()));
+  // Steps with several query tokens per sequence (prefill, chunked context; never a captured decode step):
+  // the multi-query kernel, each cached tile shared by 4 query tokens.
+  int32_t max_query_len = 0;
+  for (int32_t s = 0; s < plan.num_seqs(); ++s) max_query_len = std::max(max_query_len, plan.query_len(s));
+  if (tensor_cores && cuda::mla_prefill_chosen(T, H, max_query_len) && cuda::mla_prefill_supported()) {
+    cuda::launch_attention_mla_prefill(
+        dev_f32(q_lat, "attention_mla", "q_lat"), dev_f32(q_pe, "attention_mla", "q_pe"),
+        static_cast<const uint16_t*>(storage.raw()), view, out.data<float>(), T, H, scale);
+    if (lone_call) step_.clear_host();
+    return out;
+  }
   const cuda::MlaSplit split =
       cuda::mla_choose_split(T, H, R, cuda::attention_max_context_bucket(max_ctx), tensor_cores);
   const size_t ws_floats = cuda::mla_workspace_floats(T, H, R, split);

@@ -64,4 +64,24 @@ void launch_attention_mla_tc(const float* q_lat, const float* q_pe, const uint16
                              const MlaPlanView& plan, float* out, float* ws_acc, float* ws_ml, int* arrivals,
                              int64_t T, int64_t H, float scale, const MlaSplit& split);
 
+// The multi-query kernel (mla_prefill_kernels.cu) for steps with several query tokens per sequence
+// (prefill, chunked context): one block per (kMlaPrefillTokens consecutive query tokens, group of 16 heads)
+// reads each cached row once for all of them. Same cache shape and alignment as the tensor-core kernel
+// (mla_tc_supported); queries and probabilities in bf16 (one part), so results are within bf16 rounding of
+// the reference rather than at the decode kernels' ~1e-6. Writes `out` directly (no splits, no workspace).
+inline constexpr int kMlaPrefillTokens = 4;
+bool mla_prefill_supported();
+void launch_attention_mla_prefill(const float* q_lat, const float* q_pe, const uint16_t* cache,
+                                  const MlaPlanView& plan, float* out, int64_t T, int64_t H, float scale);
+
+// Whether a step runs the multi-query kernel: some sequence has >= 2 query tokens (never a decode-only step,
+// hence never a captured CUDA graph) and ceil(next_pow2(T) / kMlaPrefillTokens) x head groups reaches
+// mla_prefill_min_blocks() (fewer blocks leave SMs idle; the split decode kernel fills them). Host-side.
+bool mla_prefill_chosen(int64_t T, int64_t H, int32_t max_query_len);
+// DSINFER_MLA_PREFILL_MIN_BLOCKS (read once; default 128, about one wave of H200 SMs; a huge value turns
+// the kernel off, 0 runs it for every step with a multi-token sequence).
+int mla_prefill_min_blocks();
+// Tests and benchmarks only (between steps).
+void mla_set_prefill_min_blocks(int min_blocks);
+
 }  // namespace dsinfer::cuda
