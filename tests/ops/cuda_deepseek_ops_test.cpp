@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <memory>
 #include <random>
 #include <set>
 #include <tuple>
@@ -66,8 +67,11 @@ class CudaDeepseekOpsTest : public ::testing::Test {
 // Fills every position of `seqs` (cached + new) with random bf16 rows in the CPU cache and copies the cache
 // image into a float32 and a bf16 GPU cache; then compares attention_mla for the plan's query tokens.
 // Returns the GPU outputs (float32 cache, bf16 cache) as host tensors.
+// tol_bf16 (< 0: tol) bounds the bf16 cache's error, where the multi-query prefill kernel (bf16 queries and
+// probabilities) may run; its error is printed when it is looser than tol.
 std::vector<Tensor> check_mla(CudaDeepseekOpsTest* test, int64_t H, int64_t R, int64_t P,
-                              const std::vector<std::pair<int32_t, int32_t>>& seqs, double tol) {
+                              const std::vector<std::pair<int32_t, int32_t>>& seqs, double tol,
+                              double tol_bf16 = -1.0) {
   const int32_t bs = 16;
   const int64_t width = R + P;
   std::vector<std::pair<int32_t, int32_t>> full;
@@ -101,7 +105,12 @@ std::vector<Tensor> check_mla(CudaDeepseekOpsTest* test, int64_t H, int64_t R, i
   for (const KvCache* cache : {&f32_cache, &bf16_cache}) {
     const Tensor out = gpu.to_host(gpu.attention_mla(dq, dp, *cache, 0, plan, scale));
     EXPECT_EQ(out.shape(), ref.shape());
-    EXPECT_LT(CudaDeepseekOpsTest::rel_err(out, ref), tol)
+    const bool bf16 = cache == &bf16_cache;
+    const double err = CudaDeepseekOpsTest::rel_err(out, ref);
+    if (bf16 && tol_bf16 > tol)
+      std::printf("attention_mla H %lld T %lld bf16 cache: relative error %.2e\n", static_cast<long long>(H),
+                  static_cast<long long>(T), err);
+    EXPECT_LT(err, bf16 && tol_bf16 >= 0.0 ? tol_bf16 : tol)
         << "H=" << H << " R=" << R << " P=" << P << " T=" << T << " cache " << dtype_name(cache->dtype());
     outs.push_back(out);
   }
@@ -167,11 +176,159 @@ TEST_F(CudaDeepseekOpsTest, MlaFusedMergeEqualsCombineKernel) {
   cuda::mla_set_fused_merge_max_splits(saved);
 }
 
+// Relative error bound of the multi-query prefill kernel (bf16 queries and probabilities) against the
+// float32 CPU reference; the decode kernels stay within 1e-5.
+constexpr double kMlaPrefillTol = 1e-2;
+
+// Runs body() with the MLA step split's thresholds set (min_query query tokens of a sequence for the
+// multi-query kernel, min_blocks of its blocks x head groups in a step), then restores them.
+template <class Fn>
+void with_prefill_policy(int min_query, int min_blocks, Fn&& body) {
+  const int saved_query = cuda::mla_prefill_min_query(), saved_blocks = cuda::mla_prefill_min_blocks();
+  cuda::mla_set_prefill_min_query(min_query);
+  cuda::mla_set_prefill_min_blocks(min_blocks);
+  body();
+  cuda::mla_set_prefill_min_query(saved_query);
+  cuda::mla_set_prefill_min_blocks(saved_blocks);
+}
+constexpr int kPrefillOff = 1 << 30;
+
 TEST_F(CudaDeepseekOpsTest, MlaPrefillAndChunkedMatchCpu) {
-  // Whole prompts and chunks after a cached prefix, causal within the chunk.
+  // Whole prompts and chunks after a cached prefix, causal within the chunk: the decode kernels (prefill
+  // kernel off) at 1e-5, then the multi-query kernel forced on for the bf16 cache, for every sequence
+  // (min_query 1: decode tokens are blocks of one) and split by sequence (min_query 2 and 64).
   const std::vector<std::pair<int32_t, int32_t>> chunks = {{0, 100}, {37, 60}, {250, 1}, {0, 3}};
-  for (int64_t H : {16, 128}) check_mla(this, H, 512, 64, chunks, 1e-5);
+  with_prefill_policy(64, kPrefillOff, [&] {
+    for (int64_t H : {16, 128}) check_mla(this, H, 512, 64, chunks, 1e-5);
+  });
+  for (int min_query : {1, 2, 64})
+    with_prefill_policy(min_query, 0, [&] {
+      for (int64_t H : {16, 128}) check_mla(this, H, 512, 64, chunks, 1e-5, kMlaPrefillTol);
+    });
   check_mla(this, 2, 128, 32, {{0, 300}, {100, 200}}, 1e-5);
+}
+
+TEST_F(CudaDeepseekOpsTest, MlaPrefillKernelMatchesCpu) {
+  // The multi-query kernel (forced on; bf16 cache, R 512, P 64) on chunked context: chunks of 1 .. 300
+  // tokens after cached prefixes of 0 .. 700 in one plan, decode tokens between them, contexts around the
+  // 16-row cache blocks and the kernel's 32-row tiles, chunks that are not a multiple of its 4-token blocks,
+  // partial head groups (H 24) and 128 heads; every sequence on it (min_query 1) and split by sequence.
+  const std::vector<std::vector<std::pair<int32_t, int32_t>>> plans = {
+      {{0, 300}, {700, 1}, {37, 60}, {0, 1}, {129, 95}, {511, 33}, {0, 2}, {64, 64}},
+      {{0, 1}, {0, 2}, {5, 2}, {31, 1}, {31, 2}, {30, 3}},
+      {{700, 300}},
+      {{1, 299}, {699, 7}, {300, 128}, {33, 31}, {0, 17}, {15, 16}, {63, 65}}};
+  for (int min_query : {1, 16, 64})
+    with_prefill_policy(min_query, 0, [&] {
+      for (const auto& seqs : plans)
+        for (int64_t H : {16, 24, 128}) check_mla(this, H, 512, 64, seqs, 1e-5, kMlaPrefillTol);
+    });
+  // The default thresholds take a step of 2048 blocks (8192 prompt tokens, 16 heads) and never a step
+  // without blocks (decode-only steps carry none).
+  EXPECT_TRUE(cuda::mla_prefill_chosen(2048, 16));
+  EXPECT_FALSE(cuda::mla_prefill_chosen(0, 16));
+  check_mla(this, 16, 512, 64, {{100, 500}, {0, 524}}, 1e-5, kMlaPrefillTol);
+}
+
+// A mixed step's sequences: decode rows (contexts 1 .. 1500) around several prefill chunks (whole prompts
+// and chunks after cached prefixes, lengths not multiples of 4).
+std::vector<std::pair<int32_t, int32_t>> mixed_step_seqs() {
+  std::vector<std::pair<int32_t, int32_t>> seqs;
+  const std::vector<std::pair<int32_t, int32_t>> chunks = {{0, 301}, {128, 256}, {0, 97}, {640, 130}};
+  for (int32_t i = 0; i < 40; ++i) {
+    seqs.push_back({(i * 389) % 1500, 1});
+    if (i % 10 == 3) seqs.push_back(chunks[static_cast<size_t>(i / 10)]);
+  }
+  return seqs;
+}
+
+TEST_F(CudaDeepseekOpsTest, MlaMixedStepMatchesCpu) {
+  // Decode rows and prefill sequences in one plan: split by sequence (the multi-query kernel for the chunks,
+  // the split decode kernel over the row list for the rest) at the default thresholds and forced, against
+  // the CPU reference; short chunks (2 .. 63 tokens) stay with the decode rows.
+  std::vector<std::pair<int32_t, int32_t>> seqs = mixed_step_seqs();
+  seqs.push_back({50, 2});
+  seqs.push_back({900, 63});
+  with_prefill_policy(64, cuda::mla_prefill_min_blocks(), [&] {  // 16 heads: decode kernel; 128: split
+    for (int64_t H : {16, 128}) check_mla(this, H, 512, 64, seqs, 1e-5, kMlaPrefillTol);
+  });
+  with_prefill_policy(64, 0, [&] {
+    for (int64_t H : {16, 24}) check_mla(this, H, 512, 64, seqs, 1e-5, kMlaPrefillTol);
+  });
+}
+
+TEST_F(CudaDeepseekOpsTest, MlaMixedStepDecodeRowsEqualDecodeOnlyStep) {
+  // The decode rows of a mixed step run the launch a decode-only step of the same sequences runs (the split
+  // decode kernel over a row list; its splits from their count and contexts): bit-identical outputs. Each
+  // sequence's cached rows and queries are the same values in both plans (block ids differ).
+  if (!cuda::mla_tc_supported(512, 64, true, 0, 0, 0) || !cuda::mla_prefill_supported())
+    GTEST_SKIP() << "the tensor-core MLA kernels need more shared memory than this GPU has";
+  const int64_t R = 512, P = 64, D = R + P;
+  const int32_t bs = 16;
+  const std::vector<std::pair<int32_t, int32_t>> mixed = mixed_step_seqs();
+  std::vector<Tensor> lat, pe, ql, qp;  // per sequence: [len, R], [len, P], [fresh, H, R], [fresh, H, P]
+  for (const int64_t H : {16, 128}) {
+    lat.clear(), pe.clear(), ql.clear(), qp.clear();
+    for (auto [cached, fresh] : mixed) {
+      lat.push_back(random_bf16_values({cached + fresh, R}));
+      pe.push_back(random_bf16_values({cached + fresh, P}));
+      ql.push_back(random_bf16_values({fresh, H, R}, 0.1f));
+      qp.push_back(random_bf16_values({fresh, H, P}, 0.1f));
+    }
+    auto concat = [](const std::vector<Tensor>& parts, const std::vector<size_t>& which, Shape inner) {
+      int64_t rows = 0;
+      for (size_t i : which) rows += parts[i].dim(0);
+      Shape shape = {rows};
+      shape.insert(shape.end(), inner.begin(), inner.end());
+      Tensor t = Tensor::empty(DType::F32, shape);
+      float* dst = t.f32();
+      for (size_t i : which) dst = std::copy_n(parts[i].f32(), parts[i].numel(), dst);
+      return t;
+    };
+    // attention_mla over the sequences `which` (in this order) on a bf16 cache holding their rows.
+    auto run = [&](const std::vector<size_t>& which) {
+      std::vector<std::pair<int32_t, int32_t>> seqs, full;
+      for (size_t i : which) {
+        seqs.push_back(mixed[i]);
+        full.push_back({0, mixed[i].first + mixed[i].second});
+      }
+      int32_t blocks = 1;  // enough for every sequence, and coprime with make_plan's stride of 7
+      for (auto [cached, fresh] : full) blocks += (fresh + bs - 1) / bs;
+      if (blocks % 7 == 0) ++blocks;
+      const BatchPlan fill = make_plan(full, bs, blocks), plan = make_plan(seqs, bs, blocks);
+      KvCache host_cache({KvLayerSpec{KvKind::kFullHistory, D}}, blocks, bs);
+      std::fill(host_cache.slot(0, 0), host_cache.slot(0, 0) + host_cache.storage(0).numel(), 0.0f);
+      cpu.write_kv(host_cache, 0, fill, concat(lat, which, {R}), concat(pe, which, {P}));
+      KvCache cache({KvLayerSpec{KvKind::kFullHistory, D}}, blocks, bs, Device::kCuda, DType::BF16);
+      const Tensor bits = to_bf16_bits(host_cache.storage(0));
+      cuda::copy_to_device(const_cast<void*>(cache.storage(0).raw()), bits.raw(), bits.nbytes());
+      CudaBackend gpu;
+      return gpu.to_host(gpu.attention_mla(cuda::to_device(concat(ql, which, {H, R})),
+                                           cuda::to_device(concat(qp, which, {H, P})), cache, 0, plan,
+                                           1.0f / std::sqrt(192.0f)));
+    };
+    std::vector<size_t> all, decode;
+    for (size_t i = 0; i < mixed.size(); ++i) {
+      all.push_back(i);
+      if (mixed[i].second == 1) decode.push_back(i);
+    }
+    with_prefill_policy(64, 0, [&] {
+      const Tensor a = run(all), d = run(decode);  // [T, H, R], [decode rows, H, R]
+      int64_t row = 0, drow = 0, differ = 0;
+      for (size_t i = 0; i < mixed.size(); ++i) {
+        const int64_t n = mixed[i].second;
+        if (n == 1) {
+          const float* x = a.f32() + row * H * R;
+          const float* y = d.f32() + drow * H * R;
+          for (int64_t k = 0; k < H * R; ++k) differ += x[k] != y[k];
+          ++drow;
+        }
+        row += n;
+      }
+      EXPECT_EQ(drow, static_cast<int64_t>(decode.size()));
+      EXPECT_EQ(differ, 0) << "H=" << H;
+    });
+  }
 }
 
 TEST_F(CudaDeepseekOpsTest, MlaRopeWriteKvMatchesCpuAndUnfused) {
@@ -848,6 +1005,94 @@ TEST_F(CudaDeepseekOpsTest, DISABLED_BenchMlaDecode) {
           batch, ctx, static_cast<long long>(H), std::string(dtype_name(dt)).c_str(), s * 1e6,
           bytes / s / 1e9, 100.0 * bytes / s / 1e9 / copy_gbs);
     }
+  }
+}
+
+// attention_mla on prefill and mixed steps (bf16 cache, R 512, P 64), us per call (CUDA events; six caches
+// used in turn so that L2 does not keep one step's rows for the next call) and TFLOP/s of the absorbed
+// form's 2 x (576 + 512) FLOPs per (query row, visible position), four dispatches: "decode" the split decode
+// kernel for every token (main's dispatch), "all-mq" every sequence on the multi-query kernel (decode
+// tokens as blocks of one; close to the mlaprefill branch's whole-step dispatch), "split" the split by
+// sequence forced on (min_query 64, no block threshold) and "default" the default thresholds. Workloads:
+// 8192 query tokens as whole prompts of 128 .. 1024 tokens or as chunks after cached prefixes, smaller
+// steps, and the V2-Lite workload's mixed step: 480 decode rows (contexts 128 .. 1500) + a 7,680-token
+// chunk of 10 prompts.
+TEST_F(CudaDeepseekOpsTest, DISABLED_BenchMlaPrefill) {
+  CudaBackend gpu;
+  const int64_t R = 512, P = 64;
+  const int32_t bs = 64;
+  struct Work {
+    const char* name;
+    std::vector<std::pair<int32_t, int32_t>> seqs;
+    int64_t H;
+  };
+  std::vector<std::pair<int32_t, int32_t>> prompts, chunks, small, tiny, mixed;
+  for (int32_t i = 0, left = 8192; left > 0; ++i) {  // 13 prompts of 128 .. 1024 tokens
+    const int32_t len = std::min(left, 128 + (i * 389) % 897);
+    prompts.push_back({0, len});
+    left -= len;
+  }
+  for (int32_t i = 0; i < 16; ++i) chunks.push_back({(i * 37) % 513, 512});  // 16 x 512 after 0 .. 512
+  for (int32_t i = 0; i < 4; ++i) small.push_back({(i * 251) % 700, 128});   // 512 tokens
+  for (int32_t i = 0; i < 2; ++i) tiny.push_back({600 + i * 100, 64});       // 128 tokens
+  // The mixed step: 480 decode rows (contexts 129 .. 1501), one of the 10 prompts (7,680 tokens, 348 ..
+  // 1024 each) after every 48 of them.
+  const int32_t mixed_prompts[10] = {1024, 1000, 960, 900, 840, 768, 700, 640, 500, 348};
+  for (int32_t i = 0; i < 480; ++i) {
+    mixed.push_back({128 + (i * 613) % 1373, 1});
+    if (i % 48 == 47) mixed.push_back({0, mixed_prompts[i / 48]});
+  }
+  const std::vector<Work> works = {{"8192 tok, 13 prompts 128..1024", prompts, 16},
+                                   {"8192 tok, 16 chunks of 512 after 0..512", chunks, 16},
+                                   {"8192 tok, 13 prompts, 128 heads", prompts, 128},
+                                   {"512 tok, 4 chunks of 128 after 0..700", small, 16},
+                                   {"128 tok, 2 chunks of 64 after 600..700", tiny, 16},
+                                   {"mixed: 480 decode + 7680 tok of 10 prompts", mixed, 16}};
+  struct Dispatch {
+    const char* name;
+    int min_query, min_blocks;
+  };
+  const std::vector<Dispatch> dispatches = {
+      {"decode", 64, kPrefillOff},
+      {"all-mq", 1, 0},
+      {"split", 64, 0},
+      {"default", cuda::mla_prefill_min_query(), cuda::mla_prefill_min_blocks()}};
+  std::printf("%-44s %5s", "attention_mla prefill (us, TFLOP/s)", "heads");
+  for (const Dispatch& d : dispatches) std::printf(" %9s %6s", d.name, "TF/s");
+  std::printf(" %8s\n", "speedup");
+  for (const Work& w : works) {
+    int32_t blocks = 1;
+    for (auto [cached, fresh] : w.seqs) blocks += (cached + fresh + bs - 1) / bs;
+    const BatchPlan plan = make_plan(w.seqs, bs, blocks);
+    const int64_t T = plan.num_tokens(), H = w.H;
+    double flops = 0.0;
+    for (int32_t pos : plan.positions) flops += (pos + 1.0) * H * 2.0 * (R + P + R);
+    std::vector<std::unique_ptr<KvCache>> caches;
+    for (int c = 0; c < 6; ++c) {
+      caches.push_back(
+          std::make_unique<KvCache>(std::vector<KvLayerSpec>{KvLayerSpec{KvKind::kFullHistory, R + P}},
+                                    blocks, bs, Device::kCuda, DType::BF16));
+      const Tensor filled = device_bf16_filled(this, {static_cast<int64_t>(blocks) * bs, R + P});
+      cuda::copy_device_to_device(const_cast<void*>(caches.back()->storage(0).raw()), filled.raw(),
+                                  filled.nbytes());
+    }
+    const Tensor q_lat = cuda::to_device(random_bf16_values({T, H, R}, 0.1f));
+    const Tensor q_pe = cuda::to_device(random_bf16_values({T, H, P}, 0.1f));
+    std::vector<double> us;
+    for (const Dispatch& d : dispatches) {
+      with_prefill_policy(d.min_query, d.min_blocks, [&] {
+        int next = 0;
+        us.push_back(1e3 * cuda::time_stream_ms(
+                               [&] {
+                                 gpu.attention_mla(q_lat, q_pe, *caches[next], 0, plan, 0.07f);
+                                 next = (next + 1) % 6;
+                               },
+                               12));
+      });
+    }
+    std::printf("%-44s %5lld", w.name, static_cast<long long>(H));
+    for (double u : us) std::printf(" %9.1f %6.1f", u, flops / u * 1e-6);
+    std::printf(" %7.2fx\n", us[0] / us.back());  // decode / default
   }
 }
 

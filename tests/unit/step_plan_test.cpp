@@ -1,11 +1,15 @@
 // pack_plan (the step plan's host side): every array round-trips, the per-token sequence index is derived,
 // and no offset moves when only the block tables grow — what lets a captured CUDA graph replay later steps
-// of its bucket (a block table placed earlier once made replays read stale arrays). Runs without a GPU.
+// of its bucket (a block table placed earlier once made replays read stale arrays); the MLA step split
+// (multi-query blocks of one sequence each, the other tokens in a row list) and that a decode-only step
+// packs exactly as before. Runs without a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 
 #ifdef DSINFER_HAVE_CUDA
+#include "backend/cuda/mla_kernels.h"
 #include "backend/cuda/step_plan.h"
 #endif
 
@@ -91,6 +95,85 @@ TEST(StepPlanTest, PreviousSampleRowsAlwaysHoldOneEntryPerToken) {
   EXPECT_EQ(fed.prev_sample_rows % 256, 0u);
   EXPECT_TRUE(plan.feeds_sampled_tokens());
   plan.validate(64);
+}
+
+// A mixed step: sequences of `lens` query tokens after `cached` cached positions each.
+BatchPlan mixed_plan(const std::vector<int32_t>& lens, int32_t cached) {
+  BatchPlan p;
+  p.block_size = 16;
+  p.cu_seqlens = {0};
+  p.block_table_indptr = {0};
+  int32_t next_block = 0;
+  for (size_t s = 0; s < lens.size(); ++s) {
+    const int32_t context = cached + lens[s];
+    for (int32_t pos = cached; pos < context; ++pos) {
+      p.token_ids.push_back(1);
+      p.positions.push_back(pos);
+      p.slot_mapping.push_back(pos);  // not read here
+    }
+    p.cu_seqlens.push_back(static_cast<int32_t>(p.token_ids.size()));
+    p.context_lens.push_back(context);
+    for (int32_t b = 0; b < (context + 15) / 16; ++b) p.block_table.push_back(next_block++);
+    p.block_table_indptr.push_back(static_cast<int32_t>(p.block_table.size()));
+    p.logits_rows.push_back(p.cu_seqlens.back() - 1);
+    p.seq_ids.push_back(static_cast<int64_t>(s));
+  }
+  return p;
+}
+
+TEST(StepPlanTest, MlaSplitSendsLongSequencesToBlocksOfOneSequence) {
+  // Sequences of 1, 70, 1, 3 and 66 query tokens; min_query 64: 70 and 66 in blocks of 4 (the last one cut
+  // at the sequence's end), the rest as rows in token order.
+  const BatchPlan plan = mixed_plan({1, 70, 1, 3, 66}, 10);
+  const cuda::MlaStepSplit split = cuda::mla_split_step(plan.cu_seqlens, plan.positions, 64);
+  EXPECT_EQ(split.rows, (std::vector<int32_t>{0, 71, 72, 73, 74}));
+  const int32_t per = cuda::kMlaPrefillTokens;
+  std::vector<int32_t> expected;
+  for (int32_t t = 1; t < 71; t += per) expected.push_back(t);
+  for (int32_t t = 75; t < 141; t += per) expected.push_back(t);
+  std::vector<int32_t> got = split.blocks;
+  std::sort(got.begin(), got.end());
+  EXPECT_EQ(got, expected);
+  // Longest context first: the blocks' last positions never rise along the list.
+  auto last_pos = [&](int32_t t0) {
+    int32_t s = 0;
+    while (plan.cu_seqlens[s + 1] <= t0) ++s;
+    return plan.positions[std::min(plan.cu_seqlens[s + 1], t0 + per) - 1];
+  };
+  for (size_t i = 1; i < split.blocks.size(); ++i)
+    EXPECT_GE(last_pos(split.blocks[i - 1]), last_pos(split.blocks[i])) << i;
+  // Every token exactly once.
+  std::vector<int> seen(static_cast<size_t>(plan.num_tokens()), 0);
+  for (int32_t t : split.rows) ++seen[t];
+  for (int32_t t0 : split.blocks) {
+    int32_t s = 0;
+    while (plan.cu_seqlens[s + 1] <= t0) ++s;
+    for (int32_t t = t0; t < std::min(plan.cu_seqlens[s + 1], t0 + per); ++t) ++seen[t];
+  }
+  for (int c : seen) EXPECT_EQ(c, 1);
+  // min_query 1: every token in a block, no rows; nothing qualifies: no split at all.
+  const cuda::MlaStepSplit all = cuda::mla_split_step(plan.cu_seqlens, plan.positions, 1);
+  EXPECT_TRUE(all.rows.empty());
+  EXPECT_EQ(all.blocks.size(), 1u + 18u + 1u + 1u + 17u);
+  const cuda::MlaStepSplit none = cuda::mla_split_step(plan.cu_seqlens, plan.positions, 100);
+  EXPECT_TRUE(none.rows.empty() && none.blocks.empty());
+}
+
+TEST(StepPlanTest, OnlyMultiQueryStepsPackTheMlaSplit) {
+  const cuda::PackedPlan decode = cuda::pack_plan(decode_plan({1, 3, 2}));
+  EXPECT_EQ(decode.num_mla_blocks, 0);
+  EXPECT_EQ(decode.num_mla_rows, 0);
+  EXPECT_EQ(decode.bytes.size(), decode.block_table + 6 * sizeof(int32_t));  // the block table is last
+  const BatchPlan plan = mixed_plan({1, 200, 1}, 5);
+  const cuda::PackedPlan mixed = cuda::pack_plan(plan);
+  const cuda::MlaStepSplit split =
+      cuda::mla_split_step(plan.cu_seqlens, plan.positions, cuda::mla_prefill_min_query());
+  ASSERT_FALSE(split.blocks.empty());
+  EXPECT_EQ(mixed.num_mla_rows, static_cast<int32_t>(split.rows.size()));
+  EXPECT_EQ(mixed.num_mla_blocks, static_cast<int32_t>(split.blocks.size()));
+  EXPECT_GT(mixed.mla_rows, mixed.block_table);
+  EXPECT_EQ(read<int32_t>(mixed, mixed.mla_rows, split.rows.size()), split.rows);
+  EXPECT_EQ(read<int32_t>(mixed, mixed.mla_blocks, split.blocks.size()), split.blocks);
 }
 
 #else

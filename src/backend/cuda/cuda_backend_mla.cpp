@@ -1,8 +1,9 @@
 // CudaBackend's MLA ops: attention_mla (absorbed form over the paged latent cache, float32 or bf16 rows) and
-// head_matmul. Host-side checks and split choice, then the kernels of mla_kernels.cu /
-// head_matmul_kernels.cu.
+// head_matmul. Host-side checks, the kernel choice (multi-query prefill kernel or the split decode kernels)
+// and split choice, then the kernels of mla_prefill_kernels.cu / mla_kernels.cu / head_matmul_kernels.cu.
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "backend/cuda/attention_kernels.h"
 #include "backend/cuda/batch_bucket.h"
@@ -45,24 +46,66 @@ Tensor CudaBackend::attention_mla(const Tensor& q_lat, const Tensor& q_pe, const
   view.token_seq = dp.token_seq;
   view.block_table = dp.block_table;
   view.block_table_indptr = dp.block_table_indptr;
+  view.cu_seqlens = dp.cu_seqlens;
   view.block_size = plan.block_size;
-  // Splits sized for the bucket of the longest context or the CUDA graph's context bucket, whichever is
-  // larger, so that a captured launch serves every step of the bucket and an eager step splits the work
-  // exactly as the graph of its bucket does (same sums, same tokens).
-  int64_t max_ctx = std::max<int64_t>({1, dp.max_context, context_bound_});
-  for (int32_t pos : plan.positions) max_ctx = std::max<int64_t>(max_ctx, static_cast<int64_t>(pos) + 1);
   const bool bf16 = storage.dtype() == DType::BF16;
   const bool tensor_cores = cuda::mla_tc_supported(R, P, bf16, reinterpret_cast<uintptr_t>(storage.raw()),
                                                    reinterpret_cast<uintptr_t>(q_lat.raw()),
                                                    reinterpret_cast<uintptr_t>(q_pe.raw()));
-  const cuda::MlaSplit split =
-      cuda::mla_choose_split(T, H, R, cuda::attention_max_context_bucket(max_ctx), tensor_cores);
-  const size_t ws_floats = cuda::mla_workspace_floats(T, H, R, split);
-  Tensor workspace;
-  if (ws_floats) workspace = Tensor::empty_on(Device::kCuda, DType::F32, {static_cast<int64_t>(ws_floats)});
-  cuda::launch_attention_mla(dev_f32(q_lat, "attention_mla", "q_lat"), dev_f32(q_pe, "attention_mla", "q_pe"),
-                             storage.raw(), bf16, cache.width(layer), view, out.data<float>(),
-                             ws_floats ? workspace.data<float>() : nullptr, T, H, R, P, scale, split);
+  const float* ql = dev_f32(q_lat, "attention_mla", "q_lat");
+  const float* qp = dev_f32(q_pe, "attention_mla", "q_pe");
+  // The split decode kernel over n tokens: `rows` (null: all T tokens) whose longest context is max_ctx. Its
+  // splits are sized for the bucket of max_ctx or the CUDA graph's context bucket, whichever is larger, and
+  // for next_pow2(n), so that a captured launch serves every step of the bucket, an eager step splits the
+  // work exactly as the graph of its bucket does (same sums, same tokens), and the decode rows of a mixed
+  // step run exactly the launch a decode-only step of those rows runs.
+  auto run_split_kernel = [&](const int32_t* rows, int64_t n, int64_t max_ctx) {
+    if (n == 0) return;
+    max_ctx = std::max<int64_t>({1, max_ctx, context_bound_});
+    const cuda::MlaSplit split =
+        cuda::mla_choose_split(n, H, R, cuda::attention_max_context_bucket(max_ctx), tensor_cores);
+    const size_t ws_floats = cuda::mla_workspace_floats(n, H, R, split);
+    Tensor workspace;
+    if (ws_floats) workspace = Tensor::empty_on(Device::kCuda, DType::F32, {static_cast<int64_t>(ws_floats)});
+    cuda::MlaPlanView v = view;
+    v.rows = rows;
+    cuda::launch_attention_mla(ql, qp, storage.raw(), bf16, cache.width(layer), v, out.data<float>(),
+                               ws_floats ? workspace.data<float>() : nullptr, n, H, R, P, scale, split);
+  };
+  // The longest context of the sequences with fewer than min_query query tokens (min_query 0: all), and
+  // how many tokens they have: what a decode-only step of them would see (context_lens and positions).
+  auto short_seqs = [&](int32_t min_query, int64_t* tokens) {
+    int64_t max_ctx = 0;
+    *tokens = 0;
+    for (int32_t s = 0; s < plan.num_seqs(); ++s) {
+      const int32_t begin = plan.cu_seqlens[s], end = plan.cu_seqlens[s + 1];
+      if (min_query > 0 && end - begin >= min_query) continue;
+      *tokens += end - begin;
+      max_ctx = std::max<int64_t>(max_ctx, plan.context_lens[s]);
+      for (int32_t t = begin; t < end; ++t)
+        max_ctx = std::max<int64_t>(max_ctx, static_cast<int64_t>(plan.positions[t]) + 1);
+    }
+    return max_ctx;
+  };
+  // A step with sequences of many query tokens (prefill, chunked context; never a decode-only step, hence
+  // never a captured one) is split by sequence when the step plan carries the split (mla_split_step) and
+  // the multi-query blocks fill the GPU: those sequences on the multi-query kernel, every other token (the
+  // decode rows of a mixed step, short chunks) on the split decode kernel over a row list. Both write
+  // disjoint rows of `out`.
+  if (tensor_cores && dp.num_mla_blocks > 0 && cuda::mla_prefill_chosen(dp.num_mla_blocks, H) &&
+      cuda::mla_prefill_supported()) {
+    view.blocks = dp.mla_blocks;
+    cuda::launch_attention_mla_prefill(ql, qp, static_cast<const uint16_t*>(storage.raw()), view,
+                                       out.data<float>(), dp.num_mla_blocks, H, scale);
+    view.blocks = nullptr;
+    int64_t rows = 0;
+    const int64_t max_ctx = short_seqs(cuda::mla_prefill_min_query(), &rows);
+    DSI_CHECK(rows == dp.num_mla_rows, "attention_mla: the step plan's MLA split is stale");
+    run_split_kernel(dp.mla_rows, rows, max_ctx);
+  } else {
+    int64_t rows = 0;
+    run_split_kernel(nullptr, T, std::max<int64_t>(dp.max_context, short_seqs(0, &rows)));
+  }
   if (lone_call) step_.clear_host();
   return out;
 }

@@ -59,7 +59,7 @@ const std::vector<CudaOpSupport>& cuda_op_support() {
       // ---- DeepSeek MLA / MoE (V2, V3) ----
       {"attention_mla",
        {"launch_attention_mla (CUDA cores; tensor cores for a bf16 cache with R 512, P 64)",
-        "launch_attention_mla_tc"},
+        "launch_attention_mla_tc", "launch_attention_mla_prefill"},
        {},
        {},
        ""},

@@ -17,6 +17,12 @@ struct DevicePlan {
   const int64_t* slot_mapping = nullptr;        // [T] cache slot of each new token
   const int32_t* logits_rows = nullptr;         // [R] tokens whose logits are wanted
   const int32_t* prev_sample_rows = nullptr;  // [T] row of the previous sampling call feeding token t, or -1
+  // Steps where some sequence has at least mla_prefill_min_query() query tokens (never a decode-only step,
+  // hence never a captured one; null and 0 otherwise): the MLA split of the step by sequence.
+  const int32_t* mla_rows = nullptr;    // [num_mla_rows] tokens of the other sequences (split decode kernel)
+  const int32_t* mla_blocks = nullptr;  // [num_mla_blocks] first token of each multi-query block
+  int32_t num_mla_rows = 0;
+  int32_t num_mla_blocks = 0;
   int32_t num_tokens = 0;
   int32_t num_seqs = 0;
   int32_t num_logits_rows = 0;

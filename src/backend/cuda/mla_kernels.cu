@@ -231,16 +231,18 @@ __global__ void __launch_bounds__(kThreads) mla_kernel(MlaParams p, const Elem* 
   // (checked on the host).
   __shared__ int last_flag;
   if (p.arrivals && detail::mla_arrive_last(p.arrivals + t * gridDim.z + blockIdx.z, p.splits, &last_flag))
-    detail::mla_merge(p.ws_acc, p.ws_ml, t, p.H, p.R, h0, hg, p.splits, p.out, smem, smem + hg * p.splits);
+    detail::mla_merge(p.ws_acc, p.ws_ml, t, t, p.H, p.R, h0, hg, p.splits, p.out, smem, smem + hg * p.splits);
 }
 
-// out[t, h] = merge of the splits' states (detail::mla_merge: the fused merge's arithmetic, same bits).
-__global__ void mla_combine_kernel(const float* ws_acc, const float* ws_ml, float* out, int H, int R,
-                                   int splits) {
+// out[t, h] = merge of the splits' states (detail::mla_merge: the fused merge's arithmetic, same bits);
+// t = rows[launch token] over a row list.
+__global__ void mla_combine_kernel(const float* ws_acc, const float* ws_ml, float* out, const int32_t* rows,
+                                   int H, int R, int splits) {
   pdl_wait();
   pdl_trigger();
   extern __shared__ float weight[];  // [splits] weights, then [1] 1 / their sum
-  detail::mla_merge(ws_acc, ws_ml, blockIdx.x, H, R, static_cast<int>(blockIdx.y), 1, splits, out, weight,
+  const int64_t t = blockIdx.x, t_out = rows ? rows[t] : t;
+  detail::mla_merge(ws_acc, ws_ml, t, t_out, H, R, static_cast<int>(blockIdx.y), 1, splits, out, weight,
                     weight + splits);
 }
 
@@ -333,6 +335,7 @@ void launch_attention_mla(const float* q_lat, const float* q_pe, const void* cac
   DSI_CHECK(R <= kThreads * kMaxAcc, "attention_mla: kv_lora_rank ", R, " exceeds the kernel's ",
             kThreads * kMaxAcc);
   DSI_CHECK(split.splits >= 1 && split.chunk > 0, "attention_mla: bad split");
+  DSI_CHECK(!plan.rows || split.tensor_cores, "attention_mla: a row list needs the tensor-core kernel");
   if (T == 0 || H == 0) return;
   MlaParams p{};
   p.q_lat = q_lat;
@@ -384,7 +387,7 @@ void launch_attention_mla(const float* q_lat, const float* q_pe, const void* cac
   if (split.splits > 1 && !arrivals) {
     const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(H));
     launch_pdl(mla_combine_kernel, grid, 128, static_cast<size_t>(p.splits + 1) * sizeof(float), p.ws_acc,
-               p.ws_ml, out, p.H, p.R, p.splits);
+               p.ws_ml, out, plan.rows, p.H, p.R, p.splits);
     check_launch("attention_mla combine");
   }
 }

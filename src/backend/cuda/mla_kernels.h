@@ -3,6 +3,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace dsinfer::cuda {
 
@@ -12,6 +13,13 @@ struct MlaPlanView {
   const int32_t* token_seq = nullptr;           // [T] sequence of each token
   const int32_t* block_table = nullptr;         // block ids of every sequence, concatenated
   const int32_t* block_table_indptr = nullptr;  // [S + 1] offsets into block_table
+  const int32_t* cu_seqlens = nullptr;          // [S + 1] (the multi-query kernel: where a sequence ends)
+  // Optional row list of a split-kernel launch over part of a step: launch token i is query token rows[i]
+  // (its q, out row, position and sequence); partial states and arrival counters follow i. Null: i itself.
+  const int32_t* rows = nullptr;
+  // The multi-query kernel's blocks: block i takes tokens [blocks[i], blocks[i] + kMlaPrefillTokens) of one
+  // sequence, cut at the sequence's end (never two sequences).
+  const int32_t* blocks = nullptr;
   int64_t block_size = 0;
 };
 
@@ -63,5 +71,43 @@ bool mla_tc_supported(int64_t R, int64_t P, bool cache_bf16, uintptr_t cache, ui
 void launch_attention_mla_tc(const float* q_lat, const float* q_pe, const uint16_t* cache,
                              const MlaPlanView& plan, float* out, float* ws_acc, float* ws_ml, int* arrivals,
                              int64_t T, int64_t H, float scale, const MlaSplit& split);
+
+// The multi-query kernel (mla_prefill_kernels.cu) for sequences with many query tokens (prefill, chunked
+// context): one block per (multi-query block of plan.blocks, group of 16 heads) reads each cached row its
+// last token sees once for its up to kMlaPrefillTokens tokens, all of one sequence. Same cache shape and
+// alignment as the tensor-core kernel (mla_tc_supported); queries and probabilities in bf16 (one part), so
+// results are within bf16 rounding of the reference rather than at the decode kernels' ~1e-6. Writes the
+// blocks' rows of `out` directly (no splits, no workspace); other rows are left alone.
+inline constexpr int kMlaPrefillTokens = 4;
+bool mla_prefill_supported();
+void launch_attention_mla_prefill(const float* q_lat, const float* q_pe, const uint16_t* cache,
+                                  const MlaPlanView& plan, float* out, int64_t num_blocks, int64_t H,
+                                  float scale);
+
+// The split of a step by sequence (host side, built when the step plan is packed): sequences with at least
+// min_query query tokens go to the multi-query kernel in blocks of kMlaPrefillTokens consecutive tokens
+// (longest context first, so that the long blocks do not make the launch's tail), every other token to the
+// split decode kernel through a row list. Empty `blocks` (no such sequence, e.g. every decode-only step):
+// nothing to split, and the step runs as before.
+struct MlaStepSplit {
+  std::vector<int32_t> rows;    // tokens for the split decode kernel, in token order
+  std::vector<int32_t> blocks;  // first token of each multi-query block
+};
+MlaStepSplit mla_split_step(const std::vector<int32_t>& cu_seqlens, const std::vector<int32_t>& positions,
+                            int32_t min_query);
+
+// Whether a step whose split has `num_blocks` multi-query blocks runs them on the multi-query kernel:
+// num_blocks x head groups must reach mla_prefill_min_blocks() (fewer leave SMs idle behind a few long
+// blocks; the split decode kernel then takes the whole step, as it always does for decode-only steps).
+bool mla_prefill_chosen(int64_t num_blocks, int64_t H);
+// DSINFER_MLA_PREFILL_MIN_QUERY (read once; default 64): the fewest query tokens of a sequence for the
+// multi-query kernel. 1 sends every token there (each decode token its own block).
+int mla_prefill_min_query();
+// DSINFER_MLA_PREFILL_MIN_BLOCKS (read once; default 264, two waves of H200 SMs; a huge value turns the
+// kernel off, 0 runs it whenever a sequence qualifies).
+int mla_prefill_min_blocks();
+// Tests and benchmarks only (between steps).
+void mla_set_prefill_min_query(int min_query);
+void mla_set_prefill_min_blocks(int min_blocks);
 
 }  // namespace dsinfer::cuda

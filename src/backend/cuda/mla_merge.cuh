@@ -31,10 +31,12 @@ __device__ __forceinline__ bool mla_arrive_last(int* counter, int splits, int* f
   return last;
 }
 
-// out[t, h0 + g] for g < hg from the splits' partial states. Every thread of the block calls it (it
-// synchronises). w_s: shared scratch of hg * splits floats; inv_s: shared [hg].
-__device__ __forceinline__ void mla_merge(const float* ws_acc, const float* ws_ml, int64_t t, int H, int R,
-                                          int h0, int hg, int splits, float* out, float* w_s, float* inv_s) {
+// out[t_out, h0 + g] for g < hg from the splits' partial states of launch token t (t_out = t unless the
+// launch runs over a row list). Every thread of the block calls it (it synchronises). w_s: shared scratch of
+// hg * splits floats; inv_s: shared [hg].
+__device__ __forceinline__ void mla_merge(const float* ws_acc, const float* ws_ml, int64_t t, int64_t t_out,
+                                          int H, int R, int h0, int hg, int splits, float* out, float* w_s,
+                                          float* inv_s) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
   const int64_t ml_step = static_cast<int64_t>(H) * 2;  // floats between consecutive splits of ws_ml
   for (int g = warp; g < hg; g += nwarps) {
@@ -55,7 +57,7 @@ __device__ __forceinline__ void mla_merge(const float* ws_acc, const float* ws_m
   __syncthreads();
   const int64_t acc_step = static_cast<int64_t>(H) * R;  // floats between consecutive splits of ws_acc
   const float* acc0 = ws_acc + (t * splits * H + h0) * static_cast<int64_t>(R);
-  float* out0 = out + (t * H + h0) * static_cast<int64_t>(R);
+  float* out0 = out + (t_out * H + h0) * static_cast<int64_t>(R);
   constexpr int kBatch = 4;  // splits whose values are loaded before their fmas
   if (R % 4 == 0) {
     const int r4 = R / 4;

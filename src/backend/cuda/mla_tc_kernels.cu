@@ -6,7 +6,9 @@
 // summed across warps in a fixed order; online softmax in shared memory; O += P V: each warp owns 64 of the
 // 512 latent columns. mma.sync m16n8k16 (bf16 in, fp32 accumulate) with Q and P split into bf16 hi + lo, so
 // only the cache's own rounding remains. Partial states have the layout of mla_kernels.cu's combine; with
-// arrival counters the last split block of a (token, head group) merges them (mla_merge.cuh).
+// arrival counters the last split block of a (token, head group) merges them (mla_merge.cuh). Over a row
+// list (the decode rows of a mixed step) launch token i is query token rows[i]: the same blocks and sums as
+// a launch of those rows alone.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -113,7 +115,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   Smem& sm = *reinterpret_cast<Smem*>(smem_raw);
   // Head groups of one (token, split) are adjacent block indices, so they run together and share L2.
   const int groups = (H + kHeads - 1) / kHeads;
-  const int64_t t = blockIdx.x / groups;
+  const int64_t tl = blockIdx.x / groups;            // launch token: partial states and arrival counters
+  const int64_t t = plan.rows ? plan.rows[tl] : tl;  // query token: q, out, position, sequence
   const int h0 = static_cast<int>(blockIdx.x % groups) * kHeads;
   const int split = blockIdx.y;
   const int hg = min(kHeads, H - h0);
@@ -288,7 +291,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();  // sm.l of the last tile (or the initial state of an empty split) is visible
 
   // Rows g and g + 8 of the fragments are heads g and g + 8; columns 64w + 8j + 2tq (+1).
-  const int64_t base = (t * splits + split) * H + h0;
+  const int64_t base = (tl * splits + split) * H + h0;
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int h = g + 8 * half;
@@ -308,7 +311,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Fused merge: the last split block of (t, head group) merges every split, its weights in sm.red (free
   // after the last tile; hg * splits <= kTcMergeFloats - 16, checked on the host), 1 / sums in sm.c.
   if (splits > 1 && arrivals && detail::mla_arrive_last(arrivals + blockIdx.x, splits, &sm.last))
-    detail::mla_merge(ws_acc, ws_ml, t, H, kR, h0, hg, splits, out, &sm.red[0][0][0], sm.c);
+    detail::mla_merge(ws_acc, ws_ml, tl, t, H, kR, h0, hg, splits, out, &sm.red[0][0][0], sm.c);
 }
 
 }  // namespace

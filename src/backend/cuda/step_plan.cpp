@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "backend/cuda/mla_kernels.h"
 #include "backend/cuda/runtime.h"
 #include "core/error.h"
 
@@ -68,7 +69,15 @@ PackedPlan pack_plan(const BatchPlan& plan) {
             plan.prev_sample_rows.begin() + std::min<size_t>(prev.size(), plan.prev_sample_rows.size()),
             prev.begin());
   p.prev_sample_rows = append(p.bytes, prev);
-  p.block_table = append(p.bytes, plan.block_table);  // last: its length changes from step to step
+  p.block_table = append(p.bytes, plan.block_table);  // its length changes from step to step
+  // Multi-query steps only (eager, never captured): nothing is appended to a decode-only step.
+  const MlaStepSplit mla = mla_split_step(plan.cu_seqlens, plan.positions, mla_prefill_min_query());
+  if (!mla.blocks.empty()) {
+    p.mla_rows = append(p.bytes, mla.rows);
+    p.mla_blocks = append(p.bytes, mla.blocks);
+    p.num_mla_rows = static_cast<int32_t>(mla.rows.size());
+    p.num_mla_blocks = static_cast<int32_t>(mla.blocks.size());
+  }
   return p;
 }
 
@@ -98,6 +107,10 @@ const DevicePlan& StepPlan::upload(const BatchPlan& plan, int32_t context_bound)
   device_.slot_mapping = reinterpret_cast<const int64_t*>(at(pp.slot_mapping));
   device_.logits_rows = reinterpret_cast<const int32_t*>(at(pp.logits_rows));
   device_.prev_sample_rows = reinterpret_cast<const int32_t*>(at(pp.prev_sample_rows));
+  device_.mla_rows = pp.num_mla_blocks > 0 ? reinterpret_cast<const int32_t*>(at(pp.mla_rows)) : nullptr;
+  device_.mla_blocks = pp.num_mla_blocks > 0 ? reinterpret_cast<const int32_t*>(at(pp.mla_blocks)) : nullptr;
+  device_.num_mla_rows = pp.num_mla_rows;
+  device_.num_mla_blocks = pp.num_mla_blocks;
   device_.num_tokens = T;
   device_.num_seqs = S;
   device_.num_logits_rows = static_cast<int32_t>(plan.logits_rows.size());

@@ -14,11 +14,15 @@ namespace dsinfer::cuda {
 
 // The packed bytes of a plan and where each array starts in them. Every offset depends only on the token,
 // sequence and logits-row counts (the block table, whose length grows with the contexts, comes last), so a
-// CUDA graph captured for one step reads the right addresses in every later step of its batch bucket.
+// CUDA graph captured for one step reads the right addresses in every later step of its batch bucket. Only
+// a step with a sequence of mla_prefill_min_query() or more query tokens (never a decode-only step, so
+// never a captured one) appends the MLA step split (mla_split_step) after the block table.
 struct PackedPlan {
   std::vector<char> bytes;
   size_t token_ids = 0, positions = 0, token_seq = 0, slot_mapping = 0, cu_seqlens = 0, context_lens = 0,
-         block_table_indptr = 0, logits_rows = 0, prev_sample_rows = 0, block_table = 0;
+         block_table_indptr = 0, logits_rows = 0, prev_sample_rows = 0, block_table = 0, mla_rows = 0,
+         mla_blocks = 0;
+  int32_t num_mla_rows = 0, num_mla_blocks = 0;
 };
 PackedPlan pack_plan(const BatchPlan& plan);
 
