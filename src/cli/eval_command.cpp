@@ -142,16 +142,23 @@ int run_agreement_command(AgreementArgs& a) {
   } else {
     for (const BatchAgreementCase& c : r.cases) {
       if (c.exact) continue;
+      const char* verdict = c.mismatch.excused  ? "excused"
+                            : c.excused_routing ? "excused by the routing rule"
+                                                : "NOT excused";
+      const std::string routing = c.routing_checked ? " (routing rule: " + c.routing.reason + ")" : "";
       std::printf(
           "prompt %d (%s, %lld tokens): first difference at step %d, one-at-a-time top-2 margin %.3e "
-          "vs bound %.3e: %s\n",
+          "vs bound %.3e: %s%s\n",
           c.index, c.source.c_str(), static_cast<long long>(c.prompt_tokens), c.mismatch.step,
-          c.mismatch.margin, c.mismatch.bound, c.mismatch.excused ? "excused" : "NOT excused");
+          c.mismatch.margin, c.mismatch.bound, verdict, routing.c_str());
     }
     std::printf(
         "%zu prompts x %d greedy tokens on the %s backend: %d identical (%.1f%%), %d more within bf16 "
-        "noise: agreement %.1f%%%s\n",
+        "noise%s: agreement %.1f%%%s\n",
         r.cases.size(), a.options.max_tokens, r.backend.c_str(), r.exact, 100.0 * r.exact_rate(), r.excused,
+        r.routing_rule
+            ? (", " + std::to_string(r.excused_routing) + " more by routing flips within it").c_str()
+            : "",
         100.0 * r.agreement_rate(), r.margin_rule ? "" : " (margin rule off)");
   }
   return r.agreement_rate() == 1.0 ? 0 : 1;
@@ -240,6 +247,13 @@ void add_eval_command(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   agreement->add_option("--margin-rule", ag->margin_rule, "on (default) or off")
       ->check(CLI::IsMember({"on", "off"}));
+  agreement
+      ->add_option(
+          "--routing-rule", ag->options.routing_rule,
+          "MoE models: excuse a prompt whose only cause of difference is expert-routing flips within "
+          "bf16 noise of the one-at-a-time run's scores (checked by replaying it forced to the "
+          "batched routing on the CPU reference): on, off, auto (on for non-CPU devices)")
+      ->check(CLI::IsMember({"auto", "on", "off"}));
   agreement->add_flag("--json", ag->json, "Print one JSON object");
   agreement->callback([ag]() { run_guarded([&]() { return run_agreement_command(*ag); }); });
 }

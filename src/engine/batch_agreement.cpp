@@ -1,5 +1,6 @@
 // Batched-vs-one-at-a-time greedy agreement (see batch_agreement.h). The model is loaded once: the
-// one-at-a-time phase runs on it directly, then it is handed to an engine for the batched phase.
+// one-at-a-time phase runs on it directly, then an engine shares it for the batched phase, and the routing
+// rule replays differing prompts on it once the engine is gone.
 #include "engine/batch_agreement.h"
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include "backend/backend_factory.h"
 #include "core/error.h"
 #include "engine/engine_impl.h"
+#include "engine/routing_rule.h"
 #include "engine/sequence_runner.h"
 #include "model/model.h"
 #include "model/safetensors.h"
@@ -65,9 +67,10 @@ std::vector<StepInfo> run_one(Model& model, const std::vector<int32_t>& prompt, 
   return steps;
 }
 
-// All prompts submitted at once to an engine over `model`; returns each one's generated ids (errors throw).
-std::vector<std::vector<int32_t>> run_batched(const EngineConfig& config, std::unique_ptr<Backend> backend,
-                                              std::unique_ptr<Model> model,
+// All prompts submitted at once to an engine sharing `backend` and `model`; returns each one's generated
+// ids (errors throw). Prompt i is the engine's sequence i + 1 (checked).
+std::vector<std::vector<int32_t>> run_batched(const EngineConfig& config, std::shared_ptr<Backend> backend,
+                                              std::shared_ptr<Model> model,
                                               const std::vector<std::vector<int32_t>>& prompts,
                                               int32_t max_tokens) {
   std::unique_ptr<Engine> engine = make_engine(config, std::move(backend), std::move(model), std::nullopt);
@@ -91,7 +94,8 @@ std::vector<std::vector<int32_t>> run_batched(const EngineConfig& config, std::u
         cv.notify_all();
       }
     };
-    engine->submit(std::move(r));
+    const uint64_t id = engine->submit(std::move(r));
+    DSI_CHECK(id == i + 1, "batch agreement: the engine numbered prompt ", i, " as request ", id);
   }
   {
     std::unique_lock<std::mutex> lock(mutex);
@@ -110,16 +114,20 @@ double BatchAgreementReport::exact_rate() const {
 }
 
 double BatchAgreementReport::agreement_rate() const {
-  return cases.empty() ? 0.0 : static_cast<double>(exact + excused) / static_cast<double>(cases.size());
+  return cases.empty()
+             ? 0.0
+             : static_cast<double>(exact + excused + excused_routing) / static_cast<double>(cases.size());
 }
 
 nlohmann::json BatchAgreementReport::to_json() const {
   nlohmann::json j = {{"backend", backend},
                       {"margin_rule", margin_rule},
+                      {"routing_rule", routing_rule},
                       {"prompts", cases.size()},
                       {"exact", exact},
                       {"excused", excused},
-                      {"differ", static_cast<int32_t>(cases.size()) - exact - excused},
+                      {"excused_routing", excused_routing},
+                      {"differ", static_cast<int32_t>(cases.size()) - exact - excused - excused_routing},
                       {"exact_rate", exact_rate()},
                       {"agreement_rate", agreement_rate()},
                       {"cases", nlohmann::json::array()}};
@@ -134,6 +142,8 @@ nlohmann::json BatchAgreementReport::to_json() const {
       cj["single"] = c.single;
       cj["batched"] = c.batched;
     }
+    cj["excused_routing"] = c.excused_routing;
+    if (c.routing_checked) cj.update(c.routing.to_json());
     j["cases"].push_back(cj);
   }
   return j;
@@ -159,6 +169,8 @@ BatchAgreementReport run_batch_agreement(const BatchAgreementOptions& options) {
   const EngineConfig& ec = options.engine;
   BatchAgreementReport report;
   report.margin_rule = options.margin_rule;
+  DSI_CHECK(options.routing_rule == "auto" || options.routing_rule == "on" || options.routing_rule == "off",
+            "batch agreement: --routing-rule must be auto, on or off, got ", options.routing_rule);
 
   // Prompts: the golden file's first, then synthetic ones.
   const std::string golden = options.golden.empty() ? ec.model_dir + "/golden.safetensors" : options.golden;
@@ -167,12 +179,17 @@ BatchAgreementReport run_batch_agreement(const BatchAgreementOptions& options) {
 
   // Phase 1: one at a time.
   std::vector<std::vector<StepInfo>> single;
-  std::unique_ptr<Backend> backend = make_backend(ec.device, ec.model_dir, ec.cuda_arch);
+  std::shared_ptr<Backend> backend = make_backend(ec.device, ec.model_dir, ec.cuda_arch);
   report.backend = backend->name();
   LoadOptions load;
   load.progress = false;
   load.dummy_weights = ec.dummy_weights;
-  std::unique_ptr<Model> model = load_model(ec.model_dir, *backend, load);
+  std::shared_ptr<Model> model = load_model(ec.model_dir, *backend, load);
+  const bool rule_on =
+      options.routing_rule == "on" || (options.routing_rule == "auto" && backend->device() != Device::kCpu);
+  report.routing_rule = rule_on && has_moe_routing(*model);  // dense models: never
+  DSI_CHECK(!options.batched_routing_hook || report.routing_rule,
+            "batch agreement: a batched routing hook needs the routing rule on an MoE model");
   {
     const ModelConfig& mc = model->config();
     for (auto& p : synthetic_prompts(options.prompts - static_cast<int32_t>(from_golden), options.prompt_len,
@@ -187,11 +204,27 @@ BatchAgreementReport run_batch_agreement(const BatchAgreementOptions& options) {
     }
   }
 
-  // Phase 2: all together through the engine.
+  // Phase 2: all together through the engine (the routing recorded per sequence and position when the
+  // routing rule is on; the engine steps are eager here, never CUDA graphs, so the hook sees every step).
   EngineConfig config = ec;
   config.max_batch_size = std::max(config.max_batch_size, options.prompts);
+  SequenceRoutingLog log(options.batched_routing_hook);
+  if (report.routing_rule) model->set_moe_routing_hook(&log);
   std::vector<std::vector<int32_t>> batched =
-      run_batched(config, std::move(backend), std::move(model), prompts, options.max_tokens);
+      run_batched(config, backend, model, prompts, options.max_tokens);
+  model->set_moe_routing_hook(nullptr);
+
+  // The routing rule's CPU reference: the model itself on the CPU, else loaded on first use.
+  std::unique_ptr<Backend> cpu;
+  std::unique_ptr<Model> cpu_model;
+  auto reference = [&]() -> Model& {
+    if (backend->device() == Device::kCpu) return *model;
+    if (!cpu_model) {
+      cpu = make_backend("cpu", ec.model_dir, "auto");
+      cpu_model = load_model(ec.model_dir, *cpu, load);
+    }
+    return *cpu_model;
+  };
 
   for (size_t i = 0; i < prompts.size(); ++i) {
     BatchAgreementCase c;
@@ -210,8 +243,16 @@ BatchAgreementReport run_batch_agreement(const BatchAgreementOptions& options) {
       c.mismatch = judge_margin(static_cast<int>(g), c.batched[g], s.token, s.margin, "reference_top2",
                                 s.max_abs_logit, /*measured_abs_err=*/0.0, options.margin_rule);
     }
+    if (!c.exact && !c.mismatch.excused && report.routing_rule) {
+      c.routing =
+          judge_agreement_routing(*model, reference(), prompts[i], c.single, c.batched, c.mismatch.step, log,
+                                  static_cast<int64_t>(i) + 1, options.margin_rule);
+      c.routing_checked = true;
+      c.excused_routing = c.routing.excused;
+    }
     report.exact += c.exact ? 1 : 0;
     report.excused += (!c.exact && c.mismatch.excused) ? 1 : 0;
+    report.excused_routing += c.excused_routing ? 1 : 0;
     report.cases.push_back(std::move(c));
   }
   return report;

@@ -18,13 +18,13 @@
 
 namespace dsinfer {
 
-std::unique_ptr<Engine> make_engine(const EngineConfig& config, std::unique_ptr<Backend> backend,
-                                    std::unique_ptr<Model> model, std::optional<Tokenizer> tokenizer) {
+std::unique_ptr<Engine> make_engine(const EngineConfig& config, std::shared_ptr<Backend> backend,
+                                    std::shared_ptr<Model> model, std::optional<Tokenizer> tokenizer) {
   return std::make_unique<EngineImpl>(config, std::move(backend), std::move(model), std::move(tokenizer));
 }
 
-EngineImpl::EngineImpl(const EngineConfig& config, std::unique_ptr<Backend> backend,
-                       std::unique_ptr<Model> model, std::optional<Tokenizer> tokenizer)
+EngineImpl::EngineImpl(const EngineConfig& config, std::shared_ptr<Backend> backend,
+                       std::shared_ptr<Model> model, std::optional<Tokenizer> tokenizer)
     : config_(config),
       backend_(std::move(backend)),
       model_(std::move(model)),

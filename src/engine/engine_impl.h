@@ -25,13 +25,14 @@
 namespace dsinfer {
 
 // An engine over an already loaded model (tests build one per fixture model; models without a tokenizer
-// produce token ids and empty text).
-std::unique_ptr<Engine> make_engine(const EngineConfig& config, std::unique_ptr<Backend> backend,
-                                    std::unique_ptr<Model> model, std::optional<Tokenizer> tokenizer);
+// produce token ids and empty text). The engine shares the backend and the model: a caller that keeps its
+// own references (eval batch-agreement) may use them again once the engine is gone.
+std::unique_ptr<Engine> make_engine(const EngineConfig& config, std::shared_ptr<Backend> backend,
+                                    std::shared_ptr<Model> model, std::optional<Tokenizer> tokenizer);
 
 class EngineImpl : public Engine {
  public:
-  EngineImpl(const EngineConfig& config, std::unique_ptr<Backend> backend, std::unique_ptr<Model> model,
+  EngineImpl(const EngineConfig& config, std::shared_ptr<Backend> backend, std::shared_ptr<Model> model,
              std::optional<Tokenizer> tokenizer);
   ~EngineImpl() override;
 
@@ -90,8 +91,8 @@ class EngineImpl : public Engine {
   void fill_resilience_stats(EngineStats& s) const;
 
   EngineConfig config_;
-  std::unique_ptr<Backend> backend_;
-  std::unique_ptr<Model> model_;
+  std::shared_ptr<Backend> backend_;  // declared first: outlives the model when the engine owns both
+  std::shared_ptr<Model> model_;
   std::optional<Tokenizer> tokenizer_;
   std::vector<int32_t> eos_ids_;
   int64_t context_;

@@ -7,10 +7,7 @@
 #include "core/error.h"
 
 namespace dsinfer {
-namespace {
 
-// Backend::to_host hands back values as F32 (the GPU's I32 expert ids too): the ids as I32 again, each
-// checked to be a whole number.
 Tensor host_ids(const Tensor& host, int64_t layer) {
   if (host.dtype() == DType::I32) return host;
   DSI_CHECK(host.dtype() == DType::F32, "routing check: expert ids of layer ", layer, " came back as ",
@@ -25,8 +22,6 @@ Tensor host_ids(const Tensor& host, int64_t layer) {
   }
   return ids;
 }
-
-}  // namespace
 
 void RoutingRecorder::on_route(Backend& backend, int64_t layer, Tensor& ids, Tensor& weights) {
   calls.push_back({host_ids(backend.to_host(ids), layer), backend.to_host(weights)});

@@ -12,6 +12,10 @@
 
 namespace dsinfer {
 
+// Backend::to_host hands back values as F32 (the GPU's I32 expert ids too): `host` ([T, k]) as I32 again,
+// each id checked to be a whole number.
+Tensor host_ids(const Tensor& host, int64_t layer);
+
 // Host copies of every routing call of a run, in call order.
 class RoutingRecorder : public MoeRoutingHook {
  public:

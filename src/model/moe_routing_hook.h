@@ -1,16 +1,22 @@
 // MoeRoutingHook: sees, and may replace, the expert routing of every MoE layer of a forward pass (the
-// evaluation tools' teacher-forced comparison: record a GPU run's routing, replay it on the CPU reference).
+// evaluation tools' teacher-forced comparison: record a GPU run's routing, replay it on the CPU reference;
+// batch agreement: record the batched engine run's routing per sequence and position).
 #pragma once
 
 #include <cstdint>
 
 #include "backend/backend.h"
+#include "backend/batch_plan.h"
 
 namespace dsinfer {
 
 class MoeRoutingHook {
  public:
   virtual ~MoeRoutingHook() = default;
+  // Called at the start of every forward pass with its plan: row t of the pass's routing calls is token t
+  // of the plan (sequence plan.seq_ids[s] for cu_seqlens[s] <= t < cu_seqlens[s + 1], position
+  // plan.positions[t]). Default: nothing (eval batch-agreement keys the batched run's routing by it).
+  virtual void on_step(const BatchPlan& plan) {}
   // Called once per MoE layer and forward pass, in layer order, after routing: ids [T, k] I32 and weights
   // [T, k] F32 as the backend returned them. The hook may replace both (same shapes, tensors `backend`
   // takes).

@@ -141,6 +141,7 @@ class DeepseekModel : public Model {
   Tensor forward_device(const BatchPlan& plan, KvCache& cache) override {
     Backend& b = backend_;
     const StepScope step(b, plan);
+    if (routing_hook_) routing_hook_->on_step(plan);
     const float eps = static_cast<float>(config_.rms_norm_eps);
     Tensor h = b.embed(embed_, plan.token_ids);  // [T, hidden]
     for (size_t i = 0; i < layers_.size(); ++i) {
