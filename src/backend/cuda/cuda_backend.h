@@ -104,9 +104,16 @@ class CudaBackend : public Backend {
   void mla_rope_write_kv(Tensor& q_pe, Tensor& k_pe, const Tensor& latent, const Tensor& norm, float eps,
                          const RopeTable& table, RopeLayout layout, KvCache& cache, int64_t layer,
                          const BatchPlan& plan) override;
-  // moe_experts whose combine kernel adds into the residual (no separate add).
+  // moe_experts whose combine kernel adds into the residual (no separate add); a dispatch of norm_moe_route
+  // made for the same tile size replaces the permutation kernel.
   void moe_experts_residual(Tensor& residual, const Tensor& x, const Tensor& ids, const Tensor& weights,
-                            const std::vector<MlpWeights>& experts) override;
+                            const std::vector<MlpWeights>& experts,
+                            const MoeDispatch* dispatch = nullptr) override;
+  // Up to cuda::kMoeNormRouteMaxTokens (bucketed) tokens: one kernel for the RMSNorm, the routing and the
+  // experts' permutation (left in *dispatch); otherwise rms_norm and moe_route.
+  Tensor norm_moe_route(const Tensor& h, const Tensor& norm, float eps, const Tensor& router,
+                        const Tensor& bias, const RoutingParams& p, const std::vector<MlpWeights>& experts,
+                        Tensor* ids, Tensor* weights, MoeDispatch* dispatch) override;
 
   // DeepSeek-V3.2 / V4 ops: no kernels yet (each throws dsinfer::Error).
   Tensor hc_expand(const Tensor& x, int64_t n) override;
@@ -143,7 +150,8 @@ class CudaBackend : public Backend {
 
   // moe_experts into out [T, H] (accumulate: out += the experts' weighted sum instead of out =).
   void run_moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
-                       const std::vector<MlpWeights>& experts, float* out, bool accumulate);
+                       const std::vector<MlpWeights>& experts, float* out, bool accumulate,
+                       const MoeDispatch* dispatch = nullptr);
   // Patches the current step plan's device token ids fed from the last device sampling call.
   void feed_on_device(const BatchPlan& plan);
 
