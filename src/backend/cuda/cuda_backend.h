@@ -32,6 +32,10 @@ struct CudaBackendOptions {
   // one-at-a-time output beyond the margin rule (tiny-deepseek-v3, 1 of 32 prompts at batch 32) for a few
   // percent of the step time of small batches.
   int64_t moe_grouped_min_rows = 24;
+  // norm_moe_route runs its one-kernel decode path (RMSNorm, routing and the experts' permutation) up to
+  // cuda::kMoeNormRouteMaxTokens (bucketed) tokens; false (DSINFER_CUDA_MOE_FUSED_ROUTE=0): rms_norm and
+  // moe_route, and moe_experts_residual's own permutation, always (the same bits; for measurements).
+  bool moe_fused_route = true;
 };
 
 class CudaBackend : public Backend {

@@ -223,8 +223,8 @@ Tensor CudaBackend::norm_moe_route(const Tensor& h, const Tensor& norm, float ep
   a.E = static_cast<int>(E);
   // Chosen on next_pow2(T) (the graph bucket), like every launch choice; the fused kernel gives the bits of
   // the separate kernels anyway. No counter (a capture before any eager decode step): separate kernels.
-  bool fused = cuda::next_pow2(T) <= cuda::kMoeNormRouteMaxTokens && H <= (int64_t{1} << 30) &&
-               E <= (int64_t{1} << 30) && cuda::moe_norm_route_supported(a, rp);
+  bool fused = options_.moe_fused_route && cuda::next_pow2(T) <= cuda::kMoeNormRouteMaxTokens &&
+               H <= (int64_t{1} << 30) && E <= (int64_t{1} << 30) && cuda::moe_norm_route_supported(a, rp);
   if (fused) {
     a.arrivals = cuda::decode_arrivals(1);
     fused = a.arrivals != nullptr;
