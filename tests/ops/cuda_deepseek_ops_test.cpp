@@ -734,6 +734,8 @@ const FusedRouteCase kFusedRouteCases[] = {
     {"sigmoid", "noaux_tc", 64, 8, 4, 2, true, true},                 //
     {"sqrtsoftplus", "greedy", 160, 8, 1, 1, true, false},            //
     {"sigmoid", "group_limited_greedy", 256, 6, 8, 4, false, true},   // bias ignored outside noaux_tc
+    {"softmax", "greedy", 6, 2, 1, 1, false, false},                  // tiny-deepseek-v2 (one block)
+    {"sigmoid", "noaux_tc", 8, 3, 4, 2, true, true},                  // tiny-deepseek-v3
 };
 
 cuda::MoeRouteParams kernel_route_params(const FusedRouteCase& c) {
@@ -770,7 +772,7 @@ Tensor tied_router(CudaDeepseekOpsTest* test, int64_t E, int64_t H, int64_t grou
 TEST_F(CudaDeepseekOpsTest, MoeNormRouteKernelEqualsSeparateKernels) {
   CudaBackend gpu;  // registers the device allocator
   for (const FusedRouteCase& c : kFusedRouteCases) {
-    for (int64_t H : {2048, 7168, 264}) {
+    for (int64_t H : {2048, 7168, 264, 64}) {
       const int64_t E = c.E, K = c.K;
       const cuda::MoeRouteParams rp = kernel_route_params(c);
       const Tensor router = device_bf16(tied_router(this, E, H, c.groups));
@@ -869,7 +871,9 @@ TEST_F(CudaDeepseekOpsTest, MoeNormRouteKernelEqualsSeparateKernels) {
 // bits of rms_norm + moe_route + moe_experts_residual, and x within rounding of the CPU reference's norm.
 TEST_F(CudaDeepseekOpsTest, NormMoeRouteAndDispatchEqualUnfused) {
   const int64_t H = 256, I = 96;
-  for (CudaBackendOptions opts : {CudaBackendOptions{}, CudaBackendOptions{true}}) {
+  CudaBackendOptions off;
+  off.moe_fused_route = false;  // DSINFER_CUDA_MOE_FUSED_ROUTE=0: the separate kernels, no dispatch
+  for (CudaBackendOptions opts : {CudaBackendOptions{}, CudaBackendOptions{true}, off}) {
     CudaBackend gpu(opts);
     for (const FusedRouteCase& c : kFusedRouteCases) {
       const int64_t E = c.E;
@@ -907,7 +911,7 @@ TEST_F(CudaDeepseekOpsTest, NormMoeRouteAndDispatchEqualUnfused) {
         MoeDispatch dispatch;
         const Tensor x_f =
             gpu.norm_moe_route(h, norm, 1e-6f, router, bias, p, experts.gpu, &ids_f, &w_f, &dispatch);
-        EXPECT_EQ(static_cast<bool>(dispatch.data), T <= 8) << "T=" << T;
+        EXPECT_EQ(static_cast<bool>(dispatch.data), T <= 8 && opts.moe_fused_route) << "T=" << T;
         Tensor res_f = cuda::to_device(h_host);
         gpu.moe_experts_residual(res_f, x_f, ids_f, w_f, experts.gpu, &dispatch);
         const std::string where =
