@@ -209,6 +209,17 @@ Tensor CudaBackend::norm_moe_route(const Tensor& h, const Tensor& norm, float ep
             " and norm ", shape_str(norm.shape()), " for hidden ", H);
   DSI_CHECK(!bias || bias.numel() == E, "norm_moe_route: bias has ", bias.numel(), " values for ", E,
             " experts");
+  // Chosen on next_pow2(T) (the graph bucket), like every launch choice (the fused kernel gives the bits of
+  // the separate kernels anyway); shapes it does not take, or no counter (a capture before any eager decode
+  // step): the separate kernels.
+  auto separate = [&] {
+    Tensor normed = rms_norm(h, norm, eps);  // [T, H]
+    moe_route(normed, router, bias, p, ids, weights);
+    return normed;
+  };
+  if (!options_.moe_fused_route || cuda::next_pow2(T) > cuda::kMoeNormRouteMaxTokens ||
+      H > (int64_t{1} << 30) || E > (int64_t{1} << 30))
+    return separate();
   Tensor x = Tensor::empty_on(Device::kCuda, DType::F32, {T, H});  // [T, H] rms_norm(h)
   const cuda::MoeRouteParams rp = route_params(p);
   cuda::MoeNormRouteArgs a;
@@ -221,19 +232,9 @@ Tensor CudaBackend::norm_moe_route(const Tensor& h, const Tensor& norm, float ep
   a.T = static_cast<int>(T);
   a.H = static_cast<int>(H);
   a.E = static_cast<int>(E);
-  // Chosen on next_pow2(T) (the graph bucket), like every launch choice; the fused kernel gives the bits of
-  // the separate kernels anyway. No counter (a capture before any eager decode step): separate kernels.
-  bool fused = options_.moe_fused_route && cuda::next_pow2(T) <= cuda::kMoeNormRouteMaxTokens &&
-               H <= (int64_t{1} << 30) && E <= (int64_t{1} << 30) && cuda::moe_norm_route_supported(a, rp);
-  if (fused) {
-    a.arrivals = cuda::decode_arrivals(1);
-    fused = a.arrivals != nullptr;
-  }
-  if (!fused) {
-    x = rms_norm(h, norm, eps);
-    moe_route(x, router, bias, p, ids, weights);
-    return x;
-  }
+  if (!cuda::moe_norm_route_supported(a, rp)) return separate();
+  a.arrivals = cuda::decode_arrivals(1);
+  if (!a.arrivals) return separate();
   *ids = Tensor::empty_on(Device::kCuda, DType::I32, {T, K});
   *weights = Tensor::empty_on(Device::kCuda, DType::F32, {T, K});
   Tensor logits = Tensor::empty_on(Device::kCuda, DType::F32, {T, E});  // [T, E] scratch
