@@ -45,6 +45,14 @@ struct RoutingParams {
   float routed_scaling_factor = 1.0f;
 };
 
+// What a backend's norm_moe_route precomputed for its own moe_experts_residual from the routed ids (the CUDA
+// backend: the permutation of the (token, slot) pairs by expert). Opaque to the model, and valid only with
+// the ids and experts it came with; an empty one is always valid.
+struct MoeDispatch {
+  Tensor data;            // backend-defined; empty: nothing precomputed
+  int64_t tile_rows = 0;  // the expert tile size it was computed for
+};
+
 // One manifold-constrained hyper-connection (DeepSeek-V4): fn [(2 + n) * n, n * H] (or [n, n * H] for the
 // head), base [(2 + n) * n] (or [n]), scale [3] (or [1]); n = hc_mult streams of H values.
 struct HyperConnWeights {
@@ -162,9 +170,19 @@ class Backend {
   virtual void mla_rope_write_kv(Tensor& q_pe, Tensor& k_pe, const Tensor& latent, const Tensor& norm,
                                  float eps, const RopeTable& table, RopeLayout layout, KvCache& cache,
                                  int64_t layer, const BatchPlan& plan);
+  // A DeepSeekMoE block's routing from its residual: returns x = rms_norm(h [T, H], norm, eps) and routes it
+  // as moe_route (ids, weights [T, k]); a backend may also leave in *dispatch (when not null) what its
+  // moe_experts_residual would compute from these ids for `experts`. Default: rms_norm, moe_route, no
+  // dispatch.
+  virtual Tensor norm_moe_route(const Tensor& h, const Tensor& norm, float eps, const Tensor& router,
+                                const Tensor& bias, const RoutingParams& p,
+                                const std::vector<MlpWeights>& experts, Tensor* ids, Tensor* weights,
+                                MoeDispatch* dispatch);
   // residual [T, H] += moe_experts(x, ids, weights, experts) (the routed experts' weighted sum added last).
+  // dispatch: norm_moe_route's for these ids and experts, or null.
   virtual void moe_experts_residual(Tensor& residual, const Tensor& x, const Tensor& ids,
-                                    const Tensor& weights, const std::vector<MlpWeights>& experts);
+                                    const Tensor& weights, const std::vector<MlpWeights>& experts,
+                                    const MoeDispatch* dispatch = nullptr);
 
   // ---- DeepSeek-V4 (cpu_v4_*.cpp) ----
   // x [T, H] -> n identical residual streams [T, n, H].

@@ -37,8 +37,19 @@ void Backend::mla_rope_write_kv(Tensor& q_pe, Tensor& k_pe, const Tensor& latent
   write_kv(cache, layer, plan, normed, k_pe);
 }
 
+Tensor Backend::norm_moe_route(const Tensor& h, const Tensor& norm, float eps, const Tensor& router,
+                               const Tensor& bias, const RoutingParams& p,
+                               const std::vector<MlpWeights>& experts, Tensor* ids, Tensor* weights,
+                               MoeDispatch* dispatch) {
+  if (dispatch) *dispatch = MoeDispatch{};
+  Tensor x = rms_norm(h, norm, eps);            // [T, H]
+  moe_route(x, router, bias, p, ids, weights);  // [T, k], [T, k]
+  return x;
+}
+
 void Backend::moe_experts_residual(Tensor& residual, const Tensor& x, const Tensor& ids,
-                                   const Tensor& weights, const std::vector<MlpWeights>& experts) {
+                                   const Tensor& weights, const std::vector<MlpWeights>& experts,
+                                   const MoeDispatch* dispatch) {
   add_inplace(residual, moe_experts(x, ids, weights, experts));
 }
 

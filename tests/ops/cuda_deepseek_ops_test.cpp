@@ -20,8 +20,11 @@
 
 #ifdef DSINFER_HAVE_CUDA
 #include "backend/cuda/arch_path.h"
+#include "backend/cuda/attention_kernels.h"
+#include "backend/cuda/batch_bucket.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_tensor.h"
+#include "backend/cuda/elementwise_kernels.h"
 #include "backend/cuda/mla_kernels.h"
 #include "backend/cuda/moe_kernels.h"
 #include "backend/cuda/runtime.h"
@@ -864,6 +867,229 @@ TEST_F(CudaDeepseekOpsTest, MoeExpertsGroupedRaggedExpertsMatchCpu) {
   }
 }
 
+// ---- fused decode routing (norm_moe_route) ----
+
+// Device copy of host values as bf16 bits (raw bf16 device tensor, as prepare_weight leaves weights).
+Tensor device_bf16(const Tensor& values) {
+  Tensor bits = Tensor::empty(DType::BF16, values.shape());
+  for (int64_t i = 0; i < values.numel(); ++i) bits.data<uint16_t>()[i] = f32_to_bf16(values.f32()[i]);
+  return cuda::to_device(bits);
+}
+
+struct FusedRouteCase {
+  const char* scoring;
+  const char* method;
+  int64_t E, K, groups, topk_group;
+  bool norm, bias;
+};
+
+const FusedRouteCase kFusedRouteCases[] = {
+    {"softmax", "greedy", 64, 6, 1, 1, false, false},                 // V2-Lite
+    {"softmax", "greedy", 64, 6, 1, 1, true, false},                  //
+    {"softmax", "group_limited_greedy", 160, 6, 8, 3, false, false},  // V2
+    {"sigmoid", "noaux_tc", 256, 8, 8, 4, true, true},                // V3
+    {"sigmoid", "noaux_tc", 64, 8, 4, 2, true, true},                 //
+    {"sqrtsoftplus", "greedy", 160, 8, 1, 1, true, false},            //
+    {"sigmoid", "group_limited_greedy", 256, 6, 8, 4, false, true},   // bias ignored outside noaux_tc
+    {"softmax", "greedy", 6, 2, 1, 1, false, false},                  // tiny-deepseek-v2 (one block)
+    {"sigmoid", "noaux_tc", 8, 3, 4, 2, true, true},                  // tiny-deepseek-v3
+};
+
+cuda::MoeRouteParams kernel_route_params(const FusedRouteCase& c) {
+  cuda::MoeRouteParams p;
+  p.scoring = std::string(c.scoring) == "softmax"   ? cuda::MoeScoring::kSoftmax
+              : std::string(c.scoring) == "sigmoid" ? cuda::MoeScoring::kSigmoid
+                                                    : cuda::MoeScoring::kSqrtSoftplus;
+  p.method = std::string(c.method) == "greedy"                 ? cuda::MoeTopk::kGreedy
+             : std::string(c.method) == "group_limited_greedy" ? cuda::MoeTopk::kGroupLimitedGreedy
+                                                               : cuda::MoeTopk::kNoauxTc;
+  p.top_k = static_cast<int>(c.K);
+  p.n_group = static_cast<int>(c.groups);
+  p.topk_group = static_cast<int>(c.topk_group);
+  p.norm_topk_prob = c.norm;
+  p.routed_scaling_factor = 2.5f;
+  return p;
+}
+
+// Random router [E, H] with planted ties (expert 1 = expert 0; with groups, group 1 = group 0).
+Tensor tied_router(CudaDeepseekOpsTest* test, int64_t E, int64_t H, int64_t groups) {
+  Tensor router = test->random_bf16_values({E, H}, 0.05f);
+  auto copy_expert = [&](int64_t dst, int64_t src) {
+    std::copy(router.f32() + src * H, router.f32() + (src + 1) * H, router.f32() + dst * H);
+  };
+  copy_expert(1, 0);
+  if (groups > 1)
+    for (int64_t i = 0; i < E / groups; ++i) copy_expert(E / groups + i, i);
+  return router;
+}
+
+// The fused decode routing kernel against launch_rms_norm + launch_moe_route + launch_moe_permute on random
+// inputs: x, ids and weights bit for bit, offsets and tiles equal, and both permutations consistent (the
+// fused one in pair order within an expert); the arrival counter is zero again after each launch.
+TEST_F(CudaDeepseekOpsTest, MoeNormRouteKernelEqualsSeparateKernels) {
+  CudaBackend gpu;  // registers the device allocator
+  for (const FusedRouteCase& c : kFusedRouteCases) {
+    for (int64_t H : {2048, 7168, 264, 64}) {
+      const int64_t E = c.E, K = c.K;
+      const cuda::MoeRouteParams rp = kernel_route_params(c);
+      const Tensor router = device_bf16(tied_router(this, E, H, c.groups));
+      const Tensor norm = device_bf16(random_bf16_values({H}, 0.5f));
+      Tensor bias_host = Tensor::empty(DType::F32, {E});
+      for (int64_t e = 0; e < E; ++e) bias_host.f32()[e] = 0.01f * static_cast<float>((e * 37) % 11);
+      bias_host.f32()[1] = bias_host.f32()[0];
+      const Tensor bias = c.bias ? cuda::to_device(bias_host) : Tensor();
+      const float* bias_d = c.bias ? bias.data<float>() : nullptr;
+      for (int64_t T = 1; T <= cuda::kMoeNormRouteMaxTokens; ++T) {
+        const int64_t pairs = T * K;
+        const Tensor h = cuda::to_device(random_bf16_values({T, H}, 3.0f));
+        for (int tile_rows : {1, 8, 64}) {
+          auto i32 = [](int64_t n) { return Tensor::empty_on(Device::kCuda, DType::I32, {n}); };
+          auto f32 = [](int64_t n) { return Tensor::empty_on(Device::kCuda, DType::F32, {n}); };
+          // Separate kernels.
+          Tensor x_s = f32(T * H), logits_s = f32(T * E), ids_s = i32(pairs), w_s = f32(pairs);
+          Tensor off_s = i32(E + 1), tiles_s = i32(E + 1), sp_s = i32(pairs), ps_s = i32(pairs);
+          cuda::launch_rms_norm(h.data<float>(), norm.data<uint16_t>(), x_s.data<float>(), T, H, 1e-6f);
+          cuda::launch_moe_route(x_s.data<float>(), router.data<uint16_t>(), bias_d, logits_s.data<float>(),
+                                 ids_s.data<int32_t>(), w_s.data<float>(), T, H, E, rp);
+          cuda::launch_moe_permute(ids_s.data<int32_t>(), pairs, E, tile_rows, off_s.data<int32_t>(),
+                                   tiles_s.data<int32_t>(), sp_s.data<int32_t>(), ps_s.data<int32_t>());
+          // The fused kernel, twice (the counter must be back at zero for the second launch).
+          Tensor x_f = f32(T * H), logits_f = f32(T * E), ids_f = i32(pairs), w_f = f32(pairs);
+          Tensor off_f = i32(E + 1), tiles_f = i32(E + 1), sp_f = i32(pairs), ps_f = i32(pairs);
+          cuda::MoeNormRouteArgs a;
+          a.h = h.data<float>();
+          a.norm = norm.data<uint16_t>();
+          a.eps = 1e-6f;
+          a.router = router.data<uint16_t>();
+          a.bias = bias_d;
+          a.x = x_f.data<float>();
+          a.logits = logits_f.data<float>();
+          a.ids = ids_f.data<int32_t>();
+          a.weights = w_f.data<float>();
+          a.tile_rows = tile_rows;
+          a.offsets = off_f.data<int32_t>();
+          a.tiles = tiles_f.data<int32_t>();
+          a.slot_pair = sp_f.data<int32_t>();
+          a.pair_slot = ps_f.data<int32_t>();
+          a.arrivals = cuda::decode_arrivals(1);
+          a.T = static_cast<int>(T);
+          a.H = static_cast<int>(H);
+          a.E = static_cast<int>(E);
+          ASSERT_TRUE(cuda::moe_norm_route_supported(a, rp)) << "E=" << E << " H=" << H << " T=" << T;
+          for (int rep = 0; rep < 2; ++rep) {
+            cuda::launch_moe_norm_route(a, rp);
+            int32_t counter = -1;
+            cuda::copy_to_host(&counter, a.arrivals, sizeof(counter));
+            ASSERT_EQ(counter, 0) << "the arrival counter was not reset";
+          }
+          const std::string where = std::string(c.scoring) + "/" + c.method + " E=" + std::to_string(E) +
+                                    " K=" + std::to_string(K) + " H=" + std::to_string(H) +
+                                    " T=" + std::to_string(T) + " tile " + std::to_string(tile_rows);
+          auto same_bits = [&](const Tensor& u, const Tensor& v, const char* what) {
+            const Tensor hu = cuda::to_host(u), hv = cuda::to_host(v);
+            int64_t differ = 0;
+            for (int64_t i = 0; i < hu.numel(); ++i)
+              differ +=
+                  static_cast<const uint32_t*>(hu.raw())[i] != static_cast<const uint32_t*>(hv.raw())[i];
+            EXPECT_EQ(differ, 0) << what << " differ, " << where;
+          };
+          same_bits(x_f, x_s, "x");
+          same_bits(ids_f, ids_s, "ids");
+          same_bits(w_f, w_s, "weights");
+          same_bits(off_f, off_s, "offsets");
+          same_bits(tiles_f, tiles_s, "tiles");
+          // Permutations: pair i sits in its expert's rows (the fused one at rank i among that expert's
+          // pairs), and slot_pair inverts pair_slot.
+          const Tensor ids = cuda::to_host(ids_f), off = cuda::to_host(off_f);
+          for (const auto& [sp, ps, ordered] :
+               {std::tuple<Tensor, Tensor, bool>{sp_f, ps_f, true}, {sp_s, ps_s, false}}) {
+            const Tensor hsp = cuda::to_host(sp), hps = cuda::to_host(ps);
+            std::vector<int32_t> seen(E, 0);
+            for (int64_t i = 0; i < pairs; ++i) {
+              const int32_t e = ids.data<int32_t>()[i], slot = hps.data<int32_t>()[i];
+              ASSERT_TRUE(e >= 0 && e < E) << where;
+              EXPECT_TRUE(slot >= off.data<int32_t>()[e] && slot < off.data<int32_t>()[e + 1]) << where;
+              if (ordered) {
+                EXPECT_EQ(slot, off.data<int32_t>()[e] + seen[e]) << where;
+              }
+              ++seen[e];
+              if (slot >= 0 && slot < pairs) {
+                EXPECT_EQ(hsp.data<int32_t>()[slot], i) << where;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// The backend op: norm_moe_route (fused up to 8 tokens, its dispatch used by moe_experts_residual) gives the
+// bits of rms_norm + moe_route + moe_experts_residual, and x within rounding of the CPU reference's norm.
+TEST_F(CudaDeepseekOpsTest, NormMoeRouteAndDispatchEqualUnfused) {
+  const int64_t H = 256, I = 96;
+  CudaBackendOptions off;
+  off.moe_fused_route = false;  // DSINFER_CUDA_MOE_FUSED_ROUTE=0: the separate kernels, no dispatch
+  for (CudaBackendOptions opts : {CudaBackendOptions{}, CudaBackendOptions{true}, off}) {
+    CudaBackend gpu(opts);
+    for (const FusedRouteCase& c : kFusedRouteCases) {
+      const int64_t E = c.E;
+      ExpertSet experts = make_experts(this, gpu, E, H, I);
+      gpu.prepare_experts(experts.gpu);
+      const Tensor router_host = tied_router(this, E, H, c.groups);
+      const Tensor router = gpu.prepare_weight(router_host);
+      const Tensor norm_host = random_bf16_values({H}, 0.5f);
+      const Tensor norm = gpu.prepare_weight(norm_host);
+      Tensor bias;
+      if (c.bias) {
+        Tensor b = Tensor::empty(DType::F32, {E});
+        for (int64_t e = 0; e < E; ++e) b.f32()[e] = 0.01f * static_cast<float>((e * 37) % 11);
+        bias = gpu.prepare_weight_f32(b);
+      }
+      RoutingParams p;
+      p.scoring = c.scoring;
+      p.method = c.method;
+      p.top_k = c.K;
+      p.n_group = c.groups;
+      p.topk_group = c.topk_group;
+      p.norm_topk_prob = c.norm;
+      p.routed_scaling_factor = 2.5f;
+      for (int64_t T : {1, 2, 3, 5, 8, 16}) {
+        const Tensor h_host = random_bf16_values({T, H}, 3.0f);
+        const Tensor h = cuda::to_device(h_host);
+        // Unfused.
+        const Tensor x_u = gpu.rms_norm(h, norm, 1e-6f);
+        Tensor ids_u, w_u;
+        gpu.moe_route(x_u, router, bias, p, &ids_u, &w_u);
+        Tensor res_u = cuda::to_device(h_host);
+        gpu.moe_experts_residual(res_u, x_u, ids_u, w_u, experts.gpu);
+        // Fused.
+        Tensor ids_f, w_f;
+        MoeDispatch dispatch;
+        const Tensor x_f =
+            gpu.norm_moe_route(h, norm, 1e-6f, router, bias, p, experts.gpu, &ids_f, &w_f, &dispatch);
+        EXPECT_EQ(static_cast<bool>(dispatch.data), T <= 8 && opts.moe_fused_route) << "T=" << T;
+        Tensor res_f = cuda::to_device(h_host);
+        gpu.moe_experts_residual(res_f, x_f, ids_f, w_f, experts.gpu, &dispatch);
+        const std::string where =
+            std::string(c.scoring) + "/" + c.method + " E=" + std::to_string(E) + " T=" + std::to_string(T);
+        for (const auto& [u, f, what] : {std::tuple<Tensor, Tensor, const char*>{x_u, x_f, "x"},
+                                         {ids_u, ids_f, "ids"},
+                                         {w_u, w_f, "weights"},
+                                         {res_u, res_f, "residual"}}) {
+          const Tensor hu = cuda::to_host(u), hf = cuda::to_host(f);
+          ASSERT_EQ(hu.shape(), hf.shape()) << what << ", " << where;
+          int64_t differ = 0;
+          for (int64_t i = 0; i < hu.numel(); ++i)
+            differ += static_cast<const uint32_t*>(hu.raw())[i] != static_cast<const uint32_t*>(hf.raw())[i];
+          EXPECT_EQ(differ, 0) << what << " differ, " << where;
+        }
+        EXPECT_LT(rel_err(gpu.to_host(x_f), cpu.rms_norm(h_host, norm_host, 1e-6f)), 1e-6) << where;
+      }
+    }
+  }
+}
+
 TEST_F(CudaDeepseekOpsTest, MoeExpertsResidualMatchesCpuAndUnfused) {
   // The combine adding into the residual: residual + the experts' sum, the same bits as moe_experts followed
   // by add_inplace, within tolerance of the CPU (streaming, tensor-core and CUDA-core tiles).
@@ -1140,6 +1366,83 @@ TEST_F(CudaDeepseekOpsTest, DISABLED_BenchDecodeOps) {
     s = time_calls([&] { gpu.head_matmul(o_lat, w_uv, false); }, 50);
     std::printf("head_matmul T %lld [16, 512] -> [16, 128] (w x): %.1f us, %.2f TFLOP/s\n",
                 static_cast<long long>(T), s * 1e6, 2.0 * T * heads * v * R / s / 1e12);
+  }
+}
+
+// The decode routing of one MoE layer: the fused kernel (norm_moe_route: RMSNorm, logits, selection and
+// the experts' permutation in one launch) against the four separate launches it replaces (rms_norm,
+// moe_route's logits and selection, moe_permute) at the V2-Lite and V3 router shapes, T 1/4/8; CUDA events
+// over 400 calls back to back, cycling through router copies (100 MB or more, twice the L2), router bytes
+// per second as a share of 4290 GB/s. DSINFER_CUDA_PDL=0 times them without programmatic launch.
+TEST_F(CudaDeepseekOpsTest, DISABLED_BenchNormMoeRoute) {
+  CudaBackend gpu;  // registers the device allocator
+  struct RouterShape {
+    const char* name;
+    int64_t H, E, K, groups, topk_group;
+    const char *scoring, *method;
+    int moe_layers;
+  };
+  std::printf("%-8s %3s %10s %12s %9s %12s %16s\n", "shape", "T", "fused us", "separate us", "saved us",
+              "fused % BW", "saved / token us");
+  for (const RouterShape& r : {RouterShape{"V2-Lite", 2048, 64, 6, 1, 1, "softmax", "greedy", 26},
+                               RouterShape{"V3", 7168, 256, 8, 8, 4, "sigmoid", "noaux_tc", 58}}) {
+    const int64_t router_elems = r.E * r.H;
+    const int64_t copies = std::max<int64_t>(2, (int64_t{100} << 20) / (router_elems * 2) + 1);
+    const Tensor routers = device_bf16_filled(this, {copies * r.E, r.H});  // [copies * E, H]
+    const Tensor norm = device_bf16(random_bf16_values({r.H}, 0.5f));
+    Tensor bias_host = Tensor::empty(DType::F32, {r.E});
+    for (int64_t e = 0; e < r.E; ++e) bias_host.f32()[e] = 0.01f * static_cast<float>(e % 7);
+    const bool has_bias = std::string(r.method) == "noaux_tc";
+    const Tensor bias = has_bias ? cuda::to_device(bias_host) : Tensor();
+    const FusedRouteCase c{r.scoring, r.method, r.E, r.K, r.groups, r.topk_group, true, has_bias};
+    const cuda::MoeRouteParams rp = kernel_route_params(c);
+    for (int64_t T : {1, 4, 8}) {
+      const int64_t pairs = T * r.K;
+      const int tile_rows = cuda::moe_stream_tile_rows((cuda::next_pow2(T) * r.K + r.E - 1) / r.E);
+      auto i32 = [](int64_t n) { return Tensor::empty_on(Device::kCuda, DType::I32, {n}); };
+      auto f32 = [](int64_t n) { return Tensor::empty_on(Device::kCuda, DType::F32, {n}); };
+      const Tensor h = cuda::to_device(random_bf16_values({T, r.H}, 3.0f));
+      Tensor x = f32(T * r.H), logits = f32(T * r.E), ids = i32(pairs), w = f32(pairs);
+      Tensor off = i32(r.E + 1), tiles = i32(r.E + 1), sp = i32(pairs), ps = i32(pairs);
+      cuda::MoeNormRouteArgs a;
+      a.h = h.data<float>();
+      a.norm = norm.data<uint16_t>();
+      a.eps = 1e-6f;
+      a.bias = has_bias ? bias.data<float>() : nullptr;
+      a.x = x.data<float>();
+      a.logits = logits.data<float>();
+      a.ids = ids.data<int32_t>();
+      a.weights = w.data<float>();
+      a.tile_rows = tile_rows;
+      a.offsets = off.data<int32_t>();
+      a.tiles = tiles.data<int32_t>();
+      a.slot_pair = sp.data<int32_t>();
+      a.pair_slot = ps.data<int32_t>();
+      a.arrivals = cuda::decode_arrivals(1);
+      a.T = static_cast<int>(T);
+      a.H = static_cast<int>(r.H);
+      a.E = static_cast<int>(r.E);
+      int64_t next = 0;
+      auto router = [&] { return routers.data<uint16_t>() + (next++ % copies) * router_elems; };
+      const double fused_ms = cuda::time_stream_ms(
+          [&] {
+            a.router = router();
+            cuda::launch_moe_norm_route(a, rp);
+          },
+          400);
+      const double separate_ms = cuda::time_stream_ms(
+          [&] {
+            cuda::launch_rms_norm(a.h, a.norm, a.x, T, r.H, a.eps);
+            cuda::launch_moe_route(a.x, router(), a.bias, a.logits, a.ids, a.weights, T, r.H, r.E, rp);
+            cuda::launch_moe_permute(a.ids, pairs, r.E, tile_rows, a.offsets, a.tiles, a.slot_pair,
+                                     a.pair_slot);
+          },
+          400);
+      const double saved_us = (separate_ms - fused_ms) * 1e3;
+      std::printf("%-8s %3lld %10.1f %12.1f %9.1f %11.1f%% %16.0f\n", r.name, static_cast<long long>(T),
+                  fused_ms * 1e3, separate_ms * 1e3, saved_us,
+                  100.0 * router_elems * 2 / (fused_ms * 1e-3) / 1e9 / 4290.0, saved_us * r.moe_layers);
+    }
   }
 }
 

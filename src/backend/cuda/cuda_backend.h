@@ -32,6 +32,10 @@ struct CudaBackendOptions {
   // output beyond the margin rule (tiny-deepseek-v3, 1 of 32 prompts at batch 32); the gain given up there is
   // the 3-12 row figures above (V2-Lite T 32-128), not measured end to end.
   int64_t moe_grouped_min_rows = 24;
+  // norm_moe_route runs its one-kernel decode path (RMSNorm, routing and the experts' permutation) up to
+  // cuda::kMoeNormRouteMaxTokens (bucketed) tokens; false (DSINFER_CUDA_MOE_FUSED_ROUTE=0): rms_norm and
+  // moe_route, and moe_experts_residual's own permutation, always (the same bits; for measurements).
+  bool moe_fused_route = true;
 };
 
 class CudaBackend : public Backend {
@@ -104,9 +108,16 @@ class CudaBackend : public Backend {
   void mla_rope_write_kv(Tensor& q_pe, Tensor& k_pe, const Tensor& latent, const Tensor& norm, float eps,
                          const RopeTable& table, RopeLayout layout, KvCache& cache, int64_t layer,
                          const BatchPlan& plan) override;
-  // moe_experts whose combine kernel adds into the residual (no separate add).
+  // moe_experts whose combine kernel adds into the residual (no separate add); a dispatch of norm_moe_route
+  // made for the same tile size replaces the permutation kernel.
   void moe_experts_residual(Tensor& residual, const Tensor& x, const Tensor& ids, const Tensor& weights,
-                            const std::vector<MlpWeights>& experts) override;
+                            const std::vector<MlpWeights>& experts,
+                            const MoeDispatch* dispatch = nullptr) override;
+  // Up to cuda::kMoeNormRouteMaxTokens (bucketed) tokens: one kernel for the RMSNorm, the routing and the
+  // experts' permutation (left in *dispatch); otherwise rms_norm and moe_route.
+  Tensor norm_moe_route(const Tensor& h, const Tensor& norm, float eps, const Tensor& router,
+                        const Tensor& bias, const RoutingParams& p, const std::vector<MlpWeights>& experts,
+                        Tensor* ids, Tensor* weights, MoeDispatch* dispatch) override;
 
   // DeepSeek-V3.2 / V4 ops: no kernels yet (each throws dsinfer::Error).
   Tensor hc_expand(const Tensor& x, int64_t n) override;
@@ -143,7 +154,8 @@ class CudaBackend : public Backend {
 
   // moe_experts into out [T, H] (accumulate: out += the experts' weighted sum instead of out =).
   void run_moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
-                       const std::vector<MlpWeights>& experts, float* out, bool accumulate);
+                       const std::vector<MlpWeights>& experts, float* out, bool accumulate,
+                       const MoeDispatch* dispatch = nullptr);
   // Patches the current step plan's device token ids fed from the last device sampling call.
   void feed_on_device(const BatchPlan& plan);
 

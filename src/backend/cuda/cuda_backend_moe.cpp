@@ -1,10 +1,12 @@
-// CudaBackend's DeepSeekMoE ops: moe_route, moe_experts and moe_experts_residual (device-side permutation by
-// expert, grouped gate/up + SiLU-mul and down kernels over all experts: weight streaming at decode sizes,
-// bf16 grouped GEMMs for many rows per expert; weighted un-permute into a new tensor or added to the
-// residual), and the load-time hooks that keep the router bias in float32 and stack each layer's experts into
-// one gate/up and one down tensor.
+// CudaBackend's DeepSeekMoE ops: moe_route, norm_moe_route (decode sizes: RMSNorm, routing and the experts'
+// permutation in one kernel, the permutation handed to moe_experts_residual as a MoeDispatch), moe_experts
+// and moe_experts_residual (device-side permutation by expert, grouped gate/up + SiLU-mul and down kernels
+// over all experts: weight streaming at decode sizes, bf16 grouped GEMMs for many rows per expert; weighted
+// un-permute into a new tensor or added to the residual), and the load-time hooks that keep the router bias
+// in float32 and stack each layer's experts into one gate/up and one down tensor.
 #include <algorithm>
 
+#include "backend/cuda/attention_kernels.h"
 #include "backend/cuda/batch_bucket.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_tensor.h"
@@ -90,6 +92,62 @@ void check_experts(const std::vector<MlpWeights>& experts, int64_t H) {
 // kernels do not take the shape (below: CUDA cores).
 constexpr int64_t kMoeMmaRowsPerExpert = 16;
 
+// The expert kernels moe_experts runs for T tokens of top K over E experts of [I, H] / [H, I] matrices, x
+// the activations' address (its alignment matters), and the permutation's tile size for them.
+struct MoeKernelPlan {
+  bool grouped = false, stream = false, mma = false;
+  int grouped_variant = 0;
+  int tile_rows = 1;
+};
+
+MoeKernelPlan plan_moe_kernels(const CudaBackendOptions& o, int64_t T, int64_t K, int64_t E, int64_t H,
+                               int64_t I, const float* xd, const cuda::StackedWeights& gate,
+                               const cuda::StackedWeights& up, const cuda::StackedWeights& down) {
+  // Decided on the token count rounded up to a power of two (as a CUDA graph's padded batch would be), so
+  // that eager and replayed steps of one bucket run the same kernels. From moe_grouped_min_rows rows per
+  // expert: the grouped bf16 GEMMs (activations rounded to bf16); below it, or with split activations, up to
+  // kMoeStreamMaxRows rows per expert: the weight-streaming tensor-core kernels (tiles of 8 to 64 rows, each
+  // expert tile's weights read once); more (split activations, or the grouped kernels off): the 64-row
+  // tensor-core tiles; shapes or alignments none takes: CUDA cores.
+  MoeKernelPlan plan;
+  const int64_t rows_per_expert = (cuda::next_pow2(T) * K + E - 1) / E;
+  plan.grouped_variant =
+      o.moe_grouped_variant > 0 ? o.moe_grouped_variant : cuda::moe_grouped_variant_for(rows_per_expert);
+  // A forced grouped variant (benchmarks, tests) runs the grouped GEMMs at any rows per expert.
+  plan.grouped = (rows_per_expert >= o.moe_grouped_min_rows || o.moe_grouped_variant > 0) &&
+                 !o.split_gemm_activations && o.moe_grouped_variant >= 0 &&
+                 cuda::moe_grouped_supported(H, reinterpret_cast<uintptr_t>(xd), gate.base, gate.stride) &&
+                 cuda::moe_grouped_supported(H, 0, up.base, up.stride) &&
+                 cuda::moe_grouped_supported(I, 0, down.base, down.stride);
+  const int stream_rows = plan.grouped ? 0 : cuda::moe_stream_tile_rows(rows_per_expert);
+  plan.stream = stream_rows > 0 &&
+                cuda::moe_stream_supported(H, reinterpret_cast<uintptr_t>(xd), gate.base, gate.stride) &&
+                cuda::moe_stream_supported(H, 0, up.base, up.stride) &&
+                cuda::moe_stream_supported(I, 0, down.base, down.stride);
+  plan.mma = !plan.stream && !plan.grouped && cuda::next_pow2(T) * K >= kMoeMmaRowsPerExpert * E &&
+             cuda::moe_mma_supported(H, reinterpret_cast<uintptr_t>(xd), gate.base, gate.stride) &&
+             cuda::moe_mma_supported(H, 0, up.base, up.stride) &&
+             cuda::moe_mma_supported(I, 0, down.base, down.stride);
+  plan.tile_rows = plan.stream    ? stream_rows
+                   : plan.grouped ? cuda::moe_grouped_tile_rows(plan.grouped_variant)
+                   : plan.mma     ? cuda::kMoeMmaTileRows
+                                  : cuda::moe_rows_per_tile(cuda::next_pow2(T) * K, E);
+  return plan;
+}
+
+// The CUDA kernels' routing parameters.
+cuda::MoeRouteParams route_params(const RoutingParams& p) {
+  cuda::MoeRouteParams rp;
+  rp.scoring = scoring_of(p.scoring);
+  rp.method = method_of(p.method);
+  rp.top_k = static_cast<int>(p.top_k);
+  rp.n_group = static_cast<int>(p.n_group);
+  rp.topk_group = static_cast<int>(p.topk_group);
+  rp.norm_topk_prob = p.norm_topk_prob;
+  rp.routed_scaling_factor = p.routed_scaling_factor;
+  return rp;
+}
+
 }  // namespace
 
 Tensor CudaBackend::prepare_weight_f32(Tensor host_f32) {
@@ -130,20 +188,77 @@ void CudaBackend::moe_route(const Tensor& x, const Tensor& router, const Tensor&
   const int64_t T = x.dim(0), H = x.dim(1), E = router.dim(0), K = p.top_k;
   DSI_CHECK(router.dim(1) == H, "moe_route: router expects ", router.dim(1), " features, got ", H);
   DSI_CHECK(!bias || bias.numel() == E, "moe_route: bias has ", bias.numel(), " values for ", E, " experts");
-  cuda::MoeRouteParams rp;
-  rp.scoring = scoring_of(p.scoring);
-  rp.method = method_of(p.method);
-  rp.top_k = static_cast<int>(K);
-  rp.n_group = static_cast<int>(p.n_group);
-  rp.topk_group = static_cast<int>(p.topk_group);
-  rp.norm_topk_prob = p.norm_topk_prob;
-  rp.routed_scaling_factor = p.routed_scaling_factor;
+  const cuda::MoeRouteParams rp = route_params(p);
   *ids = Tensor::empty_on(Device::kCuda, DType::I32, {T, K});
   *weights = Tensor::empty_on(Device::kCuda, DType::F32, {T, K});
   Tensor logits = Tensor::empty_on(Device::kCuda, DType::F32, {T, E});  // [T, E] scratch
   cuda::launch_moe_route(dev_f32(x, "moe_route", "x"), dev_bf16(router, "moe_route", "the router"),
                          bias ? dev_f32(bias, "moe_route", "the bias (prepare_weight_f32)") : nullptr,
                          logits.data<float>(), ids->data<int32_t>(), weights->data<float>(), T, H, E, rp);
+}
+
+Tensor CudaBackend::norm_moe_route(const Tensor& h, const Tensor& norm, float eps, const Tensor& router,
+                                   const Tensor& bias, const RoutingParams& p,
+                                   const std::vector<MlpWeights>& experts, Tensor* ids, Tensor* weights,
+                                   MoeDispatch* dispatch) {
+  if (dispatch) *dispatch = MoeDispatch{};
+  DSI_CHECK(h.ndim() == 2 && router.ndim() == 2, "norm_moe_route: h ", shape_str(h.shape()), " and router ",
+            shape_str(router.shape()), " must be 2-D");
+  const int64_t T = h.dim(0), H = h.dim(1), E = router.dim(0), K = p.top_k;
+  DSI_CHECK(router.dim(1) == H && norm.numel() == H, "norm_moe_route: router ", shape_str(router.shape()),
+            " and norm ", shape_str(norm.shape()), " for hidden ", H);
+  DSI_CHECK(!bias || bias.numel() == E, "norm_moe_route: bias has ", bias.numel(), " values for ", E,
+            " experts");
+  // Chosen on next_pow2(T) (the graph bucket), like every launch choice (the fused kernel gives the bits of
+  // the separate kernels anyway); shapes it does not take, or no counter (a capture before any eager decode
+  // step): the separate kernels.
+  auto separate = [&] {
+    Tensor normed = rms_norm(h, norm, eps);  // [T, H]
+    moe_route(normed, router, bias, p, ids, weights);
+    return normed;
+  };
+  if (!options_.moe_fused_route || cuda::next_pow2(T) > cuda::kMoeNormRouteMaxTokens ||
+      H > (int64_t{1} << 30) || E > (int64_t{1} << 30))
+    return separate();
+  Tensor x = Tensor::empty_on(Device::kCuda, DType::F32, {T, H});  // [T, H] rms_norm(h)
+  const cuda::MoeRouteParams rp = route_params(p);
+  cuda::MoeNormRouteArgs a;
+  a.h = dev_f32(h, "norm_moe_route", "h");
+  a.norm = dev_bf16(norm, "norm_moe_route", "the norm weight");
+  a.eps = eps;
+  a.router = dev_bf16(router, "norm_moe_route", "the router");
+  a.bias = bias ? dev_f32(bias, "norm_moe_route", "the bias (prepare_weight_f32)") : nullptr;
+  a.x = x.data<float>();
+  a.T = static_cast<int>(T);
+  a.H = static_cast<int>(H);
+  a.E = static_cast<int>(E);
+  if (!cuda::moe_norm_route_supported(a, rp)) return separate();
+  a.arrivals = cuda::decode_arrivals(1);
+  if (!a.arrivals) return separate();
+  *ids = Tensor::empty_on(Device::kCuda, DType::I32, {T, K});
+  *weights = Tensor::empty_on(Device::kCuda, DType::F32, {T, K});
+  Tensor logits = Tensor::empty_on(Device::kCuda, DType::F32, {T, E});  // [T, E] scratch
+  a.logits = logits.data<float>();
+  a.ids = ids->data<int32_t>();
+  a.weights = weights->data<float>();
+  // The permutation moe_experts_residual would run for these ids: its tile size for x and these experts.
+  cuda::StackedWeights gate, up, down;
+  Tensor perm;
+  if (dispatch && static_cast<int64_t>(experts.size()) == E && uniform_stride(experts, gate_of, &gate) &&
+      uniform_stride(experts, up_of, &up) && uniform_stride(experts, down_of, &down)) {
+    const int64_t I = experts[0].gate.out_features();
+    const MoeKernelPlan plan = plan_moe_kernels(options_, T, K, E, H, I, a.x, gate, up, down);
+    const int64_t pairs = T * K;
+    perm = Tensor::empty_on(Device::kCuda, DType::I32, {2 * (E + 1) + 2 * pairs});  // see run_moe_experts
+    a.tile_rows = plan.tile_rows;
+    a.offsets = perm.data<int32_t>();
+    a.tiles = a.offsets + E + 1;
+    a.slot_pair = a.tiles + E + 1;
+    a.pair_slot = a.slot_pair + pairs;
+  }
+  cuda::launch_moe_norm_route(a, rp);
+  if (a.tile_rows > 0) *dispatch = MoeDispatch{perm, a.tile_rows};
+  return x;
 }
 
 Tensor CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
@@ -156,16 +271,18 @@ Tensor CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor
 }
 
 void CudaBackend::moe_experts_residual(Tensor& residual, const Tensor& x, const Tensor& ids,
-                                       const Tensor& weights, const std::vector<MlpWeights>& experts) {
+                                       const Tensor& weights, const std::vector<MlpWeights>& experts,
+                                       const MoeDispatch* dispatch) {
   // residual [T, H] += moe_experts(x [T, H], ids, weights)
   DSI_CHECK(residual.shape() == x.shape(), "moe_experts_residual: residual ", shape_str(residual.shape()),
             " and x ", shape_str(x.shape()), " differ");
   run_moe_experts(x, ids, weights, experts, dev_f32(residual, "moe_experts_residual", "residual"),
-                  /*accumulate=*/true);
+                  /*accumulate=*/true, dispatch);
 }
 
 void CudaBackend::run_moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
-                                  const std::vector<MlpWeights>& experts, float* out, bool accumulate) {
+                                  const std::vector<MlpWeights>& experts, float* out, bool accumulate,
+                                  const MoeDispatch* dispatch) {
   DSI_CHECK(x.ndim() == 2 && ids.ndim() == 2 && weights.shape() == ids.shape() && ids.dim(0) == x.dim(0),
             "moe_experts: x ", shape_str(x.shape()), ", ids ", shape_str(ids.shape()), ", weights ",
             shape_str(weights.shape()));
@@ -190,78 +307,57 @@ void CudaBackend::run_moe_experts(const Tensor& x, const Tensor& ids, const Tens
     down_tmp = stack_matrices(experts, down_of);
     down = {down_tmp.data<uint16_t>(), H * I};
   }
-  Tensor offsets = Tensor::empty_on(Device::kCuda, DType::I32, {E + 1});
-  Tensor tiles = Tensor::empty_on(Device::kCuda, DType::I32, {E + 1});
-  Tensor slot_pair = Tensor::empty_on(Device::kCuda, DType::I32, {pairs});
-  Tensor pair_slot = Tensor::empty_on(Device::kCuda, DType::I32, {pairs});
   Tensor y = Tensor::empty_on(Device::kCuda, DType::F32, {pairs, H});  // [pairs, H] permuted rows
   const float* xd = dev_f32(x, "moe_experts", "x");
-  // Decided on the token count rounded up to a power of two (as a CUDA graph's padded batch would be), so
-  // that eager and replayed steps of one bucket run the same kernels. From moe_grouped_min_rows rows per
-  // expert: the grouped bf16 GEMMs (activations rounded to bf16); below it, or with split activations, up to
-  // kMoeStreamMaxRows rows per expert: the weight-streaming tensor-core kernels (tiles of 8 to 64 rows, each
-  // expert tile's weights read once); more (split activations, or the grouped kernels off): the 64-row
-  // tensor-core tiles; shapes or alignments none takes: CUDA cores.
-  const int64_t rows_per_expert = (cuda::next_pow2(T) * K + E - 1) / E;
-  const int grouped_variant = options_.moe_grouped_variant > 0
-                                  ? options_.moe_grouped_variant
-                                  : cuda::moe_grouped_variant_for(rows_per_expert);
-  // A forced grouped variant (benchmarks, tests) runs the grouped GEMMs at any rows per expert.
-  const bool grouped =
-      (rows_per_expert >= options_.moe_grouped_min_rows || options_.moe_grouped_variant > 0) &&
-      !options_.split_gemm_activations && options_.moe_grouped_variant >= 0 &&
-      cuda::moe_grouped_supported(H, reinterpret_cast<uintptr_t>(xd), gate.base, gate.stride) &&
-      cuda::moe_grouped_supported(H, 0, up.base, up.stride) &&
-      cuda::moe_grouped_supported(I, 0, down.base, down.stride);
-  const int stream_rows = grouped ? 0 : cuda::moe_stream_tile_rows(rows_per_expert);
-  const bool stream =
-      stream_rows > 0 &&
-      cuda::moe_stream_supported(H, reinterpret_cast<uintptr_t>(xd), gate.base, gate.stride) &&
-      cuda::moe_stream_supported(H, 0, up.base, up.stride) &&
-      cuda::moe_stream_supported(I, 0, down.base, down.stride);
-  const bool mma = !stream && !grouped && cuda::next_pow2(T) * K >= kMoeMmaRowsPerExpert * E &&
-                   cuda::moe_mma_supported(H, reinterpret_cast<uintptr_t>(xd), gate.base, gate.stride) &&
-                   cuda::moe_mma_supported(H, 0, up.base, up.stride) &&
-                   cuda::moe_mma_supported(I, 0, down.base, down.stride);
-  const int tile_rows = stream    ? stream_rows
-                        : grouped ? cuda::moe_grouped_tile_rows(grouped_variant)
-                        : mma     ? cuda::kMoeMmaTileRows
-                                  : cuda::moe_rows_per_tile(cuda::next_pow2(T) * K, E);
-  cuda::launch_moe_permute(ids.data<int32_t>(), pairs, E, tile_rows, offsets.data<int32_t>(),
-                           tiles.data<int32_t>(), slot_pair.data<int32_t>(), pair_slot.data<int32_t>());
+  const MoeKernelPlan plan = plan_moe_kernels(options_, T, K, E, H, I, xd, gate, up, down);
+  const bool grouped = plan.grouped, stream = plan.stream, mma = plan.mma;
+  const int grouped_variant = plan.grouped_variant, tile_rows = plan.tile_rows;
+  // The permutation: offsets [E + 1], tiles [E + 1], slot_pair [pairs], pair_slot [pairs] (one I32 tensor),
+  // norm_moe_route's when it made it for this tile size, else the permutation kernel's.
+  Tensor perm;
+  if (dispatch && dispatch->data && dispatch->tile_rows == tile_rows &&
+      dispatch->data.device() == Device::kCuda && dispatch->data.dtype() == DType::I32 &&
+      dispatch->data.numel() == 2 * (E + 1) + 2 * pairs) {
+    perm = dispatch->data;
+  } else {
+    perm = Tensor::empty_on(Device::kCuda, DType::I32, {2 * (E + 1) + 2 * pairs});
+    int32_t* base = perm.data<int32_t>();
+    cuda::launch_moe_permute(ids.data<int32_t>(), pairs, E, tile_rows, base, base + E + 1, base + 2 * (E + 1),
+                             base + 2 * (E + 1) + pairs);
+  }
+  int32_t* const offsets_d = perm.data<int32_t>();
+  int32_t* const tiles_d = offsets_d + E + 1;
+  int32_t* const slot_pair_d = tiles_d + E + 1;
+  int32_t* const pair_slot_d = slot_pair_d + pairs;
   if (grouped) {
     Tensor xb = Tensor::empty_on(Device::kCuda, DType::BF16, {T, H});       // [T, H] x rounded to bf16
     Tensor act = Tensor::empty_on(Device::kCuda, DType::BF16, {pairs, I});  // [pairs, I] permuted rows
     cuda::launch_moe_x_bf16(xd, xb.data<uint16_t>(), T * H);
-    cuda::launch_moe_gate_up_grouped(grouped_variant, xb.data<uint16_t>(), K, offsets.data<int32_t>(),
-                                     tiles.data<int32_t>(), slot_pair.data<int32_t>(), gate, up,
-                                     act.data<uint16_t>(), pairs, E, H, I, experts[0].swiglu_limit);
-    cuda::launch_moe_down_grouped(grouped_variant, act.data<uint16_t>(), offsets.data<int32_t>(),
-                                  tiles.data<int32_t>(), down, y.data<float>(), pairs, E, H, I);
+    cuda::launch_moe_gate_up_grouped(grouped_variant, xb.data<uint16_t>(), K, offsets_d, tiles_d, slot_pair_d,
+                                     gate, up, act.data<uint16_t>(), pairs, E, H, I, experts[0].swiglu_limit);
+    cuda::launch_moe_down_grouped(grouped_variant, act.data<uint16_t>(), offsets_d, tiles_d, down,
+                                  y.data<float>(), pairs, E, H, I);
   } else {
     Tensor act = Tensor::empty_on(Device::kCuda, DType::F32, {pairs, I});  // [pairs, I] permuted rows
     if (stream) {
-      cuda::launch_moe_gate_up_stream(tile_rows, xd, K, offsets.data<int32_t>(), tiles.data<int32_t>(),
-                                      slot_pair.data<int32_t>(), gate, up, act.data<float>(), pairs, E, H, I,
-                                      experts[0].swiglu_limit);
-      cuda::launch_moe_down_stream(tile_rows, act.data<float>(), offsets.data<int32_t>(),
-                                   tiles.data<int32_t>(), down, y.data<float>(), pairs, E, H, I);
+      cuda::launch_moe_gate_up_stream(tile_rows, xd, K, offsets_d, tiles_d, slot_pair_d, gate, up,
+                                      act.data<float>(), pairs, E, H, I, experts[0].swiglu_limit);
+      cuda::launch_moe_down_stream(tile_rows, act.data<float>(), offsets_d, tiles_d, down, y.data<float>(),
+                                   pairs, E, H, I);
     } else if (mma) {
-      cuda::launch_moe_gate_up_mma(options_.split_gemm_activations, xd, K, offsets.data<int32_t>(),
-                                   tiles.data<int32_t>(), slot_pair.data<int32_t>(), gate, up,
-                                   act.data<float>(), pairs, E, H, I, experts[0].swiglu_limit);
-      cuda::launch_moe_down_mma(options_.split_gemm_activations, act.data<float>(), offsets.data<int32_t>(),
-                                tiles.data<int32_t>(), down, y.data<float>(), pairs, E, H, I);
+      cuda::launch_moe_gate_up_mma(options_.split_gemm_activations, xd, K, offsets_d, tiles_d, slot_pair_d,
+                                   gate, up, act.data<float>(), pairs, E, H, I, experts[0].swiglu_limit);
+      cuda::launch_moe_down_mma(options_.split_gemm_activations, act.data<float>(), offsets_d, tiles_d, down,
+                                y.data<float>(), pairs, E, H, I);
     } else {
-      cuda::launch_moe_gate_up(tile_rows, xd, K, offsets.data<int32_t>(), tiles.data<int32_t>(),
-                               slot_pair.data<int32_t>(), gate, up, act.data<float>(), pairs, E, H, I,
-                               experts[0].swiglu_limit);
-      cuda::launch_moe_down(tile_rows, act.data<float>(), offsets.data<int32_t>(), tiles.data<int32_t>(),
-                            down, y.data<float>(), pairs, E, H, I);
+      cuda::launch_moe_gate_up(tile_rows, xd, K, offsets_d, tiles_d, slot_pair_d, gate, up, act.data<float>(),
+                               pairs, E, H, I, experts[0].swiglu_limit);
+      cuda::launch_moe_down(tile_rows, act.data<float>(), offsets_d, tiles_d, down, y.data<float>(), pairs, E,
+                            H, I);
     }
   }
-  cuda::launch_moe_combine(y.data<float>(), pair_slot.data<int32_t>(),
-                           dev_f32(weights, "moe_experts", "weights"), out, T, K, H, accumulate);
+  cuda::launch_moe_combine(y.data<float>(), pair_slot_d, dev_f32(weights, "moe_experts", "weights"), out, T,
+                           K, H, accumulate);
 }
 
 }  // namespace dsinfer

@@ -65,6 +65,12 @@ const std::vector<CudaOpSupport>& cuda_op_support() {
        ""},
       {"head_matmul", {"launch_head_matmul", "launch_head_matmul_mma", "head_linear_bf16"}, {}, {}, ""},
       {"moe_route", {"launch_moe_route"}, {}, {}, ""},
+      // decode sizes: one kernel (norm, routing, the experts' permutation); else rms_norm + moe_route
+      {"norm_moe_route",
+       {"launch_moe_norm_route", "launch_rms_norm", "launch_moe_route"},
+       {},
+       {"rms_norm", "moe_route"},
+       ""},
       {"moe_experts",
        {"launch_moe_permute", "launch_moe_gate_up_stream", "launch_moe_down_stream", "launch_moe_gate_up",
         "launch_moe_down", "launch_moe_gate_up_mma", "launch_moe_down_mma", "launch_moe_x_bf16",
@@ -148,20 +154,10 @@ const std::vector<std::string>& model_backend_ops(Arch arch) {
   static const std::vector<std::string> dense = {"embed",         "norm_linears",    "rope_write_kv",
                                                  "attention_gqa", "linear_residual", "norm_mlp_residual",
                                                  "gather_rows",   "sample"};
-  static const std::vector<std::string> mla = {"embed",
-                                               "norm_linears",
-                                               "rms_norm",
-                                               "linear",
-                                               "mla_rope_write_kv",
-                                               "attention_mla",
-                                               "head_matmul",
-                                               "moe_route",
-                                               "moe_experts_residual",
-                                               "mlp",
-                                               "linear_residual",
-                                               "norm_mlp_residual",
-                                               "gather_rows",
-                                               "sample"};
+  static const std::vector<std::string> mla = {
+      "embed",         "norm_linears",    "rms_norm",          "linear",         "mla_rope_write_kv",
+      "attention_mla", "head_matmul",     "moe_route",         "norm_moe_route", "moe_experts_residual",
+      "mlp",           "linear_residual", "norm_mlp_residual", "gather_rows",    "sample"};
   static const std::vector<std::string> v32 = [] {
     std::vector<std::string> ops = mla;
     ops.insert(ops.end() - 1, {"rope", "write_kv", "layer_norm", "dsa_indexer_topk", "attention_mla_sparse"});

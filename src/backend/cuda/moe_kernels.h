@@ -28,6 +28,36 @@ inline constexpr int64_t kMaxRoutedExperts = 1024;
 void launch_moe_route(const float* x, const uint16_t* router, const float* bias, float* logits, int32_t* ids,
                       float* weights, int64_t T, int64_t H, int64_t E, const MoeRouteParams& p);
 
+// The decode routing of one MoE layer in a single launch (moe_norm_route_kernels.cu), for 1 to
+// kMoeNormRouteMaxTokens tokens: x [T, H] = rms_norm(h [T, H], norm [H] bf16, eps) with launch_rms_norm's
+// bits; ids / weights [T, k] for that x with launch_moe_route's bits (logits [T, E] f32 scratch); and with
+// tile_rows > 0 the permutation of launch_moe_permute for those ids and that tile size (offsets, tiles
+// [E + 1]; slot_pair, pair_slot [T * k]; the pairs of an expert in pair order). arrivals: one int32 counter,
+// zero before and after the launch (decode_arrivals). moe_norm_route_supported: whether the kernel takes the
+// shape (H a multiple of 8; 16-byte aligned h, norm, router and x; the selection scratch of 8 warps in 48
+// KiB).
+inline constexpr int64_t kMoeNormRouteMaxTokens = 8;
+struct MoeNormRouteArgs {
+  const float* h = nullptr;
+  const uint16_t* norm = nullptr;
+  float eps = 0.0f;
+  const uint16_t* router = nullptr;
+  const float* bias = nullptr;
+  float* x = nullptr;
+  float* logits = nullptr;
+  int32_t* ids = nullptr;
+  float* weights = nullptr;
+  int tile_rows = 0;
+  int32_t* offsets = nullptr;
+  int32_t* tiles = nullptr;
+  int32_t* slot_pair = nullptr;
+  int32_t* pair_slot = nullptr;
+  int32_t* arrivals = nullptr;
+  int T = 0, H = 0, E = 0;
+};
+bool moe_norm_route_supported(const MoeNormRouteArgs& a, const MoeRouteParams& p);
+void launch_moe_norm_route(const MoeNormRouteArgs& a, const MoeRouteParams& p);
+
 // Rows of one expert handled per tile by the tensor-core kernels (many rows per expert); the CUDA-core
 // kernels (few rows, weight streaming) take 1, 2, 4 or 8 (moe_rows_per_tile: the average rows of an
 // active expert rounded up, at most 8).

@@ -2,7 +2,8 @@
 // its router row once for the tile's tokens (16-byte loads); every (token, expert) dot product is summed in
 // the same order whatever the tile or batch, so equal router rows tie exactly and a row's logits do not
 // depend on the other rows. Selection: one warp per token scores, masks groups and picks the top k by
-// repeated arg-max (ties: lower index), as CpuBackend::moe_route.
+// repeated arg-max (ties: lower index), as CpuBackend::moe_route (moe_select.cuh, shared with the fused
+// decode routing kernel of moe_norm_route_kernels.cu).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 
 #include "backend/cuda/kernel_common.cuh"
 #include "backend/cuda/moe_kernels.h"
+#include "backend/cuda/moe_select.cuh"
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda/stream.h"
 #include "core/error.h"
@@ -24,37 +26,6 @@ constexpr int kSelectWarps = 4;  // tokens per selection block (1 where a warp's
 
 __device__ __forceinline__ float bf16f(uint16_t bits) {
   return __uint_as_float(static_cast<uint32_t>(bits) << 16);
-}
-
-__device__ __forceinline__ bool better(float v1, int i1, float v2, int i2) {
-  return v1 > v2 || (v1 == v2 && i1 < i2);
-}
-
-// Index of the largest vals[i], i < n, not taken (ties: lower index), on every lane of the warp; -1 if none.
-__device__ int warp_argmax(const float* vals, const unsigned char* taken, int n) {
-  const int lane = threadIdx.x % 32;
-  float bv = 0.0f;
-  int bi = -1;
-  for (int i = lane; i < n; i += 32) {
-    if (!taken[i] && (bi < 0 || better(vals[i], i, bv, bi))) {
-      bv = vals[i];
-      bi = i;
-    }
-  }
-  for (int o = 16; o > 0; o /= 2) {
-    const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-    const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-    if (oi >= 0 && (bi < 0 || better(ov, oi, bv, bi))) {
-      bv = ov;
-      bi = oi;
-    }
-  }
-  return bi;
-}
-
-__device__ float warp_max(float v) {
-  for (int o = 16; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
 }
 
 __device__ float warp_sum(float v) {
@@ -114,105 +85,17 @@ __global__ void __launch_bounds__(kLogitWarps * 32)
   }
 }
 
-// Floats of one warp's scratch: score [E], sel [E], gscore [G], chosen [K] (int), taken [max(E, G)] (bytes).
-__host__ __device__ inline int select_scratch_floats(int E, int G, int K) {
-  return 2 * E + G + K + ((E > G ? E : G) + 3) / 4;
-}
-
 __global__ void moe_select_kernel(const float* logits, const float* bias, int32_t* ids, float* wout, int T,
                                   int E, MoeRouteParams p) {
   pdl_wait();
   pdl_trigger();
   extern __shared__ float smem[];
   const int G = p.n_group > 0 ? p.n_group : 1, K = p.top_k;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32;
   const int64_t t = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + warp;
   if (t >= T) return;
-  float* score = smem + warp * select_scratch_floats(E, G, K);          // [E] logits, then scores
-  float* sel = score + E;                                               // [E] selection values
-  float* gscore = sel + E;                                              // [G]
-  int* chosen = reinterpret_cast<int*>(gscore + G);                     // [K]
-  unsigned char* taken = reinterpret_cast<unsigned char*>(chosen + K);  // [max(E, G)]
-
-  if (p.scoring == MoeScoring::kSoftmax) {
-    float mx = -INFINITY;
-    for (int e = lane; e < E; e += 32) mx = fmaxf(mx, score[e] = logits[t * E + e]);
-    mx = warp_max(mx);
-    float sum = 0.0f;
-    for (int e = lane; e < E; e += 32) sum += (score[e] = expf(score[e] - mx));
-    sum = warp_sum(sum);
-    for (int e = lane; e < E; e += 32) score[e] /= sum;
-  } else if (p.scoring == MoeScoring::kSigmoid) {
-    for (int e = lane; e < E; e += 32) score[e] = 1.0f / (1.0f + expf(-logits[t * E + e]));
-  } else {
-    for (int e = lane; e < E; e += 32) {
-      const float s = logits[t * E + e];
-      score[e] = sqrtf(s > 20.0f ? s : log1pf(expf(s)));
-    }
-  }
-  for (int e = lane; e < E; e += 32) {
-    sel[e] = score[e] + (p.method == MoeTopk::kNoauxTc && bias ? bias[e] : 0.0f);
-    taken[e] = 0;
-  }
-  __syncwarp();
-
-  if (p.method != MoeTopk::kGreedy) {
-    const int per = E / G;
-    for (int g = lane; g < G; g += 32) {
-      const float* grp = sel + g * per;
-      float m1 = -INFINITY, m2 = -INFINITY;
-      int i1 = -1;
-      for (int i = 0; i < per; ++i)
-        if (i1 < 0 || grp[i] > m1) {
-          m1 = grp[i];
-          i1 = i;
-        }
-      if (p.method == MoeTopk::kNoauxTc && per >= 2) {
-        int i2 = -1;
-        for (int i = 0; i < per; ++i)
-          if (i != i1 && (i2 < 0 || grp[i] > m2)) {
-            m2 = grp[i];
-            i2 = i;
-          }
-        gscore[g] = m1 + m2;
-      } else {
-        gscore[g] = m1;
-      }
-    }
-    __syncwarp();
-    for (int r = 0; r < p.topk_group && r < G; ++r) {
-      const int gi = warp_argmax(gscore, taken, G);
-      if (lane == 0 && gi >= 0) taken[gi] = 1;
-      __syncwarp();
-    }
-    for (int e = lane; e < E; e += 32) {
-      const int g = e / per;
-      if (!(g < G && taken[g])) sel[e] = 0.0f;
-    }
-    __syncwarp();
-    for (int e = lane; e < E; e += 32) taken[e] = 0;
-    __syncwarp();
-  }
-
-  for (int k = 0; k < K; ++k) {
-    const int ei = warp_argmax(sel, taken, E);
-    if (lane == 0) {
-      chosen[k] = ei;
-      taken[ei] = 1;
-    }
-    __syncwarp();
-  }
-  if (lane == 0) {
-    float denom = 0.0f;
-    for (int k = 0; k < K; ++k) denom += score[chosen[k]];
-    const bool norm = p.norm_topk_prob && (K > 1 || p.scoring != MoeScoring::kSoftmax);
-    for (int k = 0; k < K; ++k) {
-      float w = score[chosen[k]];
-      if (norm) w /= (denom + 1e-20f);
-      ids[t * K + k] = chosen[k];
-      wout[t * K + k] = w * p.routed_scaling_factor;
-    }
-  }
+  detail::route_select_token(logits + t * E, bias, ids + t * K, wout + t * K, E, p,
+                             smem + warp * detail::select_scratch_floats(E, G, K));
 }
 
 }  // namespace
@@ -241,7 +124,7 @@ void launch_moe_route(const float* x, const uint16_t* router, const float* bias,
   // ids, weights [T, K]
   const int G = std::max(p.n_group, 1);
   const size_t per_warp =
-      static_cast<size_t>(select_scratch_floats(static_cast<int>(E), G, p.top_k)) * sizeof(float);
+      static_cast<size_t>(detail::select_scratch_floats(static_cast<int>(E), G, p.top_k)) * sizeof(float);
   DSI_CHECK(per_warp <= 48 * 1024, "moe_route: ", E, " experts, top ", p.top_k, " too large for the kernel");
   const int warps = per_warp * kSelectWarps <= 48 * 1024 ? kSelectWarps : 1;
   launch_pdl(moe_select_kernel, static_cast<unsigned>((T + warps - 1) / warps), warps * 32, per_warp * warps,

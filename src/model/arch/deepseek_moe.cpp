@@ -51,13 +51,23 @@ MoeWeights load_deepseek_moe(const ModelConfig& c, WeightLoader& w, const std::s
 
 void add_moe_residual(Backend& b, const MoeWeights& moe, Tensor& h, const Tensor& norm, float eps,
                       MoeRoutingHook* hook, int64_t layer) {
-  const Tensor x = b.rms_norm(h, norm, eps);  // [T, H]
   Tensor ids, weights;
-  if (hook) hook->on_router_input(b, layer, x, moe.router, moe.router_bias, moe.routing);
-  b.moe_route(x, moe.router, moe.router_bias, moe.routing, &ids, &weights);  // [T, k], [T, k]
-  if (hook) hook->on_route(b, layer, ids, weights);
-  if (moe.has_shared) b.norm_mlp_residual(h, norm, eps, moe.shared);  // h += shared(norm(h))
-  b.moe_experts_residual(h, x, ids, weights, moe.experts);            // h += routed experts(x)
+  if (hook) {
+    // The hook sees the router input first and may replace the routing: the separate ops.
+    const Tensor x = b.rms_norm(h, norm, eps);  // [T, H]
+    hook->on_router_input(b, layer, x, moe.router, moe.router_bias, moe.routing);
+    b.moe_route(x, moe.router, moe.router_bias, moe.routing, &ids, &weights);  // [T, k], [T, k]
+    hook->on_route(b, layer, ids, weights);
+    if (moe.has_shared) b.norm_mlp_residual(h, norm, eps, moe.shared);  // h += shared(norm(h))
+    b.moe_experts_residual(h, x, ids, weights, moe.experts);            // h += routed experts(x)
+    return;
+  }
+  // x = norm(h) [T, H], its routing [T, k] x 2 and what the backend precomputed for the experts.
+  MoeDispatch dispatch;
+  const Tensor x = b.norm_moe_route(h, norm, eps, moe.router, moe.router_bias, moe.routing, moe.experts, &ids,
+                                    &weights, &dispatch);
+  if (moe.has_shared) b.norm_mlp_residual(h, norm, eps, moe.shared);   // h += shared(norm(h))
+  b.moe_experts_residual(h, x, ids, weights, moe.experts, &dispatch);  // h += routed experts(x)
 }
 
 }  // namespace dsinfer
