@@ -155,7 +155,7 @@ double bench_shape(const Shape& s, int64_t M, const Options& o) {
     for (const cuda::GemvConfig& c : cuda::gemv_configs(swiglu))
       cfgs.push_back({"gemv w" + std::to_string(c.warps) + " t" + std::to_string(c.tiles) + " u" +
                           std::to_string(c.unroll) + " s" + std::to_string(c.stages) + " x" +
-                          std::to_string(c.splits),
+                          std::to_string(c.splits) + (c.persist > 0 ? " p" + std::to_string(c.persist) : ""),
                       c});
     if (o.quick) cfgs.resize(1);
     for (const auto& [name, cfg] : cfgs) {

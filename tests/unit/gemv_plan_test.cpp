@@ -1,6 +1,7 @@
 // The decode GEMV's split-K choice (src/backend/cuda/gemv_plan.h): split layouts cover K with no empty
 // block, the model keeps the unsplit kernel for launches that already fill the GPU and splits launches of
-// few row tiles, the override wins, and M does not enter the choice. Runs without a GPU.
+// few row tiles, the override wins, and M does not enter the choice; the persistent kernel's blocks per SM
+// balance its row tiles. Runs without a GPU.
 #include "backend/cuda/gemv_plan.h"
 
 #include <gtest/gtest.h>
@@ -92,6 +93,23 @@ TEST(GemvPlanTest, BatchSizeDoesNotChangeTheChoice) {
       }
     }
   }
+}
+
+// Persistent GEMV blocks per SM: enough bytes in flight per SM, then the most even tile walk (Llama-8B on
+// 132 SMs: gate_up 896 tiles, one 64 KiB block per SM; o 256 tiles, two; the LM head 4008 tiles of 24 KiB
+// blocks, four).
+TEST(GemvPlanTest, PersistentBlocksBalanceTheTiles) {
+  EXPECT_DOUBLE_EQ(gemv_persist_balance(256, 132, 2), 1.0);  // one tile each
+  EXPECT_NEAR(gemv_persist_balance(896, 132, 1), 896.0 / (132 * 7), 1e-12);
+  EXPECT_EQ(gemv_persist_grid(100, 132, 2), 100);
+  EXPECT_EQ(gemv_persist_grid(4008, 132, 4), 528);
+  EXPECT_EQ(choose_gemv_persist_blocks(896, 132, 2, 65536), 1);
+  EXPECT_EQ(choose_gemv_persist_blocks(384, 132, 2, 65536), 1);
+  EXPECT_EQ(choose_gemv_persist_blocks(256, 132, 2, 65536), 2);
+  EXPECT_EQ(choose_gemv_persist_blocks(4008, 132, 6, 24576), 4);
+  // Too few bytes in flight at any count: the occupancy.
+  EXPECT_EQ(choose_gemv_persist_blocks(4008, 132, 2, 1024), 2);
+  EXPECT_EQ(choose_gemv_persist_blocks(0, 132, 3, 65536), 3);
 }
 
 }  // namespace

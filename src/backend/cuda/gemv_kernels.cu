@@ -6,15 +6,21 @@
 // Split-K (gridDim.y = s > 1): block (b, j) covers columns [j c, (j + 1) c) of row tile b, writes its
 // block-reduced partials to the workspace, and the last block to arrive on tile b's counter sums the s
 // partials in split order, applies the epilogue and resets the counter.
-#include <cuda_bf16.h>
+// The persistent kernel (gemv_persistent.cuh, GemvConfig::persist) computes each row tile as the unsplit
+// MMA kernel does, both through the pieces of gemv_device.cuh; this file holds the per-launch kernels, the
+// compiled shapes, the shape choice and the launches.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <string_view>
 #include <vector>
 
 #include "backend/cuda/batch_bucket.h"
+#include "backend/cuda/gemv_device.cuh"
 #include "backend/cuda/gemv_kernels.h"
+#include "backend/cuda/gemv_persistent.cuh"
 #include "backend/cuda/gemv_plan.h"
 #include "backend/cuda/gemv_workspace.h"
 #include "backend/cuda/kernel_common.cuh"
@@ -27,119 +33,10 @@ namespace dsinfer::cuda {
 
 namespace {
 
+using namespace gemv_detail;
+
 constexpr int kWarps = 8;  // the generic kernel's warps and the MMA kernel's default
 constexpr int kThreads = kWarps * 32;
-
-// A launch's matrices as the kernels see them: block b belongs to the last matrix whose first block
-// (`first_block`) is <= b.
-struct MatDesc {
-  const uint16_t* w;
-  const uint16_t* bias;
-  float* y;
-  int64_t N;
-  int64_t first_block;
-};
-
-struct Params {
-  MatDesc mats[kGemvMaxMatrices];  // SwiGLU: [0] gate (y = out), [1] up
-  int count;                       // matrices that own blocks (SwiGLU: 1)
-  const float* x;                  // [M, K]
-  int M;
-  int64_t K;
-  const uint16_t* norm;  // [K] or null
-  float eps;
-  bool accumulate;
-  float limit;
-  int ksplit;         // blocks per row tile (gridDim.y)
-  int64_t kcols;      // K columns per split block (the last: what is left)
-  float* partials;    // split > 1: [tiles][ksplit][slot floats]
-  int32_t* counters;  // split > 1: [tiles], zero between launches
-};
-
-// Floats of one (tile, split) partial: TILES x 4 x 32 lane values and 32 for the sums of squares.
-__host__ __device__ constexpr int slot_floats(int tiles) {
-  return tiles * 4 * 32 + 32;
-}
-
-__device__ __forceinline__ float bf16_to_f32(uint16_t bits) {
-  return __uint_as_float(static_cast<uint32_t>(bits) << 16);
-}
-
-// 16 bytes global -> shared without registers, L2 only (weights are read once); bytes = 0 writes zeros.
-__device__ __forceinline__ void copy_async16(uint4* dst, const void* src, bool valid) {
-  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  const int bytes = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void copy_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int N>
-__device__ __forceinline__ void copy_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
-// (a, b) -> SPLITS bf16 pairs (low half = a) that add up to (a, b): with 3 parts exactly (24 bits), with
-// 2 parts to ~16 bits (relative error <= 2^-17).
-template <int SPLITS>
-__device__ __forceinline__ void split_bf16(float a, float b, uint32_t (&parts)[SPLITS]) {
-#pragma unroll
-  for (int l = 0; l < SPLITS; ++l) {
-    __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
-    parts[l] = *reinterpret_cast<uint32_t*>(&h);
-    if (l + 1 < SPLITS) {
-      const float2 hf = __bfloat1622float2(h);
-      a -= hf.x;
-      b -= hf.y;
-    }
-  }
-}
-
-// c [16 x 8] += a [16 x 16] b [16 x 8] (bf16 in, fp32 accumulate).
-__device__ __forceinline__ void mma(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                    uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-// The matrix block b works on and the block's index within it.
-__device__ __forceinline__ MatDesc block_matrix(const Params& p, int64_t b, int64_t& local) {
-  MatDesc d = p.mats[0];
-#pragma unroll
-  for (int i = 1; i < kGemvMaxMatrices; ++i)
-    if (i < p.count && b >= p.mats[i].first_block) d = p.mats[i];
-  local = b - d.first_block;
-  return d;
-}
-
-// Writes one output value: v is the dot product (up: the up projection's, SwiGLU only) before the norm
-// scale `inv`.
-template <bool SWIGLU>
-__device__ __forceinline__ void store_output(const Params& p, const MatDesc& d, int m, int64_t n, float v,
-                                             float up, float inv) {
-  float r = v * inv;
-  if (d.bias) r += bf16_to_f32(d.bias[n]);
-  if (SWIGLU) {
-    float u = up * inv;
-    if (p.mats[1].bias) u += bf16_to_f32(p.mats[1].bias[n]);
-    if (p.limit > 0.0f) {
-      r = fminf(r, p.limit);
-      u = fminf(fmaxf(u, -p.limit), p.limit);
-    }
-    r = r / (1.0f + expf(-r)) * u;
-  }
-  float* dst = d.y + static_cast<int64_t>(m) * d.N + n;
-  *dst = p.accumulate ? *dst + r : r;
-}
-
-// Shared memory of the MMA kernel's weight pipeline: per warp S stages of U chunks x TILES tiles x rows
-// (g, g + 8) x 32 lanes x 16 bytes.
-constexpr int pipeline_bytes(int warps, int tiles, int unroll, int stages) {
-  return warps * stages * unroll * tiles * 2 * 32 * 16;
-}
 
 // Block = W warps over 16 * TILES weight rows (SwiGLU: 16 gate rows and the same 16 up rows) and K columns
 // [kbase, kend) (all of K without a split); warp w takes the 32 * U-column slices w, w + W, ... of them.
@@ -209,49 +106,15 @@ __global__ void __launch_bounds__(W * 32, 16 / W) gemv_mma_kernel(const Params p
 #pragma unroll
     for (int l = 0; l < SPLITS; ++l) acc[j][l][0] = acc[j][l][1] = acc[j][l][2] = acc[j][l][3] = 0.0f;
   float sumsq = 0.0f;  // of x[g, this lane's columns]
-  const uint4 zero4 = make_uint4(0, 0, 0, 0);
   for (int64_t i = 0; i < iters; ++i) {
     if (i + S - 1 < iters) issue(i + S - 1);
     copy_async_commit();
     // Activations and norm weights of this iteration (L1 hits mostly) while the weights land.
     float4 xv[U][2];
     uint4 nv[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int64_t k0 = first + i * step + 32 * u + 8 * t;
-      const bool xin = k0 < kend && xok;
-      xv[u][0] = xin ? __ldg(reinterpret_cast<const float4*>(xrow + k0)) : make_float4(0, 0, 0, 0);
-      xv[u][1] = xin ? __ldg(reinterpret_cast<const float4*>(xrow + k0 + 4)) : make_float4(0, 0, 0, 0);
-      nv[u] = (k0 < kend && has_norm) ? __ldg(reinterpret_cast<const uint4*>(p.norm + k0)) : zero4;
-    }
+    load_activations<U>(p, xrow, xok, first + i * step, kend, t, xv, nv);
     copy_async_wait<S - 1>();
-    const int s = static_cast<int>(i % S);
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      float xs[8] = {xv[u][0].x, xv[u][0].y, xv[u][0].z, xv[u][0].w,
-                     xv[u][1].x, xv[u][1].y, xv[u][1].z, xv[u][1].w};
-      if (has_norm) {
-        const uint32_t nw[4] = {nv[u].x, nv[u].y, nv[u].z, nv[u].w};
-#pragma unroll
-        for (int e = 0; e < 8; ++e) {
-          sumsq += xs[e] * xs[e];
-          const uint32_t bits = (e % 2 == 0) ? (nw[e / 2] << 16) : (nw[e / 2] & 0xffff0000u);
-          xs[e] *= __uint_as_float(bits);
-        }
-      }
-      uint32_t bp[4][SPLITS];  // pair e = (xs[2e], xs[2e + 1]), part l
-#pragma unroll
-      for (int e = 0; e < 4; ++e) split_bf16<SPLITS>(xs[2 * e], xs[2 * e + 1], bp[e]);
-#pragma unroll
-      for (int j = 0; j < TILES; ++j) {
-        const uint4 a = *slot(s, u, j, 0), b = *slot(s, u, j, 1);  // rows g, g + 8
-#pragma unroll
-        for (int l = 0; l < SPLITS; ++l) {
-          mma(acc[j][l], a.x, b.x, a.y, b.y, bp[0][l], bp[1][l]);
-          mma(acc[j][l], a.z, b.z, a.w, b.w, bp[2][l], bp[3][l]);
-        }
-      }
-    }
+    mma_stage<TILES, U, SPLITS>(xv, nv, has_norm, slot(static_cast<int>(i % S), 0, 0, 0), acc, sumsq);
   }
   copy_async_wait<0>();
 
@@ -261,12 +124,7 @@ __global__ void __launch_bounds__(W * 32, 16 / W) gemv_mma_kernel(const Params p
 #pragma unroll
   for (int j = 0; j < TILES; ++j)
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      float sum = acc[j][SPLITS - 1][i];  // smallest part first
-#pragma unroll
-      for (int l = SPLITS - 2; l >= 0; --l) sum += acc[j][l][i];
-      red[warp][j * 4 + i][lane] = sum;
-    }
+    for (int i = 0; i < 4; ++i) red[warp][j * 4 + i][lane] = part_sum<TILES, SPLITS>(acc, j, i);
   ssq[warp][lane] = sumsq;
   __syncthreads();
   if (warp != 0) return;
@@ -320,7 +178,7 @@ __global__ void __launch_bounds__(W * 32, 16 / W) gemv_mma_kernel(const Params p
         float s = __ldcg(tile_ws + TILES * 128 + m);
         for (int sp = 1; sp < p.ksplit; ++sp)
           s += __ldcg(tile_ws + sp * slot_floats(TILES) + TILES * 128 + m);
-        inv[q] = rsqrtf(s / static_cast<float>(K) + p.eps);
+        inv[q] = norm_scale(s, K, p.eps);
       }
     }
     if (lane == 0) p.counters[blockIdx.x] = 0;  // every split has arrived: ready for the next launch
@@ -330,7 +188,7 @@ __global__ void __launch_bounds__(W * 32, 16 / W) gemv_mma_kernel(const Params p
       float s = 0.0f;
       for (int w = 0; w < W; ++w)
         for (int tt = 0; tt < 4; ++tt) s += ssq[w][m * 4 + tt];
-      inv[q] = rsqrtf(s / static_cast<float>(K) + p.eps);
+      inv[q] = norm_scale(s, K, p.eps);
     }
   }
 #pragma unroll
@@ -394,11 +252,21 @@ struct MmaKernel {
   int blocks_per_sm;
 };
 
-template <int W, int TILES, int U, int S, int SPLITS, bool SWIGLU>
+// gemv_mma_kernel, or (PERSIST) gemv_persistent_kernel (gemv_persistent.cuh) of the same shape.
+template <int W, int TILES, int U, int S, int SPLITS, bool SWIGLU, bool PERSIST>
+constexpr void (*mma_kernel_fn())(const Params) {
+  if constexpr (PERSIST) {
+    return gemv_persistent_kernel<W, TILES, U, S, SPLITS, SWIGLU>;
+  } else {
+    return gemv_mma_kernel<W, TILES, U, S, SPLITS, SWIGLU>;
+  }
+}
+
+template <int W, int TILES, int U, int S, int SPLITS, bool SWIGLU, bool PERSIST = false>
 const MmaKernel& mma_kernel() {
   static const MmaKernel k = [] {
     constexpr int bytes = pipeline_bytes(W, TILES, U, S);
-    auto* fn = gemv_mma_kernel<W, TILES, U, S, SPLITS, SWIGLU>;
+    auto* fn = mma_kernel_fn<W, TILES, U, S, SPLITS, SWIGLU, PERSIST>();
     // More than the default 48 KiB of dynamic shared memory must be asked for (once per kernel).
     if (cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) != cudaSuccess) {
       cudaGetLastError();
@@ -411,7 +279,7 @@ const MmaKernel& mma_kernel() {
     }
     MmaKernel out;
     out.launch = [](const Params& p, dim3 grid) {
-      launch_pdl(gemv_mma_kernel<W, TILES, U, S, SPLITS, SWIGLU>, grid, dim3(W * 32), bytes, p);
+      launch_pdl(mma_kernel_fn<W, TILES, U, S, SPLITS, SWIGLU, PERSIST>(), grid, dim3(W * 32), bytes, p);
     };
     out.blocks_per_sm = per_sm < 1 ? 1 : per_sm;
     return out;
@@ -419,9 +287,45 @@ const MmaKernel& mma_kernel() {
   return k;
 }
 
+// The persistent kernel shapes: every two-part shape of find_mma.
+const MmaKernel& find_persistent(int key, bool swiglu) {
+  if (swiglu) {
+    switch (key) {
+      case 82214:
+        return mma_kernel<8, 2, 1, 4, 2, true, true>();
+      case 82223:
+        return mma_kernel<8, 2, 2, 3, 2, true, true>();
+      case 42214:
+        return mma_kernel<4, 2, 1, 4, 2, true, true>();
+      case 42223:
+        return mma_kernel<4, 2, 2, 3, 2, true, true>();
+    }
+  } else {
+    switch (key) {
+      case 82124:
+        return mma_kernel<8, 1, 2, 4, 2, false, true>();
+      case 82143:
+        return mma_kernel<8, 1, 4, 3, 2, false, true>();
+      case 82214:
+        return mma_kernel<8, 2, 1, 4, 2, false, true>();
+      case 82223:
+        return mma_kernel<8, 2, 2, 3, 2, false, true>();
+      case 42124:
+        return mma_kernel<4, 1, 2, 4, 2, false, true>();
+      case 42143:
+        return mma_kernel<4, 1, 4, 3, 2, false, true>();
+      case 42214:
+        return mma_kernel<4, 2, 1, 4, 2, false, true>();
+    }
+  }
+  fail("gemv: no persistent kernel for warps ", key / 10000, ", tiles ", key / 100 % 10, ", unroll ",
+       key / 10 % 10, ", stages ", key % 10, ", splits ", key / 1000 % 10);
+}
+
 // The kernel shapes that are compiled (see gemv_configs).
 const MmaKernel& find_mma(GemvConfig c, bool swiglu) {
   const int key = c.warps * 10000 + c.splits * 1000 + (swiglu ? 2 : c.tiles) * 100 + c.unroll * 10 + c.stages;
+  if (c.persist > 0) return find_persistent(key, swiglu);
   if (swiglu) {
     switch (key) {
       case 83214:
@@ -489,6 +393,29 @@ int num_sms() {
   return device_sm_count(132);
 }
 
+// DSINFER_GEMV_PERSISTENT=1: the auto choice runs the persistent kernel (choose_persistent_shape).
+bool persistent_by_default() {
+  static const bool on = [] {
+    const char* env = std::getenv("DSINFER_GEMV_PERSISTENT");
+    return env && std::string_view(env) == "1";
+  }();
+  return on;
+}
+
+// The persistent kernel's shape for a launch (persist = 0: blocks per SM by choose_gemv_persist_blocks).
+// Model only, to be checked against the sweep: one block per SM needs about 64 KiB of weights in flight
+// (8 warps, 2 stages of 4 KiB a warp), fewer bytes per block need more blocks per SM; tiles spread as
+// evenly as that allows (gemv_plan.h). Llama-8B: gate_up 8 warps, 896 tiles of 16 gate + 16 up rows, one
+// block per SM (6.8 tiles each); qkv 16-row tiles (384, 2.9 per block); o and down as today (256 tiles,
+// one each); the LM head 4-warp 32-row blocks, four per SM (7.6 tiles each).
+GemvConfig choose_persistent_shape(int64_t rows, int64_t K, bool swiglu) {
+  GemvConfig c = choose_shape(rows, K, swiglu);
+  if (swiglu && rows >= 8192) c = {2, 2, 3, 2, false, 8};
+  if (!swiglu && K < 8192 && rows < 32 * 264 && rows >= 32 * 160) c = {1, 4, 3, 2, false, 8};
+  c.persist = 0;
+  return c;
+}
+
 // DSINFER_GEMV_SPLITK=N: the auto choice's split is N (1: never split); unset or invalid: the model.
 int forced_ksplit() {
   static const int n = [] {
@@ -514,14 +441,27 @@ int64_t row_tiles(const int64_t* N, int count, bool swiglu, GemvConfig c) {
 GemvConfig resolve(int64_t M, int64_t K, const int64_t* N, int count, bool swiglu, GemvConfig c) {
   if (c.generic) {
     c.ksplit = 1;
+    c.persist = 0;
     return c;
   }
   if (c.tiles != 0) {
-    c.ksplit = gemv_split_layout(K, c.warps, c.unroll, c.ksplit).splits;
+    c.ksplit = c.persist > 0 ? 1 : gemv_split_layout(K, c.warps, c.unroll, c.ksplit).splits;
     return c;
   }
   int64_t rows = 0;
   for (int i = 0; i < count; ++i) rows += N[i];
+  if (persistent_by_default()) {
+    c = choose_persistent_shape(rows, K, swiglu);
+    c.persist = 1;  // any positive value finds the kernel; its occupancy bounds the choice
+    const int occupancy = find_mma(c, swiglu).blocks_per_sm;
+    // Weight bytes one block has in flight: S - 1 of its S stages.
+    const int64_t inflight =
+        static_cast<int64_t>(pipeline_bytes(c.warps, swiglu ? 2 : c.tiles, c.unroll, c.stages)) *
+        (c.stages - 1) / c.stages;
+    c.persist = choose_gemv_persist_blocks(row_tiles(N, count, swiglu, c), num_sms(), occupancy, inflight);
+    c.ksplit = 1;
+    return c;
+  }
   c = choose_shape(rows, K, swiglu);
   GemvSplitInput in;
   in.tiles = row_tiles(N, count, swiglu, c);
@@ -566,7 +506,15 @@ void launch(Params& p, GemvConfig c, const char* what) {
     return;
   }
   DSI_CHECK(blocks < (int64_t{1} << 31), what, ": too many rows");
-  if (fast) {
+  if (fast && c.persist > 0) {
+    // Persistent: at most persist blocks per SM (and the kernel's occupancy), each walking row tiles.
+    const MmaKernel& k = find_mma(c, SWIGLU);
+    const int64_t per_sm = std::min(c.persist, k.blocks_per_sm);
+    p.tiles = blocks;
+    p.ksplit = 1;
+    p.kcols = p.K;
+    k.launch(p, dim3(static_cast<unsigned>(std::min<int64_t>(blocks, num_sms() * per_sm))));
+  } else if (fast) {
     const MmaKernel& k = find_mma(c, SWIGLU);
     GemvSplitLayout split = gemv_split_layout(p.K, c.warps, c.unroll, c.ksplit);
     if (split.splits > 1) {
@@ -611,6 +559,17 @@ std::vector<GemvConfig> gemv_configs(bool swiglu) {
     out.push_back({1, 2, 4, 2, false, 4});
     out.push_back({1, 4, 3, 2, false, 4});
     out.push_back({2, 1, 4, 2, false, 4});
+  }
+  // The persistent kernel of every two-part shape at 1, 2 and 4 blocks per SM (the last clamped to the
+  // kernel's occupancy).
+  const size_t plain = out.size();
+  for (size_t i = 0; i < plain; ++i) {
+    if (out[i].splits != 2) continue;
+    for (int per_sm : {1, 2, 4}) {
+      GemvConfig c = out[i];
+      c.persist = per_sm;
+      out.push_back(c);
+    }
   }
   return out;
 }

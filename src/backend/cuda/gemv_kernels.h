@@ -5,11 +5,13 @@
 // (m16n8k16: 16 weight rows x 8 activation rows). The weights
 // stream through a per-warp cp.async pipeline (16-byte copies, several stages in flight); a block of 8 (or 4)
 // warps covers 16 (or 32) weight rows and splits K among its warps (deterministic reduction in shared
-// memory). Split-K: s blocks may share one row tile's K range; each writes fp32 partials to a workspace
-// and the last to arrive sums them in split order and applies the epilogue (bit-identical run to run).
-// Options: an RMSNorm prologue (sum of squares gathered during the same pass, the scale applied at the end),
-// several matrices with the same K in one launch, y += (fused residual add), and a SwiGLU variant over gate
-// and up weights. K % 8 != 0 or unaligned pointers run a simple warp-per-row kernel with the same semantics.
+// memory). Persistent variant (GemvConfig::persist): about SMs x resident blocks, each walking row tiles
+// with one pipeline across them. Split-K: s blocks may share one row tile's K range; each writes fp32
+// partials to a workspace and the last to arrive sums them in split order and applies the epilogue
+// (bit-identical run to run). Options: an RMSNorm prologue (sum of squares gathered during the same pass, the
+// scale applied at the end), several matrices with the same K in one launch, y += (fused residual add), and a
+// SwiGLU variant over gate and up weights. K % 8 != 0 or unaligned pointers run a simple warp-per-row kernel
+// with the same semantics.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -43,14 +45,17 @@ struct GemvConfig {
   bool generic = false;  // force the simple warp-per-row kernel (tests)
   int warps = 8;         // warps per block (8 or 4)
   int ksplit = 1;        // blocks sharing one row tile's K range (clamped to what K allows, gemv_plan.h)
+  int persist = 0;       // > 0: the persistent kernel (no split-K), at most this many blocks per SM (and its
+                         // occupancy), each walking row tiles; same bits as persist 0 of the same shape
 };
 
 // The MMA kernel shapes launch_gemv (swiglu false) or launch_gemv_swiglu (true) accept.
 std::vector<GemvConfig> gemv_configs(bool swiglu);
 
 // The kernel shape and split a launch with config `requested` runs (tiles == 0: the shape by the
-// problem's shape, the split by the model of gemv_plan.h or DSINFER_GEMV_SPLITK), ksplit the effective
-// split. N holds the `count` matrices' rows (SwiGLU: count 1, the gate's rows). Needs a CUDA device.
+// problem's shape, the split by the model of gemv_plan.h or DSINFER_GEMV_SPLITK; with
+// DSINFER_GEMV_PERSISTENT=1 a persistent shape and its blocks per SM), ksplit the effective split. N holds
+// the `count` matrices' rows (SwiGLU: count 1, the gate's rows). Needs a CUDA device.
 GemvConfig resolve_gemv_config(int64_t M, int64_t K, const int64_t* N, int count, bool swiglu,
                                GemvConfig requested = {});
 

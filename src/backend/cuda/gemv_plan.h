@@ -106,4 +106,39 @@ inline int choose_gemv_ksplit(const GemvSplitInput& in) {
   return best;
 }
 
+// Persistent GEMV (GemvConfig::persist): a grid of min(tiles, sms * b) blocks walks the row tiles, block i
+// taking tiles i, i + grid, ...; the busiest block has ceil(tiles / grid). Balance = tiles / (grid * that):
+// 1 when every block has as many tiles.
+inline int64_t gemv_persist_grid(int64_t tiles, int sms, int blocks_per_sm) {
+  return std::max<int64_t>(1, std::min<int64_t>(tiles, static_cast<int64_t>(sms) * blocks_per_sm));
+}
+inline double gemv_persist_balance(int64_t tiles, int sms, int blocks_per_sm) {
+  if (tiles <= 0) return 1.0;
+  const int64_t grid = gemv_persist_grid(tiles, sms, blocks_per_sm);
+  const int64_t most = (tiles + grid - 1) / grid;
+  return static_cast<double>(tiles) / static_cast<double>(grid * most);
+}
+
+// An SM keeps the device's bandwidth share streaming with about this many weight bytes in flight (4.29 TB/s
+// x ~2 us loaded latency / 132 SMs).
+constexpr int64_t kGemvPersistInflightPerSm = 64 * 1024;
+
+// Blocks per SM for a persistent launch (1..occupancy): the best balance among the counts whose blocks
+// have kGemvPersistInflightPerSm bytes in flight on an SM together (block_inflight each; the occupancy when
+// none has), ties to more blocks (a shorter serial tile walk per block).
+inline int choose_gemv_persist_blocks(int64_t tiles, int sms, int occupancy, int64_t block_inflight) {
+  occupancy = std::max(1, occupancy);
+  int best = occupancy;
+  double best_balance = -1.0;
+  for (int b = 1; b <= occupancy; ++b) {
+    if (static_cast<int64_t>(b) * block_inflight < kGemvPersistInflightPerSm && b < occupancy) continue;
+    const double balance = gemv_persist_balance(tiles, sms, b);
+    if (balance >= best_balance) {
+      best = b;
+      best_balance = balance;
+    }
+  }
+  return best;
+}
+
 }  // namespace dsinfer::cuda

@@ -1,0 +1,193 @@
+// Device pieces the decode GEMV kernels share (gemv_kernels.cu's per-launch kernel and
+// gemv_persistent.cuh's persistent one), so both compute a row tile with the same instructions in the same
+// order: the launch parameters, the cp.async weight copies, the activation split into bf16 parts, one
+// pipeline stage's MMAs and the epilogue. Included by gemv_kernels.cu only.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backend/cuda/gemv_kernels.h"
+
+namespace dsinfer::cuda::gemv_detail {
+
+// A launch's matrices as the kernels see them: row tile b belongs to the last matrix whose first tile
+// (`first_block`) is <= b.
+struct MatDesc {
+  const uint16_t* w;
+  const uint16_t* bias;
+  float* y;
+  int64_t N;
+  int64_t first_block;
+};
+
+struct Params {
+  MatDesc mats[kGemvMaxMatrices];  // SwiGLU: [0] gate (y = out), [1] up
+  int count;                       // matrices that own blocks (SwiGLU: 1)
+  const float* x;                  // [M, K]
+  int M;
+  int64_t K;
+  const uint16_t* norm;  // [K] or null
+  float eps;
+  bool accumulate;
+  float limit;
+  int ksplit;         // blocks per row tile (gridDim.y)
+  int64_t kcols;      // K columns per split block (the last: what is left)
+  float* partials;    // split > 1: [tiles][ksplit][slot floats]
+  int32_t* counters;  // split > 1: [tiles], zero between launches
+  int64_t tiles;      // row tiles of all matrices (the persistent kernel walks them)
+};
+
+// Floats of one (tile, split) partial: TILES x 4 x 32 lane values and 32 for the sums of squares.
+__host__ __device__ constexpr int slot_floats(int tiles) {
+  return tiles * 4 * 32 + 32;
+}
+
+// Shared memory of the MMA kernels' weight pipeline: per warp S stages of U chunks x TILES tiles x rows
+// (g, g + 8) x 32 lanes x 16 bytes.
+constexpr int pipeline_bytes(int warps, int tiles, int unroll, int stages) {
+  return warps * stages * unroll * tiles * 2 * 32 * 16;
+}
+
+__device__ __forceinline__ float bf16_to_f32(uint16_t bits) {
+  return __uint_as_float(static_cast<uint32_t>(bits) << 16);
+}
+
+// 16 bytes global -> shared without registers, L2 only (weights are read once); bytes = 0 writes zeros.
+__device__ __forceinline__ void copy_async16(uint4* dst, const void* src, bool valid) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  const int bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void copy_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void copy_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// (a, b) -> SPLITS bf16 pairs (low half = a) that add up to (a, b): with 3 parts exactly (24 bits), with
+// 2 parts to ~16 bits (relative error <= 2^-17).
+template <int SPLITS>
+__device__ __forceinline__ void split_bf16(float a, float b, uint32_t (&parts)[SPLITS]) {
+#pragma unroll
+  for (int l = 0; l < SPLITS; ++l) {
+    __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+    parts[l] = *reinterpret_cast<uint32_t*>(&h);
+    if (l + 1 < SPLITS) {
+      const float2 hf = __bfloat1622float2(h);
+      a -= hf.x;
+      b -= hf.y;
+    }
+  }
+}
+
+// c [16 x 8] += a [16 x 16] b [16 x 8] (bf16 in, fp32 accumulate).
+__device__ __forceinline__ void mma(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                    uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// The matrix row tile b belongs to and the tile's index within it.
+__device__ __forceinline__ MatDesc block_matrix(const Params& p, int64_t b, int64_t& local) {
+  MatDesc d = p.mats[0];
+#pragma unroll
+  for (int i = 1; i < kGemvMaxMatrices; ++i)
+    if (i < p.count && b >= p.mats[i].first_block) d = p.mats[i];
+  local = b - d.first_block;
+  return d;
+}
+
+// Writes one output value: v is the dot product (up: the up projection's, SwiGLU only) before the norm
+// scale `inv`. Explicitly rounded operations (never contracted into FMAs by the compiler or ptxas), so that
+// every kernel calling this rounds the same way whatever code surrounds it.
+template <bool SWIGLU>
+__device__ __forceinline__ void store_output(const Params& p, const MatDesc& d, int m, int64_t n, float v,
+                                             float up, float inv) {
+  float r = __fmul_rn(v, inv);
+  if (d.bias) r = __fadd_rn(r, bf16_to_f32(d.bias[n]));
+  if (SWIGLU) {
+    float u = __fmul_rn(up, inv);
+    if (p.mats[1].bias) u = __fadd_rn(u, bf16_to_f32(p.mats[1].bias[n]));
+    if (p.limit > 0.0f) {
+      r = fminf(r, p.limit);
+      u = fminf(fmaxf(u, -p.limit), p.limit);
+    }
+    r = __fmul_rn(__fdiv_rn(r, __fadd_rn(1.0f, expf(-r))), u);
+  }
+  float* dst = d.y + static_cast<int64_t>(m) * d.N + n;
+  *dst = p.accumulate ? __fadd_rn(*dst, r) : r;
+}
+
+// The RMSNorm scale 1 / sqrt(sumsq / K + eps) of a row, rounded the same way in every kernel.
+__device__ __forceinline__ float norm_scale(float sumsq, int64_t K, float eps) {
+  return rsqrtf(__fadd_rn(__fdiv_rn(sumsq, static_cast<float>(K)), eps));
+}
+
+// The activations (row g of x, in range when xok) and norm weights of one warp iteration at columns
+// [col, col + 32 U): lane (g, t) takes columns col + 32 u + 8 t + [0, 8) of each chunk u; columns at or
+// past kend read as zeros. Mostly L1 hits; issued before the wait for the iteration's weights.
+template <int U>
+__device__ __forceinline__ void load_activations(const Params& p, const float* xrow, bool xok, int64_t col,
+                                                 int64_t kend, int t, float4 (&xv)[U][2], uint4 (&nv)[U]) {
+  const uint4 zero4 = make_uint4(0, 0, 0, 0);
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int64_t k0 = col + 32 * u + 8 * t;
+    const bool xin = k0 < kend && xok;
+    xv[u][0] = xin ? __ldg(reinterpret_cast<const float4*>(xrow + k0)) : make_float4(0, 0, 0, 0);
+    xv[u][1] = xin ? __ldg(reinterpret_cast<const float4*>(xrow + k0 + 4)) : make_float4(0, 0, 0, 0);
+    nv[u] = (k0 < kend && p.norm != nullptr) ? __ldg(reinterpret_cast<const uint4*>(p.norm + k0)) : zero4;
+  }
+}
+
+// One warp iteration's MMAs: the activations (times the norm weights, their squares summed into sumsq;
+// explicitly rounded, as store_output) split into SPLITS bf16 parts against the landed weight stage `stage`
+// ([U][TILES][2][32] uint4, this lane's entries at offset 0).
+template <int TILES, int U, int SPLITS>
+__device__ __forceinline__ void mma_stage(const float4 (&xv)[U][2], const uint4 (&nv)[U], bool has_norm,
+                                          const uint4* stage, float (&acc)[TILES][SPLITS][4], float& sumsq) {
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    float xs[8] = {xv[u][0].x, xv[u][0].y, xv[u][0].z, xv[u][0].w,
+                   xv[u][1].x, xv[u][1].y, xv[u][1].z, xv[u][1].w};
+    if (has_norm) {
+      const uint32_t nw[4] = {nv[u].x, nv[u].y, nv[u].z, nv[u].w};
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        sumsq = __fmaf_rn(xs[e], xs[e], sumsq);
+        const uint32_t bits = (e % 2 == 0) ? (nw[e / 2] << 16) : (nw[e / 2] & 0xffff0000u);
+        xs[e] = __fmul_rn(xs[e], __uint_as_float(bits));  // rounded: split_bf16 subtracts from it
+      }
+    }
+    uint32_t bp[4][SPLITS];  // pair e = (xs[2e], xs[2e + 1]), part l
+#pragma unroll
+    for (int e = 0; e < 4; ++e) split_bf16<SPLITS>(xs[2 * e], xs[2 * e + 1], bp[e]);
+#pragma unroll
+    for (int j = 0; j < TILES; ++j) {
+      const uint4 a = stage[((u * TILES + j) * 2 + 0) * 32], b = stage[((u * TILES + j) * 2 + 1) * 32];
+#pragma unroll
+      for (int l = 0; l < SPLITS; ++l) {
+        mma(acc[j][l], a.x, b.x, a.y, b.y, bp[0][l], bp[1][l]);
+        mma(acc[j][l], a.z, b.z, a.w, b.w, bp[2][l], bp[3][l]);
+      }
+    }
+  }
+}
+
+// Element i of tile j's accumulators summed over the activation parts, smallest part first.
+template <int TILES, int SPLITS>
+__device__ __forceinline__ float part_sum(const float (&acc)[TILES][SPLITS][4], int j, int i) {
+  float sum = acc[j][SPLITS - 1][i];
+#pragma unroll
+  for (int l = SPLITS - 2; l >= 0; --l) sum += acc[j][l][i];
+  return sum;
+}
+
+}  // namespace dsinfer::cuda::gemv_detail
