@@ -1068,7 +1068,9 @@ TEST_F(CudaDeepseekOpsTest, NormMoeRouteAndDispatchEqualUnfused) {
         MoeDispatch dispatch;
         const Tensor x_f =
             gpu.norm_moe_route(h, norm, 1e-6f, router, bias, p, experts.gpu, &ids_f, &w_f, &dispatch);
-        EXPECT_EQ(static_cast<bool>(dispatch.data), T <= 8 && opts.moe_fused_route) << "T=" << T;
+        const bool fused = cuda::next_pow2(T) <= cuda::kMoeNormRouteMaxTokens &&
+                           cuda::next_pow2(T) * E <= cuda::kMoeNormRouteMaxTokenExperts;
+        EXPECT_EQ(static_cast<bool>(dispatch.data), fused && opts.moe_fused_route) << "T=" << T;
         Tensor res_f = cuda::to_device(h_host);
         gpu.moe_experts_residual(res_f, x_f, ids_f, w_f, experts.gpu, &dispatch);
         const std::string where =

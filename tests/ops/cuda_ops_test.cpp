@@ -1031,8 +1031,8 @@ TEST_F(CudaLinearTest, GemvPersistentMatchesCpuWithTails) {
 // the auto choice (GemvConfig{}: the split model or DSINFER_GEMV_SPLITK), the best measured config, in us
 // and % of 4290 GB/s (weight bytes only), and the best persistent config alone. A config "w8 t1 u2 s4 k3"
 // is GemvConfig{tiles 1, unroll 2, stages 4, splits 2, generic false, warps 8, ksplit 3}; a trailing "p2"
-// is the persistent kernel at most 2 blocks per SM (persist 2). With DSINFER_GEMV_PERSISTENT=1 "old
-// default" and "auto" are the persistent choice.
+// is the persistent kernel at most 2 blocks per SM (persist 2). "Old default" and "auto" are the persistent
+// choice unless DSINFER_GEMV_PERSISTENT=0.
 // DSINFER_GEMV_SWEEP_ALL=1 also prints every config's time.
 TEST_F(CudaLinearTest, DISABLED_BenchGemvSweep) {
   CudaBackend gpu;  // registers the device allocator

@@ -113,8 +113,8 @@ class CudaBackend : public Backend {
   void moe_experts_residual(Tensor& residual, const Tensor& x, const Tensor& ids, const Tensor& weights,
                             const std::vector<MlpWeights>& experts,
                             const MoeDispatch* dispatch = nullptr) override;
-  // Up to cuda::kMoeNormRouteMaxTokens (bucketed) tokens: one kernel for the RMSNorm, the routing and the
-  // experts' permutation (left in *dispatch); otherwise rms_norm and moe_route.
+  // Up to cuda::kMoeNormRouteMaxTokens (bucketed) tokens and kMoeNormRouteMaxTokenExperts: one kernel for the
+  // RMSNorm, the routing and the experts' permutation (left in *dispatch); otherwise rms_norm and moe_route.
   Tensor norm_moe_route(const Tensor& h, const Tensor& norm, float eps, const Tensor& router,
                         const Tensor& bias, const RoutingParams& p, const std::vector<MlpWeights>& experts,
                         Tensor* ids, Tensor* weights, MoeDispatch* dispatch) override;

@@ -218,7 +218,8 @@ Tensor CudaBackend::norm_moe_route(const Tensor& h, const Tensor& norm, float ep
     return normed;
   };
   if (!options_.moe_fused_route || cuda::next_pow2(T) > cuda::kMoeNormRouteMaxTokens ||
-      H > (int64_t{1} << 30) || E > (int64_t{1} << 30))
+      cuda::next_pow2(T) * E > cuda::kMoeNormRouteMaxTokenExperts || H > (int64_t{1} << 30) ||
+      E > (int64_t{1} << 30))
     return separate();
   Tensor x = Tensor::empty_on(Device::kCuda, DType::F32, {T, H});  // [T, H] rms_norm(h)
   const cuda::MoeRouteParams rp = route_params(p);

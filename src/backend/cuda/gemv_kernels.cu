@@ -393,25 +393,24 @@ int num_sms() {
   return device_sm_count(132);
 }
 
-// DSINFER_GEMV_PERSISTENT=1: the auto choice runs the persistent kernel (choose_persistent_shape).
+// The auto choice runs the persistent kernel (choose_persistent_shape) unless DSINFER_GEMV_PERSISTENT=0.
 bool persistent_by_default() {
   static const bool on = [] {
     const char* env = std::getenv("DSINFER_GEMV_PERSISTENT");
-    return env && std::string_view(env) == "1";
+    return !(env && std::string_view(env) == "0");
   }();
   return on;
 }
 
 // The persistent kernel's shape for a launch (persist = 0: blocks per SM by choose_gemv_persist_blocks).
-// Model only, to be checked against the sweep: one block per SM needs about 64 KiB of weights in flight
-// (8 warps, 2 stages of 4 KiB a warp), fewer bytes per block need more blocks per SM; tiles spread as
-// evenly as that allows (gemv_plan.h). Llama-8B: gate_up 8 warps, 896 tiles of 16 gate + 16 up rows, one
-// block per SM (6.8 tiles each); qkv 16-row tiles (384, 2.9 per block); o and down as today (256 tiles,
-// one each); the LM head 4-warp 32-row blocks, four per SM (7.6 tiles each).
+// From CudaLinearTest.DISABLED_BenchGemvSweep on the H200 (2026-12-01, M 1 and 4): the best persistent
+// config of every decode launch has choose_shape's shape (so the same bits as the per-launch kernel), except
+// the LM heads, where 8-warp blocks win (w8 t2 u1 s4 at 2 blocks per SM, 247 us vs 253 us at M 1 for
+// Llama-8B's head). Against the per-launch kernels: 8B gate_up 66.2 -> 62.0 us, qkv 17.3 -> 16.6, o 12.2 ->
+// 11.6, down 32.9 -> 32.2; V2-Lite o 5.2 -> 4.5. The model's blocks per SM match the sweep's best.
 GemvConfig choose_persistent_shape(int64_t rows, int64_t K, bool swiglu) {
   GemvConfig c = choose_shape(rows, K, swiglu);
-  if (swiglu && rows >= 8192) c = {2, 2, 3, 2, false, 8};
-  if (!swiglu && K < 8192 && rows < 32 * 264 && rows >= 32 * 160) c = {1, 4, 3, 2, false, 8};
+  if (!swiglu && K < 8192 && rows >= 32 * 264) c = {2, 1, 4, 2, false, 8};
   c.persist = 0;
   return c;
 }
@@ -450,7 +449,7 @@ GemvConfig resolve(int64_t M, int64_t K, const int64_t* N, int count, bool swigl
   }
   int64_t rows = 0;
   for (int i = 0; i < count; ++i) rows += N[i];
-  if (persistent_by_default()) {
+  if (persistent_by_default() && forced_ksplit() <= 1) {  // a requested split runs the per-launch kernel
     c = choose_persistent_shape(rows, K, swiglu);
     c.persist = 1;  // any positive value finds the kernel; its occupancy bounds the choice
     const int occupancy = find_mma(c, swiglu).blocks_per_sm;

@@ -54,8 +54,8 @@ std::vector<GemvConfig> gemv_configs(bool swiglu);
 
 // The kernel shape and split a launch with config `requested` runs (tiles == 0: the shape by the
 // problem's shape, the split by the model of gemv_plan.h or DSINFER_GEMV_SPLITK; with
-// DSINFER_GEMV_PERSISTENT=1 a persistent shape and its blocks per SM), ksplit the effective split. N holds
-// the `count` matrices' rows (SwiGLU: count 1, the gate's rows). Needs a CUDA device.
+// the persistent kernel's shape and blocks per SM unless DSINFER_GEMV_PERSISTENT=0), ksplit the effective
+// split. N holds the `count` matrices' rows (SwiGLU: count 1, the gate's rows). Needs a CUDA device.
 GemvConfig resolve_gemv_config(int64_t M, int64_t K, const int64_t* N, int count, bool swiglu,
                                GemvConfig requested = {});
 

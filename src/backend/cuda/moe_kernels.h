@@ -37,6 +37,10 @@ void launch_moe_route(const float* x, const uint16_t* router, const float* bias,
 // shape (H a multiple of 8; 16-byte aligned h, norm, router and x; the selection scratch of 8 warps in 48
 // KiB).
 inline constexpr int64_t kMoeNormRouteMaxTokens = 8;
+// The backend takes the fused launch while next_pow2(T) x experts stays within this: its one selecting block
+// grows with T x E (DISABLED_BenchNormMoeRoute, H200 2026-12-01: V3's 256 experts at T 8 took 88 us fused vs
+// 69 us separate, even at T 4; V2-Lite's 64 experts won at every T up to 8).
+inline constexpr int64_t kMoeNormRouteMaxTokenExperts = 1024;
 struct MoeNormRouteArgs {
   const float* h = nullptr;
   const uint16_t* norm = nullptr;
