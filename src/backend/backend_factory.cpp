@@ -38,9 +38,9 @@ std::unique_ptr<Backend> make_cuda_backend(const std::string& cuda_arch) {
               "\"");
     options.moe_grouped_min_rows = n;
   }
-  // DSINFER_CUDA_MOE_FUSED_ROUTE=0: the separate routing kernels at decode sizes too (measurements).
-  if (const char* fused = std::getenv("DSINFER_CUDA_MOE_FUSED_ROUTE"); fused && std::strcmp(fused, "0") == 0)
-    options.moe_fused_route = false;
+  // DSINFER_CUDA_MOE_FUSED_ROUTE=1: the one-kernel routing at decode sizes (off by default, cuda_backend.h).
+  if (const char* fused = std::getenv("DSINFER_CUDA_MOE_FUSED_ROUTE"); fused && std::strcmp(fused, "1") == 0)
+    options.moe_fused_route = true;
   return std::make_unique<CudaBackend>(options);
 }
 

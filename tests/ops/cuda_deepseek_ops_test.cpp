@@ -1028,9 +1028,11 @@ TEST_F(CudaDeepseekOpsTest, MoeNormRouteKernelEqualsSeparateKernels) {
 // bits of rms_norm + moe_route + moe_experts_residual, and x within rounding of the CPU reference's norm.
 TEST_F(CudaDeepseekOpsTest, NormMoeRouteAndDispatchEqualUnfused) {
   const int64_t H = 256, I = 96;
-  CudaBackendOptions off;
-  off.moe_fused_route = false;  // DSINFER_CUDA_MOE_FUSED_ROUTE=0: the separate kernels, no dispatch
-  for (CudaBackendOptions opts : {CudaBackendOptions{}, CudaBackendOptions{true}, off}) {
+  CudaBackendOptions on, split_on;
+  on.moe_fused_route = true;  // DSINFER_CUDA_MOE_FUSED_ROUTE=1
+  split_on.split_gemm_activations = true;
+  split_on.moe_fused_route = true;
+  for (CudaBackendOptions opts : {on, split_on, CudaBackendOptions{}}) {
     CudaBackend gpu(opts);
     for (const FusedRouteCase& c : kFusedRouteCases) {
       const int64_t E = c.E;

@@ -32,10 +32,12 @@ struct CudaBackendOptions {
   // output beyond the margin rule (tiny-deepseek-v3, 1 of 32 prompts at batch 32); the gain given up there is
   // the 3-12 row figures above (V2-Lite T 32-128), not measured end to end.
   int64_t moe_grouped_min_rows = 24;
-  // norm_moe_route runs its one-kernel decode path (RMSNorm, routing and the experts' permutation) up to
-  // cuda::kMoeNormRouteMaxTokens (bucketed) tokens; false (DSINFER_CUDA_MOE_FUSED_ROUTE=0): rms_norm and
-  // moe_route, and moe_experts_residual's own permutation, always (the same bits; for measurements).
-  bool moe_fused_route = true;
+  // true (DSINFER_CUDA_MOE_FUSED_ROUTE=1): norm_moe_route runs its one-kernel decode path (RMSNorm, routing
+  // and the experts' permutation) up to cuda::kMoeNormRouteMaxTokens (bucketed) tokens; false: rms_norm and
+  // moe_route, and moe_experts_residual's own permutation (the same bits). Off by default: on the H200
+  // (2026-12-01) V2-Lite decode at batch 1 took 3.43 ms/token with it and 3.36 without (the fused kernel,
+  // 21 us per layer in the model's trace, does not beat four kernels whose prologues overlap under PDL).
+  bool moe_fused_route = false;
 };
 
 class CudaBackend : public Backend {
