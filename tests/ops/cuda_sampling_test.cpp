@@ -153,6 +153,30 @@ TEST_F(CudaSamplingTest, GreedyEqualsHostArgmaxWithPlantedTies) {
   for (int64_t r = 4; r < 8; ++r) EXPECT_EQ(got[r], 3333);
 }
 
+// Vocabularies that are not a multiple of 4 put rows at every 16-byte misalignment (the row max reads an
+// unaligned head, 16-byte chunks and a tail): greedy still equals the host's argmax, ties to the lowest id,
+// with the max planted in the head, the chunks and the tail.
+TEST_F(CudaSamplingTest, GreedyOnUnalignedRowsEqualsHostArgmax) {
+  for (int64_t V : {1, 2, 3, 5, 7, 1001, 102401}) {
+    const int64_t R = 8;
+    Tensor logits = random_logits(R, V, 2.0f);
+    for (int64_t r = 0; r < R; ++r) {
+      float* x = logits.f32() + r * V;
+      const int64_t a = (r * 7) % V, b = V - 1 - (r % V);  // a tie between a low and a high position
+      x[a] = x[b] = 30.0f;
+    }
+    const std::vector<int32_t> got =
+        tokens_of(gpu.sample(cuda::to_device(logits), std::vector<SamplingRow>(R, row_with(0.0f))));
+    HostSampler host;
+    std::mt19937_64 unused;
+    for (int64_t r = 0; r < R; ++r) {
+      EXPECT_EQ(got[r], host.sample(logits.f32() + r * V, static_cast<int32_t>(V), row_with(0.0f), unused))
+          << "V " << V << " row " << r;
+      EXPECT_EQ(got[r], std::min((r * 7) % V, V - 1 - (r % V))) << "V " << V << " row " << r;
+    }
+  }
+}
+
 TEST_F(CudaSamplingTest, TopKOneEqualsGreedy) {
   const int64_t R = 16;
   Tensor logits = random_logits(R, kVocab, 2.0f);

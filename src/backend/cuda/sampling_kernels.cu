@@ -428,14 +428,38 @@ struct RowMax {
 };
 
 // Max (lowest id on ties) of x[0, V) and whether some value is NaN / +inf or all are -inf.
+// Each thread visits its elements in increasing index order (an unaligned head, then 16-byte loads, then
+// the tail), keeping the first of its largest ordered values: the key of (value, lowest id) as keys.make
+// orders them, with several loads in flight per thread (a single 512-thread block streams the whole row).
 __device__ RowMax row_max(const float* x, const Keys& keys, int32_t V, Shared& sm) {
-  uint64_t best = 0;
+  uint32_t best_bits = 0;
+  int32_t best_i = -1;
   int32_t bad = 0;
-  for (int i = threadIdx.x; i < V; i += kThreads) {
-    const float v = x[i];
+  auto visit = [&](float v, int32_t i) {
     if (isnan(v) || v == INFINITY) bad = 1;
-    best = umax64(best, keys.make(v, i));
+    const uint32_t b = ordered_bits(v);
+    if (best_i < 0 || b > best_bits) {
+      best_bits = b;
+      best_i = i;
+    }
+  };
+  const int32_t head = min(V, static_cast<int32_t>(((16 - (reinterpret_cast<uintptr_t>(x) & 15)) & 15) / 4));
+  for (int32_t i = threadIdx.x; i < head; i += kThreads) visit(x[i], i);
+  const int32_t nvec = (V - head) / 4;
+  const float4* xv = reinterpret_cast<const float4*>(x + head);  // [nvec] 16-byte aligned
+#pragma unroll 4
+  for (int32_t c = threadIdx.x; c < nvec; c += kThreads) {
+    const float4 v = xv[c];
+    const int32_t i = head + 4 * c;
+    visit(v.x, i);
+    visit(v.y, i + 1);
+    visit(v.z, i + 2);
+    visit(v.w, i + 3);
   }
+  for (int32_t i = head + 4 * nvec + threadIdx.x; i < V; i += kThreads) visit(x[i], i);
+  uint64_t best =
+      best_i < 0 ? 0
+                 : (static_cast<uint64_t>(best_bits) << keys.idbits) | static_cast<uint64_t>(V - 1 - best_i);
   bad = block_or_i32(bad, sm);
   best = block_max_u64(best, sm);
   RowMax r;
