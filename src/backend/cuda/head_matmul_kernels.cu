@@ -261,7 +261,7 @@ __global__ void __launch_bounds__(kTWarps * 32)
 }  // namespace
 
 void launch_head_matmul(const float* x, const uint16_t* w, float* y, int64_t T, int64_t H, int64_t A,
-                        int64_t B, bool transpose_w) {
+                        int64_t B, bool transpose_w, int gemv_tile) {
   DSI_CHECK(A <= kSmemFloats, "head_matmul: inner dimension ", A, " exceeds the kernel's ", kSmemFloats);
   DSI_CHECK(H <= 65535, "head_matmul: too many heads");
   if (T == 0 || H == 0 || B == 0) return;
@@ -272,6 +272,9 @@ void launch_head_matmul(const float* x, const uint16_t* w, float* y, int64_t T, 
     launch_head_matmul_mma(x, w, y, T, H, A, B, transpose_w);
     return;
   }
+  if (gemv_tile != kHeadGemvLegacy && next_pow2(T) <= 8 &&
+      launch_head_gemv_tiled(x, w, y, T, H, A, B, transpose_w, gemv_tile))
+    return;
   if (transpose_w && B % 8 == 0 && aligned(w) && A * kTTokens <= kTSmemFloats) {
     DSI_CHECK((T + kTTokens - 1) / kTTokens <= 65535, "head_matmul: too many tokens");
     const dim3 grid(static_cast<unsigned>(H), static_cast<unsigned>((B + kTOutputs - 1) / kTOutputs),
