@@ -7,7 +7,11 @@
 // output's summation order depends on the shape and the tile only, never on T or the other tokens.
 #include <cuda_runtime.h>
 
+#include <cstdio>
+#include <cstdlib>
+#include <string_view>
 #include <type_traits>
+#include <utility>
 
 #include "backend/cuda/batch_bucket.h"
 #include "backend/cuda/head_matmul_kernels.h"
@@ -283,6 +287,23 @@ bool launch_nt(const float* x, const uint16_t* w, float* y, int64_t T, int64_t H
   }
 }
 
+// DSINFER_CUDA_HEAD_GEMV: "legacy" the older GEMV kernels (launch_head_gemv_tiled declines), "T,N" the
+// default tiles of w^T x (4, 8 or 16) and w x (1, 2 or 4); unset or invalid: kDefaultChunks, kDefaultRows.
+int default_tile(bool transpose_w) {
+  static const std::pair<int, int> tiles = [] {
+    const std::pair<int, int> fallback{kDefaultChunks, kDefaultRows};
+    const char* env = std::getenv("DSINFER_CUDA_HEAD_GEMV");
+    if (!env || !*env) return fallback;
+    if (std::string_view(env) == "legacy") return std::pair<int, int>{kHeadGemvLegacy, kHeadGemvLegacy};
+    int t = 0, n = 0;
+    char comma = 0;
+    if (std::sscanf(env, "%d%c%d", &t, &comma, &n) != 3 || comma != ',') return fallback;
+    if ((t != 4 && t != 8 && t != 16) || (n != 1 && n != 2 && n != 4)) return fallback;
+    return std::pair<int, int>{t, n};
+  }();
+  return transpose_w ? tiles.first : tiles.second;
+}
+
 }  // namespace
 
 bool launch_head_gemv_tiled(const float* x, const uint16_t* w, float* y, int64_t T, int64_t H, int64_t A,
@@ -291,7 +312,7 @@ bool launch_head_gemv_tiled(const float* x, const uint16_t* w, float* y, int64_t
   if (T < 1 || next_pow2(T) > 8 || !aligned(w) || A > (int64_t{1} << 30) || B > (int64_t{1} << 30))
     return false;
   if (transpose_w ? B % 8 != 0 : (A % 8 != 0 || !aligned(x))) return false;
-  if (tile == 0) tile = transpose_w ? kDefaultChunks : kDefaultRows;
+  if (tile == 0) tile = default_tile(transpose_w);
   switch (next_pow2(T)) {
     case 1:
       return launch_nt<1>(x, w, y, T, H, A, B, transpose_w, tile);

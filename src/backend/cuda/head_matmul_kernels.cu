@@ -1,10 +1,12 @@
-// Per-head matmul on CUDA cores and the dispatch. Batches of up to 8 tokens (next_pow2) run the GEMV
-// kernels, which stream each weight once per 8 tokens with 16-byte loads: w x (w [H, B, A]) one warp per 2
-// outputs, lanes along A; w^T x (w [H, A, B]) lanes along B (8 outputs each), warps along A, partial sums
-// added in warp order. Larger batches run the tensor-core kernel (head_matmul_mma_kernels.cu). Shapes
-// neither takes run the general kernels: a block stages up to 8 tokens' inputs of one head in shared memory
-// and streams that head's weights once for them. Every output's summation order depends on the shape (and
-// the path, chosen from next_pow2(T)) only.
+// Per-head matmul on CUDA cores and the dispatch. Batches of up to 8 tokens (next_pow2) run the tiled GEMV
+// kernels (head_gemv_kernels.cu). The older GEMV kernels here take the shapes those do not (x too large
+// for their shared memory) and larger batches the tensor-core kernel does not take, and stay reachable
+// for benchmarks (kHeadGemvLegacy); they stream each weight once per 8 tokens with 16-byte loads: w x (w
+// [H, B, A]) one warp per 2 outputs, lanes along A; w^T x (w [H, A, B]) lanes along B (8 outputs each),
+// warps along A, partial sums added in warp order. From 16 tokens the tensor-core kernel
+// (head_matmul_mma_kernels.cu). Shapes none takes run the general kernels: a block stages up to 8 tokens'
+// inputs of one head in shared memory and streams that head's weights once for them. Every output's
+// summation order depends on the shape (and the path, chosen from next_pow2(T)) only.
 #include <cuda_runtime.h>
 
 #include <algorithm>

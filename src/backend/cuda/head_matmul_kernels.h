@@ -16,9 +16,9 @@ void launch_head_matmul(const float* x, const uint16_t* w, float* y, int64_t T, 
 // The tiled decode GEMV kernels (head_gemv_kernels.cu) for next_pow2(T) <= 8; false (nothing launched) when
 // the shape is not taken: w^T x needs B % 8 == 0 and NT * A + 512 * tile floats of x and partial sums in
 // 48 KiB of shared memory (NT = next_pow2(T)), w x A % 8 == 0, x 16-byte aligned and NT * A floats of x in
-// 48 KiB; both a 16-byte aligned w. tile: 0
-// the default; w^T x: 16-byte column chunks per block row (4, 8 or 16: 32, 64 or 128 outputs a block),
-// w x: rows per warp (1, 2 or 4: 8, 16 or 32 outputs a block).
+// 48 KiB; both a 16-byte aligned w. tile: 0 the default (DSINFER_CUDA_HEAD_GEMV may change it, see
+// docs/configuration.md); w^T x: 16-byte column chunks per block row (4, 8 or 16: 32, 64 or 128 outputs a
+// block), w x: rows per warp (1, 2 or 4: 8, 16 or 32 outputs a block).
 bool launch_head_gemv_tiled(const float* x, const uint16_t* w, float* y, int64_t T, int64_t H, int64_t A,
                             int64_t B, bool transpose_w, int tile = 0);
 
