@@ -25,6 +25,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_tensor.h"
 #include "backend/cuda/elementwise_kernels.h"
+#include "backend/cuda/head_matmul_kernels.h"
 #include "backend/cuda/mla_kernels.h"
 #include "backend/cuda/moe_kernels.h"
 #include "backend/cuda/runtime.h"
@@ -414,13 +415,28 @@ TEST_F(CudaDeepseekOpsTest, MlaRopeWriteKvMatchesCpuAndUnfused) {
 
 TEST_F(CudaDeepseekOpsTest, HeadMatmulMatchesCpuBothModes) {
   CudaBackend gpu;
-  // V2-Lite's W_UK ([16, 128] -> [16, 512]) and W_UV ([16, 512] -> [16, 128]) shapes at T 1, 3 (GEMV), 64,
-  // 257 (tensor cores, with a token tail), and odd shapes on the general kernels.
+  // V2-Lite's W_UK ([16, 128] -> [16, 512]) and W_UV ([16, 512] -> [16, 128]) shapes at T 1..8 (GEMV), 64,
+  // 257 (tensor cores, with a token tail), V3's (128 heads) at T 1, 2, 8, 33, and odd shapes on the general
+  // kernels.
   for (auto [T, H, A, B] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{1, 16, 128, 512},
                             {1, 16, 512, 128},
+                            {2, 16, 128, 512},
+                            {2, 16, 512, 128},
                             {3, 16, 128, 512},
                             {3, 16, 512, 128},
+                            {4, 16, 128, 512},
+                            {4, 16, 512, 128},
                             {5, 16, 512, 128},
+                            {6, 16, 128, 512},
+                            {7, 16, 512, 128},
+                            {8, 16, 128, 512},
+                            {8, 16, 512, 128},
+                            {1, 128, 128, 512},
+                            {1, 128, 512, 128},
+                            {2, 128, 128, 512},
+                            {2, 128, 512, 128},
+                            {8, 128, 128, 512},
+                            {8, 128, 512, 128},
                             {64, 16, 128, 512},
                             {64, 16, 512, 128},
                             {257, 16, 128, 512},
@@ -472,6 +488,64 @@ TEST_F(CudaDeepseekOpsTest, HeadMatmulFp32InputsAndBatchInvariance) {
           for (int64_t i = 0; i < os.numel(); ++i) differ += os.f32()[i] != ol.f32()[i];
           EXPECT_EQ(differ, 0) << "T " << small << " vs " << large << " A " << A << " transpose " << transpose
                                << " split " << exact;
+        }
+      }
+    }
+  }
+}
+
+// The tiled decode GEMV kernels at each tile (and the older GEMV kernels, still reachable for benchmarks) for
+// T 8 down to 1 on fp32 inputs: V2-Lite (16 heads) and V3 (128 heads) shapes, outputs that are not a
+// multiple of the tile, inner sizes that are not a multiple of a pass (128 rows for w^T x, 512 inputs for w
+// x) or take several passes. Against the CPU reference, and every row of a tiled kernel the same bits at
+// every T (its sums never depend on T or the other rows).
+TEST_F(CudaDeepseekOpsTest, HeadGemvTilesMatchCpuAtEveryT) {
+  CudaBackend gpu;
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  for (auto [H, A, B] : {std::tuple<int64_t, int64_t, int64_t>{16, 128, 512},
+                         {16, 512, 128},
+                         {128, 128, 512},
+                         {128, 512, 128},
+                         {3, 264, 72},
+                         {2, 1032, 24},
+                         {1, 8, 8}}) {
+    Tensor x = Tensor::empty(DType::F32, {8, H, A});  // [8, H, A]
+    for (int64_t i = 0; i < x.numel(); ++i) x.f32()[i] = d(rng);
+    const Tensor dx = cuda::to_device(x);
+    for (bool transpose : {false, true}) {
+      const Tensor w = gpu.prepare_weight(random_bf16_values(transpose ? Shape{H, A, B} : Shape{H, B, A}));
+      const Tensor ref = cpu.head_matmul(x, gpu.to_host(w), transpose);  // [8, H, B]
+      const std::vector<int> tiles = transpose ? std::vector<int>{0, 4, 8, 16, cuda::kHeadGemvLegacy}
+                                               : std::vector<int>{0, 1, 2, 4, cuda::kHeadGemvLegacy};
+      for (int tile : tiles) {
+        Tensor at8;
+        for (int64_t T = 8; T >= 1; --T) {
+          Tensor y = Tensor::empty_on(Device::kCuda, DType::F32, {T, H, B});  // [T, H, B]
+          const float* px = dx.data<float>();
+          const uint16_t* pw = w.data<uint16_t>();
+          if (tile == cuda::kHeadGemvLegacy) {
+            cuda::launch_head_matmul(px, pw, y.data<float>(), T, H, A, B, transpose, tile);
+          } else if (!cuda::launch_head_gemv_tiled(px, pw, y.data<float>(), T, H, A, B, transpose, tile)) {
+            // only where the staged x (and w^T x's partial sums) exceed 48 KiB
+            EXPECT_GT(cuda::next_pow2(T) * A + (transpose ? 512 * (tile ? tile : 8) : 0), 12288)
+                << "not launched: T " << T << " H " << H << " A " << A << " B " << B << " tile " << tile;
+            continue;
+          }
+          const Tensor out = gpu.to_host(y);
+          const std::string what = "T " + std::to_string(T) + " H " + std::to_string(H) + " A " +
+                                   std::to_string(A) + " B " + std::to_string(B) + " transpose " +
+                                   std::to_string(transpose) + " tile " + std::to_string(tile);
+          EXPECT_LT(rel_err(out, ref.rows(0, T)), 3e-6) << what;
+          if (tile == cuda::kHeadGemvLegacy) continue;
+          if (T == 8) {
+            at8 = out;
+            continue;
+          }
+          if (!at8) continue;
+          const Tensor same = at8.rows(0, T);
+          int64_t differ = 0;
+          for (int64_t i = 0; i < out.numel(); ++i) differ += out.f32()[i] != same.f32()[i];
+          EXPECT_EQ(differ, 0) << what << " against T 8";
         }
       }
     }
@@ -1370,6 +1444,56 @@ TEST_F(CudaDeepseekOpsTest, DISABLED_BenchDecodeOps) {
     s = time_calls([&] { gpu.head_matmul(o_lat, w_uv, false); }, 50);
     std::printf("head_matmul T %lld [16, 512] -> [16, 128] (w x): %.1f us, %.2f TFLOP/s\n",
                 static_cast<long long>(T), s * 1e6, 2.0 * T * heads * v * R / s / 1e12);
+  }
+}
+
+// head_matmul's decode GEMV (next_pow2(T) <= 8) at the V2-Lite (16 heads, 2 MB) and V3 (128 heads, 16.8
+// MB) W_UK (w^T x, [H, 128] -> [H, 512]) and W_UV (w x, [H, 512] -> [H, 128]) shapes, T 1, 2, 4, 8: the
+// older GEMV kernels ("legacy"), the default tile and each tile. Cycling through weight copies (100 MB or
+// more, twice the L2): us per call launched back to back (CUDA events over 400 calls) and replayed in a CUDA
+// graph of one call per copy (as in the model: programmatic edges between the calls), and the weight bytes
+// per second of the graph figure as a share of 4290 GB/s. DSINFER_CUDA_PDL=0 times them without
+// programmatic launch.
+TEST_F(CudaDeepseekOpsTest, DISABLED_BenchHeadMatmulDecode) {
+  CudaBackend gpu;  // registers the device allocator
+  struct HeadShape {
+    const char* name;
+    int64_t H, A, B;
+    bool transpose;
+  };
+  std::printf("%-9s %2s %-8s %10s %9s %8s\n", "shape", "T", "tile", "stream us", "graph us", "% 4290");
+  for (const HeadShape& s :
+       {HeadShape{"V2L W_UK", 16, 128, 512, true}, HeadShape{"V2L W_UV", 16, 512, 128, false},
+        HeadShape{"V3 W_UK", 128, 128, 512, true}, HeadShape{"V3 W_UV", 128, 512, 128, false}}) {
+    const int64_t elems = s.H * s.A * s.B;
+    const int64_t copies = std::max<int64_t>(4, (int64_t{100} << 20) / (elems * 2) + 1);
+    const Tensor weights = device_bf16_filled(this, {copies * elems});  // copies x [H, A, B] or [H, B, A]
+    for (int64_t T : {1, 2, 4, 8}) {
+      const Tensor x = cuda::to_device(random_bf16_values({T, s.H, s.A}));    // [T, H, A]
+      Tensor y = Tensor::empty_on(Device::kCuda, DType::F32, {T, s.H, s.B});  // [T, H, B]
+      const std::vector<int> tiles = s.transpose ? std::vector<int>{cuda::kHeadGemvLegacy, 0, 4, 8, 16}
+                                                 : std::vector<int>{cuda::kHeadGemvLegacy, 0, 1, 2, 4};
+      for (int tile : tiles) {
+        auto call = [&](int64_t c) {
+          cuda::launch_head_matmul(x.data<float>(), weights.data<uint16_t>() + c * elems, y.data<float>(), T,
+                                   s.H, s.A, s.B, s.transpose, tile);
+        };
+        int64_t next = 0;
+        const double stream_us = 1e3 * cuda::time_stream_ms([&] { call(next++ % copies); }, 400);
+        const double graph_us = 1e3 *
+                                cuda::time_graph_ms(
+                                    [&] {
+                                      for (int64_t c = 0; c < copies; ++c) call(c);
+                                    },
+                                    20) /
+                                copies;
+        const std::string name = tile == cuda::kHeadGemvLegacy ? "legacy"
+                                 : tile == 0                   ? "default"
+                                                               : std::to_string(tile);
+        std::printf("%-9s %2lld %-8s %10.2f %9.2f %7.1f%%\n", s.name, static_cast<long long>(T), name.c_str(),
+                    stream_us, graph_us, 100.0 * elems * 2 / (graph_us * 1e-6) / 1e9 / 4290.0);
+      }
+    }
   }
 }
 

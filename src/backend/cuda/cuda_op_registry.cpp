@@ -63,7 +63,12 @@ const std::vector<CudaOpSupport>& cuda_op_support() {
        {},
        {},
        ""},
-      {"head_matmul", {"launch_head_matmul", "launch_head_matmul_mma", "head_linear_bf16"}, {}, {}, ""},
+      {"head_matmul",
+       {"launch_head_gemv_tiled (decode)", "launch_head_matmul", "launch_head_matmul_mma",
+        "head_linear_bf16"},
+       {},
+       {},
+       ""},
       {"moe_route", {"launch_moe_route"}, {}, {}, ""},
       // decode sizes: one kernel (norm, routing, the experts' permutation); else rms_norm + moe_route
       {"norm_moe_route",

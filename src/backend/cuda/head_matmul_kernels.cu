@@ -1,10 +1,12 @@
-// Per-head matmul on CUDA cores and the dispatch. Batches of up to 8 tokens (next_pow2) run the GEMV
-// kernels, which stream each weight once per 8 tokens with 16-byte loads: w x (w [H, B, A]) one warp per 2
-// outputs, lanes along A; w^T x (w [H, A, B]) lanes along B (8 outputs each), warps along A, partial sums
-// added in warp order. Larger batches run the tensor-core kernel (head_matmul_mma_kernels.cu). Shapes
-// neither takes run the general kernels: a block stages up to 8 tokens' inputs of one head in shared memory
-// and streams that head's weights once for them. Every output's summation order depends on the shape (and
-// the path, chosen from next_pow2(T)) only.
+// Per-head matmul on CUDA cores and the dispatch. Batches of up to 8 tokens (next_pow2) run the tiled GEMV
+// kernels (head_gemv_kernels.cu). The older GEMV kernels here take the shapes those do not (x too large
+// for their shared memory) and larger batches the tensor-core kernel does not take, and stay reachable
+// for benchmarks (kHeadGemvLegacy); they stream each weight once per 8 tokens with 16-byte loads: w x (w
+// [H, B, A]) one warp per 2 outputs, lanes along A; w^T x (w [H, A, B]) lanes along B (8 outputs each),
+// warps along A, partial sums added in warp order. From 16 tokens the tensor-core kernel
+// (head_matmul_mma_kernels.cu). Shapes none takes run the general kernels: a block stages up to 8 tokens'
+// inputs of one head in shared memory and streams that head's weights once for them. Every output's
+// summation order depends on the shape (and the path, chosen from next_pow2(T)) only.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -261,7 +263,7 @@ __global__ void __launch_bounds__(kTWarps * 32)
 }  // namespace
 
 void launch_head_matmul(const float* x, const uint16_t* w, float* y, int64_t T, int64_t H, int64_t A,
-                        int64_t B, bool transpose_w) {
+                        int64_t B, bool transpose_w, int gemv_tile) {
   DSI_CHECK(A <= kSmemFloats, "head_matmul: inner dimension ", A, " exceeds the kernel's ", kSmemFloats);
   DSI_CHECK(H <= 65535, "head_matmul: too many heads");
   if (T == 0 || H == 0 || B == 0) return;
@@ -272,6 +274,9 @@ void launch_head_matmul(const float* x, const uint16_t* w, float* y, int64_t T, 
     launch_head_matmul_mma(x, w, y, T, H, A, B, transpose_w);
     return;
   }
+  if (gemv_tile != kHeadGemvLegacy && next_pow2(T) <= 8 &&
+      launch_head_gemv_tiled(x, w, y, T, H, A, B, transpose_w, gemv_tile))
+    return;
   if (transpose_w && B % 8 == 0 && aligned(w) && A * kTTokens <= kTSmemFloats) {
     DSI_CHECK((T + kTTokens - 1) / kTTokens <= 65535, "head_matmul: too many tokens");
     const dim3 grid(static_cast<unsigned>(H), static_cast<unsigned>((B + kTOutputs - 1) / kTOutputs),
