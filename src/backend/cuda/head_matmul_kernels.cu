@@ -24,7 +24,8 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kMaxTokens = 8;
-constexpr int64_t kSmemFloats = 11264;  // 44 KiB of staged inputs (+ 2 KiB of partial sums)
+constexpr int64_t kSmemFloats = 11264;       // w x: 44 KiB of staged inputs
+constexpr int64_t kSmemLimitFloats = 12288;  // 48 KiB: w^T x's staged inputs and partial sums
 
 __device__ __forceinline__ float bf16f(uint16_t bits) {
   return __uint_as_float(static_cast<uint32_t>(bits) << 16);
@@ -297,7 +298,12 @@ void launch_head_matmul(const float* x, const uint16_t* w, float* y, int64_t T, 
     check_launch("head_matmul (w x)");
     return;
   }
-  const int tt = static_cast<int>(std::clamp<int64_t>(kSmemFloats / std::max<int64_t>(A, 1), 1, kMaxTokens));
+  // Tokens per block: their staged inputs (w^T x: also the warps' partial sums, 64 per warp and token) within
+  // the 48 KiB a launch may use without opting in.
+  const int64_t per_token = transpose_w ? A + (kThreads / 32) * 64 : A;
+  const int64_t budget = transpose_w ? kSmemLimitFloats : kSmemFloats;
+  DSI_CHECK(per_token <= budget, "head_matmul: inner dimension ", A, " exceeds the kernel's shared memory");
+  const int tt = static_cast<int>(std::clamp<int64_t>(budget / per_token, 1, kMaxTokens));
   const unsigned zt = static_cast<unsigned>((T + tt - 1) / tt);
   const size_t smem = static_cast<size_t>(tt) * A * sizeof(float);
   if (transpose_w) {
