@@ -37,11 +37,12 @@ void launch_moe_route(const float* x, const uint16_t* router, const float* bias,
 // shape (H a multiple of 8 and at most 8192; 16-byte aligned h, norm, router and x; the last block's
 // selection scratch for T tokens in 47 KiB).
 inline constexpr int64_t kMoeNormRouteMaxTokens = 8;
-// The backend takes the fused launch while next_pow2(T) x experts stays within this: every block normalises
-// every token itself, so the redundant reads of h grow with T x (blocks), and V3's 256 experts at T 8 were
-// slower fused than separate with the first fused kernel (DISABLED_BenchNormMoeRoute, H200 2026-12-01: 88
-// vs 69 us); not yet re-measured with the current one.
-inline constexpr int64_t kMoeNormRouteMaxTokenExperts = 1024;
+// The backend takes the fused launch while next_pow2(T) x experts stays within this (V3's 256 experts: up
+// to 8 tokens). Every block normalises every token itself, so the redundant reads of h grow with T x blocks;
+// the first fused kernel (one warp per token selecting) lost to the separate kernels at V3 T 8 (88 vs 69 us,
+// DISABLED_BenchNormMoeRoute, H200 2026-12-01) and was limited to 1024; the current one selects with the
+// whole block (re-measure: if the V3 T 8 row of that benchmark shows fused slower, return to 1024).
+inline constexpr int64_t kMoeNormRouteMaxTokenExperts = 2048;
 struct MoeNormRouteArgs {
   const float* h = nullptr;
   const uint16_t* norm = nullptr;
