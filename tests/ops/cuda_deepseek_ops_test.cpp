@@ -999,6 +999,33 @@ TEST_F(CudaDeepseekOpsTest, MoeNormRouteKernelEqualsSeparateKernels) {
           same_bits(w_f, w_s, "weights");
           same_bits(off_f, off_s, "offsets");
           same_bits(tiles_f, tiles_s, "tiles");
+          if (tile_rows == 8) {
+            // As the model runs it: three launches back to back captured in a CUDA graph (each one's weight
+            // loads before its PDL wait overlap the previous one), replayed into zeroed outputs.
+            const std::vector<std::pair<Tensor, int64_t>> outs = {{x_f, T * H * 4},
+                                                                  {ids_f, pairs * 4},
+                                                                  {w_f, pairs * 4},
+                                                                  {off_f, (E + 1) * 4},
+                                                                  {tiles_f, (E + 1) * 4}};
+            const std::vector<char> zeros(static_cast<size_t>(std::max(T * H, E + 1) * 4), 0);
+            cuda::begin_capture();
+            for (int rep = 0; rep < 3; ++rep) cuda::launch_moe_norm_route(a, rp);
+            cuda::GraphHandle graph = cuda::end_capture(true);
+            for (int replay = 0; replay < 2; ++replay) {
+              for (const auto& [t, bytes] : outs)
+                cuda::copy_to_device(const_cast<void*>(t.raw()), zeros.data(), bytes);
+              cuda::launch_graph(graph);
+              same_bits(x_f, x_s, "x (graph)");
+              same_bits(ids_f, ids_s, "ids (graph)");
+              same_bits(w_f, w_s, "weights (graph)");
+              same_bits(off_f, off_s, "offsets (graph)");
+              same_bits(tiles_f, tiles_s, "tiles (graph)");
+              int32_t counter = -1;
+              cuda::copy_to_host(&counter, a.arrivals, sizeof(counter));
+              ASSERT_EQ(counter, 0) << "the arrival counter was not reset (graph)";
+            }
+            cuda::destroy_graph(graph);
+          }
           // Permutations: pair i sits in its expert's rows (the fused one at rank i among that expert's
           // pairs), and slot_pair inverts pair_slot.
           const Tensor ids = cuda::to_host(ids_f), off = cuda::to_host(off_f);
