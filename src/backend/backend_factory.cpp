@@ -38,9 +38,13 @@ std::unique_ptr<Backend> make_cuda_backend(const std::string& cuda_arch) {
               "\"");
     options.moe_grouped_min_rows = n;
   }
-  // DSINFER_CUDA_MOE_FUSED_ROUTE=1: the one-kernel routing at decode sizes (off by default, cuda_backend.h).
-  if (const char* fused = std::getenv("DSINFER_CUDA_MOE_FUSED_ROUTE"); fused && std::strcmp(fused, "1") == 0)
-    options.moe_fused_route = true;
+  // DSINFER_CUDA_MOE_FUSED_ROUTE=0 / 1: the one-kernel routing at decode sizes off / on (on by default,
+  // cuda_backend.h).
+  if (const char* fused = std::getenv("DSINFER_CUDA_MOE_FUSED_ROUTE"); fused && *fused) {
+    DSI_CHECK(std::strcmp(fused, "0") == 0 || std::strcmp(fused, "1") == 0,
+              "DSINFER_CUDA_MOE_FUSED_ROUTE must be 0 or 1, got \"", fused, "\"");
+    options.moe_fused_route = std::strcmp(fused, "1") == 0;
+  }
   return std::make_unique<CudaBackend>(options);
 }
 

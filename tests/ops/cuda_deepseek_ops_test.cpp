@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <random>
 #include <set>
@@ -1072,6 +1073,33 @@ TEST_F(CudaDeepseekOpsTest, MoeNormRouteKernelEqualsSeparateKernels) {
           same_bits(w_f, w_s, "weights");
           same_bits(off_f, off_s, "offsets");
           same_bits(tiles_f, tiles_s, "tiles");
+          if (tile_rows == 8) {
+            // As the model runs it: three launches back to back captured in a CUDA graph (each one's weight
+            // loads before its PDL wait overlap the previous one), replayed into zeroed outputs.
+            const std::vector<std::pair<Tensor, int64_t>> outs = {{x_f, T * H * 4},
+                                                                  {ids_f, pairs * 4},
+                                                                  {w_f, pairs * 4},
+                                                                  {off_f, (E + 1) * 4},
+                                                                  {tiles_f, (E + 1) * 4}};
+            const std::vector<char> zeros(static_cast<size_t>(std::max(T * H, E + 1) * 4), 0);
+            cuda::begin_capture();
+            for (int rep = 0; rep < 3; ++rep) cuda::launch_moe_norm_route(a, rp);
+            cuda::GraphHandle graph = cuda::end_capture(true);
+            for (int replay = 0; replay < 2; ++replay) {
+              for (const auto& [t, bytes] : outs)
+                cuda::copy_to_device(const_cast<void*>(t.raw()), zeros.data(), bytes);
+              cuda::launch_graph(graph);
+              same_bits(x_f, x_s, "x (graph)");
+              same_bits(ids_f, ids_s, "ids (graph)");
+              same_bits(w_f, w_s, "weights (graph)");
+              same_bits(off_f, off_s, "offsets (graph)");
+              same_bits(tiles_f, tiles_s, "tiles (graph)");
+              int32_t counter = -1;
+              cuda::copy_to_host(&counter, a.arrivals, sizeof(counter));
+              ASSERT_EQ(counter, 0) << "the arrival counter was not reset (graph)";
+            }
+            cuda::destroy_graph(graph);
+          }
           // Permutations: pair i sits in its expert's rows (the fused one at rank i among that expert's
           // pairs), and slot_pair inverts pair_slot.
           const Tensor ids = cuda::to_host(ids_f), off = cuda::to_host(off_f);
@@ -1106,7 +1134,9 @@ TEST_F(CudaDeepseekOpsTest, NormMoeRouteAndDispatchEqualUnfused) {
   on.moe_fused_route = true;  // DSINFER_CUDA_MOE_FUSED_ROUTE=1
   split_on.split_gemm_activations = true;
   split_on.moe_fused_route = true;
-  for (CudaBackendOptions opts : {on, split_on, CudaBackendOptions{}}) {
+  CudaBackendOptions off;
+  off.moe_fused_route = false;  // DSINFER_CUDA_MOE_FUSED_ROUTE=0
+  for (CudaBackendOptions opts : {on, split_on, off}) {
     CudaBackend gpu(opts);
     for (const FusedRouteCase& c : kFusedRouteCases) {
       const int64_t E = c.E;
@@ -1499,9 +1529,12 @@ TEST_F(CudaDeepseekOpsTest, DISABLED_BenchHeadMatmulDecode) {
 
 // The decode routing of one MoE layer: the fused kernel (norm_moe_route: RMSNorm, logits, selection and
 // the experts' permutation in one launch) against the four separate launches it replaces (rms_norm,
-// moe_route's logits and selection, moe_permute) at the V2-Lite and V3 router shapes, T 1/4/8; CUDA events
-// over 400 calls back to back, cycling through router copies (100 MB or more, twice the L2), router bytes
-// per second as a share of 4290 GB/s. DSINFER_CUDA_PDL=0 times them without programmatic launch.
+// moe_route's logits and selection, moe_permute) at the V2-Lite and V3 router shapes, T 1/4/8, as the model
+// runs them: one call per router copy (100 MB or more of copies, twice the L2) captured into a CUDA graph
+// (PDL edges kept) and replayed, so launch overhead is not counted; us per call. Splits of the separate path
+// (each piece alone in its own graph): rms_norm, moe_route (logits + selection), moe_permute. "fused eager":
+// the fused kernel launched from the host back to back (CUDA events). Router bytes per second of the fused
+// graph as a share of 4290 GB/s. DSINFER_CUDA_PDL=0 times them without programmatic launch.
 TEST_F(CudaDeepseekOpsTest, DISABLED_BenchNormMoeRoute) {
   CudaBackend gpu;  // registers the device allocator
   struct RouterShape {
@@ -1510,8 +1543,8 @@ TEST_F(CudaDeepseekOpsTest, DISABLED_BenchNormMoeRoute) {
     const char *scoring, *method;
     int moe_layers;
   };
-  std::printf("%-8s %3s %10s %12s %9s %12s %16s\n", "shape", "T", "fused us", "separate us", "saved us",
-              "fused % BW", "saved / token us");
+  std::printf("%-8s %2s %8s %9s %7s %9s %8s %8s %8s %7s %10s\n", "shape", "T", "fused", "separate", "saved",
+              "rms_norm", "route", "permute", "f.eager", "f. %BW", "saved/tok");
   for (const RouterShape& r : {RouterShape{"V2-Lite", 2048, 64, 6, 1, 1, "softmax", "greedy", 26},
                                RouterShape{"V3", 7168, 256, 8, 8, 4, "sigmoid", "noaux_tc", 58}}) {
     const int64_t router_elems = r.E * r.H;
@@ -1550,26 +1583,44 @@ TEST_F(CudaDeepseekOpsTest, DISABLED_BenchNormMoeRoute) {
       a.T = static_cast<int>(T);
       a.H = static_cast<int>(r.H);
       a.E = static_cast<int>(r.E);
+      const bool fusable = cuda::moe_norm_route_supported(a, rp);
+      auto router = [&](int64_t i) { return routers.data<uint16_t>() + i * router_elems; };
+      // us per call of one(i) (router copy i): every copy once in a captured graph, replayed.
+      auto graph_us = [&](const std::function<void(int64_t)>& one) {
+        const double ms = cuda::time_graph_ms(
+            [&] {
+              for (int64_t i = 0; i < copies; ++i) one(i);
+            },
+            5);
+        return ms * 1e3 / static_cast<double>(copies);
+      };
+      auto fused = [&](int64_t i) {
+        a.router = router(i);
+        cuda::launch_moe_norm_route(a, rp);
+      };
+      auto norm_only = [&](int64_t) { cuda::launch_rms_norm(a.h, a.norm, a.x, T, r.H, a.eps); };
+      auto route_only = [&](int64_t i) {
+        cuda::launch_moe_route(a.x, router(i), a.bias, a.logits, a.ids, a.weights, T, r.H, r.E, rp);
+      };
+      auto permute_only = [&](int64_t) {
+        cuda::launch_moe_permute(a.ids, pairs, r.E, tile_rows, a.offsets, a.tiles, a.slot_pair, a.pair_slot);
+      };
+      const double fused_us = fusable ? graph_us(fused) : 0.0;
+      const double separate_us = graph_us([&](int64_t i) {
+        norm_only(i);
+        route_only(i);
+        permute_only(i);
+      });
+      const double norm_us = graph_us(norm_only), route_us = graph_us(route_only),
+                   permute_us = graph_us(permute_only);
       int64_t next = 0;
-      auto router = [&] { return routers.data<uint16_t>() + (next++ % copies) * router_elems; };
-      const double fused_ms = cuda::time_stream_ms(
-          [&] {
-            a.router = router();
-            cuda::launch_moe_norm_route(a, rp);
-          },
-          400);
-      const double separate_ms = cuda::time_stream_ms(
-          [&] {
-            cuda::launch_rms_norm(a.h, a.norm, a.x, T, r.H, a.eps);
-            cuda::launch_moe_route(a.x, router(), a.bias, a.logits, a.ids, a.weights, T, r.H, r.E, rp);
-            cuda::launch_moe_permute(a.ids, pairs, r.E, tile_rows, a.offsets, a.tiles, a.slot_pair,
-                                     a.pair_slot);
-          },
-          400);
-      const double saved_us = (separate_ms - fused_ms) * 1e3;
-      std::printf("%-8s %3lld %10.1f %12.1f %9.1f %11.1f%% %16.0f\n", r.name, static_cast<long long>(T),
-                  fused_ms * 1e3, separate_ms * 1e3, saved_us,
-                  100.0 * router_elems * 2 / (fused_ms * 1e-3) / 1e9 / 4290.0, saved_us * r.moe_layers);
+      const double eager_us =
+          fusable ? cuda::time_stream_ms([&] { fused(next++ % copies); }, 400) * 1e3 : 0.0;
+      const double saved_us = separate_us - fused_us;
+      std::printf("%-8s %2lld %8.2f %9.2f %7.2f %9.2f %8.2f %8.2f %8.2f %6.1f%% %10.0f%s\n", r.name,
+                  static_cast<long long>(T), fused_us, separate_us, saved_us, norm_us, route_us, permute_us,
+                  eager_us, fusable ? 100.0 * router_elems * 2 / (fused_us * 1e-6) / 1e9 / 4290.0 : 0.0,
+                  saved_us * r.moe_layers, fusable ? "" : "  (fused kernel does not take the shape)");
     }
   }
 }

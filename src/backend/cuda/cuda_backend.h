@@ -32,12 +32,14 @@ struct CudaBackendOptions {
   // output beyond the margin rule (tiny-deepseek-v3, 1 of 32 prompts at batch 32); the gain given up there is
   // the 3-12 row figures above (V2-Lite T 32-128), not measured end to end.
   int64_t moe_grouped_min_rows = 24;
-  // true (DSINFER_CUDA_MOE_FUSED_ROUTE=1): norm_moe_route runs its one-kernel decode path (RMSNorm, routing
-  // and the experts' permutation) up to cuda::kMoeNormRouteMaxTokens (bucketed) tokens; false: rms_norm and
-  // moe_route, and moe_experts_residual's own permutation (the same bits). Off by default: on the H200
-  // (2026-12-01) V2-Lite decode at batch 1 took 3.43 ms/token with it and 3.36 without (the fused kernel,
-  // 21 us per layer in the model's trace, does not beat four kernels whose prologues overlap under PDL).
-  bool moe_fused_route = false;
+  // true (default; DSINFER_CUDA_MOE_FUSED_ROUTE=0 turns it off): norm_moe_route runs its one-kernel decode
+  // path (RMSNorm, routing and the experts' permutation) up to cuda::kMoeNormRouteMaxTokens (bucketed) tokens
+  // and bucket x experts up to cuda::kMoeNormRouteMaxTokenExperts; false: rms_norm and moe_route, and
+  // moe_experts_residual's own permutation (the same bits). The kernel of 2026-12-01 (E/8 blocks, one warp
+  // per token selecting in the last block) took 21 us per layer in the model's trace and was off by default
+  // (V2-Lite batch 1: 3.43 vs 3.36 ms/token); its successor spreads the router over 64-128 blocks, loads it
+  // before the PDL wait and selects with the whole last block (DISABLED_BenchNormMoeRoute).
+  bool moe_fused_route = true;
 };
 
 class CudaBackend : public Backend {

@@ -34,13 +34,15 @@ void launch_moe_route(const float* x, const uint16_t* router, const float* bias,
 // tile_rows > 0 the permutation of launch_moe_permute for those ids and that tile size (offsets, tiles
 // [E + 1]; slot_pair, pair_slot [T * k]; the pairs of an expert in pair order). arrivals: one int32 counter,
 // zero before and after the launch (decode_arrivals). moe_norm_route_supported: whether the kernel takes the
-// shape (H a multiple of 8; 16-byte aligned h, norm, router and x; the selection scratch of 8 warps in 48
-// KiB).
+// shape (H a multiple of 8 and at most 8192; 16-byte aligned h, norm, router and x; the last block's
+// selection scratch for T tokens in 47 KiB).
 inline constexpr int64_t kMoeNormRouteMaxTokens = 8;
-// The backend takes the fused launch while next_pow2(T) x experts stays within this: its one selecting block
-// grows with T x E (DISABLED_BenchNormMoeRoute, H200 2026-12-01: V3's 256 experts at T 8 took 88 us fused vs
-// 69 us separate, even at T 4; V2-Lite's 64 experts won at every T up to 8).
-inline constexpr int64_t kMoeNormRouteMaxTokenExperts = 1024;
+// The backend takes the fused launch while next_pow2(T) x experts stays within this (V3's 256 experts: up
+// to 8 tokens). Every block normalises every token itself, so the redundant reads of h grow with T x blocks;
+// the first fused kernel (one warp per token selecting) lost to the separate kernels at V3 T 8 (88 vs 69 us,
+// DISABLED_BenchNormMoeRoute, H200 2026-12-01) and was limited to 1024; the current one selects with the
+// whole block (re-measure: if the V3 T 8 row of that benchmark shows fused slower, return to 1024).
+inline constexpr int64_t kMoeNormRouteMaxTokenExperts = 2048;
 struct MoeNormRouteArgs {
   const float* h = nullptr;
   const uint16_t* norm = nullptr;

@@ -1,11 +1,15 @@
 // The decode routing of a DeepSeekMoE layer in one launch: RMSNorm of the residual, router logits, top-k
 // selection and the permutation of the (token, slot) pairs by expert, for up to kMoeNormRouteMaxTokens
-// tokens. Blocks of 8 warps (the RMSNorm kernel's 256 threads) each normalise every token themselves (the
-// sum of squares in launch_rms_norm's order) and write one slice of x, then compute the logits of their 8
-// experts for every token in moe_logits_kernel's order from x formed on the fly; the last block to arrive
-// (an arrival counter it resets, as the MLA fused merge) selects the experts of every token
-// (moe_select.cuh, shared with moe_select_kernel) and builds the permutation, its pairs in pair order
-// within an expert. Outputs equal, bit for bit, launch_rms_norm + launch_moe_route + launch_moe_permute.
+// tokens. Many small blocks (one to eight experts each, about 64 to 128 blocks) so the router's bytes are in
+// flight at once: every thread loads its share of the block's router rows and of the norm weight before the
+// PDL wait (weights depend on no earlier kernel), then each block normalises every token itself (the sum of
+// squares in launch_rms_norm's order, all of a thread's loads issued together), writes one slice of x and
+// computes its experts' logits in moe_logits_kernel's order (x formed on the fly, the weights from shared
+// memory). The last block to arrive (an arrival counter it resets, as the MLA fused merge) selects every
+// token's experts with all its warps (route_select_block, the bits of moe_select_kernel) and builds the
+// permutation (every pair's row and every expert's offsets counted directly from the ids, no atomics, no
+// serial scan), its pairs in pair order within an expert. Outputs equal, bit for bit, launch_rms_norm +
+// launch_moe_route + launch_moe_permute.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -22,187 +26,213 @@ namespace dsinfer::cuda {
 
 namespace {
 
-constexpr int kWarps = 8;  // experts per block
-constexpr int kThreads = kWarps * 32;
-constexpr int kMaxT = static_cast<int>(kMoeNormRouteMaxTokens);
-constexpr size_t kSmemLimit = 48 * 1024;
+constexpr int kThreads = 256;  // the RMSNorm kernel's block: its sums of squares follow these 256 threads
+constexpr int kWarps = kThreads / 32;
+constexpr int kMaxRouterChunks = 8;  // 16-byte router chunks per thread loaded before the PDL wait
+constexpr int kMaxNormChunks = 4;    // 16-byte norm chunks per thread (hidden up to 8192)
+constexpr int kBlocksTarget = 128;   // experts per block double (up to 8) while there would be more blocks
+constexpr int kDotBatch = 4;         // 256-column steps of a logit whose loads go out together
+constexpr size_t kSmemLimit = 47 * 1024;
 
-__device__ __forceinline__ float bf16f(uint16_t bits) {
-  return __uint_as_float(static_cast<uint32_t>(bits) << 16);
+__device__ __forceinline__ float bf16f(uint32_t bits16) {
+  return __uint_as_float(bits16 << 16);
 }
 
-__device__ __forceinline__ void prefetch_l2(const void* p) {
-  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
+// Shared memory of the logits phase: the block's router rows [epb, H] and the norm weight [H], bf16.
+size_t weights_smem(int epb, int H) {
+  return static_cast<size_t>(epb + 1) * H * sizeof(uint16_t);
 }
 
-// Dynamic shared memory: the selection scratch of kWarps warps, then s_ids [pairs] and s_row [E] (ints).
-size_t smem_bytes(int T, int E, const MoeRouteParams& p) {
+// Shared memory of the last block: route_select_block's scratch, then per pair its expert's count and
+// whether it is the expert's first pair.
+size_t select_smem(int T, int E, const MoeRouteParams& p) {
   const int G = std::max(p.n_group, 1);
-  return (static_cast<size_t>(kWarps) * detail::select_scratch_floats(E, G, p.top_k) +
-          static_cast<size_t>(T) * p.top_k + E) *
+  return (static_cast<size_t>(detail::select_block_scratch_floats(T, E, G, p.top_k)) +
+          2 * static_cast<size_t>(T) * p.top_k) *
          sizeof(float);
 }
 
-__global__ void __launch_bounds__(kThreads) moe_norm_route_kernel(MoeNormRouteArgs a, MoeRouteParams p) {
-  extern __shared__ float smem[];
-  __shared__ float s_part[kMaxT][kWarps];  // per-warp sums of squares
-  __shared__ float s_inv[kMaxT];           // 1 / rms of each token
+// Experts per block: powers of two up to 8, as few as keep the grid at kBlocksTarget blocks or fewer, and
+// within the chunks a thread preloads and the shared memory.
+int experts_per_block(int E, int H) {
+  int epb = 1;
+  while (epb < 8 && (E + epb - 1) / epb > kBlocksTarget) epb *= 2;
+  while (epb > 1 && (epb * (H / 8) > kMaxRouterChunks * kThreads || weights_smem(epb, H) > kSmemLimit))
+    epb /= 2;
+  return epb;
+}
+
+template <int kT>
+__global__ void __launch_bounds__(kThreads)
+    moe_norm_route_kernel(MoeNormRouteArgs a, MoeRouteParams p, int epb) {
+  extern __shared__ uint4 smem[];
+  __shared__ float s_part[kT][kWarps];  // per-warp sums of squares
+  __shared__ float s_inv[kT];           // 1 / rms of each token
   __shared__ int s_flag;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int T = a.T, H = a.H, E = a.E;
-  const int e = blockIdx.x * kWarps + warp;
-  const uint16_t* w = a.router + static_cast<int64_t>(e) * H;  // [H] this warp's router row
-  // The router depends on no earlier kernel: its rows head for L2 before the wait (128-byte lines).
-  if (e < E)
-    for (int kk = lane * 64; kk < H; kk += 32 * 64) prefetch_l2(w + kk);
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int T = a.T, H = a.H, E = a.E, hc = H / 8;  // hc: 16-byte chunks of a row
+  const int e0 = blockIdx.x * epb, ne = min(epb, E - e0);
+  const int rchunks = ne * hc;
+
+  // The block's router rows [ne, H] (contiguous) and the norm weight: loads issued before the wait.
+  const uint4* rsrc = reinterpret_cast<const uint4*>(a.router + static_cast<int64_t>(e0) * H);
+  const uint4* nsrc = reinterpret_cast<const uint4*>(a.norm);
+  uint4 rv[kMaxRouterChunks], nv[kMaxNormChunks];
+#pragma unroll
+  for (int m = 0; m < kMaxRouterChunks; ++m) {
+    const int c = tid + m * kThreads;
+    if (c < rchunks) rv[m] = __ldg(rsrc + c);
+  }
+#pragma unroll
+  for (int m = 0; m < kMaxNormChunks; ++m) {
+    const int c = tid + m * kThreads;
+    if (c < hc) nv[m] = __ldg(nsrc + c);
+  }
   pdl_wait();
   pdl_trigger();
 
-  // 1 / rms per token: each thread's strided partial sum, a butterfly per warp, then one warp per token
-  // over the warps' sums (block_inv_rms's order with its 256 threads).
-  float ss[kMaxT];
+  // Sums of squares, block_inv_rms's order: thread tid over columns tid + 256 j in order, kB columns of
+  // every token loaded at once, then a butterfly per warp and one warp per token over the warps' sums.
+  constexpr int kB = 32 / kT;
+  float ss[kT];
 #pragma unroll
-  for (int t = 0; t < kMaxT; ++t) ss[t] = 0.0f;
-  for (int64_t i = threadIdx.x; i < H; i += kThreads) {
+  for (int t = 0; t < kT; ++t) ss[t] = 0.0f;
+  for (int i0 = tid; i0 < H; i0 += kB * kThreads) {
+    float v[kT][kB];
 #pragma unroll
-    for (int t = 0; t < kMaxT; ++t)
-      if (t < T) {
-        const float v = a.h[t * static_cast<int64_t>(H) + i];
-        ss[t] += v * v;
+    for (int t = 0; t < kT; ++t)
+#pragma unroll
+      for (int b = 0; b < kB; ++b) {
+        const int i = i0 + b * kThreads;
+        v[t][b] = t < T && i < H ? a.h[static_cast<int64_t>(t) * H + i] : 0.0f;
       }
+#pragma unroll
+    for (int t = 0; t < kT; ++t)
+#pragma unroll
+      for (int b = 0; b < kB; ++b)
+        if (t < T && i0 + b * kThreads < H) ss[t] += v[t][b] * v[t][b];
   }
 #pragma unroll
-  for (int t = 0; t < kMaxT; ++t) {
-    if (t < T) {
-      float v = ss[t];
-      for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
-      if (lane == 0) s_part[t][warp] = v;
-    }
+  for (int t = 0; t < kT; ++t) {
+    const float s = detail::route_warp_sum(ss[t]);
+    if (lane == 0) s_part[t][warp] = s;
+  }
+  uint4* s_router = smem;           // [ne, hc] this block's router rows
+  uint4* s_norm = smem + epb * hc;  // [hc] the norm weight
+#pragma unroll
+  for (int m = 0; m < kMaxRouterChunks; ++m) {
+    const int c = tid + m * kThreads;
+    if (c < rchunks) s_router[c] = rv[m];
+  }
+#pragma unroll
+  for (int m = 0; m < kMaxNormChunks; ++m) {
+    const int c = tid + m * kThreads;
+    if (c < hc) s_norm[c] = nv[m];
   }
   __syncthreads();
   if (warp < T) {
     float v = lane < kWarps ? s_part[warp][lane] : 0.0f;
-    for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+    v = detail::route_warp_sum(v);
     if (lane == 0) s_inv[warp] = rsqrtf(v / static_cast<float>(H) + a.eps);
   }
   __syncthreads();
-  float inv[kMaxT];
-#pragma unroll
-  for (int t = 0; t < kMaxT; ++t) inv[t] = t < T ? s_inv[t] : 0.0f;
 
   // x [T, H]: this block's slice of the columns, rms_norm_kernel's expression.
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; i < H;
-       i += static_cast<int64_t>(gridDim.x) * kThreads) {
-    const float nw = bf16f(a.norm[i]);
-    for (int t = 0; t < T; ++t) {
-      const int64_t at = t * static_cast<int64_t>(H) + i;
-      a.x[at] = nw * (a.h[at] * s_inv[t]);
+  const uint16_t* s_norm16 = reinterpret_cast<const uint16_t*>(s_norm);
+  for (int i = blockIdx.x * kThreads + tid; i < H; i += gridDim.x * kThreads) {
+    const float nw = bf16f(s_norm16[i]);
+#pragma unroll
+    for (int t = 0; t < kT; ++t) {
+      if (t < T) {
+        const int64_t at = static_cast<int64_t>(t) * H + i;
+        a.x[at] = nw * (a.h[at] * s_inv[t]);
+      }
     }
   }
 
-  // logits [T, E] of this warp's expert: lane l takes inputs 8l + 256i, x formed as above, the products
-  // summed in moe_logits_kernel's order.
-  if (e < E) {
-    float dot[kMaxT];
+  // logits [T, E]: one warp per (expert, token) of the block; lane l takes inputs 8l + 256i in order, x
+  // formed as above, the products summed in moe_logits_kernel's order, then its butterfly.
+  for (int item = warp; item < ne * T; item += kWarps) {
+    const int j = item / T, t = item % T;
+    const uint4* wr = s_router + j * hc;
+    const float* ht = a.h + static_cast<int64_t>(t) * H;
+    const float inv = s_inv[t];
+    float dot = 0.0f;
+    for (int c0 = lane; c0 < hc; c0 += 32 * kDotBatch) {
+      uint4 wv[kDotBatch], nb[kDotBatch];
+      float4 h0[kDotBatch], h1[kDotBatch];
 #pragma unroll
-    for (int t = 0; t < kMaxT; ++t) dot[t] = 0.0f;
-#pragma unroll 2
-    for (int kk = lane * 8; kk < H; kk += 256) {
-      const uint4 v = __ldg(reinterpret_cast<const uint4*>(w + kk));
-      const uint32_t b[4] = {v.x, v.y, v.z, v.w};
-      const uint4 nv = __ldg(reinterpret_cast<const uint4*>(a.norm + kk));
-      const uint32_t nb[4] = {nv.x, nv.y, nv.z, nv.w};
-      float nf[8];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        nf[2 * i] = __uint_as_float(nb[i] << 16);
-        nf[2 * i + 1] = __uint_as_float(nb[i] & 0xffff0000u);
+      for (int b = 0; b < kDotBatch; ++b) {
+        const int c = c0 + 32 * b;
+        if (c < hc) {
+          wv[b] = wr[c];
+          nb[b] = s_norm[c];
+          h0[b] = __ldg(reinterpret_cast<const float4*>(ht + 8 * c));
+          h1[b] = __ldg(reinterpret_cast<const float4*>(ht + 8 * c + 4));
+        }
       }
 #pragma unroll
-      for (int t = 0; t < kMaxT; ++t) {
-        if (t < T) {
-          const float* ht = a.h + t * static_cast<int64_t>(H) + kk;
-          const float4 h0 = __ldg(reinterpret_cast<const float4*>(ht));
-          const float4 h1 = __ldg(reinterpret_cast<const float4*>(ht + 4));
-          const float hv[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
-          float xv[8];
+      for (int b = 0; b < kDotBatch; ++b) {
+        if (c0 + 32 * b < hc) {
+          const uint32_t w4[4] = {wv[b].x, wv[b].y, wv[b].z, wv[b].w};
+          const uint32_t n4[4] = {nb[b].x, nb[b].y, nb[b].z, nb[b].w};
+          const float hv[8] = {h0[b].x, h0[b].y, h0[b].z, h0[b].w, h1[b].x, h1[b].y, h1[b].z, h1[b].w};
 #pragma unroll
-          for (int i = 0; i < 8; ++i) xv[i] = nf[i] * (hv[i] * inv[t]);
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            dot[t] += xv[2 * i] * __uint_as_float(b[i] << 16);
-            dot[t] += xv[2 * i + 1] * __uint_as_float(b[i] & 0xffff0000u);
+          for (int q = 0; q < 4; ++q) {
+            const float x0 = bf16f(n4[q] & 0xffffu) * (hv[2 * q] * inv);
+            const float x1 = __uint_as_float(n4[q] & 0xffff0000u) * (hv[2 * q + 1] * inv);
+            dot += x0 * bf16f(w4[q] & 0xffffu);
+            dot += x1 * __uint_as_float(w4[q] & 0xffff0000u);
           }
         }
       }
     }
-#pragma unroll
-    for (int t = 0; t < kMaxT; ++t) {
-      const float d = detail::route_warp_sum(dot[t]);
-      if (lane == 0 && t < T) a.logits[t * static_cast<int64_t>(E) + e] = d;
-    }
+    dot = detail::route_warp_sum(dot);
+    if (lane == 0) a.logits[static_cast<int64_t>(t) * E + e0 + j] = dot;
   }
 
-  // The last block to arrive routes every token: one warp per token.
+  // The last block to arrive routes every token with all its warps (its shared memory reused).
   if (!detail::mla_arrive_last(a.arrivals, static_cast<int>(gridDim.x), &s_flag)) return;
-  const int G = p.n_group > 0 ? p.n_group : 1, K = p.top_k;
-  const int scratch = detail::select_scratch_floats(E, G, K);
-  if (warp < T)
-    detail::route_select_token(a.logits + static_cast<int64_t>(warp) * E, a.bias, a.ids + warp * K,
-                               a.weights + warp * K, E, p, smem + warp * scratch);
+  float* scratch = reinterpret_cast<float*>(smem);
+  const int32_t* ids_s = detail::route_select_block(a.logits, a.bias, a.ids, a.weights, T, E, p, scratch);
   if (a.tile_rows <= 0) return;
-  __syncthreads();  // this block's ids are visible to all its threads
 
-  // The permutation: rows per expert, exclusive prefix sums of rows and tiles, then each pair's row.
+  // The permutation, counted from the ids: pair i's row is (pairs of lower experts) + (earlier pairs of its
+  // expert); an expert's offsets count the pairs (and tiles of the experts) below it.
+  const int G = p.n_group > 0 ? p.n_group : 1, K = p.top_k;
   const int pairs = T * K, tile_rows = a.tile_rows;
-  int32_t* s_ids = reinterpret_cast<int32_t*>(smem + kWarps * scratch);  // [pairs]
-  int32_t* s_row = s_ids + pairs;  // [E] rows of each expert, then its first row
-  for (int i = threadIdx.x; i < pairs; i += kThreads) s_ids[i] = __ldcg(a.ids + i);
-  for (int x = threadIdx.x; x < E; x += kThreads) s_row[x] = 0;
-  __syncthreads();
-  for (int i = threadIdx.x; i < pairs; i += kThreads) {
-    const int x = s_ids[i];
-    if (x >= 0 && x < E) atomicAdd(&s_row[x], 1);
-  }
-  __syncthreads();
-  if (warp == 0) {
-    int off = 0, tl = 0;
-    for (int x0 = 0; x0 < E; x0 += 32) {
-      const int x = x0 + lane;
-      const int c = x < E ? s_row[x] : 0, n = (c + tile_rows - 1) / tile_rows;
-      int ci = c, ti = n;  // inclusive scans over the 32 experts
-      for (int o = 1; o < 32; o *= 2) {
-        const int uc = __shfl_up_sync(0xffffffffu, ci, o), ut = __shfl_up_sync(0xffffffffu, ti, o);
-        if (lane >= o) {
-          ci += uc;
-          ti += ut;
-        }
-      }
-      if (x < E) {
-        a.offsets[x] = off + ci - c;
-        a.tiles[x] = tl + ti - n;
-        s_row[x] = off + ci - c;
-      }
-      off += __shfl_sync(0xffffffffu, ci, 31);
-      tl += __shfl_sync(0xffffffffu, ti, 31);
+  int* s_cnt = reinterpret_cast<int*>(scratch + detail::select_block_scratch_floats(T, E, G, K));  // [pairs]
+  int* s_first = s_cnt + pairs;                                                                    // [pairs]
+  for (int i = tid; i < pairs; i += kThreads) {
+    const int x = ids_s[i];
+    int cnt = 0, before = 0, below = 0;
+    for (int j = 0; j < pairs; ++j) {
+      const int y = ids_s[j];
+      cnt += y == x;
+      before += y == x && j < i;
+      below += y >= 0 && y < x;
     }
-    if (lane == 0) {
-      a.offsets[E] = off;
-      a.tiles[E] = tl;
-    }
-  }
-  __syncthreads();
-  for (int i = threadIdx.x; i < pairs; i += kThreads) {
-    const int x = s_ids[i];
+    s_cnt[i] = cnt;
+    s_first[i] = before == 0;
     if (x >= 0 && x < E) {
-      int rank = 0;
-      for (int j = 0; j < i; ++j) rank += s_ids[j] == x;
-      const int32_t slot = s_row[x] + rank;
-      a.slot_pair[slot] = i;
-      a.pair_slot[i] = slot;
+      a.slot_pair[below + before] = i;
+      a.pair_slot[i] = below + before;
     } else {
       a.pair_slot[i] = -1;
     }
+  }
+  __syncthreads();
+  for (int x = tid; x <= E; x += kThreads) {
+    int off = 0, tl = 0;
+    for (int j = 0; j < pairs; ++j) {
+      const int y = ids_s[j];
+      if (y >= 0 && y < x) {
+        ++off;
+        if (s_first[j]) tl += (s_cnt[j] + tile_rows - 1) / tile_rows;
+      }
+    }
+    a.offsets[x] = off;
+    a.tiles[x] = tl;
   }
 }
 
@@ -210,19 +240,34 @@ __global__ void __launch_bounds__(kThreads) moe_norm_route_kernel(MoeNormRouteAr
 
 bool moe_norm_route_supported(const MoeNormRouteArgs& a, const MoeRouteParams& p) {
   auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
-  return a.T >= 1 && a.T <= kMoeNormRouteMaxTokens && a.H >= 8 && a.H % 8 == 0 && a.E >= 1 &&
-         a.E <= kMaxRoutedExperts && p.top_k >= 1 && p.top_k <= a.E &&
-         (p.method == MoeTopk::kGreedy || (p.n_group >= 1 && p.n_group <= a.E && p.topk_group >= 1)) &&
-         aligned(a.h) && aligned(a.norm) && aligned(a.router) && aligned(a.x) &&
-         smem_bytes(a.T, a.E, p) <= kSmemLimit;
+  if (!(a.T >= 1 && a.T <= kMoeNormRouteMaxTokens && a.H >= 8 && a.H % 8 == 0 &&
+        a.H / 8 <= kMaxNormChunks * kThreads && a.E >= 1 && a.E <= kMaxRoutedExperts && p.top_k >= 1 &&
+        p.top_k <= a.E &&
+        (p.method == MoeTopk::kGreedy || (p.n_group >= 1 && p.n_group <= a.E && p.topk_group >= 1)) &&
+        aligned(a.h) && aligned(a.norm) && aligned(a.router) && aligned(a.x)))
+    return false;
+  const int epb = experts_per_block(a.E, a.H);
+  return epb * (a.H / 8) <= kMaxRouterChunks * kThreads && weights_smem(epb, a.H) <= kSmemLimit &&
+         select_smem(a.T, a.E, p) <= kSmemLimit;
 }
 
 void launch_moe_norm_route(const MoeNormRouteArgs& a, const MoeRouteParams& p) {
   DSI_CHECK(moe_norm_route_supported(a, p), "moe_norm_route: unsupported shape (T ", a.T, ", hidden ", a.H,
             ", ", a.E, " experts, top ", p.top_k, ") or unaligned operands");
   DSI_CHECK(a.arrivals != nullptr, "moe_norm_route: no arrival counter");
-  const unsigned blocks = static_cast<unsigned>((a.E + kWarps - 1) / kWarps);
-  launch_pdl(moe_norm_route_kernel, blocks, kThreads, smem_bytes(a.T, a.E, p), a, p);
+  const int epb = experts_per_block(a.E, a.H);
+  const unsigned blocks = static_cast<unsigned>((a.E + epb - 1) / epb);
+  const size_t smem = std::max(weights_smem(epb, a.H), select_smem(a.T, a.E, p));
+  // Chosen on next_pow2(T), as every launch of a graph bucket.
+  if (a.T <= 1) {
+    launch_pdl(moe_norm_route_kernel<1>, blocks, kThreads, smem, a, p, epb);
+  } else if (a.T <= 2) {
+    launch_pdl(moe_norm_route_kernel<2>, blocks, kThreads, smem, a, p, epb);
+  } else if (a.T <= 4) {
+    launch_pdl(moe_norm_route_kernel<4>, blocks, kThreads, smem, a, p, epb);
+  } else {
+    launch_pdl(moe_norm_route_kernel<8>, blocks, kThreads, smem, a, p, epb);
+  }
   check_launch("moe_norm_route");
 }
 

@@ -1,7 +1,10 @@
 // The per-token expert selection of DeepSeekMoE routing, shared by the separate selection kernel
 // (moe_route_kernels.cu) and the fused decode routing kernel (moe_norm_route_kernels.cu), so that both give
-// the same bits: one warp scores a token's logits, masks expert groups and picks the top k by repeated
-// arg-max (ties: lower index), as CpuBackend::moe_route.
+// the same bits: one warp scores a token's logits (route_score_token); the selection kernel's warp then masks
+// expert groups and picks the top k by repeated arg-max (route_select_token), the fused kernel's last block
+// does the same for every token with all its warps at once (route_select_block: the top k as the experts of
+// rank < k in the order (value descending, index ascending), which is what repeated arg-max picks). Ties go
+// to the lower index, as CpuBackend::moe_route.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -49,6 +52,33 @@ __device__ __forceinline__ float route_warp_sum(float v) {
   return v;
 }
 
+// One token's scores: logits [E] (read through L2, so values other blocks of the same launch wrote are seen)
+// -> score [E] and sel [E] (the selection values: score + bias for noaux_tc). Called by the 32 lanes of one
+// warp; the sums follow the lane order, so the bits depend on E only.
+__device__ __forceinline__ void route_score_token(const float* logits, const float* bias, int E,
+                                                  const MoeRouteParams& p, float* score, float* sel) {
+  const int lane = threadIdx.x % 32;
+  if (p.scoring == MoeScoring::kSoftmax) {
+    float mx = -INFINITY;
+    for (int e = lane; e < E; e += 32) mx = fmaxf(mx, score[e] = __ldcg(logits + e));
+    mx = route_warp_max(mx);
+    float sum = 0.0f;
+    for (int e = lane; e < E; e += 32) sum += (score[e] = expf(score[e] - mx));
+    sum = route_warp_sum(sum);
+    for (int e = lane; e < E; e += 32) score[e] /= sum;
+  } else if (p.scoring == MoeScoring::kSigmoid) {
+    for (int e = lane; e < E; e += 32) score[e] = 1.0f / (1.0f + expf(-__ldcg(logits + e)));
+  } else {
+    for (int e = lane; e < E; e += 32) {
+      const float s = __ldcg(logits + e);
+      score[e] = sqrtf(s > 20.0f ? s : log1pf(expf(s)));
+    }
+  }
+  for (int e = lane; e < E; e += 32)
+    sel[e] = score[e] + (p.method == MoeTopk::kNoauxTc && bias ? bias[e] : 0.0f);
+  __syncwarp();
+}
+
 // Floats of one warp's scratch: score [E], sel [E], gscore [G], chosen [K] (int), taken [max(E, G)] (bytes).
 __host__ __device__ inline int select_scratch_floats(int E, int G, int K) {
   return 2 * E + G + K + ((E > G ? E : G) + 3) / 4;
@@ -67,26 +97,8 @@ __device__ __forceinline__ void route_select_token(const float* logits, const fl
   int* chosen = reinterpret_cast<int*>(gscore + G);                     // [K]
   unsigned char* taken = reinterpret_cast<unsigned char*>(chosen + K);  // [max(E, G)]
 
-  if (p.scoring == MoeScoring::kSoftmax) {
-    float mx = -INFINITY;
-    for (int e = lane; e < E; e += 32) mx = fmaxf(mx, score[e] = __ldcg(logits + e));
-    mx = route_warp_max(mx);
-    float sum = 0.0f;
-    for (int e = lane; e < E; e += 32) sum += (score[e] = expf(score[e] - mx));
-    sum = route_warp_sum(sum);
-    for (int e = lane; e < E; e += 32) score[e] /= sum;
-  } else if (p.scoring == MoeScoring::kSigmoid) {
-    for (int e = lane; e < E; e += 32) score[e] = 1.0f / (1.0f + expf(-__ldcg(logits + e)));
-  } else {
-    for (int e = lane; e < E; e += 32) {
-      const float s = __ldcg(logits + e);
-      score[e] = sqrtf(s > 20.0f ? s : log1pf(expf(s)));
-    }
-  }
-  for (int e = lane; e < E; e += 32) {
-    sel[e] = score[e] + (p.method == MoeTopk::kNoauxTc && bias ? bias[e] : 0.0f);
-    taken[e] = 0;
-  }
+  route_score_token(logits, bias, E, p, score, sel);
+  for (int e = lane; e < E; e += 32) taken[e] = 0;
   __syncwarp();
 
   if (p.method != MoeTopk::kGreedy) {
@@ -147,6 +159,150 @@ __device__ __forceinline__ void route_select_token(const float* logits, const fl
     }
   }
   __syncwarp();
+}
+
+// The selection order of route_warp_argmax as a key: NaN as -inf (a total order, so every rank is unique).
+__device__ __forceinline__ float route_key(float v) {
+  return v != v ? -INFINITY : v;
+}
+
+// A group's score for the group-limited methods over grp [per] (per <= 32), on every lane of the warp: its
+// best value (the first index of the largest, as route_select_token's scan), plus with top2 (noaux_tc) the
+// best of the others.
+__device__ __forceinline__ float route_group_score_warp(const float* grp, int per, bool top2) {
+  const int lane = threadIdx.x % 32;
+  const float v = lane < per ? route_key(grp[lane]) : -INFINITY;
+  const float m = route_warp_max(v);
+  const int i1 = __ffs(__ballot_sync(0xffffffffu, lane < per && v == m)) - 1;
+  const float m1 = __shfl_sync(0xffffffffu, v, i1);
+  if (!top2 || per < 2) return m1;
+  const bool rest = lane < per && lane != i1;
+  const float m2r = route_warp_max(rest ? v : -INFINITY);
+  const int i2 = __ffs(__ballot_sync(0xffffffffu, rest && v == m2r)) - 1;
+  return m1 + __shfl_sync(0xffffffffu, v, i2);
+}
+
+// Floats of route_select_block's scratch for T tokens: score [T, E], sel [T, E], gscore [T, G], gchosen
+// [T, G] (int), candidates [T, ceil(E / 32), min(K, 32)] (value, then index), chosen [T, K] (int).
+__host__ __device__ inline int select_block_scratch_floats(int T, int E, int G, int K) {
+  const int nc = (E + 31) / 32, kc = K < 32 ? K : 32;
+  return 2 * T * E + 2 * T * G + 2 * T * nc * kc + T * K;
+}
+
+// Every token's selection by the whole block (blockDim.x a multiple of 32; every thread calls it, it
+// synchronises): logits [T, E] (read through L2) -> ids [T, K], wout [T, K], the bits of route_select_token
+// per token. One warp per token scores (route_score_token), one warp per (token, group) scores the groups;
+// the chosen groups and experts are those of rank below topk_group / K in route_better's order (what
+// repeated arg-max picks): each warp ranks a chunk of 32 experts among themselves, the best min(K, 32) of
+// every chunk are ranked among each other. Returns the chosen ids [T, K] in the scratch (shared memory),
+// valid for every thread.
+__device__ __forceinline__ const int32_t* route_select_block(const float* logits, const float* bias,
+                                                             int32_t* ids, float* wout, int T, int E,
+                                                             const MoeRouteParams& p, float* scratch) {
+  const int G = p.n_group > 0 ? p.n_group : 1, K = p.top_k;
+  const int nc = (E + 31) / 32, kc = K < 32 ? K : 32;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
+  float* score = scratch;                                      // [T, E]
+  float* sel = score + T * E;                                  // [T, E]
+  float* gscore = sel + T * E;                                 // [T, G]
+  int* gchosen = reinterpret_cast<int*>(gscore + T * G);       // [T, G]
+  float* cand_v = reinterpret_cast<float*>(gchosen + T * G);   // [T, nc, kc]
+  int* cand_i = reinterpret_cast<int*>(cand_v + T * nc * kc);  // [T, nc, kc]
+  int32_t* chosen = cand_i + T * nc * kc;                      // [T, K]
+
+  for (int t = warp; t < T; t += nwarps)
+    route_score_token(logits + t * E, bias, E, p, score + t * E, sel + t * E);
+  __syncthreads();
+
+  if (p.method != MoeTopk::kGreedy) {
+    const int per = E / G;
+    for (int task = warp; task < T * G; task += nwarps) {
+      const float* grp = sel + (task / G) * E + (task % G) * per;
+      float gs;
+      if (per <= 32) {
+        gs = route_group_score_warp(grp, per, p.method == MoeTopk::kNoauxTc);
+      } else {  // route_select_token's scan
+        float m1 = -INFINITY, m2 = -INFINITY;
+        int i1 = -1;
+        for (int i = 0; i < per; ++i)
+          if (i1 < 0 || grp[i] > m1) {
+            m1 = grp[i];
+            i1 = i;
+          }
+        if (p.method == MoeTopk::kNoauxTc && per >= 2) {
+          int i2 = -1;
+          for (int i = 0; i < per; ++i)
+            if (i != i1 && (i2 < 0 || grp[i] > m2)) {
+              m2 = grp[i];
+              i2 = i;
+            }
+          gs = m1 + m2;
+        } else {
+          gs = m1;
+        }
+      }
+      if (lane == 0) gscore[task] = gs;
+    }
+    __syncthreads();
+    for (int task = threadIdx.x; task < T * G; task += blockDim.x) {
+      const float* gt = gscore + (task / G) * G;
+      const int g = task % G;
+      const float v = route_key(gt[g]);
+      int rank = 0;
+      for (int j = 0; j < G; ++j) rank += route_better(route_key(gt[j]), j, v, g);
+      gchosen[task] = rank < p.topk_group;
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < T * E; i += blockDim.x) {
+      const int g = (i % E) / per;
+      if (!(g < G && gchosen[(i / E) * G + g])) sel[i] = 0.0f;
+    }
+    __syncthreads();
+  }
+
+  // Candidates: the kc best of each chunk of 32 experts (experts past E: -inf, ranked last).
+  for (int task = warp; task < T * nc; task += nwarps) {
+    const float* st = sel + (task / nc) * E;
+    const int e0 = (task % nc) * 32, e = e0 + lane;
+    const float v = e < E ? route_key(st[e]) : -INFINITY;
+    int rank = 0;
+#pragma unroll 8
+    for (int j = 0; j < 32; ++j) {
+      const float vj = e0 + j < E ? route_key(st[e0 + j]) : -INFINITY;
+      rank += route_better(vj, e0 + j, v, e);
+    }
+    if (rank < kc) {
+      cand_v[task * kc + rank] = v;
+      cand_i[task * kc + rank] = e;
+    }
+  }
+  __syncthreads();
+  // A candidate's rank among its token's candidates is its rank among all experts where that is below K.
+  for (int task = threadIdx.x; task < T * nc * kc; task += blockDim.x) {
+    const int t = task / (nc * kc), e = cand_i[task];
+    if (e >= E) continue;
+    const float v = cand_v[task];
+    const float* cv = cand_v + t * nc * kc;
+    const int* ci = cand_i + t * nc * kc;
+    int rank = 0;
+    for (int j = 0; j < nc * kc; ++j) rank += route_better(cv[j], ci[j], v, e);
+    if (rank < K) chosen[t * K + rank] = e;
+  }
+  __syncthreads();
+  const bool norm = p.norm_topk_prob && (K > 1 || p.scoring != MoeScoring::kSoftmax);
+  for (int t = threadIdx.x; t < T; t += blockDim.x) {
+    const float* st = score + t * E;
+    const int32_t* ct = chosen + t * K;
+    float denom = 0.0f;
+    for (int k = 0; k < K; ++k) denom += st[ct[k]];
+    for (int k = 0; k < K; ++k) {
+      float w = st[ct[k]];
+      if (norm) w /= (denom + 1e-20f);
+      ids[t * K + k] = ct[k];
+      wout[t * K + k] = w * p.routed_scaling_factor;
+    }
+  }
+  return chosen;
 }
 
 }  // namespace dsinfer::cuda::detail
