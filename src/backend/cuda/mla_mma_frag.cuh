@@ -1,4 +1,5 @@
-// Shared-memory staging and mma.sync fragment loads of the multi-query MLA kernel (mla_prefill_kernels.cu):
+// Shared-memory staging and mma.sync fragment loads of the MLA tensor-core kernels (mla_tc_kernels.cu,
+// mla_prefill_kernels.cu):
 // cp.async 16-byte copies (zero-fill), and ldmatrix loads of A (row-major), B = tile^T (K rows for Q K^T) and
 // B = tile (V rows for P V) fragments from bf16 tiles with a row stride of `ld` elements. sm_80 and newer;
 // empty bodies below (the build also compiles host-side passes and older targets).

@@ -17,6 +17,7 @@
 #include "backend/cuda/kernel_common.cuh"
 #include "backend/cuda/mla_kernels.h"
 #include "backend/cuda/mla_merge.cuh"
+#include "backend/cuda/mla_mma_frag.cuh"
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda/stream.h"
 #include "core/error.h"
@@ -43,68 +44,10 @@ struct Smem {
 };
 static_assert(sizeof(Smem::red) / sizeof(float) == kTcMergeFloats, "the fused merge's scratch is red");
 
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  const int bytes = valid ? 16 : 0;  // 0: zero-fill
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(bytes));
-#endif
-}
-
-__device__ __forceinline__ void cp_async_commit() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.commit_group;\n" ::);
-#endif
-}
-
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-#endif
-}
-
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-
-// The A fragment (16 x 16, rows r0.., columns k0..) of a row-major [rows][ld] bf16 tile.
-__device__ __forceinline__ void ldmatrix_a(uint32_t* a, const __nv_bfloat16* tile, int ld, int r0, int k0,
-                                           int lane) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  const int idx = lane / 8, row = lane % 8;
-  const unsigned addr = smem_addr(tile + (r0 + (idx % 2) * 8 + row) * ld + k0 + (idx / 2) * 8);
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
-               : "r"(addr));
-#endif
-}
-
-// Two B fragments (16 k x 8 n; b[0..1] for columns n0.., b[2..3] for n0 + 8..) of B = tile^T for a
-// [n][ld] tile holding k contiguously (the cached rows for S = Q K^T).
-__device__ __forceinline__ void ldmatrix_bt(uint32_t* b, const __nv_bfloat16* tile, int n0, int k0,
-                                            int lane) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  const int idx = lane / 8, row = lane % 8;
-  const unsigned addr = smem_addr(tile + (n0 + (idx / 2) * 8 + row) * kLdK + k0 + (idx % 2) * 8);
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3])
-               : "r"(addr));
-#endif
-}
-
-// Two B fragments (16 k x 8 n, n tiles n0 and n0 + 8) of V = rows [k0, k0 + 16) of a [rows][kLdK] tile.
-__device__ __forceinline__ void ldmatrix_v(uint32_t* b, const __nv_bfloat16* k_tile, int k0, int n0,
-                                           int lane) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  const int idx = lane / 8, row = lane % 8;
-  const __nv_bfloat16* p = k_tile + (k0 + (idx % 2) * 8 + row) * kLdK + n0 + (idx / 2) * 8;
-  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3])
-               : "r"(a));
-#endif
-}
+using frag::cp_async16;
+using frag::cp_async_commit;
+using frag::cp_async_wait;
+using frag::ldmatrix_a;
 
 __global__ void __launch_bounds__(kThreads, 1)
     mla_tc_kernel(const float* q_lat, const float* q_pe, const uint16_t* cache, MlaPlanView plan, float* out,
@@ -205,7 +148,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
           for (int j = 0; j < 8; j += 2) {
             uint32_t b[4];
-            ldmatrix_bt(b, kt, j * 8, k0, lane);
+            frag::ldmatrix_bt(b, kt, kLdK, j * 8, k0, lane);
             mma_bf16(s[j], qh[i], b);
             mma_bf16(s[j], ql[i], b);
             mma_bf16(s[j + 1], qh[i], b + 2);
@@ -279,7 +222,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
         for (int j = 0; j < 8; j += 2) {
           uint32_t b[4];
-          ldmatrix_v(b, kt, k0, warp * 64 + j * 8, lane);
+          frag::ldmatrix_v(b, kt, kLdK, k0, warp * 64 + j * 8, lane);
           mma_bf16(acc[j], ah, b);
           mma_bf16(acc[j], al, b);
           mma_bf16(acc[j + 1], ah, b + 2);
