@@ -3,7 +3,6 @@
 #include "engine/agreement_routing.h"
 
 #include <cmath>
-#include <cstdio>
 
 #include "core/error.h"
 #include "engine/routing_hooks.h"
@@ -11,26 +10,6 @@
 
 namespace dsinfer {
 namespace {
-
-// Installs `hook` on `model` for the scope's duration.
-class HookScope {
- public:
-  HookScope(Model& model, MoeRoutingHook* hook) : model_(model) {
-    DSI_CHECK(model.set_moe_routing_hook(hook), "batch agreement: the model has no MoE routing");
-  }
-  ~HookScope() { model_.set_moe_routing_hook(nullptr); }
-  HookScope(const HookScope&) = delete;
-  HookScope& operator=(const HookScope&) = delete;
-
- private:
-  Model& model_;
-};
-
-std::string fmt(const char* f, double a, double b = 0.0) {
-  char buf[96];
-  std::snprintf(buf, sizeof buf, f, a, b);
-  return buf;
-}
 
 void decide(AgreementRoutingExcuse& r) {
   r.excused = false;
@@ -61,20 +40,21 @@ void decide(AgreementRoutingExcuse& r) {
       "position " + std::to_string(worst->token) + " layer " + std::to_string(worst->layer);
   if (!worst->within) {
     r.reason = "root routing flip at " + at + " (" + worst->level + " level) has margin " +
-               fmt("%.3e > bound %.3e", worst->margin, worst->bound) + ": not bf16 noise";
+               format_numbers("%.3e > bound %.3e", worst->margin, worst->bound) + ": not bf16 noise";
     return;
   }
   if (!r.forced_match && !r.forced_mismatch.excused) {
-    r.reason = "forced to the batched routing, the one-at-a-time run gives another token at step " +
-               std::to_string(r.forced_mismatch.step) +
-               fmt(" (margin %.3e vs bound %.3e)", r.forced_mismatch.margin, r.forced_mismatch.bound);
+    r.reason =
+        "forced to the batched routing, the one-at-a-time run gives another token at step " +
+        std::to_string(r.forced_mismatch.step) +
+        format_numbers(" (margin %.3e vs bound %.3e)", r.forced_mismatch.margin, r.forced_mismatch.bound);
     return;
   }
   r.excused = true;
   r.reason = std::to_string(r.flips.size()) + " of " + std::to_string(r.decisions) +
              " routing decisions differ; the " + std::to_string(r.forced_flips.size()) +
              " root flips are all within bf16 noise (closest to its bound: " + at +
-             fmt(", margin %.3e vs %.3e)", worst->margin, worst->bound) +
+             format_numbers(", margin %.3e vs %.3e)", worst->margin, worst->bound) +
              "; forced to the batched routing, the one-at-a-time run gives the batched tokens" +
              (r.forced_match ? "" : " within the margin rule");
 }
@@ -119,7 +99,7 @@ AgreementRoutingExcuse judge_agreement_routing(Model& tested, Model& reference,
   // positions 0 .. n - 1 + step with the batched ones.
   {
     RoutingComparer comparer(batched_log, seq, n - 1 + step);
-    HookScope scope(tested, &comparer);
+    ScopedRoutingHook scope(tested, &comparer, "batch agreement");
     SequenceRunner runner(tested, capacity);
     runner.append(prompt);
     for (int g = 0; g < step; ++g) runner.append({single[g]});
@@ -139,7 +119,7 @@ AgreementRoutingExcuse judge_agreement_routing(Model& tested, Model& reference,
   const std::vector<std::pair<Tensor, Tensor>> calls = batched_log.forced_calls(seq, passes);
   RoutingForcer forcer(calls);
   {
-    HookScope scope(reference, &forcer);
+    ScopedRoutingHook scope(reference, &forcer, "batch agreement");
     SequenceRunner runner(reference, capacity);
     Tensor last = runner.append(prompt).clone();  // [1, V]
     r.forced_match = true;

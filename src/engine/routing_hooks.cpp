@@ -3,10 +3,26 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "core/error.h"
+#include "model/model.h"
 
 namespace dsinfer {
+
+ScopedRoutingHook::ScopedRoutingHook(Model& model, MoeRoutingHook* hook, const char* what) : model_(model) {
+  DSI_CHECK(model.set_moe_routing_hook(hook), what, ": the model has no MoE routing");
+}
+
+ScopedRoutingHook::~ScopedRoutingHook() {
+  model_.set_moe_routing_hook(nullptr);
+}
+
+std::string format_numbers(const char* format, double a, double b) {
+  char buf[96];
+  std::snprintf(buf, sizeof buf, format, a, b);
+  return buf;
+}
 
 Tensor host_ids(const Tensor& host, int64_t layer) {
   if (host.dtype() == DType::I32) return host;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -11,6 +12,24 @@
 #include "model/moe_routing_hook.h"
 
 namespace dsinfer {
+
+class Model;
+
+// Installs `hook` on `model` for the scope's duration; `what` names the caller in the error a model without
+// MoE routing gives.
+class ScopedRoutingHook {
+ public:
+  ScopedRoutingHook(Model& model, MoeRoutingHook* hook, const char* what);
+  ~ScopedRoutingHook();
+  ScopedRoutingHook(const ScopedRoutingHook&) = delete;
+  ScopedRoutingHook& operator=(const ScopedRoutingHook&) = delete;
+
+ private:
+  Model& model_;
+};
+
+// printf-style text of one or two numbers (the routing rules' reasons).
+std::string format_numbers(const char* format, double a, double b = 0.0);
 
 // Backend::to_host hands back values as F32 (the GPU's I32 expert ids too): `host` ([T, k]) as I32 again,
 // each id checked to be a whole number.

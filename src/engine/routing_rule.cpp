@@ -2,7 +2,6 @@
 #include "engine/routing_rule.h"
 
 #include <cmath>
-#include <cstdio>
 
 #include "core/error.h"
 #include "engine/golden_eval.h"
@@ -11,26 +10,6 @@
 
 namespace dsinfer {
 namespace {
-
-// Installs `hook` on `model` for the scope's duration.
-class HookScope {
- public:
-  HookScope(Model& model, MoeRoutingHook* hook) : model_(model) {
-    DSI_CHECK(model.set_moe_routing_hook(hook), "routing rule: the model has no MoE routing");
-  }
-  ~HookScope() { model_.set_moe_routing_hook(nullptr); }
-  HookScope(const HookScope&) = delete;
-  HookScope& operator=(const HookScope&) = delete;
-
- private:
-  Model& model_;
-};
-
-std::string fmt(const char* f, double a, double b = 0.0) {
-  char buf[96];
-  std::snprintf(buf, sizeof buf, f, a, b);
-  return buf;
-}
 
 // The verdict from the numbers (a) and (b).
 void decide(RoutingExcuse& r, double tolerance) {
@@ -53,25 +32,26 @@ void decide(RoutingExcuse& r, double tolerance) {
   const std::string at = "token " + std::to_string(worst->token) + " layer " + std::to_string(worst->layer);
   if (!worst->within) {
     r.reason = "routing flip at " + at + " (" + worst->level + " level) has margin " +
-               fmt("%.3e > bound %.3e", worst->margin, worst->bound) + ": not bf16 noise";
+               format_numbers("%.3e > bound %.3e", worst->margin, worst->bound) + ": not bf16 noise";
     return;
   }
   if (!(r.forced_rel_l2 <= tolerance)) {
-    r.reason =
-        fmt("with the reference forced to this routing rel_l2 is %.3e > %.1e", r.forced_rel_l2, tolerance);
+    r.reason = format_numbers("with the reference forced to this routing rel_l2 is %.3e > %.1e",
+                              r.forced_rel_l2, tolerance);
     return;
   }
   if (!r.forced_greedy_match && !r.forced_mismatch.excused) {
-    r.reason = "with the reference forced to this routing greedy differs at step " +
-               std::to_string(r.forced_mismatch.step) +
-               fmt(" (margin %.3e vs bound %.3e)", r.forced_mismatch.margin, r.forced_mismatch.bound);
+    r.reason =
+        "with the reference forced to this routing greedy differs at step " +
+        std::to_string(r.forced_mismatch.step) +
+        format_numbers(" (margin %.3e vs bound %.3e)", r.forced_mismatch.margin, r.forced_mismatch.bound);
     return;
   }
   r.excused = true;
   r.reason = std::to_string(r.flips.size()) + " of " + std::to_string(r.decisions) +
              " routing decisions flipped, all within bf16 noise (closest to its bound: " + at +
-             fmt(", margin %.3e vs %.3e)", worst->margin, worst->bound) +
-             fmt("; forced rel_l2 %.3e <= %.1e", r.forced_rel_l2, tolerance) + ", greedy " +
+             format_numbers(", margin %.3e vs %.3e)", worst->margin, worst->bound) +
+             format_numbers("; forced rel_l2 %.3e <= %.1e", r.forced_rel_l2, tolerance) + ", greedy " +
              (r.forced_greedy_match ? "identical" : "within the margin rule");
 }
 
@@ -103,7 +83,7 @@ RoutingExcuse judge_routing(Model& tested, Model& reference, const std::vector<i
   std::vector<int32_t> greedy;           // [greedy_steps]
   std::vector<std::vector<float>> ours;  // [greedy_steps][V]
   {
-    HookScope scope(tested, &recorder);
+    ScopedRoutingHook scope(tested, &recorder, "routing rule");
     SequenceRunner runner(tested, capacity);
     tested_prompt = runner.append(prompt, /*all_logits=*/true, options.prefill_chunk).clone();
     Tensor last = tested_prompt.rows(n - 1, n);  // [1, V]
@@ -117,7 +97,7 @@ RoutingExcuse judge_routing(Model& tested, Model& reference, const std::vector<i
   RoutingExcuse r;
   RoutingForcer forcer(recorder.calls);
   {
-    HookScope scope(reference, &forcer);
+    ScopedRoutingHook scope(reference, &forcer, "routing rule");
     SequenceRunner runner(reference, capacity);
     Tensor forced = runner.append(prompt, /*all_logits=*/true, options.prefill_chunk);  // [n, V]
     DSI_CHECK(forced.shape() == tested_prompt.shape(), "routing rule: logits of shapes ",
