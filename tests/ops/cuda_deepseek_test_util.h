@@ -1,0 +1,132 @@
+// Shared set-up of the CUDA DeepSeek-V2/V3 op tests and benchmarks (cuda_mla_ops_test.cpp,
+// cuda_moe_ops_test.cpp, cuda_deepseek_bench_test.cpp): the fixture with its bf16-representable random
+// values, and the helpers more than one of them uses. One fixture type for every file, so that the test suite
+// CudaDeepseekOpsTest may span them in the single cuda_device_tests binary.
+#pragma once
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <random>
+#include <set>
+#include <tuple>
+
+#include "backend/cpu/cpu_backend.h"
+#include "core/dtype.h"
+#include "core/tensor.h"
+#include "model/rope.h"
+#include "scrambled_plan.h"
+
+#ifdef DSINFER_HAVE_CUDA
+#include "backend/cuda/arch_path.h"
+#include "backend/cuda/attention_kernels.h"
+#include "backend/cuda/batch_bucket.h"
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_tensor.h"
+#include "backend/cuda/elementwise_kernels.h"
+#include "backend/cuda/head_matmul_kernels.h"
+#include "backend/cuda/mla_kernels.h"
+#include "backend/cuda/moe_kernels.h"
+#include "backend/cuda/runtime.h"
+#include "backend/cuda/timing.h"
+#endif
+
+namespace dsinfer::deepseek_ops_test {
+
+#ifdef DSINFER_HAVE_CUDA
+
+class CudaDeepseekOpsTest : public ::testing::Test {
+ public:
+  void SetUp() override {
+    if (!cuda::device_available()) GTEST_SKIP() << "no CUDA device visible";
+  }
+  std::mt19937 rng{20261130};
+  // Normal values rounded to bf16 (exactly representable in the bf16 cache and weights).
+  Tensor random_bf16_values(Shape shape, float sd = 1.0f) {
+    std::normal_distribution<float> d(0.0f, sd);
+    Tensor t = Tensor::empty(DType::F32, shape);
+    for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = bf16_to_f32(f32_to_bf16(d(rng)));
+    return t;
+  }
+  static Tensor to_bf16_bits(const Tensor& values) {
+    Tensor bits = Tensor::empty(DType::BF16, values.shape());
+    for (int64_t i = 0; i < values.numel(); ++i) bits.data<uint16_t>()[i] = f32_to_bf16(values.f32()[i]);
+    return bits;
+  }
+  static double rel_err(const Tensor& a, const Tensor& b) {
+    double d = 0, n = 0;
+    for (int64_t i = 0; i < a.numel(); ++i) {
+      d += std::pow(double(a.f32()[i]) - b.f32()[i], 2);
+      n += std::pow(double(b.f32()[i]), 2);
+    }
+    return std::sqrt(d / std::max(n, 1e-30));
+  }
+  CpuBackend cpu;
+};
+
+// Runs body() with the MLA step split's thresholds set (min_query query tokens of a sequence for the
+// multi-query kernel, min_blocks of its blocks x head groups in a step), then restores them.
+template <class Fn>
+void with_prefill_policy(int min_query, int min_blocks, Fn&& body) {
+  const int saved_query = cuda::mla_prefill_min_query(), saved_blocks = cuda::mla_prefill_min_blocks();
+  cuda::mla_set_prefill_min_query(min_query);
+  cuda::mla_set_prefill_min_blocks(min_blocks);
+  body();
+  cuda::mla_set_prefill_min_query(saved_query);
+  cuda::mla_set_prefill_min_blocks(saved_blocks);
+}
+inline constexpr int kPrefillOff = 1 << 30;
+
+// [T, K] I32 expert ids, K distinct experts of E per token, uniformly drawn.
+inline Tensor distinct_expert_ids(std::mt19937& rng, int64_t T, int64_t K, int64_t E) {
+  Tensor ids = Tensor::empty(DType::I32, {T, K});
+  std::uniform_int_distribution<int> pick(0, static_cast<int>(E) - 1);
+  for (int64_t t = 0; t < T; ++t) {
+    std::set<int> used;
+    for (int64_t k = 0; k < K; ++k) {
+      int e;
+      do e = pick(rng);
+      while (!used.insert(e).second);
+      ids.data<int32_t>()[t * K + k] = e;
+    }
+  }
+  return ids;
+}
+
+// Device copy of host values as bf16 bits (raw bf16 device tensor, as prepare_weight leaves weights).
+inline Tensor device_bf16(const Tensor& values) {
+  Tensor bits = Tensor::empty(DType::BF16, values.shape());
+  for (int64_t i = 0; i < values.numel(); ++i) bits.data<uint16_t>()[i] = f32_to_bf16(values.f32()[i]);
+  return cuda::to_device(bits);
+}
+
+struct FusedRouteCase {
+  const char* scoring;
+  const char* method;
+  int64_t E, K, groups, topk_group;
+  bool norm, bias;
+};
+
+inline cuda::MoeRouteParams kernel_route_params(const FusedRouteCase& c) {
+  cuda::MoeRouteParams p;
+  p.scoring = std::string(c.scoring) == "softmax"   ? cuda::MoeScoring::kSoftmax
+              : std::string(c.scoring) == "sigmoid" ? cuda::MoeScoring::kSigmoid
+                                                    : cuda::MoeScoring::kSqrtSoftplus;
+  p.method = std::string(c.method) == "greedy"                 ? cuda::MoeTopk::kGreedy
+             : std::string(c.method) == "group_limited_greedy" ? cuda::MoeTopk::kGroupLimitedGreedy
+                                                               : cuda::MoeTopk::kNoauxTc;
+  p.top_k = static_cast<int>(c.K);
+  p.n_group = static_cast<int>(c.groups);
+  p.topk_group = static_cast<int>(c.topk_group);
+  p.norm_topk_prob = c.norm;
+  p.routed_scaling_factor = 2.5f;
+  return p;
+}
+
+#endif
+
+}  // namespace dsinfer::deepseek_ops_test

@@ -1,0 +1,495 @@
+// CudaBackend's MLA attention (decode, prefill, mixed steps, the rope/KV write) and head_matmul against the
+// CPU reference on random inputs (runs where a GPU is visible; CI compiles it and skips). Weights and cached
+// rows are bf16-representable so that both backends see the same values.
+#include "cuda_deepseek_test_util.h"
+
+namespace dsinfer {
+namespace {
+
+#ifdef DSINFER_HAVE_CUDA
+
+using namespace deepseek_ops_test;
+
+// ---- MLA ----
+
+// Fills every position of `seqs` (cached + new) with random bf16 rows in the CPU cache and copies the cache
+// image into a float32 and a bf16 GPU cache; then compares attention_mla for the plan's query tokens.
+// Returns the GPU outputs (float32 cache, bf16 cache) as host tensors.
+// tol_bf16 (< 0: tol) bounds the bf16 cache's error, where the multi-query prefill kernel (bf16 queries and
+// probabilities) may run; its error is printed when it is looser than tol.
+std::vector<Tensor> check_mla(CudaDeepseekOpsTest* test, int64_t H, int64_t R, int64_t P,
+                              const std::vector<std::pair<int32_t, int32_t>>& seqs, double tol,
+                              double tol_bf16 = -1.0) {
+  const int32_t bs = 16;
+  const int64_t width = R + P;
+  std::vector<std::pair<int32_t, int32_t>> full;
+  int32_t blocks = 1;
+  for (auto [cached, fresh] : seqs) {
+    full.push_back({0, cached + fresh});
+    blocks += (cached + fresh + bs - 1) / bs;
+  }
+  blocks = std::max(blocks, 450);
+  const BatchPlan fill = make_plan(full, bs, blocks);
+  const BatchPlan plan = make_plan(seqs, bs, blocks);
+  KvCache cpu_cache({KvLayerSpec{KvKind::kFullHistory, width}}, blocks, bs);
+  std::fill(cpu_cache.slot(0, 0), cpu_cache.slot(0, 0) + cpu_cache.storage(0).numel(), 0.0f);
+  const int64_t N = fill.num_tokens();
+  test->cpu.write_kv(cpu_cache, 0, fill, test->random_bf16_values({N, R}), test->random_bf16_values({N, P}));
+  const Tensor& image = cpu_cache.storage(0);
+  KvCache f32_cache({KvLayerSpec{KvKind::kFullHistory, width}}, blocks, bs, Device::kCuda, DType::F32);
+  KvCache bf16_cache({KvLayerSpec{KvKind::kFullHistory, width}}, blocks, bs, Device::kCuda, DType::BF16);
+  cuda::copy_to_device(const_cast<void*>(f32_cache.storage(0).raw()), image.raw(), image.nbytes());
+  const Tensor bits = CudaDeepseekOpsTest::to_bf16_bits(image);
+  cuda::copy_to_device(const_cast<void*>(bf16_cache.storage(0).raw()), bits.raw(), bits.nbytes());
+
+  const int64_t T = plan.num_tokens();
+  const Tensor q_lat = test->random_bf16_values({T, H, R}, 0.1f),
+               q_pe = test->random_bf16_values({T, H, P}, 0.1f);
+  const float scale = 1.0f / std::sqrt(192.0f);
+  const Tensor ref = test->cpu.attention_mla(q_lat, q_pe, cpu_cache, 0, plan, scale);
+  CudaBackend gpu;
+  const Tensor dq = cuda::to_device(q_lat), dp = cuda::to_device(q_pe);
+  std::vector<Tensor> outs;
+  for (const KvCache* cache : {&f32_cache, &bf16_cache}) {
+    const Tensor out = gpu.to_host(gpu.attention_mla(dq, dp, *cache, 0, plan, scale));
+    EXPECT_EQ(out.shape(), ref.shape());
+    const bool bf16 = cache == &bf16_cache;
+    const double err = CudaDeepseekOpsTest::rel_err(out, ref);
+    if (bf16 && tol_bf16 > tol)
+      std::printf("attention_mla H %lld T %lld bf16 cache: relative error %.2e\n", static_cast<long long>(H),
+                  static_cast<long long>(T), err);
+    EXPECT_LT(err, bf16 && tol_bf16 >= 0.0 ? tol_bf16 : tol)
+        << "H=" << H << " R=" << R << " P=" << P << " T=" << T << " cache " << dtype_name(cache->dtype());
+    outs.push_back(out);
+  }
+  return outs;
+}
+
+TEST_F(CudaDeepseekOpsTest, MlaDecodeMatchesCpu) {
+  // One new token per sequence, contexts 1 .. 3000 (split-KV for the long ones).
+  const std::vector<std::pair<int32_t, int32_t>> decode = {{0, 1},   {1, 1},    {16, 1},  {63, 1},
+                                                           {299, 1}, {1000, 1}, {2999, 1}};
+  for (int64_t H : {16, 128}) check_mla(this, H, 512, 64, decode, 1e-5);
+  check_mla(this, 16, 512, 64, {{2999, 1}}, 1e-5);  // batch 1, long context: many splits
+  check_mla(this, 4, 32, 8, decode, 1e-5);          // the tiny models' shape
+  check_mla(this, 3, 100, 12, {{5, 1}, {200, 1}}, 1e-5);
+}
+
+TEST_F(CudaDeepseekOpsTest, MlaDecodeTensorCoreEdgesMatchCpu) {
+  // The tensor-core kernel's edges (bf16 cache, R 512, P 64; the float32 cache runs the CUDA-core kernel):
+  // contexts around its 64-row tile, a context of 1, mixed lengths in one batch (empty splits), a partial
+  // head group (H 24), many splits (T 1, long context) and T = 257 (no split, next_pow2 512).
+  const std::vector<std::pair<int32_t, int32_t>> edges = {{0, 1},   {1, 1},   {62, 1},  {63, 1},  {64, 1},
+                                                          {126, 1}, {128, 1}, {199, 1}, {4000, 1}};
+  for (int64_t H : {16, 24, 128}) check_mla(this, H, 512, 64, edges, 1e-5);
+  check_mla(this, 128, 512, 64, {{4096, 1}}, 1e-5);
+  check_mla(this, 16, 512, 64, {{64, 1}}, 1e-5);
+  std::vector<std::pair<int32_t, int32_t>> many;
+  for (int32_t i = 0; i < 257; ++i) many.push_back({(i * 37) % 300, 1});
+  check_mla(this, 16, 512, 64, many, 1e-5);
+}
+
+TEST_F(CudaDeepseekOpsTest, MlaFusedMergeEqualsCombineKernel) {
+  // The last split block to arrive merges the splits (few splits), else the separate combine kernel: both
+  // must match the CPU and give the same bits. Forced both ways (and fused for every split count) on the
+  // CUDA-core (float32 cache) and tensor-core (bf16 cache) kernels: batch 1 and 3 at contexts of 2 to ~60
+  // splits, a partial head group, empty splits (mixed lengths).
+  const int saved = cuda::mla_fused_merge_max_splits();
+  struct Case {
+    int64_t H, R, P;
+    std::vector<std::pair<int32_t, int32_t>> seqs;
+  };
+  const std::vector<Case> cases = {{16, 512, 64, {{130, 1}}},
+                                   {16, 512, 64, {{255, 1}}},
+                                   {16, 512, 64, {{700, 1}}},
+                                   {16, 512, 64, {{3000, 1}}},
+                                   {24, 512, 64, {{10, 1}, {500, 1}, {64, 1}}},
+                                   {128, 512, 64, {{300, 1}}},
+                                   {4, 32, 8, {{0, 1}, {90, 1}, {1000, 1}}},
+                                   {3, 100, 12, {{5, 1}, {200, 1}}}};
+  for (const Case& c : cases) {
+    std::vector<std::vector<Tensor>> runs;
+    for (int max_splits : {0, 8, 4096}) {
+      cuda::mla_set_fused_merge_max_splits(max_splits);
+      rng.seed(777);  // the same inputs for every run
+      runs.push_back(check_mla(this, c.H, c.R, c.P, c.seqs, 1e-5));
+    }
+    for (size_t r = 1; r < runs.size(); ++r)
+      for (size_t k = 0; k < runs[0].size(); ++k) {
+        int64_t differ = 0;
+        for (int64_t i = 0; i < runs[0][k].numel(); ++i) differ += runs[0][k].f32()[i] != runs[r][k].f32()[i];
+        EXPECT_EQ(differ, 0) << "H=" << c.H << " R=" << c.R << " run " << r << " cache " << k;
+      }
+  }
+  cuda::mla_set_fused_merge_max_splits(saved);
+}
+
+// Relative error bound of the multi-query prefill kernel (bf16 queries and probabilities) against the
+// float32 CPU reference; the decode kernels stay within 1e-5.
+constexpr double kMlaPrefillTol = 1e-2;
+
+TEST_F(CudaDeepseekOpsTest, MlaPrefillAndChunkedMatchCpu) {
+  // Whole prompts and chunks after a cached prefix, causal within the chunk: the decode kernels (prefill
+  // kernel off) at 1e-5, then the multi-query kernel forced on for the bf16 cache, for every sequence
+  // (min_query 1: decode tokens are blocks of one) and split by sequence (min_query 2 and 64).
+  const std::vector<std::pair<int32_t, int32_t>> chunks = {{0, 100}, {37, 60}, {250, 1}, {0, 3}};
+  with_prefill_policy(64, kPrefillOff, [&] {
+    for (int64_t H : {16, 128}) check_mla(this, H, 512, 64, chunks, 1e-5);
+  });
+  for (int min_query : {1, 2, 64})
+    with_prefill_policy(min_query, 0, [&] {
+      for (int64_t H : {16, 128}) check_mla(this, H, 512, 64, chunks, 1e-5, kMlaPrefillTol);
+    });
+  check_mla(this, 2, 128, 32, {{0, 300}, {100, 200}}, 1e-5);
+}
+
+TEST_F(CudaDeepseekOpsTest, MlaPrefillKernelMatchesCpu) {
+  // The multi-query kernel (forced on; bf16 cache, R 512, P 64) on chunked context: chunks of 1 .. 300
+  // tokens after cached prefixes of 0 .. 700 in one plan, decode tokens between them, contexts around the
+  // 16-row cache blocks and the kernel's 32-row tiles, chunks that are not a multiple of its 4-token blocks,
+  // partial head groups (H 24) and 128 heads; every sequence on it (min_query 1) and split by sequence.
+  const std::vector<std::vector<std::pair<int32_t, int32_t>>> plans = {
+      {{0, 300}, {700, 1}, {37, 60}, {0, 1}, {129, 95}, {511, 33}, {0, 2}, {64, 64}},
+      {{0, 1}, {0, 2}, {5, 2}, {31, 1}, {31, 2}, {30, 3}},
+      {{700, 300}},
+      {{1, 299}, {699, 7}, {300, 128}, {33, 31}, {0, 17}, {15, 16}, {63, 65}}};
+  for (int min_query : {1, 16, 64})
+    with_prefill_policy(min_query, 0, [&] {
+      for (const auto& seqs : plans)
+        for (int64_t H : {16, 24, 128}) check_mla(this, H, 512, 64, seqs, 1e-5, kMlaPrefillTol);
+    });
+  // The default thresholds take a step of 2048 blocks (8192 prompt tokens, 16 heads) and never a step
+  // without blocks (decode-only steps carry none).
+  EXPECT_TRUE(cuda::mla_prefill_chosen(2048, 16));
+  EXPECT_FALSE(cuda::mla_prefill_chosen(0, 16));
+  check_mla(this, 16, 512, 64, {{100, 500}, {0, 524}}, 1e-5, kMlaPrefillTol);
+}
+
+// A mixed step's sequences: decode rows (contexts 1 .. 1500) around several prefill chunks (whole prompts
+// and chunks after cached prefixes, lengths not multiples of 4).
+std::vector<std::pair<int32_t, int32_t>> mixed_step_seqs() {
+  std::vector<std::pair<int32_t, int32_t>> seqs;
+  const std::vector<std::pair<int32_t, int32_t>> chunks = {{0, 301}, {128, 256}, {0, 97}, {640, 130}};
+  for (int32_t i = 0; i < 40; ++i) {
+    seqs.push_back({(i * 389) % 1500, 1});
+    if (i % 10 == 3) seqs.push_back(chunks[static_cast<size_t>(i / 10)]);
+  }
+  return seqs;
+}
+
+TEST_F(CudaDeepseekOpsTest, MlaMixedStepMatchesCpu) {
+  // Decode rows and prefill sequences in one plan: split by sequence (the multi-query kernel for the chunks,
+  // the split decode kernel over the row list for the rest) at the default thresholds and forced, against
+  // the CPU reference; short chunks (2 .. 63 tokens) stay with the decode rows.
+  std::vector<std::pair<int32_t, int32_t>> seqs = mixed_step_seqs();
+  seqs.push_back({50, 2});
+  seqs.push_back({900, 63});
+  with_prefill_policy(64, cuda::mla_prefill_min_blocks(), [&] {  // 16 heads: decode kernel; 128: split
+    for (int64_t H : {16, 128}) check_mla(this, H, 512, 64, seqs, 1e-5, kMlaPrefillTol);
+  });
+  with_prefill_policy(64, 0, [&] {
+    for (int64_t H : {16, 24}) check_mla(this, H, 512, 64, seqs, 1e-5, kMlaPrefillTol);
+  });
+}
+
+TEST_F(CudaDeepseekOpsTest, MlaMixedStepDecodeRowsEqualDecodeOnlyStep) {
+  // The decode rows of a mixed step run the launch a decode-only step of the same sequences runs (the split
+  // decode kernel over a row list; its splits from their count and contexts): bit-identical outputs. Each
+  // sequence's cached rows and queries are the same values in both plans (block ids differ).
+  if (!cuda::mla_tc_supported(512, 64, true, 0, 0, 0) || !cuda::mla_prefill_supported())
+    GTEST_SKIP() << "the tensor-core MLA kernels need more shared memory than this GPU has";
+  const int64_t R = 512, P = 64, D = R + P;
+  const int32_t bs = 16;
+  const std::vector<std::pair<int32_t, int32_t>> mixed = mixed_step_seqs();
+  std::vector<Tensor> lat, pe, ql, qp;  // per sequence: [len, R], [len, P], [fresh, H, R], [fresh, H, P]
+  for (const int64_t H : {16, 128}) {
+    lat.clear(), pe.clear(), ql.clear(), qp.clear();
+    for (auto [cached, fresh] : mixed) {
+      lat.push_back(random_bf16_values({cached + fresh, R}));
+      pe.push_back(random_bf16_values({cached + fresh, P}));
+      ql.push_back(random_bf16_values({fresh, H, R}, 0.1f));
+      qp.push_back(random_bf16_values({fresh, H, P}, 0.1f));
+    }
+    auto concat = [](const std::vector<Tensor>& parts, const std::vector<size_t>& which, Shape inner) {
+      int64_t rows = 0;
+      for (size_t i : which) rows += parts[i].dim(0);
+      Shape shape = {rows};
+      shape.insert(shape.end(), inner.begin(), inner.end());
+      Tensor t = Tensor::empty(DType::F32, shape);
+      float* dst = t.f32();
+      for (size_t i : which) dst = std::copy_n(parts[i].f32(), parts[i].numel(), dst);
+      return t;
+    };
+    // attention_mla over the sequences `which` (in this order) on a bf16 cache holding their rows.
+    auto run = [&](const std::vector<size_t>& which) {
+      std::vector<std::pair<int32_t, int32_t>> seqs, full;
+      for (size_t i : which) {
+        seqs.push_back(mixed[i]);
+        full.push_back({0, mixed[i].first + mixed[i].second});
+      }
+      int32_t blocks = 1;  // enough for every sequence, and coprime with make_plan's stride of 7
+      for (auto [cached, fresh] : full) blocks += (fresh + bs - 1) / bs;
+      if (blocks % 7 == 0) ++blocks;
+      const BatchPlan fill = make_plan(full, bs, blocks), plan = make_plan(seqs, bs, blocks);
+      KvCache host_cache({KvLayerSpec{KvKind::kFullHistory, D}}, blocks, bs);
+      std::fill(host_cache.slot(0, 0), host_cache.slot(0, 0) + host_cache.storage(0).numel(), 0.0f);
+      cpu.write_kv(host_cache, 0, fill, concat(lat, which, {R}), concat(pe, which, {P}));
+      KvCache cache({KvLayerSpec{KvKind::kFullHistory, D}}, blocks, bs, Device::kCuda, DType::BF16);
+      const Tensor bits = to_bf16_bits(host_cache.storage(0));
+      cuda::copy_to_device(const_cast<void*>(cache.storage(0).raw()), bits.raw(), bits.nbytes());
+      CudaBackend gpu;
+      return gpu.to_host(gpu.attention_mla(cuda::to_device(concat(ql, which, {H, R})),
+                                           cuda::to_device(concat(qp, which, {H, P})), cache, 0, plan,
+                                           1.0f / std::sqrt(192.0f)));
+    };
+    std::vector<size_t> all, decode;
+    for (size_t i = 0; i < mixed.size(); ++i) {
+      all.push_back(i);
+      if (mixed[i].second == 1) decode.push_back(i);
+    }
+    with_prefill_policy(64, 0, [&] {
+      const Tensor a = run(all), d = run(decode);  // [T, H, R], [decode rows, H, R]
+      int64_t row = 0, drow = 0, differ = 0;
+      for (size_t i = 0; i < mixed.size(); ++i) {
+        const int64_t n = mixed[i].second;
+        if (n == 1) {
+          const float* x = a.f32() + row * H * R;
+          const float* y = d.f32() + drow * H * R;
+          for (int64_t k = 0; k < H * R; ++k) differ += x[k] != y[k];
+          ++drow;
+        }
+        row += n;
+      }
+      EXPECT_EQ(drow, static_cast<int64_t>(decode.size()));
+      EXPECT_EQ(differ, 0) << "H=" << H;
+    });
+  }
+}
+
+TEST_F(CudaDeepseekOpsTest, MlaRopeWriteKvMatchesCpuAndUnfused) {
+  // One kernel: the latent's RMSNorm, rope of q_pe and k_pe (both layouts, yarn scaling), the cache rows;
+  // against the CPU reference and the unfused CUDA ops (rms_norm, rope, rope, write_kv), float32 and bf16
+  // caches, batch 1 to 64 at scattered positions.
+  RopeConfig yarn;
+  yarn.type = RopeType::kYarn;
+  yarn.factor = 40.0;
+  yarn.original_max_position_embeddings = 4096;
+  yarn.mscale = 1.0;
+  yarn.mscale_all_dim = 1.0;
+  struct Case {
+    int64_t H, R, P;
+    RopeLayout layout;
+    RopeConfig rope;
+  };
+  const std::vector<Case> cases = {{16, 512, 64, RopeLayout::kInterleaved, RopeConfig{}},
+                                   {128, 512, 64, RopeLayout::kHalf, yarn},
+                                   {4, 32, 8, RopeLayout::kInterleaved, yarn},
+                                   {3, 100, 12, RopeLayout::kHalf, RopeConfig{}}};
+  CudaBackend gpu;
+  const int32_t bs = 16;
+  for (const Case& c : cases) {
+    const RopeTable table = make_rope_table(c.rope, c.P);
+    const Tensor norm = random_bf16_values({c.R});
+    const Tensor dnorm = gpu.prepare_weight(norm);
+    for (int64_t T : {1, 3, 8, 64}) {
+      std::vector<std::pair<int32_t, int32_t>> seqs;
+      int32_t blocks = 1;  // enough that no two sequences share a block (and not a multiple of 7)
+      for (int64_t i = 0; i < T; ++i) {
+        seqs.push_back({static_cast<int32_t>((i * 397) % 1000), 1});
+        blocks += (seqs.back().first + 1 + bs - 1) / bs;
+      }
+      if (blocks % 7 == 0) ++blocks;
+      const BatchPlan plan = make_plan(seqs, bs, blocks);
+      const Tensor latent = random_bf16_values({T, c.R}), k_pe = random_bf16_values({T, 1, c.P}),
+                   q_pe = random_bf16_values({T, c.H, c.P});
+      const KvLayerSpec spec{KvKind::kFullHistory, c.R + c.P};
+      KvCache cpu_cache({spec}, blocks, bs);
+      std::fill(cpu_cache.slot(0, 0), cpu_cache.slot(0, 0) + cpu_cache.storage(0).numel(), 0.0f);
+      Tensor ref_q = q_pe.clone(), ref_k = k_pe.clone();
+      cpu.mla_rope_write_kv(ref_q, ref_k, latent, norm, 1e-6f, table, c.layout, cpu_cache, 0, plan);
+      for (DType dt : {DType::F32, DType::BF16}) {
+        KvCache fused_cache({spec}, blocks, bs, Device::kCuda, dt),
+            plain_cache({spec}, blocks, bs, Device::kCuda, dt);
+        Tensor fq = cuda::to_device(q_pe), fk = cuda::to_device(k_pe);
+        gpu.mla_rope_write_kv(fq, fk, cuda::to_device(latent), dnorm, 1e-6f, table, c.layout, fused_cache, 0,
+                              plan);
+        Tensor pq = cuda::to_device(q_pe), pk = cuda::to_device(k_pe);
+        gpu.Backend::mla_rope_write_kv(pq, pk, cuda::to_device(latent), dnorm, 1e-6f, table, c.layout,
+                                       plain_cache, 0, plan);
+        // The written rows, as float32 host tensors [T, R + P].
+        auto rows = [&](const KvCache& cache) {
+          const Tensor image = gpu.to_host(cache.storage(0));  // [slots, R + P]
+          Tensor out = Tensor::empty(DType::F32, {T, c.R + c.P});
+          for (int64_t t = 0; t < T; ++t)
+            std::copy_n(image.f32() + plan.slot_mapping[t] * (c.R + c.P), c.R + c.P,
+                        out.f32() + t * (c.R + c.P));
+          return out;
+        };
+        Tensor ref_rows = Tensor::empty(DType::F32, {T, c.R + c.P});
+        for (int64_t t = 0; t < T; ++t)
+          std::copy_n(cpu_cache.slot(0, plan.slot_mapping[t]), c.R + c.P, ref_rows.f32() + t * (c.R + c.P));
+        const double tol = dt == DType::BF16 ? 5e-3 : 1e-6;
+        const std::string what = "H=" + std::to_string(c.H) + " R=" + std::to_string(c.R) +
+                                 " T=" + std::to_string(T) + " " + std::string(dtype_name(dt));
+        const Tensor fused_rows = rows(fused_cache), plain_rows = rows(plain_cache);
+        EXPECT_LT(rel_err(fused_rows, ref_rows), tol) << what;
+        EXPECT_LT(rel_err(fused_rows, plain_rows), 1e-6) << what;
+        EXPECT_LT(rel_err(gpu.to_host(fq), ref_q), 1e-6) << what;
+        EXPECT_LT(rel_err(gpu.to_host(fk), ref_k), 1e-6) << what;
+        EXPECT_LT(rel_err(gpu.to_host(fq), gpu.to_host(pq)), 1e-6) << what;
+      }
+    }
+  }
+}
+
+// ---- head_matmul ----
+
+TEST_F(CudaDeepseekOpsTest, HeadMatmulMatchesCpuBothModes) {
+  CudaBackend gpu;
+  // V2-Lite's W_UK ([16, 128] -> [16, 512]) and W_UV ([16, 512] -> [16, 128]) shapes at T 1..8 (GEMV), 64,
+  // 257 (tensor cores, with a token tail), V3's (128 heads) at T 1, 2, 8, 33, and odd shapes on the general
+  // kernels.
+  for (auto [T, H, A, B] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{1, 16, 128, 512},
+                            {1, 16, 512, 128},
+                            {2, 16, 128, 512},
+                            {2, 16, 512, 128},
+                            {3, 16, 128, 512},
+                            {3, 16, 512, 128},
+                            {4, 16, 128, 512},
+                            {4, 16, 512, 128},
+                            {5, 16, 512, 128},
+                            {6, 16, 128, 512},
+                            {7, 16, 512, 128},
+                            {8, 16, 128, 512},
+                            {8, 16, 512, 128},
+                            {1, 128, 128, 512},
+                            {1, 128, 512, 128},
+                            {2, 128, 128, 512},
+                            {2, 128, 512, 128},
+                            {8, 128, 128, 512},
+                            {8, 128, 512, 128},
+                            {64, 16, 128, 512},
+                            {64, 16, 512, 128},
+                            {257, 16, 128, 512},
+                            {257, 16, 512, 128},
+                            {33, 128, 128, 512},
+                            {20, 3, 64, 96},
+                            {300, 4, 16, 32},
+                            {7, 3, 50, 70},
+                            {40, 3, 50, 70}}) {
+    const Tensor x = random_bf16_values({T, H, A});
+    for (bool transpose : {false, true}) {
+      const Tensor w = random_bf16_values(transpose ? Shape{H, A, B} : Shape{H, B, A});
+      const Tensor ref = cpu.head_matmul(x, w, transpose);
+      const Tensor out = gpu.to_host(gpu.head_matmul(cuda::to_device(x), gpu.prepare_weight(w), transpose));
+      ASSERT_EQ(out.shape(), ref.shape());
+      EXPECT_LT(rel_err(out, ref), 1e-5)
+          << T << "x" << H << "x" << A << "x" << B << " transpose " << transpose;
+    }
+  }
+  EXPECT_THROW(gpu.head_matmul(cuda::to_device(random_bf16_values({2, 3, 4})),
+                               gpu.prepare_weight(random_bf16_values({3, 5, 6})), false),
+               Error);
+}
+
+// Inputs that are not bf16 values (the tensor-core kernel splits them into three bf16 parts; from 256 tokens
+// cuBLASLt takes them rounded to bf16 unless split activations) and rows that do not depend on the batch
+// within a next_pow2 bucket (5 and 8 tokens: GEMV; 17 and 32: tensor cores; 257 and 512: cuBLASLt with the
+// bucket's algorithm).
+TEST_F(CudaDeepseekOpsTest, HeadMatmulFp32InputsAndBatchInvariance) {
+  CudaBackend split(CudaBackendOptions{true}), rounded;
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  for (CudaBackend* gpu_ptr : {&split, &rounded}) {
+    CudaBackend& gpu = *gpu_ptr;
+    const bool exact = gpu_ptr == &split;  // below 256 tokens the kernels keep fp32 x either way
+    for (auto [H, A, B] : {std::tuple<int64_t, int64_t, int64_t>{16, 128, 512}, {16, 512, 128}}) {
+      Tensor x = Tensor::empty(DType::F32, {512, H, A});
+      for (int64_t i = 0; i < x.numel(); ++i) x.f32()[i] = d(rng);
+      for (bool transpose : {false, true}) {
+        const Tensor w = gpu.prepare_weight(random_bf16_values(transpose ? Shape{H, A, B} : Shape{H, B, A}));
+        const Tensor hw = gpu.to_host(w);
+        for (auto [small, large] : {std::pair<int64_t, int64_t>{5, 8}, {17, 32}, {257, 512}}) {
+          const Tensor xs = x.rows(0, small), xl = x.rows(0, large);
+          const Tensor ref = cpu.head_matmul(xl, hw, transpose);
+          const Tensor ol = gpu.to_host(gpu.head_matmul(cuda::to_device(xl), w, transpose));
+          const Tensor os = gpu.to_host(gpu.head_matmul(cuda::to_device(xs), w, transpose));
+          EXPECT_LT(rel_err(ol, ref), exact || large < 256 ? 3e-6 : 1e-2)
+              << "T " << large << " A " << A << " transpose " << transpose << " split " << exact;
+          int64_t differ = 0;
+          for (int64_t i = 0; i < os.numel(); ++i) differ += os.f32()[i] != ol.f32()[i];
+          EXPECT_EQ(differ, 0) << "T " << small << " vs " << large << " A " << A << " transpose " << transpose
+                               << " split " << exact;
+        }
+      }
+    }
+  }
+}
+
+// The tiled decode GEMV kernels at each tile (and the older GEMV kernels, still reachable for benchmarks) for
+// T 8 down to 1 on fp32 inputs: V2-Lite (16 heads) and V3 (128 heads) shapes, outputs that are not a
+// multiple of the tile, inner sizes that are not a multiple of a pass (128 rows for w^T x, 512 inputs for w
+// x) or take several passes. Against the CPU reference, and every row of a tiled kernel the same bits at
+// every T (its sums never depend on T or the other rows).
+TEST_F(CudaDeepseekOpsTest, HeadGemvTilesMatchCpuAtEveryT) {
+  CudaBackend gpu;
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  for (auto [H, A, B] : {std::tuple<int64_t, int64_t, int64_t>{16, 128, 512},
+                         {16, 512, 128},
+                         {128, 128, 512},
+                         {128, 512, 128},
+                         {3, 264, 72},
+                         {2, 1032, 24},
+                         {1, 8, 8}}) {
+    Tensor x = Tensor::empty(DType::F32, {8, H, A});  // [8, H, A]
+    for (int64_t i = 0; i < x.numel(); ++i) x.f32()[i] = d(rng);
+    const Tensor dx = cuda::to_device(x);
+    for (bool transpose : {false, true}) {
+      const Tensor w = gpu.prepare_weight(random_bf16_values(transpose ? Shape{H, A, B} : Shape{H, B, A}));
+      const Tensor ref = cpu.head_matmul(x, gpu.to_host(w), transpose);  // [8, H, B]
+      const std::vector<int> tiles = transpose ? std::vector<int>{0, 4, 8, 16, cuda::kHeadGemvLegacy}
+                                               : std::vector<int>{0, 1, 2, 4, cuda::kHeadGemvLegacy};
+      for (int tile : tiles) {
+        Tensor at8;
+        for (int64_t T = 8; T >= 1; --T) {
+          Tensor y = Tensor::empty_on(Device::kCuda, DType::F32, {T, H, B});  // [T, H, B]
+          const float* px = dx.data<float>();
+          const uint16_t* pw = w.data<uint16_t>();
+          if (tile == cuda::kHeadGemvLegacy) {
+            cuda::launch_head_matmul(px, pw, y.data<float>(), T, H, A, B, transpose, tile);
+          } else if (!cuda::launch_head_gemv_tiled(px, pw, y.data<float>(), T, H, A, B, transpose, tile)) {
+            // only where the staged x (and w^T x's partial sums) exceed 48 KiB
+            EXPECT_GT(cuda::next_pow2(T) * A + (transpose ? 512 * (tile ? tile : 8) : 0), 12288)
+                << "not launched: T " << T << " H " << H << " A " << A << " B " << B << " tile " << tile;
+            continue;
+          }
+          const Tensor out = gpu.to_host(y);
+          const std::string what = "T " + std::to_string(T) + " H " + std::to_string(H) + " A " +
+                                   std::to_string(A) + " B " + std::to_string(B) + " transpose " +
+                                   std::to_string(transpose) + " tile " + std::to_string(tile);
+          EXPECT_LT(rel_err(out, ref.rows(0, T)), 3e-6) << what;
+          if (tile == cuda::kHeadGemvLegacy) continue;
+          if (T == 8) {
+            at8 = out;
+            continue;
+          }
+          if (!at8) continue;
+          const Tensor same = at8.rows(0, T);
+          int64_t differ = 0;
+          for (int64_t i = 0; i < out.numel(); ++i) differ += out.f32()[i] != same.f32()[i];
+          EXPECT_EQ(differ, 0) << what << " against T 8";
+        }
+      }
+    }
+  }
+}
+
+#else
+
+TEST(CudaMlaOpsTest, NotBuilt) {
+  GTEST_SKIP() << "built without CUDA";
+}
+
+#endif
+
+}  // namespace
+}  // namespace dsinfer
