@@ -17,6 +17,7 @@
 
 #include "backend/cuda/arch_path.h"
 #include "backend/cuda/kernel_common.cuh"
+#include "backend/cuda/moe_grouped_launch.cuh"
 #include "backend/cuda/moe_kernels.h"
 #include "backend/cuda/moe_tile.cuh"
 #include "backend/cuda/moe_wgmma.h"
@@ -271,21 +272,9 @@ template <typename C, bool kGateUp>
 void launch_config(const uint16_t* a, int topk, const int32_t* offsets, const int32_t* tiles,
                    const int32_t* slot_pair, StackedWeights w1, StackedWeights w2, void* out, int64_t pairs,
                    int64_t E, int64_t K, int64_t N, float limit) {
-  auto* kernel = moe_grouped_kernel<C, kGateUp>;
-  static const bool configured = [&] {
-    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                static_cast<int>(C::kSmem)) == cudaSuccess;
-  }();
-  DSI_CHECK(configured, "moe_experts: the grouped kernel cannot have ", C::kSmem, " bytes of shared memory");
-  const int64_t max_tiles = (pairs + C::BM - 1) / C::BM + E;
-  const int64_t per_block = kGateUp ? C::BN / 2 : C::BN;
-  DSI_CHECK(max_tiles <= 65535 && pairs * K < (int64_t{1} << 31), "moe_experts: ", pairs,
-            " routed rows are too many for one grouped launch");
-  const dim3 grid(static_cast<unsigned>((N + per_block - 1) / per_block), static_cast<unsigned>(max_tiles));
-  launch_pdl(kernel, grid, kThreads, C::kSmem, reinterpret_cast<const __nv_bfloat16*>(a), topk, offsets,
-             tiles, slot_pair, w1, w2, out, static_cast<int>(E), static_cast<int>(K), static_cast<int>(N),
-             limit);
-  check_launch(kGateUp ? "moe gate/up (grouped)" : "moe down (grouped)");
+  launch_grouped_kernel<C, kGateUp>(moe_grouped_kernel<C, kGateUp>, kThreads,
+                                    kGateUp ? "moe gate/up (grouped)" : "moe down (grouped)", a, topk,
+                                    offsets, tiles, slot_pair, w1, w2, out, pairs, E, K, N, limit);
 }
 
 template <bool kGateUp>

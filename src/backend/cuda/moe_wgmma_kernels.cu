@@ -26,6 +26,7 @@
 #include <cuda_runtime.h>
 
 #include "backend/cuda/kernel_common.cuh"
+#include "backend/cuda/moe_grouped_launch.cuh"
 #include "backend/cuda/moe_tile.cuh"
 #include "backend/cuda/moe_wgmma.h"
 #include "backend/cuda/pdl.cuh"
@@ -318,22 +319,9 @@ template <typename C, bool kGateUp>
 void launch_config(const uint16_t* a, int topk, const int32_t* offsets, const int32_t* tiles,
                    const int32_t* slot_pair, StackedWeights w1, StackedWeights w2, void* out, int64_t pairs,
                    int64_t E, int64_t K, int64_t N, float limit) {
-  auto* kernel = moe_wgmma_kernel<C, kGateUp>;
-  static const bool configured = [&] {
-    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                static_cast<int>(C::kSmem)) == cudaSuccess;
-  }();
-  DSI_CHECK(configured, "moe_experts: the wgmma grouped kernel cannot have ", C::kSmem,
-            " bytes of shared memory");
-  const int64_t max_tiles = (pairs + C::BM - 1) / C::BM + E;
-  const int64_t per_block = kGateUp ? C::BN / 2 : C::BN;
-  DSI_CHECK(max_tiles <= 65535 && pairs * K < (int64_t{1} << 31), "moe_experts: ", pairs,
-            " routed rows are too many for one grouped launch");
-  const dim3 grid(static_cast<unsigned>((N + per_block - 1) / per_block), static_cast<unsigned>(max_tiles));
-  launch_pdl(kernel, grid, C::kThreads, C::kSmem, reinterpret_cast<const __nv_bfloat16*>(a), topk, offsets,
-             tiles, slot_pair, w1, w2, out, static_cast<int>(E), static_cast<int>(K), static_cast<int>(N),
-             limit);
-  check_launch(kGateUp ? "moe gate/up (grouped wgmma)" : "moe down (grouped wgmma)");
+  launch_grouped_kernel<C, kGateUp>(moe_wgmma_kernel<C, kGateUp>, C::kThreads,
+                                    kGateUp ? "moe gate/up (grouped wgmma)" : "moe down (grouped wgmma)", a,
+                                    topk, offsets, tiles, slot_pair, w1, w2, out, pairs, E, K, N, limit);
 }
 
 template <typename C>
