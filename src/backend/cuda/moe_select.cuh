@@ -84,6 +84,26 @@ __host__ __device__ inline int select_scratch_floats(int E, int G, int K) {
   return 2 * E + G + K + ((E > G ? E : G) + 3) / 4;
 }
 
+// A group's score for the group-limited methods over grp [per] by one thread: its best value (the first
+// index of the largest), plus with top2 (noaux_tc) the best of the others.
+__device__ __forceinline__ float route_group_score_scan(const float* grp, int per, bool top2) {
+  float m1 = -INFINITY, m2 = -INFINITY;
+  int i1 = -1;
+  for (int i = 0; i < per; ++i)
+    if (i1 < 0 || grp[i] > m1) {
+      m1 = grp[i];
+      i1 = i;
+    }
+  if (!top2 || per < 2) return m1;
+  int i2 = -1;
+  for (int i = 0; i < per; ++i)
+    if (i != i1 && (i2 < 0 || grp[i] > m2)) {
+      m2 = grp[i];
+      i2 = i;
+    }
+  return m1 + m2;
+}
+
 // One token: logits [E] (read through L2, so values other blocks of the same launch wrote are seen) ->
 // ids [K], wout [K]. Called by the 32 lanes of one warp with its scratch (select_scratch_floats floats).
 __device__ __forceinline__ void route_select_token(const float* logits, const float* bias, int32_t* ids,
@@ -104,25 +124,7 @@ __device__ __forceinline__ void route_select_token(const float* logits, const fl
   if (p.method != MoeTopk::kGreedy) {
     const int per = E / G;
     for (int g = lane; g < G; g += 32) {
-      const float* grp = sel + g * per;
-      float m1 = -INFINITY, m2 = -INFINITY;
-      int i1 = -1;
-      for (int i = 0; i < per; ++i)
-        if (i1 < 0 || grp[i] > m1) {
-          m1 = grp[i];
-          i1 = i;
-        }
-      if (p.method == MoeTopk::kNoauxTc && per >= 2) {
-        int i2 = -1;
-        for (int i = 0; i < per; ++i)
-          if (i != i1 && (i2 < 0 || grp[i] > m2)) {
-            m2 = grp[i];
-            i2 = i;
-          }
-        gscore[g] = m1 + m2;
-      } else {
-        gscore[g] = m1;
-      }
+      gscore[g] = route_group_score_scan(sel + g * per, per, p.method == MoeTopk::kNoauxTc);
     }
     __syncwarp();
     for (int r = 0; r < p.topk_group && r < G; ++r) {
@@ -222,24 +224,7 @@ __device__ __forceinline__ const int32_t* route_select_block(const float* logits
       if (per <= 32) {
         gs = route_group_score_warp(grp, per, p.method == MoeTopk::kNoauxTc);
       } else {  // route_select_token's scan
-        float m1 = -INFINITY, m2 = -INFINITY;
-        int i1 = -1;
-        for (int i = 0; i < per; ++i)
-          if (i1 < 0 || grp[i] > m1) {
-            m1 = grp[i];
-            i1 = i;
-          }
-        if (p.method == MoeTopk::kNoauxTc && per >= 2) {
-          int i2 = -1;
-          for (int i = 0; i < per; ++i)
-            if (i != i1 && (i2 < 0 || grp[i] > m2)) {
-              m2 = grp[i];
-              i2 = i;
-            }
-          gs = m1 + m2;
-        } else {
-          gs = m1;
-        }
+        gs = route_group_score_scan(grp, per, p.method == MoeTopk::kNoauxTc);
       }
       if (lane == 0) gscore[task] = gs;
     }
