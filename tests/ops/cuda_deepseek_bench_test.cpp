@@ -96,6 +96,90 @@ TEST_F(CudaDeepseekOpsTest, DISABLED_BenchMlaDecode) {
           bytes / s / 1e9, 100.0 * bytes / s / 1e9 / copy_gbs);
     }
   }
+  // The tensor-core instances on the bf16 cache (R 512, P 64), launched directly: auto (mla_choose_split's
+  // choice), 64-row tiles (one block per SM) and 32-row tiles (two), cycling through copies of the cache (100
+  // MB or more, twice the L2) so that no call finds the previous one's rows in L2: us per call launched back
+  // to back and replayed in a CUDA graph of one call per copy, and the latent bytes per second of the graph
+  // figure as a share of 4290 GB/s.
+  std::printf("\n%-24s %-5s %6s %6s %7s %10s %9s %8s\n", "tensor cores", "tile", "splits", "chunk", "blocks",
+              "stream us", "graph us", "% 4290");
+  for (auto [batch, ctx, H] : {std::tuple<int32_t, int32_t, int64_t>{64, 4096, 16},
+                               {64, 4096, 128},
+                               {256, 256, 16},
+                               {256, 256, 128},
+                               {64, 256, 16},
+                               {8, 4096, 16},
+                               {4, 4096, 16},
+                               {2, 4096, 16},
+                               {1, 4096, 16},
+                               {1, 4096, 128},
+                               {1, 256, 16}}) {
+    const int64_t R = 512, P = 64, D = R + P;
+    const int32_t bs = 64, nb = (ctx + bs - 1) / bs;  // blocks per sequence
+    const int64_t copy_blocks = int64_t{batch} * nb;
+    const int64_t copy_bytes = copy_blocks * bs * D * 2;
+    const int64_t copies =
+        std::min<int64_t>(512, std::max<int64_t>(1, ((int64_t{100} << 20) + copy_bytes - 1) / copy_bytes));
+    const Tensor cache = device_bf16_filled(this, {copies * copy_blocks * bs, D});  // [slots, 576]
+    // Plan arrays: sequence i of copy c holds blocks c * copy_blocks + i * nb + [0, nb).
+    Tensor positions = Tensor::empty(DType::I32, {batch}), token_seq = Tensor::empty(DType::I32, {batch}),
+           indptr = Tensor::empty(DType::I32, {batch + 1}),
+           table = Tensor::empty(DType::I32, {copies * copy_blocks});
+    for (int32_t i = 0; i <= batch; ++i) {
+      indptr.data<int32_t>()[i] = i * nb;
+      if (i == batch) break;
+      positions.data<int32_t>()[i] = ctx - 1;
+      token_seq.data<int32_t>()[i] = i;
+    }
+    for (int64_t b = 0; b < copies * copy_blocks; ++b) table.data<int32_t>()[b] = static_cast<int32_t>(b);
+    const Tensor d_positions = cuda::to_device(positions), d_token_seq = cuda::to_device(token_seq),
+                 d_indptr = cuda::to_device(indptr), d_table = cuda::to_device(table);
+    const Tensor q_lat = cuda::to_device(random_bf16_values({batch, H, R}, 0.1f));  // [batch, H, 512]
+    const Tensor q_pe = cuda::to_device(random_bf16_values({batch, H, P}, 0.1f));   // [batch, H, 64]
+    Tensor out = Tensor::empty_on(Device::kCuda, DType::F32, {batch, H, R});        // [batch, H, 512]
+    ASSERT_TRUE(cuda::mla_tc_supported(R, P, true, reinterpret_cast<uintptr_t>(cache.raw()),
+                                       reinterpret_cast<uintptr_t>(q_lat.raw()),
+                                       reinterpret_cast<uintptr_t>(q_pe.raw())));
+    const int saved = cuda::mla_tile_rows();
+    for (int tile : {0, 64, 32}) {
+      cuda::mla_set_tile_rows(tile);
+      const cuda::MlaSplit split =
+          cuda::mla_choose_split(batch, H, R, cuda::attention_max_context_bucket(ctx), true);
+      const size_t ws_floats = cuda::mla_workspace_floats(batch, H, R, split);
+      Tensor ws =
+          Tensor::empty_on(Device::kCuda, DType::F32, {static_cast<int64_t>(std::max<size_t>(1, ws_floats))});
+      auto call = [&](int64_t c) {
+        cuda::MlaPlanView view;
+        view.positions = d_positions.data<int32_t>();
+        view.token_seq = d_token_seq.data<int32_t>();
+        view.block_table = d_table.data<int32_t>() + c * copy_blocks;
+        view.block_table_indptr = d_indptr.data<int32_t>();
+        view.block_size = bs;
+        cuda::launch_attention_mla(q_lat.data<float>(), q_pe.data<float>(), cache.raw(), true, D, view,
+                                   out.data<float>(), ws_floats ? ws.data<float>() : nullptr, batch, H, R, P,
+                                   0.07f, split);
+      };
+      int64_t next = 0;
+      const int reps = static_cast<int>(std::max<int64_t>(50, std::min<int64_t>(400, 2 * copies)));
+      const double stream_us = 1e3 * cuda::time_stream_ms([&] { call(next++ % copies); }, reps);
+      const double graph_us = 1e3 *
+                              cuda::time_graph_ms(
+                                  [&] {
+                                    for (int64_t c = 0; c < copies; ++c) call(c);
+                                  },
+                                  std::max(3, static_cast<int>(400 / copies))) /
+                              copies;
+      const double bytes = static_cast<double>(batch) * ctx * D * 2;
+      char name[64];
+      std::snprintf(name, sizeof(name), "batch %d ctx %d heads %lld", batch, ctx, static_cast<long long>(H));
+      std::printf("%-24s %-5s %6d %6lld %7lld %10.2f %9.2f %7.1f%%\n", name,
+                  tile == 0 ? (split.tile_rows == 64 ? "a64" : "a32") : std::to_string(tile).c_str(),
+                  split.splits, static_cast<long long>(split.chunk),
+                  static_cast<long long>(cuda::next_pow2(batch) * ((H + 15) / 16) * split.splits), stream_us,
+                  graph_us, 100.0 * bytes / (graph_us * 1e-6) / 1e9 / 4290.0);
+    }
+    cuda::mla_set_tile_rows(saved);
+  }
 }
 
 // attention_mla on prefill and mixed steps (bf16 cache, R 512, P 64), us per call (CUDA events; six caches

@@ -65,35 +65,96 @@ std::vector<Tensor> check_mla(CudaDeepseekOpsTest* test, int64_t H, int64_t R, i
   return outs;
 }
 
+// Runs body() once per tensor-core instance (forced 64-row tiles, one block per SM; forced 32-row tiles,
+// two), then restores the automatic choice.
+template <class Fn>
+void for_each_tile_rows(Fn&& body) {
+  const int saved = cuda::mla_tile_rows();
+  for (int tile_rows : {64, 32}) {
+    SCOPED_TRACE("tile rows " + std::to_string(tile_rows));
+    cuda::mla_set_tile_rows(tile_rows);
+    body(tile_rows);
+  }
+  cuda::mla_set_tile_rows(saved);
+}
+
+TEST(CudaMlaSplitTest, TensorCoreInstanceAndChunks) {
+  // Host-side choice only (no GPU needed): chunks are whole tiles of the chosen instance and cover the
+  // context; the 32-row (two blocks per SM) instance for large batches, the 64-row one for batch 1.
+  const int saved = cuda::mla_tile_rows();
+  cuda::mla_set_tile_rows(0);
+  for (int64_t T : {1, 2, 3, 4, 8, 64, 100, 256, 1024})
+    for (int64_t H : {16, 128})
+      for (int64_t ctx : {1, 31, 32, 33, 64, 256, 4096, 4097, 32768}) {
+        const cuda::MlaSplit s = cuda::mla_choose_split(T, H, 512, ctx, true);
+        EXPECT_TRUE(s.tile_rows == 32 || s.tile_rows == 64);
+        EXPECT_EQ(s.chunk % s.tile_rows, 0) << T << " " << H << " " << ctx;
+        EXPECT_GE(s.chunk * s.splits, ctx);
+        EXPECT_LT(s.chunk * (s.splits - 1), ctx);
+        // Batch invariance: the choice follows next_pow2(T).
+        const cuda::MlaSplit p = cuda::mla_choose_split(cuda::next_pow2(T), H, 512, ctx, true);
+        EXPECT_EQ(p.tile_rows, s.tile_rows);
+        EXPECT_EQ(p.chunk, s.chunk);
+        EXPECT_EQ(p.splits, s.splits);
+      }
+  EXPECT_EQ(cuda::mla_choose_split(64, 16, 512, 4096, true).tile_rows, 32);
+  EXPECT_EQ(cuda::mla_choose_split(64, 128, 512, 4096, true).tile_rows, 32);
+  EXPECT_EQ(cuda::mla_choose_split(256, 16, 512, 256, true).tile_rows, 32);
+  EXPECT_EQ(cuda::mla_choose_split(1, 16, 512, 256, true).tile_rows, 64);
+  EXPECT_EQ(cuda::mla_choose_split(1, 16, 512, 4096, true).tile_rows, 64);
+  for (int forced : {64, 32}) {
+    cuda::mla_set_tile_rows(forced);
+    for (int64_t T : {1, 64})
+      for (int64_t ctx : {1, 256, 4097}) {
+        const cuda::MlaSplit s = cuda::mla_choose_split(T, 16, 512, ctx, true);
+        EXPECT_EQ(s.tile_rows, forced);
+        EXPECT_EQ(s.chunk % forced, 0);
+      }
+  }
+  cuda::mla_set_tile_rows(saved);
+}
+
 TEST_F(CudaDeepseekOpsTest, MlaDecodeMatchesCpu) {
-  // One new token per sequence, contexts 1 .. 3000 (split-KV for the long ones).
+  // One new token per sequence, contexts 1 .. 3000 (split-KV for the long ones); the bf16 cache on both
+  // tensor-core instances.
   const std::vector<std::pair<int32_t, int32_t>> decode = {{0, 1},   {1, 1},    {16, 1},  {63, 1},
                                                            {299, 1}, {1000, 1}, {2999, 1}};
-  for (int64_t H : {16, 128}) check_mla(this, H, 512, 64, decode, 1e-5);
-  check_mla(this, 16, 512, 64, {{2999, 1}}, 1e-5);  // batch 1, long context: many splits
-  check_mla(this, 4, 32, 8, decode, 1e-5);          // the tiny models' shape
+  for_each_tile_rows([&](int) {
+    for (int64_t H : {16, 128}) check_mla(this, H, 512, 64, decode, 1e-5);
+    check_mla(this, 16, 512, 64, {{2999, 1}}, 1e-5);  // batch 1, long context: many splits
+  });
+  check_mla(this, 4, 32, 8, decode, 1e-5);  // the tiny models' shape
   check_mla(this, 3, 100, 12, {{5, 1}, {200, 1}}, 1e-5);
 }
 
 TEST_F(CudaDeepseekOpsTest, MlaDecodeTensorCoreEdgesMatchCpu) {
-  // The tensor-core kernel's edges (bf16 cache, R 512, P 64; the float32 cache runs the CUDA-core kernel):
-  // contexts around its 64-row tile, a context of 1, mixed lengths in one batch (empty splits), a partial
-  // head group (H 24), many splits (T 1, long context) and T = 257 (no split, next_pow2 512).
-  const std::vector<std::pair<int32_t, int32_t>> edges = {{0, 1},   {1, 1},   {62, 1},  {63, 1},  {64, 1},
-                                                          {126, 1}, {128, 1}, {199, 1}, {4000, 1}};
-  for (int64_t H : {16, 24, 128}) check_mla(this, H, 512, 64, edges, 1e-5);
-  check_mla(this, 128, 512, 64, {{4096, 1}}, 1e-5);
-  check_mla(this, 16, 512, 64, {{64, 1}}, 1e-5);
-  std::vector<std::pair<int32_t, int32_t>> many;
-  for (int32_t i = 0; i < 257; ++i) many.push_back({(i * 37) % 300, 1});
-  check_mla(this, 16, 512, 64, many, 1e-5);
+  // The tensor-core kernel's edges (bf16 cache, R 512, P 64; the float32 cache runs the CUDA-core kernel),
+  // on both instances: contexts around the 32- and 64-row tiles, a context of 1, mixed lengths in one batch
+  // (empty splits), a partial head group (H 24), many splits (T 1, long context, up to 4097) and T = 257 (no
+  // split, next_pow2 512).
+  const std::vector<std::pair<int32_t, int32_t>> edges = {{0, 1},   {1, 1},    {30, 1},  {31, 1},  {32, 1},
+                                                          {62, 1},  {63, 1},   {64, 1},  {126, 1}, {128, 1},
+                                                          {199, 1}, {4000, 1}, {4096, 1}};
+  for_each_tile_rows([&](int) {
+    for (int64_t H : {16, 24, 128}) check_mla(this, H, 512, 64, edges, 1e-5);
+    for (int64_t H : {16, 128}) check_mla(this, H, 512, 64, {{4096, 1}}, 1e-5);
+    check_mla(this, 16, 512, 64, {{64, 1}}, 1e-5);
+    check_mla(this, 16, 512, 64, {{32, 1}}, 1e-5);
+    std::vector<std::pair<int32_t, int32_t>> many;
+    for (int32_t i = 0; i < 257; ++i) many.push_back({(i * 37) % 300, 1});
+    check_mla(this, 16, 512, 64, many, 1e-5);
+  });
+  // The automatic choice at a large batch (the two-block instance: 64 tokens, contexts up to 1500).
+  std::vector<std::pair<int32_t, int32_t>> batch64;
+  for (int32_t i = 0; i < 64; ++i) batch64.push_back({(i * 613) % 1500, 1});
+  check_mla(this, 16, 512, 64, batch64, 1e-5);
 }
 
 TEST_F(CudaDeepseekOpsTest, MlaFusedMergeEqualsCombineKernel) {
   // The last split block to arrive merges the splits (few splits), else the separate combine kernel: both
   // must match the CPU and give the same bits. Forced both ways (and fused for every split count) on the
-  // CUDA-core (float32 cache) and tensor-core (bf16 cache) kernels: batch 1 and 3 at contexts of 2 to ~60
-  // splits, a partial head group, empty splits (mixed lengths).
+  // CUDA-core (float32 cache) and tensor-core (bf16 cache, both instances) kernels: batch 1 and 3 at
+  // contexts of 2 to ~60 splits, a partial head group, empty splits (mixed lengths).
   const int saved = cuda::mla_fused_merge_max_splits();
   struct Case {
     int64_t H, R, P;
@@ -107,20 +168,23 @@ TEST_F(CudaDeepseekOpsTest, MlaFusedMergeEqualsCombineKernel) {
                                    {128, 512, 64, {{300, 1}}},
                                    {4, 32, 8, {{0, 1}, {90, 1}, {1000, 1}}},
                                    {3, 100, 12, {{5, 1}, {200, 1}}}};
-  for (const Case& c : cases) {
-    std::vector<std::vector<Tensor>> runs;
-    for (int max_splits : {0, 8, 4096}) {
-      cuda::mla_set_fused_merge_max_splits(max_splits);
-      rng.seed(777);  // the same inputs for every run
-      runs.push_back(check_mla(this, c.H, c.R, c.P, c.seqs, 1e-5));
-    }
-    for (size_t r = 1; r < runs.size(); ++r)
-      for (size_t k = 0; k < runs[0].size(); ++k) {
-        int64_t differ = 0;
-        for (int64_t i = 0; i < runs[0][k].numel(); ++i) differ += runs[0][k].f32()[i] != runs[r][k].f32()[i];
-        EXPECT_EQ(differ, 0) << "H=" << c.H << " R=" << c.R << " run " << r << " cache " << k;
+  for_each_tile_rows([&](int) {
+    for (const Case& c : cases) {
+      std::vector<std::vector<Tensor>> runs;
+      for (int max_splits : {0, 8, 4096}) {
+        cuda::mla_set_fused_merge_max_splits(max_splits);
+        rng.seed(777);  // the same inputs for every run
+        runs.push_back(check_mla(this, c.H, c.R, c.P, c.seqs, 1e-5));
       }
-  }
+      for (size_t r = 1; r < runs.size(); ++r)
+        for (size_t k = 0; k < runs[0].size(); ++k) {
+          int64_t differ = 0;
+          for (int64_t i = 0; i < runs[0][k].numel(); ++i)
+            differ += runs[0][k].f32()[i] != runs[r][k].f32()[i];
+          EXPECT_EQ(differ, 0) << "H=" << c.H << " R=" << c.R << " run " << r << " cache " << k;
+        }
+    }
+  });
   cuda::mla_set_fused_merge_max_splits(saved);
 }
 
@@ -194,76 +258,79 @@ TEST_F(CudaDeepseekOpsTest, MlaMixedStepMatchesCpu) {
 
 TEST_F(CudaDeepseekOpsTest, MlaMixedStepDecodeRowsEqualDecodeOnlyStep) {
   // The decode rows of a mixed step run the launch a decode-only step of the same sequences runs (the split
-  // decode kernel over a row list; its splits from their count and contexts): bit-identical outputs. Each
-  // sequence's cached rows and queries are the same values in both plans (block ids differ).
+  // decode kernel over a row list; its splits from their count and contexts): bit-identical outputs, on both
+  // tensor-core instances. Each sequence's cached rows and queries are the same values in both plans (block
+  // ids differ).
   if (!cuda::mla_tc_supported(512, 64, true, 0, 0, 0) || !cuda::mla_prefill_supported())
     GTEST_SKIP() << "the tensor-core MLA kernels need more shared memory than this GPU has";
   const int64_t R = 512, P = 64, D = R + P;
   const int32_t bs = 16;
   const std::vector<std::pair<int32_t, int32_t>> mixed = mixed_step_seqs();
   std::vector<Tensor> lat, pe, ql, qp;  // per sequence: [len, R], [len, P], [fresh, H, R], [fresh, H, P]
-  for (const int64_t H : {16, 128}) {
-    lat.clear(), pe.clear(), ql.clear(), qp.clear();
-    for (auto [cached, fresh] : mixed) {
-      lat.push_back(random_bf16_values({cached + fresh, R}));
-      pe.push_back(random_bf16_values({cached + fresh, P}));
-      ql.push_back(random_bf16_values({fresh, H, R}, 0.1f));
-      qp.push_back(random_bf16_values({fresh, H, P}, 0.1f));
-    }
-    auto concat = [](const std::vector<Tensor>& parts, const std::vector<size_t>& which, Shape inner) {
-      int64_t rows = 0;
-      for (size_t i : which) rows += parts[i].dim(0);
-      Shape shape = {rows};
-      shape.insert(shape.end(), inner.begin(), inner.end());
-      Tensor t = Tensor::empty(DType::F32, shape);
-      float* dst = t.f32();
-      for (size_t i : which) dst = std::copy_n(parts[i].f32(), parts[i].numel(), dst);
-      return t;
-    };
-    // attention_mla over the sequences `which` (in this order) on a bf16 cache holding their rows.
-    auto run = [&](const std::vector<size_t>& which) {
-      std::vector<std::pair<int32_t, int32_t>> seqs, full;
-      for (size_t i : which) {
-        seqs.push_back(mixed[i]);
-        full.push_back({0, mixed[i].first + mixed[i].second});
+  for_each_tile_rows([&](int) {
+    for (const int64_t H : {16, 128}) {
+      lat.clear(), pe.clear(), ql.clear(), qp.clear();
+      for (auto [cached, fresh] : mixed) {
+        lat.push_back(random_bf16_values({cached + fresh, R}));
+        pe.push_back(random_bf16_values({cached + fresh, P}));
+        ql.push_back(random_bf16_values({fresh, H, R}, 0.1f));
+        qp.push_back(random_bf16_values({fresh, H, P}, 0.1f));
       }
-      int32_t blocks = 1;  // enough for every sequence, and coprime with make_plan's stride of 7
-      for (auto [cached, fresh] : full) blocks += (fresh + bs - 1) / bs;
-      if (blocks % 7 == 0) ++blocks;
-      const BatchPlan fill = make_plan(full, bs, blocks), plan = make_plan(seqs, bs, blocks);
-      KvCache host_cache({KvLayerSpec{KvKind::kFullHistory, D}}, blocks, bs);
-      std::fill(host_cache.slot(0, 0), host_cache.slot(0, 0) + host_cache.storage(0).numel(), 0.0f);
-      cpu.write_kv(host_cache, 0, fill, concat(lat, which, {R}), concat(pe, which, {P}));
-      KvCache cache({KvLayerSpec{KvKind::kFullHistory, D}}, blocks, bs, Device::kCuda, DType::BF16);
-      const Tensor bits = to_bf16_bits(host_cache.storage(0));
-      cuda::copy_to_device(const_cast<void*>(cache.storage(0).raw()), bits.raw(), bits.nbytes());
-      CudaBackend gpu;
-      return gpu.to_host(gpu.attention_mla(cuda::to_device(concat(ql, which, {H, R})),
-                                           cuda::to_device(concat(qp, which, {H, P})), cache, 0, plan,
-                                           1.0f / std::sqrt(192.0f)));
-    };
-    std::vector<size_t> all, decode;
-    for (size_t i = 0; i < mixed.size(); ++i) {
-      all.push_back(i);
-      if (mixed[i].second == 1) decode.push_back(i);
-    }
-    with_prefill_policy(64, 0, [&] {
-      const Tensor a = run(all), d = run(decode);  // [T, H, R], [decode rows, H, R]
-      int64_t row = 0, drow = 0, differ = 0;
-      for (size_t i = 0; i < mixed.size(); ++i) {
-        const int64_t n = mixed[i].second;
-        if (n == 1) {
-          const float* x = a.f32() + row * H * R;
-          const float* y = d.f32() + drow * H * R;
-          for (int64_t k = 0; k < H * R; ++k) differ += x[k] != y[k];
-          ++drow;
+      auto concat = [](const std::vector<Tensor>& parts, const std::vector<size_t>& which, Shape inner) {
+        int64_t rows = 0;
+        for (size_t i : which) rows += parts[i].dim(0);
+        Shape shape = {rows};
+        shape.insert(shape.end(), inner.begin(), inner.end());
+        Tensor t = Tensor::empty(DType::F32, shape);
+        float* dst = t.f32();
+        for (size_t i : which) dst = std::copy_n(parts[i].f32(), parts[i].numel(), dst);
+        return t;
+      };
+      // attention_mla over the sequences `which` (in this order) on a bf16 cache holding their rows.
+      auto run = [&](const std::vector<size_t>& which) {
+        std::vector<std::pair<int32_t, int32_t>> seqs, full;
+        for (size_t i : which) {
+          seqs.push_back(mixed[i]);
+          full.push_back({0, mixed[i].first + mixed[i].second});
         }
-        row += n;
+        int32_t blocks = 1;  // enough for every sequence, and coprime with make_plan's stride of 7
+        for (auto [cached, fresh] : full) blocks += (fresh + bs - 1) / bs;
+        if (blocks % 7 == 0) ++blocks;
+        const BatchPlan fill = make_plan(full, bs, blocks), plan = make_plan(seqs, bs, blocks);
+        KvCache host_cache({KvLayerSpec{KvKind::kFullHistory, D}}, blocks, bs);
+        std::fill(host_cache.slot(0, 0), host_cache.slot(0, 0) + host_cache.storage(0).numel(), 0.0f);
+        cpu.write_kv(host_cache, 0, fill, concat(lat, which, {R}), concat(pe, which, {P}));
+        KvCache cache({KvLayerSpec{KvKind::kFullHistory, D}}, blocks, bs, Device::kCuda, DType::BF16);
+        const Tensor bits = to_bf16_bits(host_cache.storage(0));
+        cuda::copy_to_device(const_cast<void*>(cache.storage(0).raw()), bits.raw(), bits.nbytes());
+        CudaBackend gpu;
+        return gpu.to_host(gpu.attention_mla(cuda::to_device(concat(ql, which, {H, R})),
+                                             cuda::to_device(concat(qp, which, {H, P})), cache, 0, plan,
+                                             1.0f / std::sqrt(192.0f)));
+      };
+      std::vector<size_t> all, decode;
+      for (size_t i = 0; i < mixed.size(); ++i) {
+        all.push_back(i);
+        if (mixed[i].second == 1) decode.push_back(i);
       }
-      EXPECT_EQ(drow, static_cast<int64_t>(decode.size()));
-      EXPECT_EQ(differ, 0) << "H=" << H;
-    });
-  }
+      with_prefill_policy(64, 0, [&] {
+        const Tensor a = run(all), d = run(decode);  // [T, H, R], [decode rows, H, R]
+        int64_t row = 0, drow = 0, differ = 0;
+        for (size_t i = 0; i < mixed.size(); ++i) {
+          const int64_t n = mixed[i].second;
+          if (n == 1) {
+            const float* x = a.f32() + row * H * R;
+            const float* y = d.f32() + drow * H * R;
+            for (int64_t k = 0; k < H * R; ++k) differ += x[k] != y[k];
+            ++drow;
+          }
+          row += n;
+        }
+        EXPECT_EQ(drow, static_cast<int64_t>(decode.size()));
+        EXPECT_EQ(differ, 0) << "H=" << H;
+      });
+    }
+  });
 }
 
 TEST_F(CudaDeepseekOpsTest, MlaRopeWriteKvMatchesCpuAndUnfused) {

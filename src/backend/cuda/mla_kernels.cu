@@ -31,8 +31,9 @@ constexpr int kMaxAcc = 32;  // latent outputs each thread accumulates
 constexpr int kMaxGroupHeads = 16;
 constexpr int64_t kMinChunk = 64;       // fewest positions a split handles
 constexpr int64_t kTargetBlocks = 528;  // 4 per SM of an H100 / H200
-// Tensor-core kernel (mla_tc_kernels.cu): blocks of 16 heads, one resident per SM, tiles of 64 rows.
-constexpr int64_t kTcHeads = 16, kTcTile = 64, kTcSlots = 132;  // 132 SMs: H100 SXM / H200
+// Tensor-core kernel (mla_tc_kernels.cu): blocks of 16 heads; tiles of 64 rows with one block resident per
+// SM, or of 32 rows with two.
+constexpr int64_t kTcHeads = 16, kTcSMs = 132;  // 132 SMs: H100 SXM / H200
 // Most splits the last-arriving block merges itself (it reads splits x 32 KiB for 16 heads of R 512 alone,
 // so many splits are merged faster by the separate combine kernel's T x H blocks). Off by default: on the
 // H200 (2026-12-01) V2-Lite decode at batch 1 took 3.54 ms/token with the fused merge (4 splits) and 3.41 ms
@@ -282,6 +283,53 @@ void mla_set_fused_merge_max_splits(int max_splits) {
   fused_merge_max_splits() = std::max(0, max_splits);
 }
 
+namespace {
+
+int& tile_rows_setting() {
+  static int tile_rows = [] {
+    const char* env = std::getenv("DSINFER_MLA_TILE_ROWS");
+    const int v = env && *env ? std::atoi(env) : 0;
+    return v == 32 || v == 64 ? v : 0;
+  }();
+  return tile_rows;
+}
+
+// The tensor-core split of `blocks` (token, head group) blocks over contexts of max_ctx for the instance of
+// `tile` rows with `slots` resident blocks on the GPU. Cost in tile times of one block: waves of resident
+// blocks x (tiles per block + ~1 for the queries and the epilogue), plus for a split launch the combine (a
+// launch, and the partial states written and read back: ~0.9 (64-row) tile of bytes per block, spread over
+// the SMs).
+MlaSplit tc_split(int64_t blocks, int64_t max_ctx, int64_t tile, int64_t slots) {
+  const int64_t tiles = (max_ctx + tile - 1) / tile;
+  const double combine = 0.9 * static_cast<double>(64 / tile);  // in this instance's tiles
+  int64_t best_tiles = tiles;
+  double best_cost = 0.0;
+  for (int64_t sp = 1; sp <= std::min<int64_t>(tiles, 4096); ++sp) {
+    const int64_t per = (tiles + sp - 1) / sp;
+    if (sp > 1 && (tiles + per - 1) / per < sp) continue;  // the same chunk as a smaller split count
+    const int64_t waves = (blocks * sp + slots - 1) / slots;
+    double cost = static_cast<double>(waves * (per + 1));
+    if (sp > 1) cost += 1.0 + combine * static_cast<double>(blocks * sp) / slots;
+    if (sp == 1 || cost < best_cost) best_cost = cost, best_tiles = per;
+  }
+  MlaSplit s;
+  s.tensor_cores = true;
+  s.tile_rows = static_cast<int>(tile);
+  s.chunk = best_tiles * tile;
+  s.splits = static_cast<int>((max_ctx + s.chunk - 1) / s.chunk);
+  return s;
+}
+
+}  // namespace
+
+int mla_tile_rows() {
+  return tile_rows_setting();
+}
+
+void mla_set_tile_rows(int tile_rows) {
+  tile_rows_setting() = tile_rows == 32 || tile_rows == 64 ? tile_rows : 0;
+}
+
 MlaSplit mla_choose_split(int64_t T, int64_t H, int64_t R, int64_t max_ctx, bool tensor_cores) {
   MlaSplit s;
   s.tensor_cores = tensor_cores;
@@ -289,24 +337,14 @@ MlaSplit mla_choose_split(int64_t T, int64_t H, int64_t R, int64_t max_ctx, bool
   // T rounded up to a power of two: a CUDA graph pads the batch to a bucket b with T <= b <= that power, so
   // eager and replayed steps choose the same splits (and sum in the same order).
   if (tensor_cores) {
-    // Cost in tile times of one SM: waves of resident blocks x (tiles per block + ~1 for the queries and
-    // the epilogue), plus for a split launch the combine (a launch, and the partial states written and read
-    // back: ~0.9 tile of bytes per block, spread over the SMs).
     const int64_t blocks = next_pow2(T) * ((H + kTcHeads - 1) / kTcHeads);
-    const int64_t tiles = (max_ctx + kTcTile - 1) / kTcTile;
-    int64_t best_tiles = tiles;
-    double best_cost = 0.0;
-    for (int64_t sp = 1; sp <= std::min<int64_t>(tiles, 4096); ++sp) {
-      const int64_t per = (tiles + sp - 1) / sp;
-      if (sp > 1 && (tiles + per - 1) / per < sp) continue;  // the same chunk as a smaller split count
-      const int64_t waves = (blocks * sp + kTcSlots - 1) / kTcSlots;
-      double cost = static_cast<double>(waves * (per + 1));
-      if (sp > 1) cost += 1.0 + 0.9 * static_cast<double>(blocks * sp) / kTcSlots;
-      if (sp == 1 || cost < best_cost) best_cost = cost, best_tiles = per;
-    }
-    s.chunk = best_tiles * kTcTile;
-    s.splits = static_cast<int>((max_ctx + s.chunk - 1) / s.chunk);
-    return s;
+    const int forced = mla_tile_rows();
+    if (forced == 64) return tc_split(blocks, max_ctx, 64, kTcSMs);
+    // Two resident blocks per SM pay off where one block's barriers and softmax can hide behind the
+    // other's loads and MMAs: more blocks than SMs, each running at least two tiles.
+    const MlaSplit two = tc_split(blocks, max_ctx, 32, 2 * kTcSMs);
+    if (forced == 32 || (blocks * two.splits > kTcSMs && two.chunk >= 2 * 32)) return two;
+    return tc_split(blocks, max_ctx, 64, kTcSMs);
   }
   const int64_t HG = heads_per_group(H, R);
   const int64_t blocks = std::max<int64_t>(1, next_pow2(T) * ((H + HG - 1) / HG));

@@ -29,14 +29,23 @@ struct MlaPlanView {
 struct MlaSplit {
   int splits = 1;
   int64_t chunk = 0;
-  bool tensor_cores = false;  // run the tensor-core kernel (chunk a multiple of its 64-row tile)
+  bool tensor_cores = false;  // run the tensor-core kernel (chunk a multiple of its tile)
+  int tile_rows = 64;         // tensor cores: the instance (64: one block per SM; 32: two)
 };
 
 // A split for T query tokens whose longest context is max_ctx, H heads of latent width R. CUDA cores: enough
-// blocks to fill the GPU, chunks of at least 64 positions. Tensor cores (one resident block per SM): the
-// split count that minimises waves x tiles per block plus the combine pass, chunks of whole 64-row tiles.
-// Depends only on (next_pow2(T), H, R, max_ctx, tensor_cores), so a CUDA graph serves its whole bucket.
+// blocks to fill the GPU, chunks of at least 64 positions. Tensor cores: for each instance (64-row tiles, one
+// resident block per SM; 32-row tiles, two) the split count that minimises waves x tiles per block plus the
+// combine pass, chunks of whole tiles; the 32-row instance when its plan has more blocks than the GPU has
+// SMs (so that two blocks share an SM) and at least two tiles per block, else the 64-row one. Depends only on
+// (next_pow2(T), H, R, max_ctx, tensor_cores, mla_tile_rows()), so a CUDA graph serves its whole bucket.
 MlaSplit mla_choose_split(int64_t T, int64_t H, int64_t R, int64_t max_ctx, bool tensor_cores);
+
+// The tensor-core instance forced by DSINFER_MLA_TILE_ROWS (read once): 64 or 32, 0 (unset, default): chosen
+// per launch by mla_choose_split.
+int mla_tile_rows();
+// Tests and benchmarks only (between steps, never while CUDA graphs of the model are captured).
+void mla_set_tile_rows(int tile_rows);
 
 // Floats of the workspace a split launch needs (0 when splits == 1).
 size_t mla_workspace_floats(int64_t T, int64_t H, int64_t R, const MlaSplit& split);
@@ -49,8 +58,9 @@ int mla_fused_merge_max_splits();
 // Tests and benchmarks only (between steps, never while CUDA graphs of the model are captured).
 void mla_set_fused_merge_max_splits(int max_splits);
 
-// Floats of the tensor-core kernel's shared memory its fused merge may use (weights [16, splits] + [16]).
-inline constexpr int64_t kTcMergeFloats = 8 * 16 * 72;
+// Floats of the tensor-core kernel's shared memory its fused merge may use (weights [16, splits] + [16]):
+// the partial-score buffer of its smaller (32-row) instance, [8 warps][16 heads][32 + 8].
+inline constexpr int64_t kTcMergeFloats = 8 * 16 * 40;
 
 // out [T, H, R] = softmax((q_lat . latent + q_pe . rope_key) * scale) latent over cache positions
 // [0, positions[t]] of token t's sequence. q_lat [T, H, R], q_pe [T, H, P] float32; cache rows of
