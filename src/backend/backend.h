@@ -53,6 +53,14 @@ struct MoeDispatch {
   int64_t tile_rows = 0;  // the expert tile size it was computed for
 };
 
+// A DeepSeekMoE block's shared experts as moe_experts_residual takes them: the shared MLP and the norm its
+// input came from (x = rms_norm(residual, norm, eps) before the call).
+struct MoeSharedExperts {
+  const MlpWeights* mlp = nullptr;
+  Tensor norm;  // [H]
+  float eps = 0.0f;
+};
+
 // One manifold-constrained hyper-connection (DeepSeek-V4): fn [(2 + n) * n, n * H] (or [n, n * H] for the
 // head), base [(2 + n) * n] (or [n]), scale [3] (or [1]); n = hc_mult streams of H values.
 struct HyperConnWeights {
@@ -179,10 +187,13 @@ class Backend {
                                 const std::vector<MlpWeights>& experts, Tensor* ids, Tensor* weights,
                                 MoeDispatch* dispatch);
   // residual [T, H] += moe_experts(x, ids, weights, experts) (the routed experts' weighted sum added last).
-  // dispatch: norm_moe_route's for these ids and experts, or null.
+  // dispatch: norm_moe_route's for these ids and experts, or null. shared (not null): first
+  // norm_mlp_residual(residual, shared->norm, shared->eps, *shared->mlp), the block's shared experts on the
+  // same x (a backend may run them inside its routed experts' kernels).
   virtual void moe_experts_residual(Tensor& residual, const Tensor& x, const Tensor& ids,
                                     const Tensor& weights, const std::vector<MlpWeights>& experts,
-                                    const MoeDispatch* dispatch = nullptr);
+                                    const MoeDispatch* dispatch = nullptr,
+                                    const MoeSharedExperts* shared = nullptr);
 
   // ---- DeepSeek-V4 (cpu_v4_*.cpp) ----
   // x [T, H] -> n identical residual streams [T, n, H].

@@ -49,7 +49,8 @@ Tensor Backend::norm_moe_route(const Tensor& h, const Tensor& norm, float eps, c
 
 void Backend::moe_experts_residual(Tensor& residual, const Tensor& x, const Tensor& ids,
                                    const Tensor& weights, const std::vector<MlpWeights>& experts,
-                                   const MoeDispatch* dispatch) {
+                                   const MoeDispatch* dispatch, const MoeSharedExperts* shared) {
+  if (shared) norm_mlp_residual(residual, shared->norm, shared->eps, *shared->mlp);  // the model's old order
   add_inplace(residual, moe_experts(x, ids, weights, experts));
 }
 

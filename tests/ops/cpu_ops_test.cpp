@@ -406,6 +406,30 @@ TEST(CpuOpsTest, MoeExpertsMatchPerTokenLoop) {
   EXPECT_THROW(be.moe_experts(x, ids, weights, experts), Error);
 }
 
+// moe_experts_residual given the block's shared experts (Backend's default, the CPU's): the bits of the
+// sequence the model ran before, norm_mlp_residual on the residual and then the routed experts.
+TEST(CpuOpsTest, MoeExpertsResidualWithSharedEqualsSeparateOps) {
+  CpuBackend be;
+  const int64_t T = 5, H = 12, I = 8, E = 4, K = 2;
+  std::vector<MlpWeights> experts;
+  for (int64_t e = 0; e < E; ++e) experts.push_back(random_mlp(H, I, 200 + 10 * e, false));
+  const MlpWeights shared = random_mlp(H, 2 * I, 300, false);
+  const Tensor norm = random_tensor({H}, 301, 0.5f, 1.5f);
+  const float eps = 1e-6f;
+  const Tensor h = random_tensor({T, H}, 302, -2.0f, 2.0f);
+  const Tensor weights = random_tensor({T, K}, 303, 0.0f, 1.0f);
+  Tensor ids = Tensor::empty(DType::I32, {T, K});
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t k = 0; k < K; ++k) ids.data<int32_t>()[t * K + k] = static_cast<int32_t>((t + 2 * k) % E);
+  const Tensor x = be.rms_norm(h, norm, eps);  // [T, H]
+  Tensor fused = h.clone(), separate = h.clone();
+  const MoeSharedExperts s{&shared, norm, eps};
+  be.moe_experts_residual(fused, x, ids, weights, experts, nullptr, &s);
+  be.norm_mlp_residual(separate, norm, eps, shared);
+  be.moe_experts_residual(separate, x, ids, weights, experts);
+  for (int64_t i = 0; i < fused.numel(); ++i) ASSERT_EQ(fused.f32()[i], separate.f32()[i]) << i;
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // head_matmul
 

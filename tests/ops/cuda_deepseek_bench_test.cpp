@@ -557,6 +557,76 @@ TEST_F(CudaDeepseekOpsTest, DISABLED_BenchExpertsDecodeBatch) {
   }
 }
 
+// One DeepSeek-V2-Lite MoE layer's experts at decode sizes (64 routed experts of 2048 x 1408, top 6, 2
+// shared experts = one 2816-wide shared MLP), T 1/2/4/8: moe_experts_residual with the shared experts as
+// the model calls it, unfused (DSINFER_CUDA_MOE_SHARED_FUSED=0: the shared MLP's gate/up + SwiGLU and down
+// GEMVs, then the routed experts' permute, gate/up, down and combine) against fused (the shared experts
+// as 2 extra experts of every token inside the routed gate/up and down launches). Each call uses its own
+// copy of the shared weights (8 copies, 277 MB) and its own routing over the 1.1 GB of routed experts, so
+// the 50 MB L2 does not serve repeats. "graph": all copies' calls captured in one CUDA graph and replayed
+// (PDL edges kept, no launch overhead), us per call; "eager": back to back from the host (CUDA events).
+// The pieces (graph): the shared MLP alone (norm_mlp_residual) and the routed experts alone. % BW: the
+// call's weight bytes (active routed experts + shared) per fused graph time, as a share of 4290 GB/s.
+// saved/tok: (unfused - fused) graph us x 26 MoE layers.
+TEST_F(CudaDeepseekOpsTest, DISABLED_BenchSharedExpertsFused) {
+  CudaBackendOptions off;
+  off.moe_shared_fused = false;
+  CudaBackend gpu, unfused(off);
+  const int64_t E = 64, H = 2048, I = 1408, K = 6, units = 2, copies = 8, layers = 26;
+  const float eps = 1e-6f;
+  const std::vector<MlpWeights> experts = stacked_random_experts(this, E, H, I);
+  std::vector<MlpWeights> shared(copies);
+  for (MlpWeights& m : shared) {
+    m.gate.weight = device_bf16_filled(this, {units * I, H});
+    m.up.weight = device_bf16_filled(this, {units * I, H});
+    m.down.weight = device_bf16_filled(this, {H, units * I});
+  }
+  const Tensor norm = device_bf16(norm_weight(this, H));
+  std::vector<MoeSharedExperts> sh(copies);
+  for (int64_t c = 0; c < copies; ++c) sh[c] = MoeSharedExperts{&shared[c], norm, eps};
+  const double copy_gbs = measured_copy_gbs();
+  std::printf("%2s %9s %9s %7s %9s %9s %9s %9s %7s %10s\n", "T", "unfused", "fused", "saved", "u.eager",
+              "f.eager", "shared", "routed", "f. %BW", "saved/tok");
+  for (int64_t T : {1, 2, 4, 8}) {
+    std::vector<Tensor> h(copies), x(copies), ids(copies), w(copies);
+    double bytes = 0.0;
+    for (int64_t c = 0; c < copies; ++c) {
+      h[c] = cuda::to_device(random_bf16_values({T, H}, 1.0f));
+      x[c] = gpu.rms_norm(h[c], norm, eps);
+      const Tensor id = distinct_expert_ids(rng, T, K, E);
+      const std::set<int32_t> active(id.data<int32_t>(), id.data<int32_t>() + T * K);
+      bytes += (3.0 * static_cast<double>(active.size()) * H * I + 3.0 * units * I * H) * 2.0 / copies;
+      ids[c] = cuda::to_device(id);
+      w[c] = cuda::to_device(random_bf16_values({T, K}, 0.3f));
+    }
+    auto layer = [&](CudaBackend& b, int64_t c) {
+      b.moe_experts_residual(h[c], x[c], ids[c], w[c], experts, nullptr, &sh[c]);
+    };
+    auto graph_us = [&](const std::function<void(int64_t)>& one) {
+      const double ms = cuda::time_graph_ms(
+          [&] {
+            for (int64_t c = 0; c < copies; ++c) one(c);
+          },
+          20);
+      return ms * 1e3 / static_cast<double>(copies);
+    };
+    auto eager_us = [&](CudaBackend& b) {
+      int64_t next = 0;
+      return cuda::time_stream_ms([&] { layer(b, next++ % copies); }, 200) * 1e3;
+    };
+    const double unfused_us = graph_us([&](int64_t c) { layer(unfused, c); });
+    const double fused_us = graph_us([&](int64_t c) { layer(gpu, c); });
+    const double shared_us = graph_us([&](int64_t c) { gpu.norm_mlp_residual(h[c], norm, eps, shared[c]); });
+    const double routed_us =
+        graph_us([&](int64_t c) { gpu.moe_experts_residual(h[c], x[c], ids[c], w[c], experts); });
+    const double ue = eager_us(unfused), fe = eager_us(gpu);
+    std::printf("%2lld %9.2f %9.2f %7.2f %9.2f %9.2f %9.2f %9.2f %6.1f%% %10.1f\n", static_cast<long long>(T),
+                unfused_us, fused_us, unfused_us - fused_us, ue, fe, shared_us, routed_us,
+                100.0 * bytes / (fused_us * 1e-6) / 1e9 / 4290.0, (unfused_us - fused_us) * layers);
+  }
+  std::printf("(copy bandwidth measured here: %.0f GB/s)\n", copy_gbs);
+}
+
 #else
 
 TEST(CudaDeepseekBench, NotBuilt) {

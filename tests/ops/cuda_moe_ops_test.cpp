@@ -635,6 +635,146 @@ TEST_F(CudaDeepseekOpsTest, MoeExpertsResidualMatchesCpuAndUnfused) {
   }
 }
 
+// ---- shared experts inside the routed experts' launches ----
+
+// A block's shared MLP of `units` x I intermediate ([units I, H] gate and up, [H, units I] down), small
+// bf16 values, on the host and as the GPU's bf16 copies.
+struct SharedMlp {
+  MlpWeights cpu, gpu;
+};
+
+SharedMlp make_shared_mlp(CudaDeepseekOpsTest* test, CudaBackend& gpu, int64_t units, int64_t H, int64_t I) {
+  SharedMlp s;
+  s.cpu.gate.weight = test->random_bf16_values({units * I, H}, 0.1f);
+  s.cpu.up.weight = test->random_bf16_values({units * I, H}, 0.1f);
+  s.cpu.down.weight = test->random_bf16_values({H, units * I}, 0.1f);
+  s.gpu.gate.weight = gpu.prepare_weight(s.cpu.gate.weight);
+  s.gpu.up.weight = gpu.prepare_weight(s.cpu.up.weight);
+  s.gpu.down.weight = gpu.prepare_weight(s.cpu.down.weight);
+  return s;
+}
+
+// An RMSNorm weight near 1, bf16-representable.
+Tensor norm_weight(CudaDeepseekOpsTest* test, int64_t H) {
+  Tensor w = test->random_bf16_values({H}, 0.1f);
+  for (int64_t i = 0; i < H; ++i) w.f32()[i] = bf16_to_f32(f32_to_bf16(1.0f + w.f32()[i]));
+  return w;
+}
+
+// a - h elementwise (host tensors of one shape): what an op added to the residual h.
+Tensor added_part(const Tensor& a, const Tensor& h) {
+  Tensor d = Tensor::empty(DType::F32, a.shape());
+  for (int64_t i = 0; i < a.numel(); ++i) d.f32()[i] = a.f32()[i] - h.f32()[i];
+  return d;
+}
+
+// moe_experts_residual with the block's shared experts, as the model calls it (x, ids, weights and the
+// dispatch from norm_moe_route): at T 1..8 the shared experts run as extra experts of the streaming launches
+// (units of the routed intermediate size, weight 1, added by the combine). Against the unfused path (the
+// shared MLP's own launches, then the routed experts: the bits of norm_mlp_residual followed by
+// moe_experts_residual) and the CPU, 1 and 2 shared units, 64 and 6 experts: what both add to the residual
+// within the expert tests' tolerance of the CPU's, and the fused result not bit-equal to the unfused one
+// (the fused path ran: its sums run in another order).
+TEST_F(CudaDeepseekOpsTest, MoeSharedExpertsFusedMatchCpuAndUnfused) {
+  CudaBackendOptions off;
+  off.moe_shared_fused = false;
+  CudaBackend gpu, unfused(off);
+  const float eps = 1e-6f;
+  RoutingParams rp;
+  rp.scoring = "softmax";
+  rp.method = "greedy";
+  for (auto [E, H, I, K] :
+       {std::tuple<int64_t, int64_t, int64_t, int64_t>{64, 256, 96, 6}, {6, 128, 40, 2}}) {
+    ExpertSet experts = make_experts(this, gpu, E, H, I);
+    gpu.prepare_experts(experts.gpu);
+    const Tensor router = gpu.prepare_weight(random_bf16_values({E, H}, 0.5f));
+    rp.top_k = K;
+    for (int64_t units : {1, 2}) {
+      const SharedMlp shared = make_shared_mlp(this, gpu, units, H, I);
+      const Tensor norm_c = norm_weight(this, H), norm_g = device_bf16(norm_c);
+      const MoeSharedExperts sc{&shared.cpu, norm_c, eps}, sg{&shared.gpu, norm_g, eps};
+      for (int64_t T = 1; T <= 8; ++T) {
+        const std::string what =
+            "E=" + std::to_string(E) + " units=" + std::to_string(units) + " T=" + std::to_string(T);
+        const Tensor h = random_bf16_values({T, H}, 4.0f);
+        const Tensor dh = cuda::to_device(h);
+        Tensor ids, weights;
+        MoeDispatch dispatch;
+        const Tensor x =
+            gpu.norm_moe_route(dh, norm_g, eps, router, Tensor(), rp, experts.gpu, &ids, &weights, &dispatch);
+        Tensor fused = cuda::to_device(h), split = cuda::to_device(h), separate = cuda::to_device(h);
+        gpu.moe_experts_residual(fused, x, ids, weights, experts.gpu, &dispatch, &sg);
+        unfused.moe_experts_residual(split, x, ids, weights, experts.gpu, nullptr, &sg);
+        unfused.norm_mlp_residual(separate, norm_g, eps, shared.gpu);
+        unfused.moe_experts_residual(separate, x, ids, weights, experts.gpu);
+        // The CPU on its own norm of h, with the GPU's routing.
+        Tensor ref = h.clone();
+        cpu.moe_experts_residual(ref, cpu.rms_norm(h, norm_c, eps), gpu.to_host(ids), gpu.to_host(weights),
+                                 experts.cpu, nullptr, &sc);
+        const Tensor a = gpu.to_host(fused), b = gpu.to_host(split), c = gpu.to_host(separate);
+        const Tensor want = added_part(ref, h);
+        EXPECT_LT(rel_err(added_part(a, h), want), 1e-4) << "fused " << what;
+        EXPECT_LT(rel_err(added_part(b, h), want), 1e-4) << "unfused " << what;
+        int64_t differ_split = 0, differ_fused = 0;
+        for (int64_t i = 0; i < a.numel(); ++i) {
+          differ_split += b.f32()[i] != c.f32()[i];
+          differ_fused += a.f32()[i] != b.f32()[i];
+        }
+        EXPECT_EQ(differ_split, 0) << "unfused vs norm_mlp_residual + moe_experts_residual, " << what;
+        EXPECT_GT(differ_fused, 0) << "the fused path did not run? " << what;
+      }
+    }
+  }
+}
+
+// With the shared experts fused, a token's result does not depend on the other tokens of its bucket (a
+// shared unit's tile holds the bucket's tokens; a row's sums never see the others), and graph replay gives
+// the eager bits.
+TEST_F(CudaDeepseekOpsTest, MoeSharedExpertsFusedRowsIndependentOfBatchInBucket) {
+  CudaBackend gpu;
+  const int64_t E = 64, H = 256, I = 96, K = 6, units = 2, Tmax = 8;
+  const float eps = 1e-6f;
+  ExpertSet experts = make_experts(this, gpu, E, H, I);
+  gpu.prepare_experts(experts.gpu);
+  const SharedMlp shared = make_shared_mlp(this, gpu, units, H, I);
+  const Tensor norm_g = device_bf16(norm_weight(this, H));
+  const MoeSharedExperts sg{&shared.gpu, norm_g, eps};
+  const Tensor h = random_bf16_values({Tmax, H}, 4.0f), x = random_bf16_values({Tmax, H});
+  const Tensor weights = random_bf16_values({Tmax, K}), ids = distinct_expert_ids(rng, Tmax, K, E);
+  auto head = [](const Tensor& t, int64_t T) {
+    Tensor r = Tensor::empty(t.dtype(), {T, t.dim(1)});
+    std::copy_n(static_cast<const char*>(t.raw()), r.nbytes(), static_cast<char*>(r.raw()));
+    return cuda::to_device(r);
+  };
+  auto run = [&](int64_t T) {
+    Tensor res = head(h, T);
+    gpu.moe_experts_residual(res, head(x, T), head(ids, T), head(weights, T), experts.gpu, nullptr, &sg);
+    return gpu.to_host(res);
+  };
+  for (auto [small, big] : {std::pair<int64_t, int64_t>{3, 4}, {5, 8}, {7, 8}}) {
+    const Tensor a = run(small), b = run(big);
+    int64_t differ = 0;
+    for (int64_t i = 0; i < a.numel(); ++i) differ += a.f32()[i] != b.f32()[i];
+    EXPECT_EQ(differ, 0) << "T " << small << " vs " << big;
+  }
+  // A captured graph of the op (the residual reset from a copy first) replays the eager bits.
+  for (int64_t T : {1, 6}) {
+    const Tensor eager = run(T);
+    const Tensor h0 = head(h, T), dx = head(x, T), dids = head(ids, T), dw = head(weights, T);
+    Tensor res = head(h, T);
+    cuda::time_graph_ms(
+        [&] {
+          cuda::copy_device_to_device(res.raw(), h0.raw(), res.nbytes());
+          gpu.moe_experts_residual(res, dx, dids, dw, experts.gpu, nullptr, &sg);
+        },
+        2);
+    const Tensor replayed = gpu.to_host(res);
+    int64_t differ = 0;
+    for (int64_t i = 0; i < eager.numel(); ++i) differ += eager.f32()[i] != replayed.f32()[i];
+    EXPECT_EQ(differ, 0) << "graph replay, T " << T;
+  }
+}
+
 // The grouped GEMMs keep a token's output independent of the other tokens of its bucket: an output row
 // depends only on its own activation row (the tile it shares and its position there never enter its sums).
 TEST_F(CudaDeepseekOpsTest, MoeExpertsGroupedRowsIndependentOfBatchInBucket) {

@@ -42,6 +42,12 @@ struct CudaBackendOptions {
   // graph: V2-Lite T 1 7.7 us fused vs 18.9 separate, V3 T 8 42 vs 68; V2-Lite batch 1 end to end 2.87 vs
   // 3.14 ms/token).
   bool moe_fused_route = true;
+  // true (default; DSINFER_CUDA_MOE_SHARED_FUSED=0 turns it off): moe_experts_residual runs a DeepSeekMoE
+  // block's shared experts (n_shared units of the routed intermediate size) inside the routed experts'
+  // weight-streaming gate/up and down launches, as extra experts every token visits with weight 1, when
+  // the streaming kernels run and every shared unit fits one tile (next_pow2(T) <= tile rows); false: the
+  // shared MLP's own GEMV launches (norm_mlp_residual) first, the same bits as before.
+  bool moe_shared_fused = true;
 };
 
 class CudaBackend : public Backend {
@@ -115,10 +121,12 @@ class CudaBackend : public Backend {
                          const RopeTable& table, RopeLayout layout, KvCache& cache, int64_t layer,
                          const BatchPlan& plan) override;
   // moe_experts whose combine kernel adds into the residual (no separate add); a dispatch of norm_moe_route
-  // made for the same tile size replaces the permutation kernel.
+  // made for the same tile size replaces the permutation kernel. Shared experts: streamed as extra experts
+  // of every token inside the routed experts' streaming launches when those run with one tile per shared
+  // expert (moe_shared_fused), else norm_mlp_residual first.
   void moe_experts_residual(Tensor& residual, const Tensor& x, const Tensor& ids, const Tensor& weights,
-                            const std::vector<MlpWeights>& experts,
-                            const MoeDispatch* dispatch = nullptr) override;
+                            const std::vector<MlpWeights>& experts, const MoeDispatch* dispatch = nullptr,
+                            const MoeSharedExperts* shared = nullptr) override;
   // Up to cuda::kMoeNormRouteMaxTokens (bucketed) tokens and kMoeNormRouteMaxTokenExperts: one kernel for the
   // RMSNorm, the routing and the experts' permutation (left in *dispatch); otherwise rms_norm and moe_route.
   Tensor norm_moe_route(const Tensor& h, const Tensor& norm, float eps, const Tensor& router,
@@ -158,10 +166,13 @@ class CudaBackend : public Backend {
     return mirror.upload(v);
   }
 
-  // moe_experts into out [T, H] (accumulate: out += the experts' weighted sum instead of out =).
+  // moe_experts into out [T, H] (accumulate: out += the experts' weighted sum instead of out =). shared (only
+  // with accumulate): the shared experts' MLP on the same x, added to out before the routed sum: inside the
+  // streaming launches when they take it, else norm_mlp_residual on out first.
   void run_moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
                        const std::vector<MlpWeights>& experts, float* out, bool accumulate,
-                       const MoeDispatch* dispatch = nullptr);
+                       const MoeDispatch* dispatch = nullptr, const MoeSharedExperts* shared = nullptr,
+                       Tensor* residual = nullptr);
   // Patches the current step plan's device token ids fed from the last device sampling call.
   void feed_on_device(const BatchPlan& plan);
 

@@ -2,8 +2,9 @@
 // permutation in one kernel, the permutation handed to moe_experts_residual as a MoeDispatch), moe_experts
 // and moe_experts_residual (device-side permutation by expert, grouped gate/up + SiLU-mul and down kernels
 // over all experts: weight streaming at decode sizes, bf16 grouped GEMMs for many rows per expert; weighted
-// un-permute into a new tensor or added to the residual), and the load-time hooks that keep the router bias
-// in float32 and stack each layer's experts into one gate/up and one down tensor.
+// un-permute into a new tensor or added to the residual; a block's shared experts ride in the streaming
+// launches as extra experts of every token), and the load-time hooks that keep the router bias in float32
+// and stack each layer's experts into one gate/up and one down tensor.
 #include <algorithm>
 
 #include "backend/cuda/attention_kernels.h"
@@ -133,6 +134,32 @@ MoeKernelPlan plan_moe_kernels(const CudaBackendOptions& o, int64_t T, int64_t K
                    : plan.mma     ? cuda::kMoeMmaTileRows
                                   : cuda::moe_rows_per_tile(cuda::next_pow2(T) * K, E);
   return plan;
+}
+
+// The shared experts (MLP m: [SI, H] gate and up, [H, SI] down) as SI / I units of the routed experts'
+// intermediate size I in the streaming launches (gate/up: rows [uI, (u + 1)I) of gate and up; down: columns
+// [uI, (u + 1)I)): when moe_shared_fused, the streaming kernels run (plan.stream) and every unit takes one
+// tile (next_pow2(T) <= tile rows: decided on the bucket, like every launch choice; more tiles would read
+// the shared weights once per tile). False: the shared MLP runs apart (norm_mlp_residual).
+bool fused_shared_units(const CudaBackendOptions& o, const MoeKernelPlan& plan, int64_t T, int64_t H,
+                        int64_t I, float limit, const MlpWeights& m, cuda::MoeSharedUnits* gate_up,
+                        cuda::MoeSharedUnits* down) {
+  if (!o.moe_shared_fused || !plan.stream || cuda::next_pow2(T) > plan.tile_rows || I <= 0) return false;
+  const Tensor *g = &m.gate.weight, *u = &m.up.weight, *d = &m.down.weight;
+  for (const Tensor* w : {g, u, d})
+    if (w->ndim() != 2 || w->device() != Device::kCuda || w->dtype() != DType::BF16) return false;
+  const int64_t SI = g->dim(0);
+  if (m.gate.bias || m.up.bias || m.down.bias || m.swiglu_limit != limit || SI == 0 || SI % I != 0 ||
+      g->dim(1) != H || u->dim(0) != SI || u->dim(1) != H || d->dim(0) != H || d->dim(1) != SI)
+    return false;
+  const int64_t units = SI / I;
+  *gate_up = cuda::MoeSharedUnits{{static_cast<const uint16_t*>(g->raw()), I * H},
+                                  {static_cast<const uint16_t*>(u->raw()), I * H},
+                                  H,
+                                  units,
+                                  T};
+  *down = cuda::MoeSharedUnits{{static_cast<const uint16_t*>(d->raw()), I}, {}, SI, units, T};
+  return cuda::moe_stream_shared_supported(H, *gate_up) && cuda::moe_stream_shared_supported(I, *down);
 }
 
 // The CUDA kernels' routing parameters.
@@ -273,17 +300,20 @@ Tensor CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor
 
 void CudaBackend::moe_experts_residual(Tensor& residual, const Tensor& x, const Tensor& ids,
                                        const Tensor& weights, const std::vector<MlpWeights>& experts,
-                                       const MoeDispatch* dispatch) {
-  // residual [T, H] += moe_experts(x [T, H], ids, weights)
+                                       const MoeDispatch* dispatch, const MoeSharedExperts* shared) {
+  // residual [T, H] += shared(x) (when given), then += moe_experts(x [T, H], ids, weights)
   DSI_CHECK(residual.shape() == x.shape(), "moe_experts_residual: residual ", shape_str(residual.shape()),
             " and x ", shape_str(x.shape()), " differ");
+  DSI_CHECK(!shared || shared->mlp, "moe_experts_residual: shared experts without weights");
   run_moe_experts(x, ids, weights, experts, dev_f32(residual, "moe_experts_residual", "residual"),
-                  /*accumulate=*/true, dispatch);
+                  /*accumulate=*/true, dispatch, shared, &residual);
 }
 
 void CudaBackend::run_moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
                                   const std::vector<MlpWeights>& experts, float* out, bool accumulate,
-                                  const MoeDispatch* dispatch) {
+                                  const MoeDispatch* dispatch, const MoeSharedExperts* shared,
+                                  Tensor* residual) {
+  DSI_CHECK(!shared || (accumulate && residual), "moe_experts: shared experts only into a residual");
   DSI_CHECK(x.ndim() == 2 && ids.ndim() == 2 && weights.shape() == ids.shape() && ids.dim(0) == x.dim(0),
             "moe_experts: x ", shape_str(x.shape()), ", ids ", shape_str(ids.shape()), ", weights ",
             shape_str(weights.shape()));
@@ -292,7 +322,10 @@ void CudaBackend::run_moe_experts(const Tensor& x, const Tensor& ids, const Tens
   const int64_t T = x.dim(0), H = x.dim(1), K = ids.dim(1), E = static_cast<int64_t>(experts.size());
   check_experts(experts, H);
   const int64_t I = experts[0].gate.out_features(), pairs = T * K;
-  if (pairs == 0) return;
+  if (pairs == 0) {
+    if (shared) norm_mlp_residual(*residual, shared->norm, shared->eps, *shared->mlp);
+    return;
+  }
   // Experts not laid out at a fixed stride (not through prepare_experts) are stacked for this call.
   Tensor gate_tmp, up_tmp, down_tmp;
   cuda::StackedWeights gate, up, down;
@@ -308,11 +341,17 @@ void CudaBackend::run_moe_experts(const Tensor& x, const Tensor& ids, const Tens
     down_tmp = stack_matrices(experts, down_of);
     down = {down_tmp.data<uint16_t>(), H * I};
   }
-  Tensor y = Tensor::empty_on(Device::kCuda, DType::F32, {pairs, H});  // [pairs, H] permuted rows
   const float* xd = dev_f32(x, "moe_experts", "x");
   const MoeKernelPlan plan = plan_moe_kernels(options_, T, K, E, H, I, xd, gate, up, down);
   const bool grouped = plan.grouped, stream = plan.stream, mma = plan.mma;
   const int grouped_variant = plan.grouped_variant, tile_rows = plan.tile_rows;
+  // The shared experts: units of the streaming launches (rows [pairs, pairs + units * T) of act and y), or
+  // their own MLP first (as the model ran them before: the same kernels, the same bits).
+  cuda::MoeSharedUnits shared_gate_up, shared_down;
+  const bool fuse_shared = shared && fused_shared_units(options_, plan, T, H, I, experts[0].swiglu_limit,
+                                                        *shared->mlp, &shared_gate_up, &shared_down);
+  if (shared && !fuse_shared) norm_mlp_residual(*residual, shared->norm, shared->eps, *shared->mlp);
+  const int64_t units = fuse_shared ? shared_gate_up.units : 0, rows = pairs + units * T;
   // The permutation: offsets [E + 1], tiles [E + 1], slot_pair [pairs], pair_slot [pairs] (one I32 tensor),
   // norm_moe_route's when it made it for this tile size, else the permutation kernel's.
   Tensor perm;
@@ -330,6 +369,8 @@ void CudaBackend::run_moe_experts(const Tensor& x, const Tensor& ids, const Tens
   int32_t* const tiles_d = offsets_d + E + 1;
   int32_t* const slot_pair_d = tiles_d + E + 1;
   int32_t* const pair_slot_d = slot_pair_d + pairs;
+  // [pairs + units * T, H]: the permuted rows, then the shared units' rows (unit u, token t: pairs + u T + t)
+  Tensor y = Tensor::empty_on(Device::kCuda, DType::F32, {rows, H});
   if (grouped) {
     Tensor xb = Tensor::empty_on(Device::kCuda, DType::BF16, {T, H});       // [T, H] x rounded to bf16
     Tensor act = Tensor::empty_on(Device::kCuda, DType::BF16, {pairs, I});  // [pairs, I] permuted rows
@@ -339,12 +380,13 @@ void CudaBackend::run_moe_experts(const Tensor& x, const Tensor& ids, const Tens
     cuda::launch_moe_down_grouped(grouped_variant, act.data<uint16_t>(), offsets_d, tiles_d, down,
                                   y.data<float>(), pairs, E, H, I);
   } else {
-    Tensor act = Tensor::empty_on(Device::kCuda, DType::F32, {pairs, I});  // [pairs, I] permuted rows
+    Tensor act = Tensor::empty_on(Device::kCuda, DType::F32, {rows, I});  // [rows, I] as y
     if (stream) {
       cuda::launch_moe_gate_up_stream(tile_rows, xd, K, offsets_d, tiles_d, slot_pair_d, gate, up,
-                                      act.data<float>(), pairs, E, H, I, experts[0].swiglu_limit);
+                                      act.data<float>(), pairs, E, H, I, experts[0].swiglu_limit,
+                                      fuse_shared ? shared_gate_up : cuda::MoeSharedUnits{});
       cuda::launch_moe_down_stream(tile_rows, act.data<float>(), offsets_d, tiles_d, down, y.data<float>(),
-                                   pairs, E, H, I);
+                                   pairs, E, H, I, fuse_shared ? shared_down : cuda::MoeSharedUnits{});
     } else if (mma) {
       cuda::launch_moe_gate_up_mma(options_.split_gemm_activations, xd, K, offsets_d, tiles_d, slot_pair_d,
                                    gate, up, act.data<float>(), pairs, E, H, I, experts[0].swiglu_limit);
@@ -358,7 +400,7 @@ void CudaBackend::run_moe_experts(const Tensor& x, const Tensor& ids, const Tens
     }
   }
   cuda::launch_moe_combine(y.data<float>(), pair_slot_d, dev_f32(weights, "moe_experts", "weights"), out, T,
-                           K, H, accumulate);
+                           K, H, accumulate, units > 0 ? y.data<float>() + pairs * H : nullptr, units);
 }
 
 }  // namespace dsinfer

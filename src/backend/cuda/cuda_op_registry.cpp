@@ -83,12 +83,14 @@ const std::vector<CudaOpSupport>& cuda_op_support() {
        {},
        {},
        ""},
+      // Shared experts: units of the streaming launches at decode sizes, else norm_mlp_residual's kernels.
       {"moe_experts_residual",
-       {"launch_moe_permute", "launch_moe_gate_up_stream", "launch_moe_down_stream", "launch_moe_gate_up",
-        "launch_moe_down", "launch_moe_gate_up_mma", "launch_moe_down_mma",
-        "launch_moe_combine (accumulate)"},
+       {"launch_moe_permute", "launch_moe_gate_up_stream (+ shared units)",
+        "launch_moe_down_stream (+ shared units)", "launch_moe_gate_up", "launch_moe_down",
+        "launch_moe_gate_up_mma", "launch_moe_down_mma", "launch_moe_combine (accumulate, + shared rows)",
+        "launch_gemv_swiglu (fused RMSNorm)", "launch_gemv", "launch_rms_norm_bf16", "gemm_bf16 (cuBLASLt)"},
        {},
-       {"moe_experts", "add_inplace"},
+       {"norm_mlp_residual", "moe_experts", "add_inplace"},
        ""},
       // ---- DeepSeek-V3.2 sparse attention ----
       {"layer_norm", {}, {}, {}, ""},

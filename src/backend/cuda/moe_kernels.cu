@@ -210,7 +210,7 @@ __global__ void __launch_bounds__(kRowsThreads)
 template <bool kVec>
 __global__ void __launch_bounds__(kCombineThreads)
     moe_combine_kernel(const float* y, const int32_t* pair_slot, const float* weights, float* out, int k,
-                       int H, bool accumulate) {
+                       int H, bool accumulate, const float* shared_y, int shared_units) {
   pdl_wait();
   pdl_trigger();
   extern __shared__ int32_t slots[];                 // [k]
@@ -224,6 +224,28 @@ __global__ void __launch_bounds__(kCombineThreads)
   constexpr int kW = kVec ? 4 : 1;
   const int h = (blockIdx.y * kCombineThreads + threadIdx.x) * kW;
   if (h >= H) return;
+  // What the routed sum is added to: out (accumulate), then the shared experts' rows in unit order.
+  auto load = [&](const float* src, float* v) {
+    if (kVec) {
+      const float4 f = *reinterpret_cast<const float4*>(src);
+      v[0] = f.x;
+      v[kW > 1 ? 1 : 0] = f.y;
+      v[kW > 2 ? 2 : 0] = f.z;
+      v[kW > 3 ? 3 : 0] = f.w;
+    } else {
+      v[0] = *src;
+    }
+  };
+  float* dst = out + t * H + h;
+  float base[kW] = {};
+  if (accumulate) load(dst, base);
+  for (int u = 0; u < shared_units; ++u) {
+    float v[kW];
+    load(shared_y + (static_cast<int64_t>(u) * gridDim.x + t) * H + h, v);
+#pragma unroll
+    for (int i = 0; i < kW; ++i) base[i] = accumulate || u > 0 ? base[i] + v[i] : v[i];
+  }
+  const bool has_base = accumulate || shared_units > 0;
   float o[kW];
 #pragma unroll
   for (int i = 0; i < kW; ++i) o[i] = 0.0f;
@@ -252,16 +274,15 @@ __global__ void __launch_bounds__(kCombineThreads)
       }
     }
   }
-  float* dst = out + t * H + h;
+  if (has_base) {
+#pragma unroll
+    for (int i = 0; i < kW; ++i) o[i] = base[i] + o[i];
+  }
   if (kVec) {
-    float4 r = make_float4(o[0], o[kW > 1 ? 1 : 0], o[kW > 2 ? 2 : 0], o[kW > 3 ? 3 : 0]);
-    if (accumulate) {
-      const float4 a = *reinterpret_cast<const float4*>(dst);
-      r = make_float4(a.x + r.x, a.y + r.y, a.z + r.z, a.w + r.w);
-    }
-    *reinterpret_cast<float4*>(dst) = r;
+    *reinterpret_cast<float4*>(dst) =
+        make_float4(o[0], o[kW > 1 ? 1 : 0], o[kW > 2 ? 2 : 0], o[kW > 3 ? 3 : 0]);
   } else {
-    dst[0] = accumulate ? dst[0] + o[0] : o[0];
+    dst[0] = o[0];
   }
 }
 
@@ -341,20 +362,24 @@ void launch_moe_down(int tile_rows, const float* act, const int32_t* offsets, co
 }
 
 void launch_moe_combine(const float* y, const int32_t* pair_slot, const float* weights, float* out, int64_t T,
-                        int64_t k, int64_t H, bool accumulate) {
+                        int64_t k, int64_t H, bool accumulate, const float* shared_y, int64_t shared_units) {
   if (T == 0 || H == 0) return;
+  DSI_CHECK(shared_units == 0 || (shared_y && shared_units < 65536), "moe_combine: ", shared_units,
+            " shared units");
   auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  const bool vec = H % 4 == 0 && aligned(y) && aligned(out);
+  const bool vec = H % 4 == 0 && aligned(y) && aligned(out) && (shared_units == 0 || aligned(shared_y));
   const int64_t per_block = kCombineThreads * (vec ? 4 : 1);
   const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>((H + per_block - 1) / per_block));
   const size_t smem = static_cast<size_t>(k) * (sizeof(int32_t) + sizeof(float));
   DSI_CHECK(smem <= 48 * 1024 && grid.y <= 65535, "moe_combine: top_k ", k, ", hidden ", H, " too large");
   if (vec) {
     launch_pdl(moe_combine_kernel<true>, grid, kCombineThreads, smem, y, pair_slot, weights, out,
-               static_cast<int>(k), static_cast<int>(H), accumulate);
+               static_cast<int>(k), static_cast<int>(H), accumulate, shared_y,
+               static_cast<int>(shared_units));
   } else {
     launch_pdl(moe_combine_kernel<false>, grid, kCombineThreads, smem, y, pair_slot, weights, out,
-               static_cast<int>(k), static_cast<int>(H), accumulate);
+               static_cast<int>(k), static_cast<int>(H), accumulate, shared_y,
+               static_cast<int>(shared_units));
   }
   check_launch("moe_combine");
 }

@@ -113,15 +113,32 @@ void launch_moe_down_mma(bool split, const float* act, const int32_t* offsets, c
 // once, activations split into bf16 hi + lo (~16 bits). moe_stream_supported: whether they take inner
 // dimension K, activations at address a and weights w at stride `stride` (K a multiple of 8, 16-byte aligned
 // operands).
+//
+// Shared experts may ride along in the same launches (MoeSharedUnits: a DeepSeekMoE block's shared MLP as
+// `units` experts of the routed intermediate size that every token visits): unit u's matrices are [N, K]
+// at base + u * stride with rows `ld` elements apart (gate/up: rows [uI, (u + 1)I) of the shared gate and
+// up weights, ld = H; down: columns [uI, (u + 1)I) of the shared down weight, ld = units * I). Their rows
+// follow the routed ones in act and y: unit u, token t at row pairs + u * tokens + t (gate/up reads x row
+// t); the blocks of the shared tiles (ceil(tokens / tile_rows) per unit) come first in the grid.
+// moe_stream_shared_supported: whether the kernels take such units.
 inline constexpr int64_t kMoeStreamMaxRows = 64;
 int moe_stream_tile_rows(int64_t rows_per_expert);
 bool moe_stream_supported(int64_t K, uintptr_t a, const uint16_t* w, int64_t stride);
+struct MoeSharedUnits {
+  StackedWeights w1;  // gate/up: the gate rows; down: the down columns
+  StackedWeights w2;  // gate/up: the up rows
+  int64_t ld = 0;     // elements between a unit's weight rows
+  int64_t units = 0;  // 0: no shared units
+  int64_t tokens = 0;
+};
+bool moe_stream_shared_supported(int64_t K, const MoeSharedUnits& s);
 void launch_moe_gate_up_stream(int tile_rows, const float* x, int64_t k, const int32_t* offsets,
                                const int32_t* tiles, const int32_t* slot_pair, StackedWeights gate,
                                StackedWeights up, float* act, int64_t pairs, int64_t E, int64_t H, int64_t I,
-                               float limit);
+                               float limit, const MoeSharedUnits& shared = {});
 void launch_moe_down_stream(int tile_rows, const float* act, const int32_t* offsets, const int32_t* tiles,
-                            StackedWeights down, float* y, int64_t pairs, int64_t E, int64_t H, int64_t I);
+                            StackedWeights down, float* y, int64_t pairs, int64_t E, int64_t H, int64_t I,
+                            const MoeSharedUnits& shared = {});
 
 // The grouped GEMMs for many rows per expert (moe_grouped_kernels.cu; from moe_grouped_min_rows): both
 // operands bf16 (x rounded to bf16 once by launch_moe_x_bf16, the SiLU-mul output act kept as bf16 [pairs,
@@ -149,8 +166,11 @@ void launch_moe_down_grouped(int variant, const uint16_t* act, const int32_t* of
                              StackedWeights down, float* y, int64_t pairs, int64_t E, int64_t H, int64_t I);
 
 // out [T, H] = sum_j weights[t, j] * y[pair_slot[t * k + j]] (in slot order j); accumulate: out += that sum
-// (added once, after the sum).
+// (added once, after the sum). shared_units > 0: the shared experts' rows shared_y [shared_units, T, H]
+// (unit u, token t at (u * T + t) * H) are added to out first, in unit order, then the routed sum:
+// out = (out + shared_0 + shared_1 ...) + routed.
 void launch_moe_combine(const float* y, const int32_t* pair_slot, const float* weights, float* out, int64_t T,
-                        int64_t k, int64_t H, bool accumulate = false);
+                        int64_t k, int64_t H, bool accumulate = false, const float* shared_y = nullptr,
+                        int64_t shared_units = 0);
 
 }  // namespace dsinfer::cuda

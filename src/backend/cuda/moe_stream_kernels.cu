@@ -7,7 +7,10 @@
 // feature groups x KG = 8 / FG K groups. A warp streams its two m16 weight tiles (gate/up: 16 gate rows and
 // the same 16 up rows; down: 32 rows) over the 32-column chunks kg, kg + KG, ... of K through a per-lane
 // cp.async pipeline and reads its activation columns through L1; the K groups' partial tiles are summed in
-// a fixed order through shared memory. A row's sum never depends on the other rows of its tile.
+// a fixed order through shared memory. A row's sum never depends on the other rows of its tile. Shared
+// experts (MoeSharedUnits) take the first blocks of the grid: a shared unit's tile is a fixed range of
+// tokens (no lookup), its weights at their own base and row stride, and it issues its first weight stages
+// before the PDL wait (a routed tile needs the permutation first); the routed tiles follow.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -72,22 +75,54 @@ __device__ __forceinline__ void split_pair(float a, float b, uint32_t& hi, uint3
   lo = *reinterpret_cast<const uint32_t*>(&l);
 }
 
+// The shared units of a launch as the kernel takes them (see MoeSharedUnits).
+struct SharedTiles {
+  StackedWeights w1, w2;
+  int64_t ld;
+  int units, tokens, tiles_per_unit;
+  int row0;  // the first shared row of act / y (the routed pairs)
+};
+
 // kGateUp: rows of a are x[slot_pair[r] / topk] ([T, K]), out [pairs, N] = silu(a gate^T) * (a up^T) with
-// w1 = gate, w2 = up; else rows of a are the permuted rows ([pairs, K]) and out = a w1^T.
+// w1 = gate, w2 = up; else rows of a are the permuted rows ([pairs, K]) and out = a w1^T. Shared units:
+// blocks [0, units * tiles_per_unit), rows past the pairs (gate/up reads x row t for token t).
 // Needs K % 8 == 0 and 16-byte aligned a, weights and strides.
 template <bool kGateUp, int NT>
 __global__ void __launch_bounds__(kThreads, NT >= 8 ? 1 : 2)
     moe_stream_kernel(const float* a, int topk, const int32_t* offsets, const int32_t* tiles,
                       const int32_t* slot_pair, StackedWeights w1, StackedWeights w2, float* out, int E,
-                      int K, int N, float limit) {
-  pdl_wait();
-  pdl_trigger();
+                      int K, int N, float limit, SharedTiles sh) {
   constexpr int FG = feature_groups<NT>(), KG = kWarps / FG, FW = features_per_warp<kGateUp>();
   constexpr int R = 8 * NT;
   extern __shared__ uint4 smem[];
-  ExpertTile et;
-  if (!find_expert_tile(offsets, tiles, E, blockIdx.x, R, &et)) return;
-  const int e = et.expert, row0 = et.row0, nr = et.rows;
+  // The block's tile: its unit (expert e of w1 / w2 with rows ld apart), first row in out, rows, and for a
+  // shared gate/up tile the token of its first row (-1: routed, rows through slot_pair).
+  int e, row0, nr, token0 = -1;
+  int64_t ld = K;
+  const int shared_blocks = sh.units * sh.tiles_per_unit;
+  const bool shared_tile = static_cast<int>(blockIdx.x) < shared_blocks;
+  // A routed tile comes from the permutation an earlier kernel wrote: wait first. A shared tile waits after
+  // issuing its first weight loads (weights are written by no kernel), before it reads activations.
+  if (!shared_tile) {
+    pdl_wait();
+    pdl_trigger();
+  }
+  if (shared_tile) {
+    const int u = blockIdx.x / sh.tiles_per_unit, t0 = (blockIdx.x % sh.tiles_per_unit) * R;
+    e = u;
+    w1 = sh.w1;
+    w2 = sh.w2;
+    ld = sh.ld;
+    row0 = sh.row0 + u * sh.tokens + t0;
+    nr = min(R, sh.tokens - t0);
+    token0 = t0;
+  } else {
+    ExpertTile et;
+    if (!find_expert_tile(offsets, tiles, E, blockIdx.x - shared_blocks, R, &et)) return;
+    e = et.expert;
+    row0 = et.row0;
+    nr = et.rows;
+  }
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int fg = warp % FG, kg = warp / FG;
   const int f0 = (blockIdx.y * FG + fg) * FW;  // this warp's first output feature
@@ -103,7 +138,7 @@ __global__ void __launch_bounds__(kThreads, NT >= 8 ? 1 : 2)
       const StackedWeights& w = (kGateUp && mt == 1) ? w2 : w1;
       wok[mt][h] = n < N;
       wrow[mt][h] =
-          w.base + static_cast<int64_t>(e) * w.stride + static_cast<int64_t>(wok[mt][h] ? n : 0) * K;
+          w.base + static_cast<int64_t>(e) * w.stride + static_cast<int64_t>(wok[mt][h] ? n : 0) * ld;
     }
   }
   // Activation row g of every n8 tile (rows past the tile's end read as zeros).
@@ -113,7 +148,7 @@ __global__ void __launch_bounds__(kThreads, NT >= 8 ? 1 : 2)
     const int m = 8 * j + g;
     arow[j] = nullptr;
     if (m < nr) {
-      const int src = kGateUp ? slot_pair[row0 + m] / topk : row0 + m;
+      const int src = !kGateUp ? row0 + m : token0 >= 0 ? token0 + m : slot_pair[row0 + m] / topk;
       arow[j] = a + static_cast<int64_t>(src) * K;
     }
   }
@@ -136,6 +171,10 @@ __global__ void __launch_bounds__(kThreads, NT >= 8 ? 1 : 2)
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < iters) issue(s);
     copy_async_commit();
+  }
+  if (shared_tile) {
+    pdl_wait();
+    pdl_trigger();
   }
 
   // The lo parts accumulate apart from the hi parts (tensor-core fp32 accumulation keeps few bits below the
@@ -272,7 +311,7 @@ __global__ void __launch_bounds__(kThreads, NT >= 8 ? 1 : 2)
 template <bool kGateUp, int NT>
 void launch_nt(const float* a, int topk, const int32_t* offsets, const int32_t* tiles,
                const int32_t* slot_pair, StackedWeights w1, StackedWeights w2, float* out, int64_t pairs,
-               int64_t E, int64_t K, int64_t N, float limit) {
+               int64_t E, int64_t K, int64_t N, float limit, const MoeSharedUnits& shared) {
   constexpr int R = 8 * NT, features = feature_groups<NT>() * features_per_warp<kGateUp>();
   constexpr int bytes = smem_bytes<NT>();
   static const bool configured = [] {
@@ -284,30 +323,45 @@ void launch_nt(const float* a, int topk, const int32_t* offsets, const int32_t* 
   // Every tile holds at least one row: at most min(pairs, ceil(pairs / R) + E) tiles.
   const int64_t max_tiles = std::min(pairs, (pairs + R - 1) / R + E);
   const int64_t slices = (N + features - 1) / features;
-  DSI_CHECK(max_tiles < (int64_t{1} << 31) && slices < 65536, "moe_experts: too many tiles");
-  const dim3 grid(static_cast<unsigned>(max_tiles), static_cast<unsigned>(slices));
+  SharedTiles sh{shared.w1, shared.w2, shared.ld, 0, 0, 1, static_cast<int>(pairs)};
+  if (shared.units > 0 && shared.tokens > 0) {
+    sh.units = static_cast<int>(shared.units);
+    sh.tokens = static_cast<int>(shared.tokens);
+    sh.tiles_per_unit = static_cast<int>((shared.tokens + R - 1) / R);
+  }
+  const int64_t blocks = max_tiles + int64_t{sh.units} * sh.tiles_per_unit;
+  DSI_CHECK(blocks < (int64_t{1} << 31) && slices < 65536 &&
+                pairs + shared.units * shared.tokens < (int64_t{1} << 31),
+            "moe_experts: too many tiles");
+  const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(slices));
   launch_pdl(moe_stream_kernel<kGateUp, NT>, grid, kThreads, bytes, a, topk, offsets, tiles, slot_pair, w1,
-             w2, out, static_cast<int>(E), static_cast<int>(K), static_cast<int>(N), limit);
+             w2, out, static_cast<int>(E), static_cast<int>(K), static_cast<int>(N), limit, sh);
   check_launch(kGateUp ? "moe gate/up (streaming)" : "moe down (streaming)");
 }
 
 template <bool kGateUp>
 void launch_stream(int tile_rows, const float* a, int topk, const int32_t* offsets, const int32_t* tiles,
                    const int32_t* slot_pair, StackedWeights w1, StackedWeights w2, float* out, int64_t pairs,
-                   int64_t E, int64_t K, int64_t N, float limit) {
+                   int64_t E, int64_t K, int64_t N, float limit, const MoeSharedUnits& sh) {
   DSI_CHECK(moe_stream_supported(K, reinterpret_cast<uintptr_t>(a), w1.base, w1.stride) &&
                 (!kGateUp || moe_stream_supported(K, 0, w2.base, w2.stride)),
             "moe_experts: operands the streaming kernel cannot take");
+  DSI_CHECK(sh.units == 0 || moe_stream_shared_supported(K, sh),
+            "moe_experts: shared units the streaming kernel cannot take");
   if (pairs == 0 || N == 0) return;
   switch (tile_rows) {
     case 8:
-      return launch_nt<kGateUp, 1>(a, topk, offsets, tiles, slot_pair, w1, w2, out, pairs, E, K, N, limit);
+      return launch_nt<kGateUp, 1>(a, topk, offsets, tiles, slot_pair, w1, w2, out, pairs, E, K, N, limit,
+                                   sh);
     case 16:
-      return launch_nt<kGateUp, 2>(a, topk, offsets, tiles, slot_pair, w1, w2, out, pairs, E, K, N, limit);
+      return launch_nt<kGateUp, 2>(a, topk, offsets, tiles, slot_pair, w1, w2, out, pairs, E, K, N, limit,
+                                   sh);
     case 32:
-      return launch_nt<kGateUp, 4>(a, topk, offsets, tiles, slot_pair, w1, w2, out, pairs, E, K, N, limit);
+      return launch_nt<kGateUp, 4>(a, topk, offsets, tiles, slot_pair, w1, w2, out, pairs, E, K, N, limit,
+                                   sh);
     case 64:
-      return launch_nt<kGateUp, 8>(a, topk, offsets, tiles, slot_pair, w1, w2, out, pairs, E, K, N, limit);
+      return launch_nt<kGateUp, 8>(a, topk, offsets, tiles, slot_pair, w1, w2, out, pairs, E, K, N, limit,
+                                   sh);
     default:
       fail("moe_experts: ", tile_rows, " rows per streaming tile (8, 16, 32 or 64)");
   }
@@ -330,18 +384,26 @@ bool moe_stream_supported(int64_t K, uintptr_t a, const uint16_t* w, int64_t str
   return K > 0 && K % 8 == 0 && a % 16 == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0 && stride % 8 == 0;
 }
 
+bool moe_stream_shared_supported(int64_t K, const MoeSharedUnits& s) {
+  return s.units > 0 && s.tokens > 0 && s.ld >= K && s.ld % 8 == 0 && s.units < (int64_t{1} << 16) &&
+         s.tokens < (int64_t{1} << 24) && moe_stream_supported(K, 0, s.w1.base, s.w1.stride) &&
+         (!s.w2.base || moe_stream_supported(K, 0, s.w2.base, s.w2.stride));
+}
+
 void launch_moe_gate_up_stream(int tile_rows, const float* x, int64_t k, const int32_t* offsets,
                                const int32_t* tiles, const int32_t* slot_pair, StackedWeights gate,
                                StackedWeights up, float* act, int64_t pairs, int64_t E, int64_t H, int64_t I,
-                               float limit) {
+                               float limit, const MoeSharedUnits& shared) {
+  DSI_CHECK(shared.units == 0 || shared.w2.base, "moe_experts: shared units without up weights");
   launch_stream<true>(tile_rows, x, static_cast<int>(k), offsets, tiles, slot_pair, gate, up, act, pairs, E,
-                      H, I, limit);
+                      H, I, limit, shared);
 }
 
 void launch_moe_down_stream(int tile_rows, const float* act, const int32_t* offsets, const int32_t* tiles,
-                            StackedWeights down, float* y, int64_t pairs, int64_t E, int64_t H, int64_t I) {
+                            StackedWeights down, float* y, int64_t pairs, int64_t E, int64_t H, int64_t I,
+                            const MoeSharedUnits& shared) {
   launch_stream<false>(tile_rows, act, 1, offsets, tiles, nullptr, down, StackedWeights{}, y, pairs, E, I, H,
-                       0.0f);
+                       0.0f, shared);
 }
 
 }  // namespace dsinfer::cuda

@@ -52,22 +52,24 @@ MoeWeights load_deepseek_moe(const ModelConfig& c, WeightLoader& w, const std::s
 void add_moe_residual(Backend& b, const MoeWeights& moe, Tensor& h, const Tensor& norm, float eps,
                       MoeRoutingHook* hook, int64_t layer) {
   Tensor ids, weights;
+  MoeSharedExperts shared;  // the shared experts on x = norm(h), when the block has them
+  if (moe.has_shared) shared = MoeSharedExperts{&moe.shared, norm, eps};
   if (hook) {
     // The hook sees the router input first and may replace the routing: the separate ops.
     const Tensor x = b.rms_norm(h, norm, eps);  // [T, H]
     hook->on_router_input(b, layer, x, moe.router, moe.router_bias, moe.routing);
     b.moe_route(x, moe.router, moe.router_bias, moe.routing, &ids, &weights);  // [T, k], [T, k]
     hook->on_route(b, layer, ids, weights);
-    if (moe.has_shared) b.norm_mlp_residual(h, norm, eps, moe.shared);  // h += shared(norm(h))
-    b.moe_experts_residual(h, x, ids, weights, moe.experts);            // h += routed experts(x)
+    // h += shared(norm(h)), then h += routed experts(x).
+    b.moe_experts_residual(h, x, ids, weights, moe.experts, nullptr, shared.mlp ? &shared : nullptr);
     return;
   }
   // x = norm(h) [T, H], its routing [T, k] x 2 and what the backend precomputed for the experts.
   MoeDispatch dispatch;
   const Tensor x = b.norm_moe_route(h, norm, eps, moe.router, moe.router_bias, moe.routing, moe.experts, &ids,
                                     &weights, &dispatch);
-  if (moe.has_shared) b.norm_mlp_residual(h, norm, eps, moe.shared);   // h += shared(norm(h))
-  b.moe_experts_residual(h, x, ids, weights, moe.experts, &dispatch);  // h += routed experts(x)
+  // h += shared(norm(h)), then h += routed experts(x) (a backend may run both in the same kernels).
+  b.moe_experts_residual(h, x, ids, weights, moe.experts, &dispatch, shared.mlp ? &shared : nullptr);
 }
 
 }  // namespace dsinfer

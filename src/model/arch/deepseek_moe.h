@@ -23,8 +23,10 @@ struct MoeWeights {
 // down_proj), .shared_experts.
 MoeWeights load_deepseek_moe(const ModelConfig& config, WeightLoader& w, const std::string& prefix);
 
-// h [T, H] += routed experts (rms_norm(h)) + shared experts (rms_norm(h)): the shared experts' norm and
-// residual add are fused (norm_mlp_residual), the routed output is added last.
+// h [T, H] += routed experts (rms_norm(h)) + shared experts (rms_norm(h)), through moe_experts_residual
+// with the shared experts: by default norm_mlp_residual (norm and residual add fused) first, the routed
+// output added last; the CUDA backend streams the shared experts inside the routed experts' launches at
+// decode sizes.
 // `hook` (may be null) sees the routing of MoE layer `layer`.
 void add_moe_residual(Backend& backend, const MoeWeights& moe, Tensor& h, const Tensor& norm, float eps,
                       MoeRoutingHook* hook = nullptr, int64_t layer = 0);
