@@ -97,7 +97,8 @@ TEST_F(CudaDeepseekOpsTest, DISABLED_BenchMlaDecode) {
     }
   }
   // The tensor-core instances on the bf16 cache (R 512, P 64), launched directly: auto (mla_choose_split's
-  // choice), 64-row tiles (one block per SM) and 32-row tiles (two), cycling through copies of the cache (100
+  // choice), 64-row tiles (one block per SM) and 32-row tiles (two), each with split (hi + lo) and bf16 (tile
+  // name ending in b) queries and probabilities, cycling through copies of the cache (100
   // MB or more, twice the L2) so that no call finds the previous one's rows in L2: us per call launched back
   // to back and replayed in a CUDA graph of one call per copy, and the latent bytes per second of the graph
   // figure as a share of 4290 GB/s.
@@ -141,8 +142,11 @@ TEST_F(CudaDeepseekOpsTest, DISABLED_BenchMlaDecode) {
                                        reinterpret_cast<uintptr_t>(q_lat.raw()),
                                        reinterpret_cast<uintptr_t>(q_pe.raw())));
     const int saved = cuda::mla_tile_rows();
-    for (int tile : {0, 64, 32}) {
+    const bool saved_qp = cuda::mla_bf16_qp();
+    for (int variant = 0; variant < 6; ++variant) {
+      const int tile = std::array<int, 3>{0, 64, 32}[variant % 3];
       cuda::mla_set_tile_rows(tile);
+      cuda::mla_set_bf16_qp(variant >= 3);
       const cuda::MlaSplit split =
           cuda::mla_choose_split(batch, H, R, cuda::attention_max_context_bucket(ctx), true);
       const size_t ws_floats = cuda::mla_workspace_floats(batch, H, R, split);
@@ -172,13 +176,16 @@ TEST_F(CudaDeepseekOpsTest, DISABLED_BenchMlaDecode) {
       const double bytes = static_cast<double>(batch) * ctx * D * 2;
       char name[64];
       std::snprintf(name, sizeof(name), "batch %d ctx %d heads %lld", batch, ctx, static_cast<long long>(H));
-      std::printf("%-24s %-5s %6d %6lld %7lld %10.2f %9.2f %7.1f%%\n", name,
-                  tile == 0 ? (split.tile_rows == 64 ? "a64" : "a32") : std::to_string(tile).c_str(),
-                  split.splits, static_cast<long long>(split.chunk),
+      const std::string tile_name =
+          (tile == 0 ? (split.tile_rows == 64 ? "a64" : "a32") : std::to_string(tile)) +
+          (split.bf16_qp ? "b" : "");
+      std::printf("%-24s %-5s %6d %6lld %7lld %10.2f %9.2f %7.1f%%\n", name, tile_name.c_str(), split.splits,
+                  static_cast<long long>(split.chunk),
                   static_cast<long long>(cuda::next_pow2(batch) * ((H + 15) / 16) * split.splits), stream_us,
                   graph_us, 100.0 * bytes / (graph_us * 1e-6) / 1e9 / 4290.0);
     }
     cuda::mla_set_tile_rows(saved);
+    cuda::mla_set_bf16_qp(saved_qp);
   }
 }
 

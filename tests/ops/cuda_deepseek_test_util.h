@@ -6,9 +6,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <random>
@@ -95,6 +97,13 @@ inline Tensor distinct_expert_ids(std::mt19937& rng, int64_t T, int64_t K, int64
     }
   }
   return ids;
+}
+
+// An RMSNorm weight near 1, bf16-representable.
+inline Tensor norm_weight(CudaDeepseekOpsTest* test, int64_t H) {
+  Tensor w = test->random_bf16_values({H}, 0.1f);
+  for (int64_t i = 0; i < H; ++i) w.f32()[i] = bf16_to_f32(f32_to_bf16(1.0f + w.f32()[i]));
+  return w;
 }
 
 // Device copy of host values as bf16 bits (raw bf16 device tensor, as prepare_weight leaves weights).

@@ -114,6 +114,10 @@ TEST(CudaMlaSplitTest, TensorCoreInstanceAndChunks) {
   cuda::mla_set_tile_rows(saved);
 }
 
+// The tensor-core decode kernels with bf16 queries and probabilities (DSINFER_MLA_QP=bf16): relative error
+// against the float32 CPU reference, as the multi-query prefill kernel's.
+constexpr double kMlaDecodeBf16Tol = 1e-2;
+
 TEST_F(CudaDeepseekOpsTest, MlaDecodeMatchesCpu) {
   // One new token per sequence, contexts 1 .. 3000 (split-KV for the long ones); the bf16 cache on both
   // tensor-core instances.
@@ -148,6 +152,33 @@ TEST_F(CudaDeepseekOpsTest, MlaDecodeTensorCoreEdgesMatchCpu) {
   std::vector<std::pair<int32_t, int32_t>> batch64;
   for (int32_t i = 0; i < 64; ++i) batch64.push_back({(i * 613) % 1500, 1});
   check_mla(this, 16, 512, 64, batch64, 1e-5);
+}
+
+TEST_F(CudaDeepseekOpsTest, MlaDecodeBf16QueriesAndProbabilitiesMatchCpu) {
+  // DSINFER_MLA_QP=bf16: the tensor-core kernels with bf16 Q and P (one MMA per product) on both instances,
+  // within the prefill kernel's tolerance (the same precision); the split-precision outputs differ from them
+  // (else the variant did not run), and the CUDA-core (float32 cache) outputs do not change.
+  const bool saved = cuda::mla_bf16_qp();
+  std::vector<std::pair<int32_t, int32_t>> seqs = {{0, 1}, {31, 1}, {64, 1}, {199, 1}, {4000, 1}};
+  for (int32_t i = 0; i < 70; ++i) seqs.push_back({(i * 613) % 1500, 1});
+  for_each_tile_rows([&](int) {
+    for (int64_t H : {16, 24, 128}) {
+      std::vector<std::vector<Tensor>> runs;
+      for (bool bf16 : {false, true}) {
+        cuda::mla_set_bf16_qp(bf16);
+        rng.seed(4242);  // the same inputs for both runs
+        runs.push_back(check_mla(this, H, 512, 64, seqs, 1e-5, bf16 ? kMlaDecodeBf16Tol : -1.0));
+      }
+      int64_t differ_f32 = 0, differ_bf16 = 0;
+      for (int64_t i = 0; i < runs[0][0].numel(); ++i) {
+        differ_f32 += runs[0][0].f32()[i] != runs[1][0].f32()[i];
+        differ_bf16 += runs[0][1].f32()[i] != runs[1][1].f32()[i];
+      }
+      EXPECT_EQ(differ_f32, 0) << "H=" << H;
+      EXPECT_GT(differ_bf16, 0) << "H=" << H;
+    }
+  });
+  cuda::mla_set_bf16_qp(saved);
 }
 
 TEST_F(CudaDeepseekOpsTest, MlaFusedMergeEqualsCombineKernel) {

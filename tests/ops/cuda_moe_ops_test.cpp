@@ -654,13 +654,6 @@ SharedMlp make_shared_mlp(CudaDeepseekOpsTest* test, CudaBackend& gpu, int64_t u
   return s;
 }
 
-// An RMSNorm weight near 1, bf16-representable.
-Tensor norm_weight(CudaDeepseekOpsTest* test, int64_t H) {
-  Tensor w = test->random_bf16_values({H}, 0.1f);
-  for (int64_t i = 0; i < H; ++i) w.f32()[i] = bf16_to_f32(f32_to_bf16(1.0f + w.f32()[i]));
-  return w;
-}
-
 // a - h elementwise (host tensors of one shape): what an op added to the residual h.
 Tensor added_part(const Tensor& a, const Tensor& h) {
   Tensor d = Tensor::empty(DType::F32, a.shape());
@@ -702,6 +695,10 @@ TEST_F(CudaDeepseekOpsTest, MoeSharedExpertsFusedMatchCpuAndUnfused) {
         MoeDispatch dispatch;
         const Tensor x =
             gpu.norm_moe_route(dh, norm_g, eps, router, Tensor(), rp, experts.gpu, &ids, &weights, &dispatch);
+        const Tensor ids_h = gpu.to_host(ids), weights_h = gpu.to_host(weights);  // [T, K] as routed
+        for (int64_t i = 0; i < ids_h.numel(); ++i)
+          ASSERT_TRUE(ids_h.data<int32_t>()[i] >= 0 && ids_h.data<int32_t>()[i] < E)
+              << "routing gave expert " << ids_h.data<int32_t>()[i] << ", " << what;
         Tensor fused = cuda::to_device(h), split = cuda::to_device(h), separate = cuda::to_device(h);
         gpu.moe_experts_residual(fused, x, ids, weights, experts.gpu, &dispatch, &sg);
         unfused.moe_experts_residual(split, x, ids, weights, experts.gpu, nullptr, &sg);
@@ -709,8 +706,14 @@ TEST_F(CudaDeepseekOpsTest, MoeSharedExpertsFusedMatchCpuAndUnfused) {
         unfused.moe_experts_residual(separate, x, ids, weights, experts.gpu);
         // The CPU on its own norm of h, with the GPU's routing.
         Tensor ref = h.clone();
-        cpu.moe_experts_residual(ref, cpu.rms_norm(h, norm_c, eps), gpu.to_host(ids), gpu.to_host(weights),
-                                 experts.cpu, nullptr, &sc);
+        // The routing outputs are inputs of the expert calls: none of them may write into them.
+        const Tensor ids_after = gpu.to_host(ids), weights_after = gpu.to_host(weights);
+        ASSERT_EQ(std::memcmp(ids_after.raw(), ids_h.raw(), ids_h.nbytes()), 0)
+            << "ids overwritten, " << what;
+        ASSERT_EQ(std::memcmp(weights_after.raw(), weights_h.raw(), weights_h.nbytes()), 0)
+            << "weights overwritten, " << what;
+        cpu.moe_experts_residual(ref, cpu.rms_norm(h, norm_c, eps), ids_h, weights_h, experts.cpu, nullptr,
+                                 &sc);
         const Tensor a = gpu.to_host(fused), b = gpu.to_host(split), c = gpu.to_host(separate);
         const Tensor want = added_part(ref, h);
         EXPECT_LT(rel_err(added_part(a, h), want), 1e-4) << "fused " << what;

@@ -31,13 +31,14 @@ struct MlaSplit {
   int64_t chunk = 0;
   bool tensor_cores = false;  // run the tensor-core kernel (chunk a multiple of its tile)
   int tile_rows = 64;         // tensor cores: the instance (64: one block per SM; 32: two)
+  bool bf16_qp = false;       // tensor cores: Q and P rounded to bf16 (else bf16 hi + lo parts)
 };
 
 // A split for T query tokens whose longest context is max_ctx, H heads of latent width R. CUDA cores: enough
 // blocks to fill the GPU, chunks of at least 64 positions. Tensor cores: for each instance (64-row tiles, one
 // resident block per SM; 32-row tiles, two) the split count that minimises waves x tiles per block plus the
 // combine pass, chunks of whole tiles; the 32-row instance when its plan has more blocks than the GPU has
-// SMs (so that two blocks share an SM) and at least two tiles per block, else the 64-row one. Depends only on
+// SMs (so that two blocks share an SM) and at least 8 tiles per block, else the 64-row one. Depends only on
 // (next_pow2(T), H, R, max_ctx, tensor_cores, mla_tile_rows()), so a CUDA graph serves its whole bucket.
 MlaSplit mla_choose_split(int64_t T, int64_t H, int64_t R, int64_t max_ctx, bool tensor_cores);
 
@@ -46,6 +47,13 @@ MlaSplit mla_choose_split(int64_t T, int64_t H, int64_t R, int64_t max_ctx, bool
 int mla_tile_rows();
 // Tests and benchmarks only (between steps, never while CUDA graphs of the model are captured).
 void mla_set_tile_rows(int tile_rows);
+
+// The tensor-core kernels' query and probability precision, DSINFER_MLA_QP (read once): "split" (default:
+// each fp32 value as bf16 hi + lo parts, two MMAs per product, so only the cache's rounding remains) or
+// "bf16" (one bf16 value, one MMA: half the tensor-core work, FlashMLA's precision).
+bool mla_bf16_qp();
+// Tests and benchmarks only (between steps, never while CUDA graphs of the model are captured).
+void mla_set_bf16_qp(bool bf16);
 
 // Floats of the workspace a split launch needs (0 when splits == 1).
 size_t mla_workspace_floats(int64_t T, int64_t H, int64_t R, const MlaSplit& split);

@@ -57,8 +57,9 @@ using frag::cp_async_commit;
 using frag::cp_async_wait;
 using frag::ldmatrix_a;
 
-// NT rows per tile; NT 64 runs one block per SM, NT 32 two (<= 128 registers a thread).
-template <int NT>
+// NT rows per tile; NT 64 runs one block per SM, NT 32 two (<= 128 registers a thread). kLo: Q and P as bf16
+// hi + lo parts (two MMAs per product); else bf16 Q and P alone (one MMA, FlashMLA's precision).
+template <int NT, bool kLo>
 __global__ void __launch_bounds__(kThreads, NT == 64 ? 1 : 2)
     mla_tc_kernel(const float* q_lat, const float* q_pe, const uint16_t* cache, MlaPlanView plan, float* out,
                   float* ws_acc, float* ws_ml, int* arrivals, int H, float scale, int splits, int64_t chunk) {
@@ -133,7 +134,7 @@ __global__ void __launch_bounds__(kThreads, NT == 64 ? 1 : 2)
       const __nv_bfloat162 hi = __floats2bfloat162_rn(v.x, v.y);
       const __nv_bfloat162 lo = __floats2bfloat162_rn(v.x - __low2float(hi), v.y - __high2float(hi));
       qh[i][r] = *reinterpret_cast<const uint32_t*>(&hi);
-      ql[i][r] = *reinterpret_cast<const uint32_t*>(&lo);
+      ql[i][r] = kLo ? *reinterpret_cast<const uint32_t*>(&lo) : 0u;
     }
   }
 
@@ -165,9 +166,9 @@ __global__ void __launch_bounds__(kThreads, NT == 64 ? 1 : 2)
             uint32_t b[4];
             frag::ldmatrix_bt(b, kt, kLdK, j * 8, k0, lane);
             mma_bf16(s[j], qh[i], b);
-            mma_bf16(s[j], ql[i], b);
+            if (kLo) mma_bf16(s[j], ql[i], b);
             mma_bf16(s[j + 1], qh[i], b + 2);
-            mma_bf16(s[j + 1], ql[i], b + 2);
+            if (kLo) mma_bf16(s[j + 1], ql[i], b + 2);
           }
         }
       }
@@ -210,7 +211,7 @@ __global__ void __launch_bounds__(kThreads, NT == 64 ? 1 : 2)
         sum += p;
         const __nv_bfloat16 hi = __float2bfloat16_rn(p);
         sm.p_hi[h * kLdP + lane + 32 * k] = hi;
-        sm.p_lo[h * kLdP + lane + 32 * k] = __float2bfloat16_rn(p - __bfloat162float(hi));
+        if (kLo) sm.p_lo[h * kLdP + lane + 32 * k] = __float2bfloat16_rn(p - __bfloat162float(hi));
       }
       for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
       if (lane == 0) {
@@ -233,17 +234,17 @@ __global__ void __launch_bounds__(kThreads, NT == 64 ? 1 : 2)
       }
 #pragma unroll
       for (int k0 = 0; k0 < NT; k0 += 16) {
-        uint32_t ah[4], al[4];
+        uint32_t ah[4], al[4] = {};
         ldmatrix_a(ah, sm.p_hi, kLdP, 0, k0, lane);
-        ldmatrix_a(al, sm.p_lo, kLdP, 0, k0, lane);
+        if (kLo) ldmatrix_a(al, sm.p_lo, kLdP, 0, k0, lane);
 #pragma unroll
         for (int j = 0; j < 8; j += 2) {
           uint32_t b[4];
           frag::ldmatrix_v(b, kt, kLdK, k0, warp * 64 + j * 8, lane);
           mma_bf16(acc[j], ah, b);
-          mma_bf16(acc[j], al, b);
+          if (kLo) mma_bf16(acc[j], al, b);
           mma_bf16(acc[j + 1], ah, b + 2);
-          mma_bf16(acc[j + 1], al, b + 2);
+          if (kLo) mma_bf16(acc[j + 1], al, b + 2);
         }
       }
     }
@@ -275,12 +276,12 @@ __global__ void __launch_bounds__(kThreads, NT == 64 ? 1 : 2)
 }
 
 // Dynamic shared memory of an instance (and, for the two-block one, the largest carveout so that two fit).
-template <int NT>
+template <int NT, bool kLo>
 bool configure_instance() {
-  bool ok = cudaFuncSetAttribute(mla_tc_kernel<NT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  bool ok = cudaFuncSetAttribute(mla_tc_kernel<NT, kLo>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  static_cast<int>(sizeof(Smem<NT>))) == cudaSuccess;
   if (ok && NT == 32)
-    ok = cudaFuncSetAttribute(mla_tc_kernel<NT>, cudaFuncAttributePreferredSharedMemoryCarveout,
+    ok = cudaFuncSetAttribute(mla_tc_kernel<NT, kLo>, cudaFuncAttributePreferredSharedMemoryCarveout,
                               cudaSharedmemCarveoutMaxShared) == cudaSuccess;
   if (!ok) cudaGetLastError();
   return ok;
@@ -294,7 +295,8 @@ bool mla_tc_supported(int64_t R, int64_t P, bool cache_bf16, uintptr_t cache, ui
     return false;
   // The 64-row tiles need ~188 KiB of shared memory: Hopper has it, an A100 (163 KiB) does not. Both
   // instances are configured here, once, outside any capture.
-  static const bool fits = configure_instance<64>() && configure_instance<32>();
+  static const bool fits = configure_instance<64, true>() && configure_instance<32, true>() &&
+                           configure_instance<64, false>() && configure_instance<32, false>();
   return fits;
 }
 
@@ -307,12 +309,16 @@ void launch_attention_mla_tc(const float* q_lat, const float* q_pe, const uint16
                 split.chunk % nt == 0,
             "attention_mla (tensor cores): bad launch shape");
   const dim3 grid(static_cast<unsigned>(T * groups), static_cast<unsigned>(split.splits));
+  auto launch = [&](auto kernel, size_t smem) {
+    launch_pdl(kernel, grid, kThreads, smem, q_lat, q_pe, cache, plan, out, ws_acc, ws_ml, arrivals,
+               static_cast<int>(H), scale, split.splits, split.chunk);
+  };
   if (nt == 64)
-    launch_pdl(mla_tc_kernel<64>, grid, kThreads, sizeof(Smem<64>), q_lat, q_pe, cache, plan, out, ws_acc,
-               ws_ml, arrivals, static_cast<int>(H), scale, split.splits, split.chunk);
+    split.bf16_qp ? launch(mla_tc_kernel<64, false>, sizeof(Smem<64>))
+                  : launch(mla_tc_kernel<64, true>, sizeof(Smem<64>));
   else
-    launch_pdl(mla_tc_kernel<32>, grid, kThreads, sizeof(Smem<32>), q_lat, q_pe, cache, plan, out, ws_acc,
-               ws_ml, arrivals, static_cast<int>(H), scale, split.splits, split.chunk);
+    split.bf16_qp ? launch(mla_tc_kernel<32, false>, sizeof(Smem<32>))
+                  : launch(mla_tc_kernel<32, true>, sizeof(Smem<32>));
   check_launch("attention_mla (tensor cores)");
 }
 
