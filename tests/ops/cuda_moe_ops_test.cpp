@@ -695,7 +695,8 @@ TEST_F(CudaDeepseekOpsTest, MoeSharedExpertsFusedMatchCpuAndUnfused) {
         MoeDispatch dispatch;
         const Tensor x =
             gpu.norm_moe_route(dh, norm_g, eps, router, Tensor(), rp, experts.gpu, &ids, &weights, &dispatch);
-        const Tensor ids_h = gpu.to_host(ids), weights_h = gpu.to_host(weights);  // [T, K] as routed
+        // [T, K] as routed (raw copies: CudaBackend::to_host would give the int32 ids as floats)
+        const Tensor ids_h = cuda::to_host(ids), weights_h = cuda::to_host(weights);
         for (int64_t i = 0; i < ids_h.numel(); ++i)
           ASSERT_TRUE(ids_h.data<int32_t>()[i] >= 0 && ids_h.data<int32_t>()[i] < E)
               << "routing gave expert " << ids_h.data<int32_t>()[i] << ", " << what;
@@ -707,7 +708,7 @@ TEST_F(CudaDeepseekOpsTest, MoeSharedExpertsFusedMatchCpuAndUnfused) {
         // The CPU on its own norm of h, with the GPU's routing.
         Tensor ref = h.clone();
         // The routing outputs are inputs of the expert calls: none of them may write into them.
-        const Tensor ids_after = gpu.to_host(ids), weights_after = gpu.to_host(weights);
+        const Tensor ids_after = cuda::to_host(ids), weights_after = cuda::to_host(weights);
         ASSERT_EQ(std::memcmp(ids_after.raw(), ids_h.raw(), ids_h.nbytes()), 0)
             << "ids overwritten, " << what;
         ASSERT_EQ(std::memcmp(weights_after.raw(), weights_h.raw(), weights_h.nbytes()), 0)
