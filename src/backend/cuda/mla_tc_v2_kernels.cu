@@ -8,7 +8,12 @@
 //   while one is computed: 5 stages, ~149 KB in flight, in the one-block-per-SM instance);
 // - two block barriers per tile instead of three (a stage is refilled after the barrier that follows S,
 //   which every warp passes only once it is done with the previous tile);
-// - the running sums stay per lane (summed once at the end), so the softmax exchanges only the maxima.
+// - the running sums stay per lane (summed once at the end), so the softmax exchanges only the maxima;
+// - a software pipeline: the MMAs of S for tile it + 1 issue before those of P V for tile it (independent
+//   chains back to back), and every ldmatrix is issued a step ahead of the MMAs that consume it.
+// Shared memory: KS x 37,376 B of tiles + 20,480 B of partial scores + 2,560 B of P (~205 KiB at KS 5, one
+// block per SM; ~96 KiB at KS 2, two blocks). Registers (sm_90a): 165 / 140 (split / bf16 Q and P) at one
+// block per SM, 128 / 126 at two; no spills.
 // Rows past the end of a split repeat its last row (finite values whose probabilities are 0), so every tile
 // is a whole transfer. Over a row list launch token i is query token rows[i], as in mla_tc_kernels.cu.
 #include <cuda_bf16.h>
@@ -93,17 +98,18 @@ __device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t by
 // Waits until the phase of `bar` with parity `parity` has completed.
 __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "MLA_V2_WAIT:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
-      "@p bra MLA_V2_DONE;\n"
-      "bra MLA_V2_WAIT;\n"
-      "MLA_V2_DONE:\n"
-      "}\n" ::"r"(smem_addr(bar)),
-      "r"(parity)
-      : "memory");
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n"
+        "}\n"
+        : "=r"(done)
+        : "r"(smem_addr(bar)), "r"(parity)
+        : "memory");
+  } while (!done);
 #endif
 }
 
@@ -219,108 +225,139 @@ __global__ void __launch_bounds__(kThreads, kBlocks)
   // the running sum (its positions), summed over the lanes after the last tile.
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
 
-  for (int it = 0; it < ntiles; ++it) {
-    const int j0 = begin + it * kNT;
-    const int st = it % KS;
-    mbar_wait(&sm.full[st], static_cast<uint32_t>(it / KS) & 1u);
-    const __nv_bfloat16* kt = sm.k[st];
-    // Partial S [16, 32] over this warp's k-steps (the order of mla_tc_kernel), then to red[warp]. red is
-    // free: every warp finished the last softmax before the barrier that preceded the last P V.
-    {
-      float s[kNT / 8][4];
+  // Partial S [16, 32] of the tile `kt` over this warp's k-steps (the order of mla_tc_kernel). The K
+  // fragments of k-step i + 1 are loaded before the MMAs of k-step i (ldmatrix latency off the chain).
+  auto s_mma = [&](const __nv_bfloat16* kt, float(&s)[kNT / 8][4]) {
+    uint32_t b[2][kNT / 16][4];  // [k-step parity][n-tile pair] K fragments
 #pragma unroll
-      for (int j = 0; j < kNT / 8; ++j)
+    for (int jp = 0; jp < kNT / 16; ++jp) frag::ldmatrix_bt(b[0][jp], kt, kLdK, jp * 16, 16 * warp, lane);
 #pragma unroll
-        for (int c = 0; c < 4; ++c) s[j][c] = 0.0f;
+    for (int i = 0; i < 5; ++i) {
+      if (i + 1 < nk) {
 #pragma unroll
-      for (int i = 0; i < 5; ++i) {
-        if (i < nk) {
-          const int k0 = 16 * (warp + kWarps * i);
+        for (int jp = 0; jp < kNT / 16; ++jp)
+          frag::ldmatrix_bt(b[(i + 1) % 2][jp], kt, kLdK, jp * 16, 16 * (warp + kWarps * (i + 1)), lane);
+      }
+      if (i < nk) {
 #pragma unroll
-          for (int j = 0; j < kNT / 8; j += 2) {
-            uint32_t b[4];
-            frag::ldmatrix_bt(b, kt, kLdK, j * 8, k0, lane);
-            mma_bf16(s[j], qh[i], b);
-            if (kLo) mma_bf16(s[j], ql[i], b);
-            mma_bf16(s[j + 1], qh[i], b + 2);
-            if (kLo) mma_bf16(s[j + 1], ql[i], b + 2);
-          }
+        for (int jp = 0; jp < kNT / 16; ++jp) {
+          const uint32_t* bb = b[i % 2][jp];
+          mma_bf16(s[2 * jp], qh[i], bb);
+          if (kLo) mma_bf16(s[2 * jp], ql[i], bb);
+          mma_bf16(s[2 * jp + 1], qh[i], bb + 2);
+          if (kLo) mma_bf16(s[2 * jp + 1], ql[i], bb + 2);
         }
       }
+    }
+  };
+  // This warp's partial S to red[warp]. red is free: every warp read it (the last softmax) before the
+  // barrier that preceded this tile's S.
+  auto s_store = [&](const float(&s)[kNT / 8][4]) {
 #pragma unroll
-      for (int j = 0; j < kNT / 8; ++j) {
-        const int col = j * 8 + 2 * tq;
-        *reinterpret_cast<float2*>(&sm.red[warp][g][col]) = make_float2(s[j][0], s[j][1]);
-        *reinterpret_cast<float2*>(&sm.red[warp][g + 8][col]) = make_float2(s[j][2], s[j][3]);
+    for (int j = 0; j < kNT / 8; ++j) {
+      const int col = j * 8 + 2 * tq;
+      *reinterpret_cast<float2*>(&sm.red[warp][g][col]) = make_float2(s[j][0], s[j][1]);
+      *reinterpret_cast<float2*>(&sm.red[warp][g + 8][col]) = make_float2(s[j][2], s[j][3]);
+    }
+  };
+  // Online softmax of tile it: warp w updates heads 2w and 2w + 1 at position lane; S sums the warps'
+  // partials in a fixed order. Both heads' max butterflies run interleaved.
+  auto softmax = [&](int it) {
+    const int j0 = begin + it * kNT;
+    float s[2], mx[2];
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int h = 2 * warp + hh;
+      float v = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) v += sm.red[w][h][lane];
+      s[hh] = j0 + lane < end ? v * scale : -INFINITY;
+      mx[hh] = s[hh];
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2) {
+      mx[0] = fmaxf(mx[0], __shfl_xor_sync(0xffffffffu, mx[0], o));
+      mx[1] = fmaxf(mx[1], __shfl_xor_sync(0xffffffffu, mx[1], o));
+    }
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int h = 2 * warp + hh;
+      const float m_new = fmaxf(m_run[hh], mx[hh]);  // finite: position j0 < end
+      const float corr = expf(m_run[hh] - m_new);    // 0 on the first tile
+      const float p = s[hh] == -INFINITY ? 0.0f : expf(s[hh] - m_new);
+      l_run[hh] = l_run[hh] * corr + p;
+      m_run[hh] = m_new;
+      const __nv_bfloat16 hi = __float2bfloat16_rn(p);
+      sm.p_hi[h * kLdP + lane] = hi;
+      if (kLo) sm.p_lo[h * kLdP + lane] = __float2bfloat16_rn(p - __bfloat162float(hi));
+      if (lane == 0) sm.c[h] = corr;
+    }
+  };
+  // O [16, 512] += P [16, 32] V [32, 512] of the tile `kt`: warp w owns latent columns [64w, 64w + 64).
+  auto pv = [&](const __nv_bfloat16* kt) {
+    const float c_lo = sm.c[g], c_hi = sm.c[g + 8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      acc[j][0] *= c_lo;
+      acc[j][1] *= c_lo;
+      acc[j][2] *= c_hi;
+      acc[j][3] *= c_hi;
+    }
+#pragma unroll
+    for (int k0 = 0; k0 < kNT; k0 += 16) {
+      // Every fragment of this k-step first, then its 16 (32) MMAs.
+      uint32_t ah[4], al[4] = {}, b[4][4];
+      ldmatrix_a(ah, sm.p_hi, kLdP, 0, k0, lane);
+      if (kLo) ldmatrix_a(al, sm.p_lo, kLdP, 0, k0, lane);
+#pragma unroll
+      for (int jp = 0; jp < 4; ++jp) frag::ldmatrix_v(b[jp], kt, kLdK, k0, warp * 64 + jp * 16, lane);
+#pragma unroll
+      for (int jp = 0; jp < 4; ++jp) {
+        mma_bf16(acc[2 * jp], ah, b[jp]);
+        if (kLo) mma_bf16(acc[2 * jp], al, b[jp]);
+        mma_bf16(acc[2 * jp + 1], ah, b[jp] + 2);
+        if (kLo) mma_bf16(acc[2 * jp + 1], al, b[jp] + 2);
       }
     }
-    __syncthreads();  // A: red complete; every warp is done with tile it - 1 (its stage, P and c)
-    // Refill the stage of tile it - 1 with tile it + KS - 1, then read the block table for the tile after.
+  };
+  // Tile it's stage once its bytes have landed.
+  auto wait_tile = [&](int it) -> const __nv_bfloat16* {
+    mbar_wait(&sm.full[it % KS], static_cast<uint32_t>(it / KS) & 1u);
+    return sm.k[it % KS];
+  };
+  // Tile it's scores are in red: barrier A (every warp is also done with tile it - 1: its stage, P and c),
+  // warp 0 refills the stage of tile it - 1 with tile it + KS - 1 and reads the block table for the tile
+  // after, the softmax, barrier B (P and c complete).
+  auto scores_done = [&](int it) {
+    __syncthreads();  // A
     if (warp == 0 && it + KS - 1 < ntiles) {
       fence_proxy_async();
       issue(it + KS - 1, sm.next[lane]);
       sm.next[lane] = it + KS < ntiles ? row_src(it + KS) : nullptr;
     }
-    // Online softmax: warp w updates heads 2w and 2w + 1 at position lane; S sums the warps' partials in a
-    // fixed order. Both heads' max butterflies run interleaved.
-    {
-      float s[2], mx[2];
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        const int h = 2 * warp + hh;
-        float v = 0.0f;
-#pragma unroll
-        for (int w = 0; w < kWarps; ++w) v += sm.red[w][h][lane];
-        s[hh] = j0 + lane < end ? v * scale : -INFINITY;
-        mx[hh] = s[hh];
-      }
-#pragma unroll
-      for (int o = 16; o > 0; o /= 2) {
-        mx[0] = fmaxf(mx[0], __shfl_xor_sync(0xffffffffu, mx[0], o));
-        mx[1] = fmaxf(mx[1], __shfl_xor_sync(0xffffffffu, mx[1], o));
-      }
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        const int h = 2 * warp + hh;
-        const float m_new = fmaxf(m_run[hh], mx[hh]);  // finite: position j0 < end
-        const float corr = expf(m_run[hh] - m_new);    // 0 on the first tile
-        const float p = s[hh] == -INFINITY ? 0.0f : expf(s[hh] - m_new);
-        l_run[hh] = l_run[hh] * corr + p;
-        m_run[hh] = m_new;
-        const __nv_bfloat16 hi = __float2bfloat16_rn(p);
-        sm.p_hi[h * kLdP + lane] = hi;
-        if (kLo) sm.p_lo[h * kLdP + lane] = __float2bfloat16_rn(p - __bfloat162float(hi));
-        if (lane == 0) sm.c[h] = corr;
-      }
-    }
-    __syncthreads();  // B: P and c complete
-    // O [16, 512] += P [16, 32] V [32, 512]: warp w owns latent columns [64w, 64w + 64).
-    {
-      const float c_lo = sm.c[g], c_hi = sm.c[g + 8];
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        acc[j][0] *= c_lo;
-        acc[j][1] *= c_lo;
-        acc[j][2] *= c_hi;
-        acc[j][3] *= c_hi;
-      }
-#pragma unroll
-      for (int k0 = 0; k0 < kNT; k0 += 16) {
-        uint32_t ah[4], al[4] = {};
-        ldmatrix_a(ah, sm.p_hi, kLdP, 0, k0, lane);
-        if (kLo) ldmatrix_a(al, sm.p_lo, kLdP, 0, k0, lane);
-#pragma unroll
-        for (int j = 0; j < 8; j += 2) {
-          uint32_t b[4];
-          frag::ldmatrix_v(b, kt, kLdK, k0, warp * 64 + j * 8, lane);
-          mma_bf16(acc[j], ah, b);
-          if (kLo) mma_bf16(acc[j], al, b);
-          mma_bf16(acc[j + 1], ah, b + 2);
-          if (kLo) mma_bf16(acc[j + 1], al, b + 2);
-        }
-      }
+    softmax(it);
+    __syncthreads();  // B
+  };
+
+  // Software pipeline: the MMAs of S for tile it + 1 are issued before those of P V for tile it, so that
+  // neither chain waits for the other's results; S's scores are stored after P V.
+  if (ntiles > 0) {
+    float s[kNT / 8][4] = {};
+    s_mma(wait_tile(0), s);
+    s_store(s);
+    scores_done(0);
+  }
+  for (int it = 0; it < ntiles; ++it) {
+    const bool more = it + 1 < ntiles;
+    float s[kNT / 8][4] = {};
+    if (more) s_mma(wait_tile(it + 1), s);
+    pv(sm.k[it % KS]);
+    if (more) {
+      s_store(s);
+      scores_done(it + 1);
     }
   }
+
   // The sums over the lanes (fixed butterfly), then the final state of each head in shared memory.
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh) {
