@@ -9,8 +9,8 @@
 // - two block barriers per tile instead of three (a stage is refilled after the barrier that follows S,
 //   which every warp passes only once it is done with the previous tile);
 // - the running sums stay per lane (summed once at the end), so the softmax exchanges only the maxima;
-// - a software pipeline: the MMAs of S for tile it + 1 issue before those of P V for tile it (independent
-//   chains back to back), and every ldmatrix is issued a step ahead of the MMAs that consume it.
+// - with 3 or more stages a software pipeline: the MMAs of S for tile it + 1 issue before those of P V for
+//   tile it (independent chains back to back); every ldmatrix is issued a step ahead of the MMAs using it.
 // Shared memory: KS x 37,376 B of tiles + 20,480 B of partial scores + 2,560 B of P (~205 KiB at KS 5, one
 // block per SM; ~96 KiB at KS 2, two blocks). Registers (sm_90a): 165 / 140 (split / bf16 Q and P) at one
 // block per SM, 128 / 126 at two; no spills.
@@ -339,22 +339,35 @@ __global__ void __launch_bounds__(kThreads, kBlocks)
     __syncthreads();  // B
   };
 
-  // Software pipeline: the MMAs of S for tile it + 1 are issued before those of P V for tile it, so that
-  // neither chain waits for the other's results; S's scores are stored after P V.
-  if (ntiles > 0) {
-    float s[kNT / 8][4] = {};
-    s_mma(wait_tile(0), s);
-    s_store(s);
-    scores_done(0);
-  }
-  for (int it = 0; it < ntiles; ++it) {
-    const bool more = it + 1 < ntiles;
-    float s[kNT / 8][4] = {};
-    if (more) s_mma(wait_tile(it + 1), s);
-    pv(sm.k[it % KS]);
-    if (more) {
+  if constexpr (KS >= 3) {
+    // Software pipeline: the MMAs of S for tile it + 1 are issued before those of P V for tile it, so that
+    // neither chain waits for the other's results; S's scores are stored after P V. Tile it + 1 was issued
+    // KS - 2 tiles earlier.
+    if (ntiles > 0) {
+      float s[kNT / 8][4] = {};
+      s_mma(wait_tile(0), s);
       s_store(s);
-      scores_done(it + 1);
+      scores_done(0);
+    }
+    for (int it = 0; it < ntiles; ++it) {
+      const bool more = it + 1 < ntiles;
+      float s[kNT / 8][4] = {};
+      if (more) s_mma(wait_tile(it + 1), s);
+      pv(sm.k[it % KS]);
+      if (more) {
+        s_store(s);
+        scores_done(it + 1);
+      }
+    }
+  } else {
+    // Two stages: the pipeline above would hold both stages through S and P V and issue each tile only just
+    // before it is needed. In order instead: tile it + 1 streams during the softmax and P V of tile it.
+    for (int it = 0; it < ntiles; ++it) {
+      float s[kNT / 8][4] = {};
+      s_mma(wait_tile(it), s);
+      s_store(s);
+      scores_done(it);
+      pv(sm.k[it % KS]);
     }
   }
 
