@@ -97,13 +97,14 @@ TEST_F(CudaDeepseekOpsTest, DISABLED_BenchMlaDecode) {
     }
   }
   // The tensor-core instances on the bf16 cache (R 512, P 64), launched directly: auto (mla_choose_split's
-  // choice), 64-row tiles (one block per SM) and 32-row tiles (two), each with split (hi + lo) and bf16 (tile
-  // name ending in b) queries and probabilities, cycling through copies of the cache (100
-  // MB or more, twice the L2) so that no call finds the previous one's rows in L2: us per call launched back
-  // to back and replayed in a CUDA graph of one call per copy, and the latent bytes per second of the graph
-  // figure as a share of 4290 GB/s.
-  std::printf("\n%-24s %-5s %6s %6s %7s %10s %9s %8s\n", "tensor cores", "tile", "splits", "chunk", "blocks",
-              "stream us", "graph us", "% 4290");
+  // choice), 64-row tiles (one block per SM) and 32-row tiles (two), and on Hopper the second design
+  // (DSINFER_MLA_KERNEL: v2 one block per SM of five stages, v2x2 two blocks of two stages), each with split
+  // (hi + lo) and bf16 (tile name ending in b) queries and probabilities, cycling through copies of the cache
+  // (100 MB or more, twice the L2) so that no call finds the previous one's rows in L2: us per call launched
+  // back to back and replayed in a CUDA graph of one call per copy, and the latent bytes per second of the
+  // graph figure as a share of 4290 GB/s and of the copy bandwidth measured above.
+  std::printf("\n%-24s %-5s %6s %6s %7s %10s %9s %8s %7s\n", "tensor cores", "tile", "splits", "chunk",
+              "blocks", "stream us", "graph us", "% 4290", "% copy");
   for (auto [batch, ctx, H] : {std::tuple<int32_t, int32_t, int64_t>{64, 4096, 16},
                                {64, 4096, 128},
                                {256, 256, 16},
@@ -141,12 +142,15 @@ TEST_F(CudaDeepseekOpsTest, DISABLED_BenchMlaDecode) {
     ASSERT_TRUE(cuda::mla_tc_supported(R, P, true, reinterpret_cast<uintptr_t>(cache.raw()),
                                        reinterpret_cast<uintptr_t>(q_lat.raw()),
                                        reinterpret_cast<uintptr_t>(q_pe.raw())));
-    const int saved = cuda::mla_tile_rows();
+    const int saved = cuda::mla_tile_rows(), saved_v2 = cuda::mla_kernel_v2();
     const bool saved_qp = cuda::mla_bf16_qp();
-    for (int variant = 0; variant < 6; ++variant) {
-      const int tile = std::array<int, 3>{0, 64, 32}[variant % 3];
-      cuda::mla_set_tile_rows(tile);
-      cuda::mla_set_bf16_qp(variant >= 3);
+    for (int variant = 0; variant < 10; ++variant) {
+      // tile 0: auto; 64, 32: mla_tc_kernel's instances; -1, -2: the second design, 1 or 2 blocks per SM.
+      const int tile = std::array<int, 5>{0, 64, 32, -1, -2}[variant % 5];
+      if (tile < 0 && !cuda::mla_tc_v2_supported()) continue;
+      cuda::mla_set_tile_rows(std::max(tile, 0));
+      cuda::mla_set_kernel_v2(std::max(-tile, 0));
+      cuda::mla_set_bf16_qp(variant >= 5);
       const cuda::MlaSplit split =
           cuda::mla_choose_split(batch, H, R, cuda::attention_max_context_bucket(ctx), true);
       const size_t ws_floats = cuda::mla_workspace_floats(batch, H, R, split);
@@ -176,14 +180,18 @@ TEST_F(CudaDeepseekOpsTest, DISABLED_BenchMlaDecode) {
       const double bytes = static_cast<double>(batch) * ctx * D * 2;
       char name[64];
       std::snprintf(name, sizeof(name), "batch %d ctx %d heads %lld", batch, ctx, static_cast<long long>(H));
-      const std::string tile_name =
-          (tile == 0 ? (split.tile_rows == 64 ? "a64" : "a32") : std::to_string(tile)) +
-          (split.bf16_qp ? "b" : "");
-      std::printf("%-24s %-5s %6d %6lld %7lld %10.2f %9.2f %7.1f%%\n", name, tile_name.c_str(), split.splits,
-                  static_cast<long long>(split.chunk),
+      const std::string tile_name = (split.v2_blocks == 1   ? std::string("v2")
+                                     : split.v2_blocks == 2 ? std::string("v2x2")
+                                     : tile == 0 ? std::string(split.tile_rows == 64 ? "a64" : "a32")
+                                                 : std::to_string(tile)) +
+                                    (split.bf16_qp ? "b" : "");
+      const double gbs = bytes / (graph_us * 1e-6) / 1e9;
+      std::printf("%-24s %-5s %6d %6lld %7lld %10.2f %9.2f %7.1f%% %6.1f%%\n", name, tile_name.c_str(),
+                  split.splits, static_cast<long long>(split.chunk),
                   static_cast<long long>(cuda::next_pow2(batch) * ((H + 15) / 16) * split.splits), stream_us,
-                  graph_us, 100.0 * bytes / (graph_us * 1e-6) / 1e9 / 4290.0);
+                  graph_us, 100.0 * gbs / 4290.0, 100.0 * gbs / copy_gbs);
     }
+    cuda::mla_set_kernel_v2(saved_v2);
     cuda::mla_set_tile_rows(saved);
     cuda::mla_set_bf16_qp(saved_qp);
   }

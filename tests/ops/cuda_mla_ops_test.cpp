@@ -66,15 +66,28 @@ std::vector<Tensor> check_mla(CudaDeepseekOpsTest* test, int64_t H, int64_t R, i
 }
 
 // Runs body() once per tensor-core instance (forced 64-row tiles, one block per SM; forced 32-row tiles,
-// two), then restores the automatic choice.
+// two; on Hopper the second design, DSINFER_MLA_KERNEL=v2 and v2x2: 32-row tiles, one and two blocks per
+// SM), then restores the automatic choice.
 template <class Fn>
 void for_each_tile_rows(Fn&& body) {
-  const int saved = cuda::mla_tile_rows();
+  const int saved = cuda::mla_tile_rows(), saved_v2 = cuda::mla_kernel_v2();
+  cuda::mla_set_kernel_v2(0);
   for (int tile_rows : {64, 32}) {
     SCOPED_TRACE("tile rows " + std::to_string(tile_rows));
     cuda::mla_set_tile_rows(tile_rows);
     body(tile_rows);
   }
+  cuda::mla_set_tile_rows(0);
+  if (cuda::mla_tc_v2_supported()) {
+    for (int v2 : {1, 2}) {
+      SCOPED_TRACE(v2 == 1 ? "kernel v2" : "kernel v2x2");
+      cuda::mla_set_kernel_v2(v2);
+      body(32);
+    }
+  } else {
+    std::printf("for_each_tile_rows: the v2 MLA kernel needs the Hopper path; not run\n");
+  }
+  cuda::mla_set_kernel_v2(saved_v2);
   cuda::mla_set_tile_rows(saved);
 }
 
@@ -112,6 +125,32 @@ TEST(CudaMlaSplitTest, TensorCoreInstanceAndChunks) {
       }
   }
   cuda::mla_set_tile_rows(saved);
+}
+
+TEST_F(CudaDeepseekOpsTest, MlaKernelV2SplitChoice) {
+  // DSINFER_MLA_KERNEL=v2 / v2x2 (Hopper): 32-row tiles, the split of its blocks per SM, chunks of whole
+  // tiles covering the context, the choice a function of next_pow2(T); off again: the first design.
+  if (!cuda::mla_tc_v2_supported()) GTEST_SKIP() << "the v2 MLA kernel needs the Hopper path";
+  const int saved = cuda::mla_kernel_v2();
+  for (int v2 : {1, 2}) {
+    cuda::mla_set_kernel_v2(v2);
+    for (int64_t T : {1, 3, 64, 100, 256})
+      for (int64_t H : {16, 128})
+        for (int64_t ctx : {1, 31, 33, 256, 4097}) {
+          const cuda::MlaSplit s = cuda::mla_choose_split(T, H, 512, ctx, true);
+          EXPECT_EQ(s.v2_blocks, v2);
+          EXPECT_EQ(s.tile_rows, 32);
+          EXPECT_EQ(s.chunk % 32, 0);
+          EXPECT_GE(s.chunk * s.splits, ctx);
+          EXPECT_LT(s.chunk * (s.splits - 1), ctx);
+          const cuda::MlaSplit p = cuda::mla_choose_split(cuda::next_pow2(T), H, 512, ctx, true);
+          EXPECT_EQ(p.chunk, s.chunk);
+          EXPECT_EQ(p.splits, s.splits);
+        }
+  }
+  cuda::mla_set_kernel_v2(0);
+  EXPECT_EQ(cuda::mla_choose_split(64, 16, 512, 4096, true).v2_blocks, 0);
+  cuda::mla_set_kernel_v2(saved);
 }
 
 // The tensor-core decode kernels with bf16 queries and probabilities (DSINFER_MLA_QP=bf16): relative error

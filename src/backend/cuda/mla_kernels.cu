@@ -303,6 +303,15 @@ bool& bf16_qp_setting() {
   return bf16;
 }
 
+int& kernel_v2_setting() {
+  static int v2 = [] {
+    const char* env = std::getenv("DSINFER_MLA_KERNEL");
+    const std::string v = env ? env : "";
+    return v == "v2" ? 1 : v == "v2x2" ? 2 : 0;
+  }();
+  return v2;
+}
+
 // The tensor-core split of `blocks` (token, head group) blocks over contexts of max_ctx for the instance of
 // `tile` rows with `slots` resident blocks on the GPU. Cost in tile times of one block: waves of resident
 // blocks x (tiles per block + ~1 for the queries and the epilogue), plus for a split launch the combine (a
@@ -348,6 +357,14 @@ void mla_set_bf16_qp(bool bf16) {
   bf16_qp_setting() = bf16;
 }
 
+int mla_kernel_v2() {
+  return kernel_v2_setting();
+}
+
+void mla_set_kernel_v2(int v2_blocks) {
+  kernel_v2_setting() = v2_blocks == 1 || v2_blocks == 2 ? v2_blocks : 0;
+}
+
 MlaSplit mla_choose_split(int64_t T, int64_t H, int64_t R, int64_t max_ctx, bool tensor_cores) {
   MlaSplit s;
   s.tensor_cores = tensor_cores;
@@ -356,6 +373,12 @@ MlaSplit mla_choose_split(int64_t T, int64_t H, int64_t R, int64_t max_ctx, bool
   // eager and replayed steps choose the same splits (and sum in the same order).
   if (tensor_cores) {
     const int64_t blocks = next_pow2(T) * ((H + kTcHeads - 1) / kTcHeads);
+    // The second design (opt-in, Hopper): 32-row tiles, its own blocks per SM, the same split cost model.
+    if (const int v2 = mla_kernel_v2(); v2 > 0 && mla_tc_v2_supported()) {
+      MlaSplit s2 = tc_split(blocks, max_ctx, 32, v2 * kTcSMs);
+      s2.v2_blocks = v2;
+      return s2;
+    }
     const int forced = mla_tile_rows();
     if (forced == 64) return tc_split(blocks, max_ctx, 64, kTcSMs);
     // Two resident blocks per SM pay off where one block's barriers and softmax can hide behind the
@@ -434,8 +457,12 @@ void launch_attention_mla(const float* q_lat, const float* q_pe, const void* cac
     DSI_CHECK(mla_tc_supported(R, P, cache_bf16, reinterpret_cast<uintptr_t>(cache),
                                reinterpret_cast<uintptr_t>(q_lat), reinterpret_cast<uintptr_t>(q_pe)),
               "attention_mla: a tensor-core split for a launch the tensor-core kernel does not take");
-    launch_attention_mla_tc(q_lat, q_pe, static_cast<const uint16_t*>(cache), plan, out, p.ws_acc, p.ws_ml,
-                            arrivals, T, H, scale, split);
+    if (split.v2_blocks > 0)
+      launch_attention_mla_tc_v2(q_lat, q_pe, static_cast<const uint16_t*>(cache), plan, out, p.ws_acc,
+                                 p.ws_ml, arrivals, T, H, scale, split);
+    else
+      launch_attention_mla_tc(q_lat, q_pe, static_cast<const uint16_t*>(cache), plan, out, p.ws_acc, p.ws_ml,
+                              arrivals, T, H, scale, split);
   } else if (cache_bf16) {
     launch_typed(p, static_cast<const uint16_t*>(cache), T, groups);
   } else {

@@ -32,6 +32,9 @@ struct MlaSplit {
   bool tensor_cores = false;  // run the tensor-core kernel (chunk a multiple of its tile)
   int tile_rows = 64;         // tensor cores: the instance (64: one block per SM; 32: two)
   bool bf16_qp = false;       // tensor cores: Q and P rounded to bf16 (else bf16 hi + lo parts)
+  // Tensor cores: 0 runs mla_tc_kernel (the instance of tile_rows); 1 or 2 the second design
+  // (mla_tc_v2_kernels.cu, Hopper, tile_rows 32) with that many resident blocks per SM.
+  int v2_blocks = 0;
 };
 
 // A split for T query tokens whose longest context is max_ctx, H heads of latent width R. CUDA cores: enough
@@ -54,6 +57,13 @@ void mla_set_tile_rows(int tile_rows);
 bool mla_bf16_qp();
 // Tests and benchmarks only (between steps, never while CUDA graphs of the model are captured).
 void mla_set_bf16_qp(bool bf16);
+
+// The tensor-core kernel design, DSINFER_MLA_KERNEL (read once): 0 (unset, default) mla_tc_kernel; "v2" (1)
+// the second design with one block per SM and five stages; "v2x2" (2) the second design with two blocks per
+// SM of two stages each. Where the second design cannot run (not Hopper) mla_choose_split keeps the first.
+int mla_kernel_v2();
+// Tests and benchmarks only (between steps, never while CUDA graphs of the model are captured).
+void mla_set_kernel_v2(int v2_blocks);
 
 // Floats of the workspace a split launch needs (0 when splits == 1).
 size_t mla_workspace_floats(int64_t T, int64_t H, int64_t R, const MlaSplit& split);
@@ -89,6 +99,14 @@ bool mla_tc_supported(int64_t R, int64_t P, bool cache_bf16, uintptr_t cache, ui
 void launch_attention_mla_tc(const float* q_lat, const float* q_pe, const uint16_t* cache,
                              const MlaPlanView& plan, float* out, float* ws_acc, float* ws_ml, int* arrivals,
                              int64_t T, int64_t H, float scale, const MlaSplit& split);
+
+// The second tensor-core design (mla_tc_v2_kernels.cu): the same cache shape, alignment, outputs and fused
+// merge as launch_attention_mla_tc, 32-row tiles by bulk copies (split.v2_blocks 1: five stages, one block
+// per SM; 2: two stages, two blocks per SM). Needs the Hopper path (sm_90a: cp.async.bulk, mbarriers).
+bool mla_tc_v2_supported();
+void launch_attention_mla_tc_v2(const float* q_lat, const float* q_pe, const uint16_t* cache,
+                                const MlaPlanView& plan, float* out, float* ws_acc, float* ws_ml,
+                                int* arrivals, int64_t T, int64_t H, float scale, const MlaSplit& split);
 
 // The multi-query kernel (mla_prefill_kernels.cu) for sequences with many query tokens (prefill, chunked
 // context): one block per (multi-query block of plan.blocks, group of 16 heads) reads each cached row its
