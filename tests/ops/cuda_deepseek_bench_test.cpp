@@ -145,11 +145,12 @@ TEST_F(CudaDeepseekOpsTest, DISABLED_BenchMlaDecode) {
     const int saved = cuda::mla_tile_rows(), saved_v2 = cuda::mla_kernel_v2();
     const bool saved_qp = cuda::mla_bf16_qp();
     for (int variant = 0; variant < 10; ++variant) {
-      // tile 0: auto; 64, 32: mla_tc_kernel's instances; -1, -2: the second design, 1 or 2 blocks per SM.
+      // tile 0: auto (the default choice; its v2x2 rows are named a32v); 64, 32: mla_tc_kernel's instances;
+      // -1, -2: the second design, 1 or 2 blocks per SM.
       const int tile = std::array<int, 5>{0, 64, 32, -1, -2}[variant % 5];
       if (tile < 0 && !cuda::mla_tc_v2_supported()) continue;
       cuda::mla_set_tile_rows(std::max(tile, 0));
-      cuda::mla_set_kernel_v2(std::max(-tile, 0));
+      cuda::mla_set_kernel_v2(tile == 0 ? -1 : std::max(-tile, 0));
       cuda::mla_set_bf16_qp(variant >= 5);
       const cuda::MlaSplit split =
           cuda::mla_choose_split(batch, H, R, cuda::attention_max_context_bucket(ctx), true);
@@ -180,10 +181,12 @@ TEST_F(CudaDeepseekOpsTest, DISABLED_BenchMlaDecode) {
       const double bytes = static_cast<double>(batch) * ctx * D * 2;
       char name[64];
       std::snprintf(name, sizeof(name), "batch %d ctx %d heads %lld", batch, ctx, static_cast<long long>(H));
-      const std::string tile_name = (split.v2_blocks == 1   ? std::string("v2")
-                                     : split.v2_blocks == 2 ? std::string("v2x2")
-                                     : tile == 0 ? std::string(split.tile_rows == 64 ? "a64" : "a32")
-                                                 : std::to_string(tile)) +
+      const std::string tile_name = (tile == 0    ? std::string(split.tile_rows == 64 ? "a64"
+                                                                : split.v2_blocks     ? "a32v"
+                                                                                      : "a32")
+                                     : tile == -1 ? std::string("v2")
+                                     : tile == -2 ? std::string("v2x2")
+                                                  : std::to_string(tile)) +
                                     (split.bf16_qp ? "b" : "");
       const double gbs = bytes / (graph_us * 1e-6) / 1e9;
       std::printf("%-24s %-5s %6d %6lld %7lld %10.2f %9.2f %7.1f%% %6.1f%%\n", name, tile_name.c_str(),

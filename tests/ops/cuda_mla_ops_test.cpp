@@ -148,8 +148,20 @@ TEST_F(CudaDeepseekOpsTest, MlaKernelV2SplitChoice) {
           EXPECT_EQ(p.splits, s.splits);
         }
   }
-  cuda::mla_set_kernel_v2(0);
+  cuda::mla_set_kernel_v2(0);  // DSINFER_MLA_KERNEL=v1
   EXPECT_EQ(cuda::mla_choose_split(64, 16, 512, 4096, true).v2_blocks, 0);
+  // The default: the two-block instance of the second design where the 32-row plan is chosen unforced,
+  // the first design's 64-row instance elsewhere (batch 1) and whenever tile rows are forced.
+  cuda::mla_set_kernel_v2(-1);
+  const int saved_rows = cuda::mla_tile_rows();
+  cuda::mla_set_tile_rows(0);
+  EXPECT_EQ(cuda::mla_choose_split(64, 16, 512, 4096, true).v2_blocks, 2);
+  EXPECT_EQ(cuda::mla_choose_split(256, 16, 512, 256, true).v2_blocks, 2);
+  EXPECT_EQ(cuda::mla_choose_split(1, 16, 512, 256, true).v2_blocks, 0);
+  EXPECT_EQ(cuda::mla_choose_split(1, 16, 512, 256, true).tile_rows, 64);
+  cuda::mla_set_tile_rows(32);
+  EXPECT_EQ(cuda::mla_choose_split(64, 16, 512, 4096, true).v2_blocks, 0);
+  cuda::mla_set_tile_rows(saved_rows);
   cuda::mla_set_kernel_v2(saved);
 }
 

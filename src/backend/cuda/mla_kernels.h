@@ -58,9 +58,11 @@ bool mla_bf16_qp();
 // Tests and benchmarks only (between steps, never while CUDA graphs of the model are captured).
 void mla_set_bf16_qp(bool bf16);
 
-// The tensor-core kernel design, DSINFER_MLA_KERNEL (read once): 0 (unset, default) mla_tc_kernel; "v2" (1)
-// the second design with one block per SM and five stages; "v2x2" (2) the second design with two blocks per
-// SM of two stages each. Where the second design cannot run (not Hopper) mla_choose_split keeps the first.
+// The tensor-core kernel design, DSINFER_MLA_KERNEL (read once): unset (-1, default) the first design
+// (mla_tc_kernel) except where mla_choose_split picks the 32-row two-blocks-per-SM plan unforced, which the
+// second design's two-block instance runs on Hopper; "v1" (0) the first design only; "v2" (1) the second
+// design with one block per SM and five stages for every launch; "v2x2" (2) its two-block instance for every
+// launch. Where the second design cannot run (not Hopper) mla_choose_split keeps the first.
 int mla_kernel_v2();
 // Tests and benchmarks only (between steps, never while CUDA graphs of the model are captured).
 void mla_set_kernel_v2(int v2_blocks);

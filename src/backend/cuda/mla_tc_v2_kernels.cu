@@ -1,4 +1,5 @@
-// Tensor-core MLA decode, second design (Hopper only; DSINFER_MLA_KERNEL=v2 / v2x2, off by default): the
+// Tensor-core MLA decode, second design (Hopper only; by default its two-block instance runs the large-batch
+// plans, see mla_choose_split; DSINFER_MLA_KERNEL=v1 / v2 / v2x2 forces a design): the
 // same blocks, sums of S and partial-state contract as mla_tc_kernels.cu (one block of 8 warps per (query
 // token, split of its context, group of 16 heads); S = Q K^T with each warp's 4-5 k-steps of Q in registers
 // and a fixed-order cross-warp sum; O += P V with each warp owning 64 latent columns; Q and P split into bf16
@@ -27,6 +28,7 @@
 #include "backend/cuda/mla_merge.cuh"
 #include "backend/cuda/mla_mma_frag.cuh"
 #include "backend/cuda/pdl.cuh"
+#include "backend/cuda/runtime.h"
 #include "backend/cuda/stream.h"
 #include "core/error.h"
 
@@ -426,8 +428,9 @@ constexpr int kStages1 = 5, kStages2 = 2;
 }  // namespace
 
 bool mla_tc_v2_supported() {
-  // Bulk copies and mbarrier waits: the sm_90a cubin only. Configured once, outside any capture.
-  static const bool ok = arch_path() == ArchPath::kHopper && configure_instance<kStages1, 1, true>() &&
+  // Bulk copies and mbarrier waits: the sm_90a cubin only. Configured once, outside any capture. False
+  // without a GPU (a host-side split choice, as in the plan tests, never reaches the arch query).
+  static const bool ok = device_available() && arch_path() == ArchPath::kHopper && configure_instance<kStages1, 1, true>() &&
                          configure_instance<kStages1, 1, false>() &&
                          configure_instance<kStages2, 2, true>() && configure_instance<kStages2, 2, false>();
   return ok;
