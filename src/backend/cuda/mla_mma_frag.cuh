@@ -1,5 +1,5 @@
 // Shared-memory staging and mma.sync fragment loads of the MLA tensor-core kernels (mla_tc_kernels.cu,
-// mla_prefill_kernels.cu):
+// mla_tc_v2_kernels.cu, mla_prefill_kernels.cu): the decode kernels' Q fragments held in registers,
 // cp.async 16-byte copies (zero-fill), and ldmatrix loads of A (row-major), B = tile^T (K rows for Q K^T) and
 // B = tile (V rows for P V) fragments from bf16 tiles with a row stride of `ld` elements. sm_80 and newer;
 // empty bodies below (the build also compiles host-side passes and older targets).
@@ -71,6 +71,32 @@ __device__ __forceinline__ void ldmatrix_v(uint32_t* b, const __nv_bfloat16* til
                : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3])
                : "r"(addr));
 #endif
+}
+
+// The A fragments of S = Q K^T for one warp's k-steps k0 = 16 (warp + kWarps i), i < nk (<= 5) of the
+// queries [16 heads, kR + kP] starting at head row `row0` (rows g and g + 8 of a fragment are heads; heads at
+// or past hg read as zero): each fp32 value as bf16 hi, and with kLo its remainder as bf16 lo (else lo 0).
+template <bool kLo, int kWarps, int kR, int kP>
+__device__ __forceinline__ void load_q_fragments(const float* q_lat, const float* q_pe, int64_t row0, int hg,
+                                                 int warp, int nk, int lane, uint32_t (&qh)[5][4],
+                                                 uint32_t (&ql)[5][4]) {
+  const int g = lane >> 2, tq = lane & 3;
+#pragma unroll
+  for (int i = 0; i < 5; ++i) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int h = g + (r % 2) * 8, d = 16 * (warp + kWarps * i) + (r / 2) * 8 + 2 * tq;
+      float2 v = make_float2(0.0f, 0.0f);
+      if (i < nk && h < hg) {
+        const int64_t row = row0 + h;
+        v = *reinterpret_cast<const float2*>(d < kR ? q_lat + row * kR + d : q_pe + row * kP + (d - kR));
+      }
+      const __nv_bfloat162 hi = __floats2bfloat162_rn(v.x, v.y);
+      const __nv_bfloat162 lo = __floats2bfloat162_rn(v.x - __low2float(hi), v.y - __high2float(hi));
+      qh[i][r] = *reinterpret_cast<const uint32_t*>(&hi);
+      ql[i][r] = kLo ? *reinterpret_cast<const uint32_t*>(&lo) : 0u;
+    }
+  }
 }
 
 }  // namespace dsinfer::cuda::frag

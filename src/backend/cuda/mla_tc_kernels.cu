@@ -121,22 +121,7 @@ __global__ void __launch_bounds__(kThreads, NT == 64 ? 1 : 2)
   // fragments (hi + lo bf16 parts of the fp32 queries; heads past the last are zero) stay in registers.
   const int nk = warp < kKSteps - 4 * kWarps ? 5 : 4;
   uint32_t qh[5][4], ql[5][4];
-#pragma unroll
-  for (int i = 0; i < 5; ++i) {
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const int h = g + (r % 2) * 8, d = 16 * (warp + kWarps * i) + (r / 2) * 8 + 2 * tq;
-      float2 v = make_float2(0.0f, 0.0f);
-      if (i < nk && h < hg) {
-        const int64_t row = t * H + h0 + h;
-        v = *reinterpret_cast<const float2*>(d < kR ? q_lat + row * kR + d : q_pe + row * kP + (d - kR));
-      }
-      const __nv_bfloat162 hi = __floats2bfloat162_rn(v.x, v.y);
-      const __nv_bfloat162 lo = __floats2bfloat162_rn(v.x - __low2float(hi), v.y - __high2float(hi));
-      qh[i][r] = *reinterpret_cast<const uint32_t*>(&hi);
-      ql[i][r] = kLo ? *reinterpret_cast<const uint32_t*>(&lo) : 0u;
-    }
-  }
+  frag::load_q_fragments<kLo, kWarps, kR, kP>(q_lat, q_pe, t * H + h0, hg, warp, nk, lane, qh, ql);
 
   float acc[8][4];  // O [16 heads, this warp's 64 latent columns 64 warp + 8 j + ...]
 #pragma unroll
