@@ -1,10 +1,10 @@
 // The merge of MLA split partial states, shared by the separate combine kernel and the fused tail of the MLA
-// decode kernels (the last split block of a (token, head group) to arrive merges the group), so both compute
-// the same bits. Partial states: ws_acc [T, splits, H, R] (unnormalised latent sums) and ws_ml
-// [T, splits, H, 2] (running max, running sum). Per head, one warp finds M = max_s m_s and the weights
-// w_s = exp(m_s - M) (0 for splits that saw no position), L = sum_s w_s l_s (lane-strided partial sums, then
-// a butterfly: the order depends on the split count only); every output is
-// (sum_s w_s acc_s, one fma per split in split order) * (1 / L).
+// decode kernels (and the tensor-core decode kernels' common epilogue, mla_tc_finish) (the last split block
+// of a (token, head group) to arrive merges the group), so both compute the same bits. Partial states: ws_acc
+// [T, splits, H, R] (unnormalised latent sums) and ws_ml [T, splits, H, 2] (running max, running sum). Per
+// head, one warp finds M = max_s m_s and the weights w_s = exp(m_s - M) (0 for splits that saw no position),
+// L = sum_s w_s l_s (lane-strided partial sums, then a butterfly: the order depends on the split count only);
+// every output is (sum_s w_s acc_s, one fma per split in split order) * (1 / L).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -97,6 +97,38 @@ __device__ __forceinline__ void mla_merge(const float* ws_acc, const float* ws_m
       out0[static_cast<int64_t>(g) * R + r] = o * inv_s[g];
     }
   }
+}
+
+// The end of a tensor-core decode block (mla_tc_kernels.cu, mla_tc_v2_kernels.cu; every thread, 8 warps of
+// a 16-head group): acc is O [16 heads, this warp's 64 latent columns] as m16n8 fragments (rows g and g + 8
+// are heads g and g + 8; columns 64 warp + 8 j + 2 tq (+1)), m_s / l_s the heads' running max and sum in
+// shared memory. Unsplit: out = O / l. Split: the partial state into ws_acc / ws_ml, then with arrival
+// counters the last split block of the (token, head group) merges every split (mla_merge, scratch red_s and
+// inv_s; flag_s a shared int).
+__device__ __forceinline__ void mla_tc_finish(const float (&acc)[8][4], const float* m_s, const float* l_s,
+                                              float* out, float* ws_acc, float* ws_ml, int* arrivals,
+                                              int64_t tl, int64_t t, int H, int R, int h0, int hg, int split,
+                                              int splits, int* flag_s, float* red_s, float* inv_s) {
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane >> 2, tq = lane & 3;
+  const int64_t base = (tl * splits + split) * H + h0;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int h = g + 8 * half;
+    if (h >= hg) continue;
+    const float inv = splits == 1 ? 1.0f / l_s[h] : 1.0f;
+    float* dst = splits == 1 ? out + (t * H + h0 + h) * R : ws_acc + (base + h) * R;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const int col = warp * 64 + j * 8 + 2 * tq;
+      *reinterpret_cast<float2*>(dst + col) = make_float2(acc[j][2 * half] * inv, acc[j][2 * half + 1] * inv);
+    }
+  }
+  if (splits > 1 && tid < hg) {
+    ws_ml[(base + tid) * 2] = m_s[tid];
+    ws_ml[(base + tid) * 2 + 1] = l_s[tid];
+  }
+  if (splits > 1 && arrivals && mla_arrive_last(arrivals + blockIdx.x, splits, flag_s))
+    mla_merge(ws_acc, ws_ml, tl, t, H, R, h0, hg, splits, out, red_s, inv_s);
 }
 
 }  // namespace dsinfer::cuda::detail

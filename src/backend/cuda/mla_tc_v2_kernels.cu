@@ -370,28 +370,10 @@ __global__ void __launch_bounds__(kThreads, kBlocks)
   }
   __syncthreads();  // sm.m and sm.l visible (an empty split: -inf and 0)
 
-  // Rows g and g + 8 of the fragments are heads g and g + 8; columns 64w + 8j + 2tq (+1).
-  const int64_t base = (tl * splits + split) * H + h0;
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int h = g + 8 * half;
-    if (h >= hg) continue;
-    const float inv = splits == 1 ? 1.0f / sm.l[h] : 1.0f;
-    float* dst = splits == 1 ? out + (t * H + h0 + h) * kR : ws_acc + (base + h) * kR;
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const int col = warp * 64 + j * 8 + 2 * tq;
-      *reinterpret_cast<float2*>(dst + col) = make_float2(acc[j][2 * half] * inv, acc[j][2 * half + 1] * inv);
-    }
-  }
-  if (splits > 1 && tid < hg) {
-    ws_ml[(base + tid) * 2] = sm.m[tid];
-    ws_ml[(base + tid) * 2 + 1] = sm.l[tid];
-  }
-  // Fused merge: the last split block of (t, head group) merges every split, its weights in sm.red (free
+  // The partial state (or, unsplit, the output) and the fused merge: the merge's weights in sm.red (free
   // after the last tile; hg * splits <= kTcMergeFloats - 16, checked on the host), 1 / sums in sm.c.
-  if (splits > 1 && arrivals && detail::mla_arrive_last(arrivals + blockIdx.x, splits, &sm.last))
-    detail::mla_merge(ws_acc, ws_ml, tl, t, H, kR, h0, hg, splits, out, &sm.red[0][0][0], sm.c);
+  detail::mla_tc_finish(acc, sm.m, sm.l, out, ws_acc, ws_ml, arrivals, tl, t, H, kR, h0, hg, split, splits,
+                        &sm.last, &sm.red[0][0][0], sm.c);
 #endif
 }
 
