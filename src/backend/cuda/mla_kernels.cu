@@ -9,8 +9,11 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
+#include <initializer_list>
 #include <string>
 
 #include "backend/cuda/attention_kernels.h"
@@ -286,29 +289,34 @@ void mla_set_fused_merge_max_splits(int max_splits) {
 
 namespace {
 
+// The value of environment variable `var` among `names` (its index), `unset` when it is unset or empty; any
+// other value is an error naming the choices (a typo must not silently run a different kernel).
+int env_choice(const char* var, std::initializer_list<const char*> names, int unset) {
+  const char* env = std::getenv(var);
+  if (!env || !*env) return unset;
+  std::string choices;
+  int i = 0;
+  for (const char* n : names) {
+    if (std::strcmp(env, n) == 0) return i;
+    choices += (i++ ? "|" : "") + std::string(n);
+  }
+  fail(var, " must be ", choices, ", got \"", env, "\"");
+}
+
 int& tile_rows_setting() {
-  static int tile_rows = [] {
-    const char* env = std::getenv("DSINFER_MLA_TILE_ROWS");
-    const int v = env && *env ? std::atoi(env) : 0;
-    return v == 32 || v == 64 ? v : 0;
-  }();
+  static int tile_rows =
+      std::array<int, 3>{0, 64, 32}[env_choice("DSINFER_MLA_TILE_ROWS", {"64", "32"}, -1) + 1];
   return tile_rows;
 }
 
 bool& bf16_qp_setting() {
-  static bool bf16 = [] {
-    const char* env = std::getenv("DSINFER_MLA_QP");
-    return env && std::string(env) == "bf16";
-  }();
+  static bool bf16 = env_choice("DSINFER_MLA_QP", {"split", "bf16"}, 0) == 1;
   return bf16;
 }
 
+// -1: automatic; 0: the first design only; 1, 2: the second design with that many blocks per SM.
 int& kernel_v2_setting() {
-  static int v2 = [] {
-    const char* env = std::getenv("DSINFER_MLA_KERNEL");
-    const std::string v = env ? env : "";
-    return v == "v1" ? 0 : v == "v2" ? 1 : v == "v2x2" ? 2 : -1;
-  }();
+  static int v2 = env_choice("DSINFER_MLA_KERNEL", {"v1", "v2", "v2x2"}, -1);
   return v2;
 }
 
@@ -373,7 +381,8 @@ MlaSplit mla_choose_split(int64_t T, int64_t H, int64_t R, int64_t max_ctx, bool
   // eager and replayed steps choose the same splits (and sum in the same order).
   if (tensor_cores) {
     const int64_t blocks = next_pow2(T) * ((H + kTcHeads - 1) / kTcHeads);
-    // The second design (opt-in, Hopper): 32-row tiles, its own blocks per SM, the same split cost model.
+    // The second design forced (DSINFER_MLA_KERNEL=v2|v2x2, Hopper): 32-row tiles, its own blocks per SM,
+    // the same split cost model.
     if (const int v2 = mla_kernel_v2(); v2 > 0 && mla_tc_v2_supported()) {
       MlaSplit s2 = tc_split(blocks, max_ctx, 32, v2 * kTcSMs);
       s2.v2_blocks = v2;
