@@ -9,6 +9,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "engine/memory_plan.h"
 #include "kv/kv_capacity.h"
 #include "resilience/step_error.h"
 #ifdef DSINFER_HAVE_CUDA
@@ -118,8 +119,7 @@ void EngineImpl::profile_step_memory(const std::vector<KvLayerSpec>& layers) {
     model_->forward(plan, cache);
     cuda::synchronize();
   } catch (const std::exception& e) {
-    fail("the model does not fit: one step of max_num_tokens = ", T, " tokens failed on the GPU after the ",
-         "weights were loaded (", e.what(), "); lower max_num_tokens");
+    fail(step_profile_error(e, T));
   }
   model_->release_sequence(-1);
 #else

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "resilience/step_error.h"
 
 namespace dsinfer {
 
@@ -41,6 +42,16 @@ MemoryPlan plan_memory(const ModelConfig& c, const ModelSize& size, const Memory
   p.fits = p.kv_tokens >= in.kv_block_size;
   if (!p.fits) p.why_not = "no room for a single KV block after weights and workspace";
   return p;
+}
+
+std::string step_profile_error(const std::exception& e, int32_t max_num_tokens) {
+  if (classify_step_error(e) == StepErrorType::kOutOfMemory) {
+    return str_cat("the model does not fit: one step of max_num_tokens = ", max_num_tokens,
+                   " tokens failed on the GPU after the weights were loaded (", e.what(),
+                   "); lower max_num_tokens");
+  }
+  return str_cat("the first step (max_num_tokens = ", max_num_tokens,
+                 " tokens, run at start-up) failed: ", e.what());
 }
 
 }  // namespace dsinfer

@@ -2,6 +2,7 @@
 // kv_cache_free_gpu_mem_fraction of what is left (or max_tokens_in_paged_kv_cache).
 #pragma once
 #include <cstdint>
+#include <exception>
 #include <string>
 #include <vector>
 
@@ -32,5 +33,10 @@ struct MemoryPlan {
 };
 
 MemoryPlan plan_memory(const ModelConfig& config, const ModelSize& size, const MemoryPlanInput& input);
+
+// The error of the start-up step that profiles a step of max_num_tokens tokens on the GPU: an out-of-memory
+// failure says the model does not fit and to lower max_num_tokens; any other failure (a bad setting, a
+// kernel error) keeps its own message, so it is not mistaken for a memory problem.
+std::string step_profile_error(const std::exception& e, int32_t max_num_tokens);
 
 }  // namespace dsinfer
