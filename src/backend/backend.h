@@ -178,6 +178,12 @@ class Backend {
   virtual void mla_rope_write_kv(Tensor& q_pe, Tensor& k_pe, const Tensor& latent, const Tensor& norm,
                                  float eps, const RopeTable& table, RopeLayout layout, KvCache& cache,
                                  int64_t layer, const BatchPlan& plan);
+  // DeepSeek MLA's decode preparation: mla_rope_write_kv(q_pe, k_pe, latent, norm, eps, table, layout, cache,
+  // layer, plan), then returns q_lat = head_matmul(q_nope [T, H, A], w_uk [H, A, R], true) ([T, H, R]). Both
+  // depend only on the projections, so a backend may run them together.
+  virtual Tensor mla_prepare(const Tensor& q_nope, const Tensor& w_uk, Tensor& q_pe, Tensor& k_pe,
+                             const Tensor& latent, const Tensor& norm, float eps, const RopeTable& table,
+                             RopeLayout layout, KvCache& cache, int64_t layer, const BatchPlan& plan);
   // A DeepSeekMoE block's routing from its residual: returns x = rms_norm(h [T, H], norm, eps) and routes it
   // as moe_route (ids, weights [T, k]); a backend may also leave in *dispatch (when not null) what its
   // moe_experts_residual would compute from these ids for `experts`. Default: rms_norm, moe_route, no

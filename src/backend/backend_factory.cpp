@@ -52,6 +52,13 @@ std::unique_ptr<Backend> make_cuda_backend(const std::string& cuda_arch) {
               "DSINFER_CUDA_MOE_SHARED_FUSED must be 0 or 1, got \"", fused, "\"");
     options.moe_shared_fused = std::strcmp(fused, "1") == 0;
   }
+  // DSINFER_MLA_PREPARE_FUSED=0 / 1: the MLA cache write and the W_UK GEMV in one launch at decode sizes off
+  // / on (on by default, cuda_backend.h).
+  if (const char* fused = std::getenv("DSINFER_MLA_PREPARE_FUSED"); fused && *fused) {
+    DSI_CHECK(std::strcmp(fused, "0") == 0 || std::strcmp(fused, "1") == 0,
+              "DSINFER_MLA_PREPARE_FUSED must be 0 or 1, got \"", fused, "\"");
+    options.mla_prepare_fused = std::strcmp(fused, "1") == 0;
+  }
   return std::make_unique<CudaBackend>(options);
 }
 

@@ -37,6 +37,13 @@ void Backend::mla_rope_write_kv(Tensor& q_pe, Tensor& k_pe, const Tensor& latent
   write_kv(cache, layer, plan, normed, k_pe);
 }
 
+Tensor Backend::mla_prepare(const Tensor& q_nope, const Tensor& w_uk, Tensor& q_pe, Tensor& k_pe,
+                            const Tensor& latent, const Tensor& norm, float eps, const RopeTable& table,
+                            RopeLayout layout, KvCache& cache, int64_t layer, const BatchPlan& plan) {
+  mla_rope_write_kv(q_pe, k_pe, latent, norm, eps, table, layout, cache, layer, plan);
+  return head_matmul(q_nope, w_uk, /*transpose_w=*/true);  // [T, H, R]
+}
+
 Tensor Backend::norm_moe_route(const Tensor& h, const Tensor& norm, float eps, const Tensor& router,
                                const Tensor& bias, const RoutingParams& p,
                                const std::vector<MlpWeights>& experts, Tensor* ids, Tensor* weights,

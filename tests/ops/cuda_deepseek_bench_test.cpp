@@ -645,6 +645,73 @@ TEST_F(CudaDeepseekOpsTest, DISABLED_BenchSharedExpertsFused) {
   std::printf("(copy bandwidth measured here: %.0f GB/s)\n", copy_gbs);
 }
 
+// One MLA layer's decode preparation at the V2-Lite (16 heads, 2 MB W_UK) and V3 (128 heads, 16.8 MB) shapes
+// (A 128, R 512, P 64, bf16 cache), T 1/2/4/8: mla_prepare as the model calls it, unfused
+// (DSINFER_MLA_PREPARE_FUSED=0: the cache write kernel, then head_matmul's W_UK GEMV) against fused (both in
+// one launch). Each call reads its own W_UK copy (100 MB or more of copies, twice the L2). "graph": every
+// copy's call captured in one CUDA graph and replayed (PDL edges kept, no launch overhead), us per call;
+// "eager": back to back from the host (CUDA events). The pieces (graph): the write alone and the W_UK GEMV
+// alone. saved/tok: (unfused - fused) graph us x the model's layers (27 for V2-Lite, 61 for V3).
+// DSINFER_CUDA_PDL=0 times them without programmatic launch.
+TEST_F(CudaDeepseekOpsTest, DISABLED_BenchMlaPrepareFused) {
+  CudaBackendOptions off;
+  off.mla_prepare_fused = false;
+  CudaBackend gpu, unfused(off);
+  const int64_t A = 128, R = 512, P = 64;
+  const int32_t bs = 64, blocks = 64;
+  const float eps = 1e-6f;
+  const RopeTable table = make_rope_table(RopeConfig{}, P);
+  const Tensor norm = device_bf16(norm_weight(this, R));
+  KvCache cache({KvLayerSpec{KvKind::kFullHistory, R + P}}, blocks, bs, Device::kCuda, DType::BF16);
+  std::printf("%-8s %2s %9s %9s %7s %9s %9s %9s %9s %10s\n", "shape", "T", "unfused", "fused", "saved",
+              "u.eager", "f.eager", "write", "W_UK", "saved/tok");
+  struct Shape {
+    const char* name;
+    int64_t H, layers;
+  };
+  for (const Shape& s : {Shape{"V2-Lite", 16, 27}, Shape{"V3", 128, 61}}) {
+    const int64_t bytes = s.H * A * R * 2;
+    const int64_t copies = std::max<int64_t>(4, (int64_t{100} << 20) / bytes + 1);
+    std::vector<Tensor> w_uk(copies);
+    for (Tensor& w : w_uk) w = device_bf16_filled(this, {s.H, A, R});  // [H, A, R]
+    for (int64_t T : {1, 2, 4, 8}) {
+      std::vector<std::pair<int32_t, int32_t>> seqs;
+      for (int64_t i = 0; i < T; ++i) seqs.push_back({static_cast<int32_t>(100 + 37 * i), 1});
+      const BatchPlan plan = make_plan(seqs, bs, blocks);
+      const Tensor q_nope = cuda::to_device(random_bf16_values({T, s.H, A}));  // [T, H, A]
+      const Tensor latent = cuda::to_device(random_bf16_values({T, R}));       // [T, R]
+      Tensor q_pe = cuda::to_device(random_bf16_values({T, s.H, P}));          // [T, H, P]
+      Tensor k_pe = cuda::to_device(random_bf16_values({T, 1, P}));            // [T, 1, P]
+      auto layer = [&](CudaBackend& b, int64_t c) {
+        b.mla_prepare(q_nope, w_uk[c], q_pe, k_pe, latent, norm, eps, table, RopeLayout::kInterleaved, cache,
+                      0, plan);
+      };
+      auto graph_us = [&](const std::function<void(int64_t)>& one) {
+        const double ms = cuda::time_graph_ms(
+            [&] {
+              for (int64_t c = 0; c < copies; ++c) one(c);
+            },
+            20);
+        return ms * 1e3 / static_cast<double>(copies);
+      };
+      auto eager_us = [&](CudaBackend& b) {
+        int64_t next = 0;
+        return cuda::time_stream_ms([&] { layer(b, next++ % copies); }, 400) * 1e3;
+      };
+      const double unfused_us = graph_us([&](int64_t c) { layer(unfused, c); });
+      const double fused_us = graph_us([&](int64_t c) { layer(gpu, c); });
+      const double write_us = graph_us([&](int64_t) {
+        gpu.mla_rope_write_kv(q_pe, k_pe, latent, norm, eps, table, RopeLayout::kInterleaved, cache, 0, plan);
+      });
+      const double uk_us = graph_us([&](int64_t c) { gpu.head_matmul(q_nope, w_uk[c], true); });
+      const double ue = eager_us(unfused), fe = eager_us(gpu);
+      std::printf("%-8s %2lld %9.2f %9.2f %7.2f %9.2f %9.2f %9.2f %9.2f %10.1f\n", s.name,
+                  static_cast<long long>(T), unfused_us, fused_us, unfused_us - fused_us, ue, fe, write_us,
+                  uk_us, (unfused_us - fused_us) * s.layers);
+    }
+  }
+}
+
 #else
 
 TEST(CudaDeepseekBench, NotBuilt) {

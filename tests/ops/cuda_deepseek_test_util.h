@@ -32,6 +32,7 @@
 #include "backend/cuda/elementwise_kernels.h"
 #include "backend/cuda/head_matmul_kernels.h"
 #include "backend/cuda/mla_kernels.h"
+#include "backend/cuda/mla_prepare_kernels.h"
 #include "backend/cuda/moe_kernels.h"
 #include "backend/cuda/runtime.h"
 #include "backend/cuda/timing.h"

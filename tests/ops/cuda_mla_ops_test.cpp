@@ -491,6 +491,141 @@ TEST_F(CudaDeepseekOpsTest, MlaRopeWriteKvMatchesCpuAndUnfused) {
   }
 }
 
+// ---- mla_prepare ----
+
+// Elements of a and b (float32 host tensors of one shape) whose bits differ.
+int64_t bits_differ(const Tensor& a, const Tensor& b) {
+  EXPECT_EQ(a.shape(), b.shape());
+  int64_t n = 0;
+  for (int64_t i = 0; i < std::min(a.numel(), b.numel()); ++i)
+    n += std::memcmp(a.f32() + i, b.f32() + i, sizeof(float)) != 0;
+  return n;
+}
+
+// mla_prepare's fused decode kernel (the MLA cache write and the W_UK GEMV in one launch) against the two
+// CUDA ops it replaces (Backend::mla_prepare's composition: the same bits for q_lat, the rotated q_pe and
+// k_pe and the written cache rows) and the CPU reference: V2-Lite (16 heads) and V3 (128 heads) shapes, a
+// small one whose outputs end inside a GEMV tile, and one the fused kernel does not take (B % 8 != 0: the
+// composition runs); T 8 down to 1 (fp32 q_nope), both rope layouts (yarn scaling on the half layout),
+// float32 and bf16 caches. Every token's results have the same bits at every T (never dependent on the
+// batch), and the CudaBackendOptions switch gives the composition's bits.
+TEST_F(CudaDeepseekOpsTest, MlaPrepareFusedEqualsComposition) {
+  RopeConfig yarn;
+  yarn.type = RopeType::kYarn;
+  yarn.factor = 40.0;
+  yarn.original_max_position_embeddings = 4096;
+  yarn.mscale = 1.0;
+  yarn.mscale_all_dim = 1.0;
+  CudaBackend gpu;  // mla_prepare_fused on by default
+  CudaBackendOptions off_options;
+  off_options.mla_prepare_fused = false;
+  CudaBackend off(off_options);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  const int32_t bs = 16;
+  const float eps = 1e-6f;
+  struct Case {
+    int64_t H, A, R, P;
+    bool fused;  // whether the fused kernel takes it
+  };
+  for (const Case& c : {Case{16, 128, 512, 64, true}, Case{128, 128, 512, 64, true},
+                        Case{4, 64, 96, 16, true}, Case{3, 50, 100, 12, false}}) {
+    const Tensor w_uk = random_bf16_values({c.H, c.A, c.R}, 0.1f);  // [H, A, R]
+    const Tensor dw_uk = gpu.prepare_weight(w_uk);
+    const Tensor norm = norm_weight(this, c.R), dnorm = gpu.prepare_weight(norm);
+    Tensor q_nope8 = Tensor::empty(DType::F32, {8, c.H, c.A});  // [8, H, A], not bf16 values
+    for (int64_t i = 0; i < q_nope8.numel(); ++i) q_nope8.f32()[i] = d(rng);
+    const Tensor latent8 = random_bf16_values({8, c.R}), k_pe8 = random_bf16_values({8, 1, c.P}),
+                 q_pe8 = random_bf16_values({8, c.H, c.P});
+    std::vector<std::pair<int32_t, int32_t>> seqs8;  // one decode token each, scattered positions
+    int32_t blocks = 1;
+    for (int64_t i = 0; i < 8; ++i) {
+      seqs8.push_back({static_cast<int32_t>((i * 397 + 11) % 1000), 1});
+      blocks += (seqs8.back().first + 1 + bs - 1) / bs;
+    }
+    if (blocks % 7 == 0) ++blocks;
+    const KvLayerSpec spec{KvKind::kFullHistory, c.R + c.P};
+    for (RopeLayout layout : {RopeLayout::kInterleaved, RopeLayout::kHalf}) {
+      const RopeTable table = make_rope_table(layout == RopeLayout::kHalf ? yarn : RopeConfig{}, c.P);
+      for (DType dt : {DType::F32, DType::BF16}) {
+        struct Out {
+          Tensor q_lat, q_pe, k_pe, rows;  // host float32: [T, H, R], [T, H, P], [T, 1, P], [T, R + P]
+        };
+        Out at8;
+        for (int64_t T : {8, 7, 5, 4, 3, 2, 1}) {
+          const BatchPlan plan = make_plan({seqs8.begin(), seqs8.begin() + T}, bs, blocks);
+          const Tensor q_nope = q_nope8.rows(0, T), latent = latent8.rows(0, T), k_pe = k_pe8.rows(0, T),
+                       q_pe = q_pe8.rows(0, T);
+          // mode 0: gpu.mla_prepare (fused where taken); 1: Backend::mla_prepare on the GPU (composition);
+          // 2: the backend with the option off.
+          auto run = [&](int mode) {
+            KvCache cache({spec}, blocks, bs, Device::kCuda, dt);
+            Tensor q = cuda::to_device(q_pe), k = cuda::to_device(k_pe);
+            const Tensor x = cuda::to_device(q_nope), lat = cuda::to_device(latent);
+            Tensor q_lat;
+            if (mode == 0)
+              q_lat = gpu.mla_prepare(x, dw_uk, q, k, lat, dnorm, eps, table, layout, cache, 0, plan);
+            else if (mode == 1)
+              q_lat =
+                  gpu.Backend::mla_prepare(x, dw_uk, q, k, lat, dnorm, eps, table, layout, cache, 0, plan);
+            else
+              q_lat = off.mla_prepare(x, dw_uk, q, k, lat, dnorm, eps, table, layout, cache, 0, plan);
+            const Tensor image = gpu.to_host(cache.storage(0));  // [slots, R + P]
+            Tensor rows = Tensor::empty(DType::F32, {T, c.R + c.P});
+            for (int64_t t = 0; t < T; ++t)
+              std::copy_n(image.f32() + plan.slot_mapping[t] * (c.R + c.P), c.R + c.P,
+                          rows.f32() + t * (c.R + c.P));
+            return Out{gpu.to_host(q_lat), gpu.to_host(q), gpu.to_host(k), rows};
+          };
+          const std::string what = "H " + std::to_string(c.H) + " A " + std::to_string(c.A) + " R " +
+                                   std::to_string(c.R) + " T " + std::to_string(T) + " layout " +
+                                   std::to_string(static_cast<int>(layout)) + " " +
+                                   std::string(dtype_name(dt));
+          cuda::MlaPrepareArgs args;  // what the backend passes, for the kernel's shape check
+          args.w_uk = dw_uk.data<uint16_t>();
+          args.A = c.A;
+          args.B = c.R;
+          args.write.T = T;
+          args.write.H = c.H;
+          args.write.R = c.R;
+          args.write.P = c.P;
+          args.write.cache.width = c.R + c.P;
+          EXPECT_EQ(cuda::mla_prepare_supported(args), c.fused) << what;
+          const Out fused = run(0), composed = run(1), switched = run(2);
+          EXPECT_EQ(bits_differ(fused.q_lat, composed.q_lat), 0) << what;
+          EXPECT_EQ(bits_differ(fused.q_pe, composed.q_pe), 0) << what;
+          EXPECT_EQ(bits_differ(fused.k_pe, composed.k_pe), 0) << what;
+          EXPECT_EQ(bits_differ(fused.rows, composed.rows), 0) << what;
+          EXPECT_EQ(bits_differ(switched.q_lat, composed.q_lat), 0) << what;
+          EXPECT_EQ(bits_differ(switched.rows, composed.rows), 0) << what;
+          // The CPU reference.
+          KvCache cpu_cache({spec}, blocks, bs);
+          std::fill(cpu_cache.slot(0, 0), cpu_cache.slot(0, 0) + cpu_cache.storage(0).numel(), 0.0f);
+          Tensor ref_q = q_pe.clone(), ref_k = k_pe.clone();
+          const Tensor ref_lat = cpu.mla_prepare(q_nope, w_uk, ref_q, ref_k, latent, norm, eps, table, layout,
+                                                 cpu_cache, 0, plan);
+          Tensor ref_rows = Tensor::empty(DType::F32, {T, c.R + c.P});
+          for (int64_t t = 0; t < T; ++t)
+            std::copy_n(cpu_cache.slot(0, plan.slot_mapping[t]), c.R + c.P, ref_rows.f32() + t * (c.R + c.P));
+          EXPECT_LT(rel_err(fused.q_lat, ref_lat), 1e-5) << what;
+          EXPECT_LT(rel_err(fused.q_pe, ref_q), 1e-6) << what;
+          EXPECT_LT(rel_err(fused.k_pe, ref_k), 1e-6) << what;
+          EXPECT_LT(rel_err(fused.rows, ref_rows), dt == DType::BF16 ? 5e-3 : 1e-6) << what;
+          // Batch invariance (of the fused kernel): the first T tokens of the 8-token batch.
+          if (!c.fused) continue;
+          if (T == 8) {
+            at8 = fused;
+            continue;
+          }
+          EXPECT_EQ(bits_differ(fused.q_lat, at8.q_lat.rows(0, T)), 0) << what << " against T 8";
+          EXPECT_EQ(bits_differ(fused.q_pe, at8.q_pe.rows(0, T)), 0) << what << " against T 8";
+          EXPECT_EQ(bits_differ(fused.k_pe, at8.k_pe.rows(0, T)), 0) << what << " against T 8";
+          EXPECT_EQ(bits_differ(fused.rows, at8.rows.rows(0, T)), 0) << what << " against T 8";
+        }
+      }
+    }
+  }
+}
+
 // ---- head_matmul ----
 
 TEST_F(CudaDeepseekOpsTest, HeadMatmulMatchesCpuBothModes) {

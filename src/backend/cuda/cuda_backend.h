@@ -8,6 +8,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/device_mirror.h"
+#include "backend/cuda/mla_write_kernels.h"
 #include "backend/cuda/pinned_buffer.h"
 #include "backend/cuda/step_plan.h"
 
@@ -48,6 +49,10 @@ struct CudaBackendOptions {
   // the streaming kernels run and every shared unit fits one tile (next_pow2(T) <= tile rows); false: the
   // shared MLP's own GEMV launches (norm_mlp_residual) first, the same bits as before.
   bool moe_shared_fused = true;
+  // true (default; DSINFER_MLA_PREPARE_FUSED=0 turns it off): mla_prepare runs the MLA cache write and the
+  // W_UK head GEMV in one launch (mla_prepare_kernels.cu) wherever head_matmul would run its tiled decode
+  // GEMV (next_pow2(T) <= 8); false: mla_rope_write_kv, then head_matmul (the same bits, one launch more).
+  bool mla_prepare_fused = true;
 };
 
 class CudaBackend : public Backend {
@@ -120,6 +125,12 @@ class CudaBackend : public Backend {
   void mla_rope_write_kv(Tensor& q_pe, Tensor& k_pe, const Tensor& latent, const Tensor& norm, float eps,
                          const RopeTable& table, RopeLayout layout, KvCache& cache, int64_t layer,
                          const BatchPlan& plan) override;
+  // Up to 8 (bucketed) tokens, where head_matmul runs its tiled GEMV: one kernel for the cache write and the
+  // W_UK GEMV (mla_prepare_fused); otherwise mla_rope_write_kv, then head_matmul
+  // (cuda_backend_mla_prepare.cpp).
+  Tensor mla_prepare(const Tensor& q_nope, const Tensor& w_uk, Tensor& q_pe, Tensor& k_pe,
+                     const Tensor& latent, const Tensor& norm, float eps, const RopeTable& table,
+                     RopeLayout layout, KvCache& cache, int64_t layer, const BatchPlan& plan) override;
   // moe_experts whose combine kernel adds into the residual (no separate add); a dispatch of norm_moe_route
   // made for the same tile size replaces the permutation kernel. Shared experts: streamed as extra experts
   // of every token inside the routed experts' streaming launches when those run with one tile per shared
@@ -166,6 +177,10 @@ class CudaBackend : public Backend {
     return mirror.upload(v);
   }
 
+  // mla_rope_write_kv's checks and kernel arguments (cuda_backend_attention.cpp).
+  cuda::MlaWriteArgs mla_write_args(Tensor& q_pe, Tensor& k_pe, const Tensor& latent, const Tensor& norm,
+                                    float eps, const RopeTable& table, RopeLayout layout, KvCache& cache,
+                                    int64_t layer, const BatchPlan& plan);
   // moe_experts into out [T, H] (accumulate: out += the experts' weighted sum instead of out =). shared (only
   // with accumulate): the shared experts' MLP on the same x, added to out before the routed sum: inside the
   // streaming launches when they take it, else norm_mlp_residual on out first.

@@ -96,11 +96,13 @@ void CudaBackend::rope_write_kv(Tensor& q, Tensor& k, const Tensor& v, const Rop
                              table.attention_scaling, layout == RopeLayout::kInterleaved);
 }
 
-void CudaBackend::mla_rope_write_kv(Tensor& q_pe, Tensor& k_pe, const Tensor& latent, const Tensor& norm,
-                                    float eps, const RopeTable& table, RopeLayout layout, KvCache& cache,
-                                    int64_t layer, const BatchPlan& plan) {
+cuda::MlaWriteArgs CudaBackend::mla_write_args(Tensor& q_pe, Tensor& k_pe, const Tensor& latent,
+                                               const Tensor& norm, float eps, const RopeTable& table,
+                                               RopeLayout layout, KvCache& cache, int64_t layer,
+                                               const BatchPlan& plan) {
   // q_pe [T, H, P], k_pe [T, 1, P] (rotated in place), latent [T, R] -> cache rows [norm(latent) | k_pe].
-  const cuda::DeviceCacheView view = cache_view(cache, layer, "mla_rope_write_kv");
+  cuda::MlaWriteArgs a;
+  a.cache = cache_view(cache, layer, "mla_rope_write_kv");
   const int64_t T = plan.num_tokens();
   DSI_CHECK(q_pe.ndim() == 3 && q_pe.dim(0) == T && k_pe.numel() == T * q_pe.dim(2) && latent.ndim() == 2 &&
                 latent.dim(0) == T,
@@ -115,13 +117,31 @@ void CudaBackend::mla_rope_write_kv(Tensor& q_pe, Tensor& k_pe, const Tensor& la
   DSI_CHECK(static_cast<int64_t>(plan.positions.size()) == T, "mla_rope_write_kv: positions for ", T,
             " tokens");
   check_slots(cache, plan, "mla_rope_write_kv");
-  if (T == 0) return;
-  cuda::launch_mla_rope_write_kv(
-      dev_f32(q_pe, "mla_rope_write_kv", "q_pe"), dev_f32(k_pe, "mla_rope_write_kv", "k_pe"),
-      dev_f32(latent, "mla_rope_write_kv", "latent"), dev_bf16(norm, "mla_rope_write_kv", "norm"), eps, view,
-      device_array(plan.positions, positions_), device_array(plan.slot_mapping, slot_mapping_),
-      P ? inv_freq_.upload(table.inv_freq) : nullptr, T, H, R, P, table.attention_scaling,
-      layout == RopeLayout::kInterleaved);
+  a.T = T;
+  a.H = H;
+  a.R = R;
+  a.P = P;
+  if (T == 0) return a;
+  a.q_pe = dev_f32(q_pe, "mla_rope_write_kv", "q_pe");
+  a.k_pe = dev_f32(k_pe, "mla_rope_write_kv", "k_pe");
+  a.latent = dev_f32(latent, "mla_rope_write_kv", "latent");
+  a.norm = dev_bf16(norm, "mla_rope_write_kv", "norm");
+  a.eps = eps;
+  a.positions = device_array(plan.positions, positions_);
+  a.slot_mapping = device_array(plan.slot_mapping, slot_mapping_);
+  a.inv_freq = P ? inv_freq_.upload(table.inv_freq) : nullptr;
+  a.attention_scaling = table.attention_scaling;
+  a.interleaved = layout == RopeLayout::kInterleaved;
+  return a;
+}
+
+void CudaBackend::mla_rope_write_kv(Tensor& q_pe, Tensor& k_pe, const Tensor& latent, const Tensor& norm,
+                                    float eps, const RopeTable& table, RopeLayout layout, KvCache& cache,
+                                    int64_t layer, const BatchPlan& plan) {
+  const cuda::MlaWriteArgs a =
+      mla_write_args(q_pe, k_pe, latent, norm, eps, table, layout, cache, layer, plan);
+  if (a.T == 0) return;
+  cuda::launch_mla_rope_write_kv(a);
 }
 
 Tensor CudaBackend::attention_gqa(const Tensor& q, const KvCache& cache, int64_t layer, const BatchPlan& plan,

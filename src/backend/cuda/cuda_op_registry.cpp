@@ -51,6 +51,13 @@ const std::vector<CudaOpSupport>& cuda_op_support() {
        ""},
       {"rope_write_kv", {"launch_rope_write_kv"}, {}, {"rope", "write_kv"}, ""},
       {"mla_rope_write_kv", {"launch_mla_rope_write_kv"}, {}, {"rms_norm", "rope", "write_kv"}, ""},
+      // decode sizes: the cache write and the W_UK GEMV in one kernel; else mla_rope_write_kv + head_matmul
+      {"mla_prepare",
+       {"launch_mla_prepare", "launch_mla_rope_write_kv", "launch_head_gemv_tiled (decode)",
+        "launch_head_matmul", "launch_head_matmul_mma", "head_linear_bf16"},
+       {},
+       {"mla_rope_write_kv", "head_matmul"},
+       ""},
       // ---- sampling on the GPU (greedy/temperature/top-k/top-p/min-p/penalties) ----
       {"sample", {"launch_sample_rows"}, {}, {}, "host sampler over the logits copied back"},
       {"sample_async", {"launch_sample_rows"}, {}, {}, "host sampler over the logits copied back"},
@@ -162,7 +169,7 @@ const std::vector<std::string>& model_backend_ops(Arch arch) {
                                                  "attention_gqa", "linear_residual", "norm_mlp_residual",
                                                  "gather_rows",   "sample"};
   static const std::vector<std::string> mla = {
-      "embed",         "norm_linears",    "rms_norm",          "linear",         "mla_rope_write_kv",
+      "embed",         "norm_linears",    "rms_norm",          "linear",         "mla_prepare",
       "attention_mla", "head_matmul",     "moe_route",         "norm_moe_route", "moe_experts_residual",
       "mlp",           "linear_residual", "norm_mlp_residual", "gather_rows",    "sample"};
   static const std::vector<std::string> v32 = [] {

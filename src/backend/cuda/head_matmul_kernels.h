@@ -21,6 +21,9 @@ void launch_head_matmul(const float* x, const uint16_t* w, float* y, int64_t T, 
 // block), w x: rows per warp (1, 2 or 4: 8, 16 or 32 outputs a block).
 bool launch_head_gemv_tiled(const float* x, const uint16_t* w, float* y, int64_t T, int64_t H, int64_t A,
                             int64_t B, bool transpose_w, int tile = 0);
+// The tile launch_head_gemv_tiled takes for tile 0 (DSINFER_CUDA_HEAD_GEMV or the default); kHeadGemvLegacy
+// when that asks for the older kernels (launch_head_gemv_tiled then declines every call).
+int head_gemv_default_tile(bool transpose_w);
 
 // The same on tensor cores (mma.sync bf16, x split into three bf16 parts: ~fp32 products), for any T.
 // head_matmul_mma_supported: A % 64 == 0, B % 32 == 0, x 8-byte and w 16-byte aligned.

@@ -198,11 +198,12 @@ class DeepseekModel : public Model {
     q_nope = q_nope.reshape({T, H, nope});
     q_pe = q_pe.reshape({T, H, P});
     // The normalised latent and the rotated rope key are only read back from the cache (absorbed form, also
-    // for prefill), so one op normalises, rotates q_pe and k_pe and writes the rows.
+    // for prefill), so one op normalises, rotates q_pe and k_pe and writes the rows, and absorbs W_UK into
+    // the query (q_lat = W_UK^T q_nope).
     Tensor k_pe = proj[1].reshape({T, 1, P});  // [T, 1, P]
-    b.mla_rope_write_kv(q_pe, k_pe, proj[0], a.kv_a_norm, eps, rope_, layout_, cache, layer, plan);
-    Tensor q_lat = b.head_matmul(q_nope, a.w_uk, /*transpose_w=*/true);  // [T, H, R]
-    Tensor o_lat;                                                        // [T, H, R]
+    Tensor q_lat = b.mla_prepare(q_nope, a.w_uk, q_pe, k_pe, proj[0], a.kv_a_norm, eps, rope_, layout_, cache,
+                                 layer, plan);  // [T, H, R]
+    Tensor o_lat;                               // [T, H, R]
     if (selector_) {
       Tensor selected = selector_->select(layer, x, q_resid, plan, cache);  // [T, K] positions
       o_lat = b.attention_mla_sparse(q_lat, q_pe, cache, layer, plan, selected, scale_);
