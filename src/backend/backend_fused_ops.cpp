@@ -37,6 +37,12 @@ void Backend::mla_rope_write_kv(Tensor& q_pe, Tensor& k_pe, const Tensor& latent
   write_kv(cache, layer, plan, normed, k_pe);
 }
 
+Tensor Backend::attention_mla_uv(const Tensor& q_lat, const Tensor& q_pe, const KvCache& cache, int64_t layer,
+                                 const BatchPlan& plan, float scale, const Tensor& w_uv) {
+  const Tensor o_lat = attention_mla(q_lat, q_pe, cache, layer, plan, scale);  // [T, H, R]
+  return head_matmul(o_lat, w_uv, /*transpose_w=*/false);                      // [T, H, V]
+}
+
 Tensor Backend::norm_moe_route(const Tensor& h, const Tensor& norm, float eps, const Tensor& router,
                                const Tensor& bias, const RoutingParams& p,
                                const std::vector<MlpWeights>& experts, Tensor* ids, Tensor* weights,
