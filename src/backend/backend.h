@@ -201,6 +201,11 @@ class Backend {
                                     const MoeDispatch* dispatch = nullptr,
                                     const MoeSharedExperts* shared = nullptr);
 
+  // MLA attention with the value up-projection applied: head_matmul(attention_mla(q_lat, q_pe, cache, layer,
+  // plan, scale), w_uv, false), w_uv [H, V, R] -> [T, H, V] (a backend may apply W_UV inside its merge).
+  virtual Tensor attention_mla_uv(const Tensor& q_lat, const Tensor& q_pe, const KvCache& cache,
+                                  int64_t layer, const BatchPlan& plan, float scale, const Tensor& w_uv);
+
   // ---- DeepSeek-V4 (cpu_v4_*.cpp) ----
   // x [T, H] -> n identical residual streams [T, n, H].
   virtual Tensor hc_expand(const Tensor& x, int64_t n) = 0;

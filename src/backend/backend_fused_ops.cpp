@@ -44,6 +44,12 @@ Tensor Backend::mla_prepare(const Tensor& q_nope, const Tensor& w_uk, Tensor& q_
   return head_matmul(q_nope, w_uk, /*transpose_w=*/true);  // [T, H, R]
 }
 
+Tensor Backend::attention_mla_uv(const Tensor& q_lat, const Tensor& q_pe, const KvCache& cache, int64_t layer,
+                                 const BatchPlan& plan, float scale, const Tensor& w_uv) {
+  const Tensor o_lat = attention_mla(q_lat, q_pe, cache, layer, plan, scale);  // [T, H, R]
+  return head_matmul(o_lat, w_uv, /*transpose_w=*/false);                      // [T, H, V]
+}
+
 Tensor Backend::norm_moe_route(const Tensor& h, const Tensor& norm, float eps, const Tensor& router,
                                const Tensor& bias, const RoutingParams& p,
                                const std::vector<MlpWeights>& experts, Tensor* ids, Tensor* weights,

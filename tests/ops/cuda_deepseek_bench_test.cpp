@@ -385,6 +385,72 @@ TEST_F(CudaDeepseekOpsTest, DISABLED_BenchHeadMatmulDecode) {
   }
 }
 
+// The MLA decode merge with W_UV applied (attention_mla_uv: the merge + W_UV kernel in place of the split
+// combine kernel and the W_UV head GEMV) against the composition attention_mla + head_matmul, V2-Lite shape
+// (16 heads, R 512, W_UV [16, 128, 512] bf16 = 2 MB), bf16 cache, T 1/2/4/8 decode tokens x contexts
+// 192/1024/4096: one call per (cache, W_UV) copy (100 MB or more of copies, twice the L2) inside one step,
+// captured into a CUDA graph (PDL edges kept) and replayed; us per call. "fused" is 0 where the plan has
+// one split (attention_mla_uv then runs the composition). DSINFER_CUDA_PDL=0 times them without PDL.
+TEST_F(CudaDeepseekOpsTest, DISABLED_BenchMlaUvFused) {
+  if (!cuda::mla_tc_supported(512, 64, true, 0, 0, 0)) GTEST_SKIP() << "no tensor-core MLA kernel here";
+  CudaBackend gpu;  // registers the device allocator
+  const int64_t H = 16, R = 512, P = 64, V = 128, D = R + P;
+  const int32_t bs = 64;
+  std::printf("%2s %5s %6s %5s %6s %12s %9s %8s\n", "T", "ctx", "splits", "fused", "copies", "composed us",
+              "fused us", "saved us");
+  for (const int32_t ctx : {192, 1024, 4096}) {
+    for (const int64_t T : {1, 2, 4, 8}) {
+      const int32_t nb = (ctx + bs - 1) / bs, blocks = static_cast<int32_t>(T) * nb + 1;
+      const BatchPlan plan = make_plan(std::vector<std::pair<int32_t, int32_t>>(T, {ctx - 1, 1}), bs,
+                                       blocks % 7 ? blocks : blocks + 1);
+      const int64_t num_blocks = static_cast<int64_t>(plan.block_table.size()) + 2;
+      const int64_t copy_bytes = num_blocks * bs * D * 2 + H * V * R * 2;
+      const int64_t copies =
+          std::min<int64_t>(64, std::max<int64_t>(4, ((int64_t{100} << 20) + copy_bytes - 1) / copy_bytes));
+      const Tensor filled = device_bf16_filled(this, {num_blocks * bs, D});  // [slots, 576]
+      std::vector<std::unique_ptr<KvCache>> caches;
+      std::vector<Tensor> w_uv;  // copies x [H, V, R]
+      for (int64_t c = 0; c < copies; ++c) {
+        caches.push_back(
+            std::make_unique<KvCache>(std::vector<KvLayerSpec>{KvLayerSpec{KvKind::kFullHistory, D}},
+                                      num_blocks, bs, Device::kCuda, DType::BF16));
+        cuda::copy_device_to_device(const_cast<void*>(caches.back()->storage(0).raw()), filled.raw(),
+                                    filled.nbytes());
+        w_uv.push_back(device_bf16_filled(this, {H, V, R}));
+      }
+      const Tensor q_lat = cuda::to_device(random_bf16_values({T, H, R}, 0.1f));  // [T, H, 512]
+      const Tensor q_pe = cuda::to_device(random_bf16_values({T, H, P}, 0.1f));   // [T, H, 64]
+      const float scale = 0.07f;
+      const cuda::MlaSplit split =
+          cuda::mla_choose_split(T, H, R, cuda::attention_max_context_bucket(ctx), /*tensor_cores=*/true);
+      const bool fused =
+          split.splits > 1 &&
+          cuda::mla_merge_uv_supported(T, H, R, V, split.splits, reinterpret_cast<uintptr_t>(w_uv[0].raw()));
+      StepScope scope(gpu, plan);
+      auto graph_us = [&](bool use_uv) {
+        const bool saved = cuda::mla_uv_fused();
+        cuda::mla_set_uv_fused(use_uv);
+        const double ms = cuda::time_graph_ms(
+            [&] {
+              for (int64_t c = 0; c < copies; ++c) {
+                if (use_uv)
+                  gpu.attention_mla_uv(q_lat, q_pe, *caches[c], 0, plan, scale, w_uv[c]);
+                else
+                  gpu.head_matmul(gpu.attention_mla(q_lat, q_pe, *caches[c], 0, plan, scale), w_uv[c], false);
+              }
+            },
+            std::max(5, static_cast<int>(400 / copies)));
+        cuda::mla_set_uv_fused(saved);
+        return ms * 1e3 / static_cast<double>(copies);
+      };
+      const double composed_us = graph_us(false), fused_us = graph_us(true);
+      std::printf("%2lld %5d %6d %5d %6lld %12.2f %9.2f %8.2f\n", static_cast<long long>(T), ctx,
+                  split.splits, fused ? 1 : 0, static_cast<long long>(copies), composed_us, fused_us,
+                  composed_us - fused_us);
+    }
+  }
+}
+
 // The decode routing of one MoE layer: the fused kernel (norm_moe_route: RMSNorm, logits, selection and
 // the experts' permutation in one launch) against the four separate launches it replaces (rms_norm,
 // moe_route's logits and selection, moe_permute) at the V2-Lite and V3 router shapes, T 1/4/8, as the model

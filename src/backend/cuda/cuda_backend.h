@@ -116,6 +116,10 @@ class CudaBackend : public Backend {
   void prepare_experts(std::vector<MlpWeights>& experts) override;
   Tensor attention_mla(const Tensor& q_lat, const Tensor& q_pe, const KvCache& cache, int64_t layer,
                        const BatchPlan& plan, float scale) override;
+  // At decode sizes with a split launch merged by the combine kernel: the merge + W_UV kernel in its place
+  // (mla_uv_kernels.cu, DSINFER_MLA_UV_FUSED); else attention_mla then head_matmul.
+  Tensor attention_mla_uv(const Tensor& q_lat, const Tensor& q_pe, const KvCache& cache, int64_t layer,
+                          const BatchPlan& plan, float scale, const Tensor& w_uv) override;
   Tensor head_matmul(const Tensor& x, const Tensor& w, bool transpose_w) override;
   void moe_route(const Tensor& x, const Tensor& router, const Tensor& bias, const RoutingParams& p,
                  Tensor* ids, Tensor* weights) override;
@@ -188,6 +192,9 @@ class CudaBackend : public Backend {
                        const std::vector<MlpWeights>& experts, float* out, bool accumulate,
                        const MoeDispatch* dispatch = nullptr, const MoeSharedExperts* shared = nullptr,
                        Tensor* residual = nullptr);
+  // attention_mla, with w_uv (not null) attention_mla_uv: returns [T, H, R], or [T, H, V] with w_uv.
+  Tensor run_attention_mla(const Tensor& q_lat, const Tensor& q_pe, const KvCache& cache, int64_t layer,
+                           const BatchPlan& plan, float scale, const Tensor* w_uv);
   // Patches the current step plan's device token ids fed from the last device sampling call.
   void feed_on_device(const BatchPlan& plan);
 

@@ -1,6 +1,8 @@
-// CudaBackend's MLA ops: attention_mla (absorbed form over the paged latent cache, float32 or bf16 rows) and
-// head_matmul. Host-side checks, the kernel choice (multi-query prefill kernel or the split decode kernels)
-// and split choice, then the kernels of mla_prefill_kernels.cu / mla_kernels.cu / head_matmul_kernels.cu.
+// CudaBackend's MLA ops: attention_mla (absorbed form over the paged latent cache, float32 or bf16 rows),
+// attention_mla_uv (the same with W_UV applied, inside the split merge at decode sizes) and head_matmul.
+// Host-side checks, the kernel choice (multi-query prefill kernel or the split decode kernels) and split
+// choice, then the kernels of mla_prefill_kernels.cu / mla_kernels.cu / mla_uv_kernels.cu /
+// head_matmul_kernels.cu.
 #include <algorithm>
 #include <cstdint>
 #include <vector>
@@ -22,7 +24,23 @@ using cuda::dev_f32;
 
 Tensor CudaBackend::attention_mla(const Tensor& q_lat, const Tensor& q_pe, const KvCache& cache,
                                   int64_t layer, const BatchPlan& plan, float scale) {
-  // q_lat [T, H, R], q_pe [T, H, P] -> [T, H, R]
+  return run_attention_mla(q_lat, q_pe, cache, layer, plan, scale, nullptr);  // [T, H, R]
+}
+
+Tensor CudaBackend::attention_mla_uv(const Tensor& q_lat, const Tensor& q_pe, const KvCache& cache,
+                                     int64_t layer, const BatchPlan& plan, float scale, const Tensor& w_uv) {
+  DSI_CHECK(
+      w_uv.ndim() == 3 && q_lat.ndim() == 3 && w_uv.dim(0) == q_lat.dim(1) && w_uv.dim(2) == q_lat.dim(2),
+      "attention_mla_uv: w_uv ", shape_str(w_uv.shape()), " must be [H, V, R] for q_lat ",
+      shape_str(q_lat.shape()));
+  DSI_CHECK(w_uv.device() == Device::kCuda && w_uv.dtype() == DType::BF16,
+            "attention_mla_uv: w_uv must be a bf16 CUDA tensor (loaded through prepare_weight)");
+  return run_attention_mla(q_lat, q_pe, cache, layer, plan, scale, &w_uv);  // [T, H, V]
+}
+
+Tensor CudaBackend::run_attention_mla(const Tensor& q_lat, const Tensor& q_pe, const KvCache& cache,
+                                      int64_t layer, const BatchPlan& plan, float scale, const Tensor* w_uv) {
+  // q_lat [T, H, R], q_pe [T, H, P] -> [T, H, R]; with w_uv [H, V, R]: -> [T, H, V]
   DSI_CHECK(cache.device() == Device::kCuda, "attention_mla: the KV cache is not on the GPU");
   DSI_CHECK(
       q_lat.ndim() == 3 && q_pe.ndim() == 3 && q_lat.dim(0) == q_pe.dim(0) && q_lat.dim(1) == q_pe.dim(1),
@@ -35,8 +53,11 @@ Tensor CudaBackend::attention_mla(const Tensor& q_lat, const Tensor& q_pe, const
   const Tensor& storage = cache.storage(layer);
   DSI_CHECK(storage.dtype() == DType::F32 || storage.dtype() == DType::BF16, "attention_mla: a ",
             dtype_name(storage.dtype()), " cache");
-  Tensor out = Tensor::empty_on(Device::kCuda, DType::F32, {T, H, R});
-  if (T == 0) return out;
+  Tensor out = Tensor::empty_on(Device::kCuda, DType::F32, {T, H, R});  // [T, H, R]
+  if (T == 0) return w_uv ? Tensor::empty_on(Device::kCuda, DType::F32, {T, H, w_uv->dim(1)}) : out;
+  // With w_uv: [T, H, V], written by the split launch when it applies W_UV in its merge.
+  Tensor y;
+  bool y_done = false;
   // The step plan's device arrays (uploaded by begin_step; a lone op call outside a step uploads here).
   const bool lone_call = step_.host() != &plan;
   if (lone_call) step_.upload(plan, context_bound_);
@@ -59,8 +80,9 @@ Tensor CudaBackend::attention_mla(const Tensor& q_lat, const Tensor& q_pe, const
   // for next_pow2(n), so that a captured launch serves every step of the bucket, an eager step splits the
   // work exactly as the graph of its bucket does (same sums, same tokens), and the decode rows of a mixed
   // step run exactly the launch a decode-only step of those rows runs.
-  auto run_split_kernel = [&](const int32_t* rows, int64_t n, int64_t max_ctx) {
-    if (n == 0) return;
+  // With uv (the whole step, no row list), W_UV may be applied in the merge (returns whether it was).
+  auto run_split_kernel = [&](const int32_t* rows, int64_t n, int64_t max_ctx, const cuda::MlaUv* uv) {
+    if (n == 0) return false;
     max_ctx = std::max<int64_t>({1, max_ctx, context_bound_});
     const cuda::MlaSplit split =
         cuda::mla_choose_split(n, H, R, cuda::attention_max_context_bucket(max_ctx), tensor_cores);
@@ -69,8 +91,9 @@ Tensor CudaBackend::attention_mla(const Tensor& q_lat, const Tensor& q_pe, const
     if (ws_floats) workspace = Tensor::empty_on(Device::kCuda, DType::F32, {static_cast<int64_t>(ws_floats)});
     cuda::MlaPlanView v = view;
     v.rows = rows;
-    cuda::launch_attention_mla(ql, qp, storage.raw(), bf16, cache.width(layer), v, out.data<float>(),
-                               ws_floats ? workspace.data<float>() : nullptr, n, H, R, P, scale, split);
+    return cuda::launch_attention_mla(ql, qp, storage.raw(), bf16, cache.width(layer), v, out.data<float>(),
+                                      ws_floats ? workspace.data<float>() : nullptr, n, H, R, P, scale, split,
+                                      uv);
   };
   // The longest context of the sequences with fewer than min_query query tokens (min_query 0: all), and
   // how many tokens they have: what a decode-only step of them would see (context_lens and positions).
@@ -101,13 +124,23 @@ Tensor CudaBackend::attention_mla(const Tensor& q_lat, const Tensor& q_pe, const
     int64_t rows = 0;
     const int64_t max_ctx = short_seqs(cuda::mla_prefill_min_query(), &rows);
     DSI_CHECK(rows == dp.num_mla_rows, "attention_mla: the step plan's MLA split is stale");
-    run_split_kernel(dp.mla_rows, rows, max_ctx);
+    run_split_kernel(dp.mla_rows, rows, max_ctx, nullptr);
   } else {
     int64_t rows = 0;
-    run_split_kernel(nullptr, T, std::max<int64_t>(dp.max_context, short_seqs(0, &rows)));
+    cuda::MlaUv uv;
+    if (w_uv) {
+      y = Tensor::empty_on(Device::kCuda, DType::F32, {T, H, w_uv->dim(1)});  // [T, H, V]
+      uv.w = w_uv->data<uint16_t>();
+      uv.y = y.data<float>();
+      uv.V = w_uv->dim(1);
+    }
+    y_done = run_split_kernel(nullptr, T, std::max<int64_t>(dp.max_context, short_seqs(0, &rows)),
+                              w_uv ? &uv : nullptr);
   }
   if (lone_call) step_.clear_host();
-  return out;
+  if (!w_uv) return out;
+  if (y_done) return y;
+  return head_matmul(out, *w_uv, /*transpose_w=*/false);  // [T, H, V]
 }
 
 Tensor CudaBackend::head_matmul(const Tensor& x, const Tensor& w, bool transpose_w) {

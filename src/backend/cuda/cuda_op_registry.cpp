@@ -70,6 +70,14 @@ const std::vector<CudaOpSupport>& cuda_op_support() {
        {},
        {},
        ""},
+      // decode sizes with a split merged by the combine kernel: the merge + W_UV kernel in its place
+      {"attention_mla_uv",
+       {"launch_attention_mla (+ launch_mla_merge_uv at decode sizes)", "launch_attention_mla_tc",
+        "launch_attention_mla_prefill", "launch_head_gemv_tiled (decode)", "launch_head_matmul",
+        "launch_head_matmul_mma", "head_linear_bf16"},
+       {},
+       {"attention_mla", "head_matmul"},
+       ""},
       {"head_matmul",
        {"launch_head_gemv_tiled (decode)", "launch_head_matmul", "launch_head_matmul_mma",
         "head_linear_bf16"},
@@ -168,10 +176,21 @@ const std::vector<std::string>& model_backend_ops(Arch arch) {
   static const std::vector<std::string> dense = {"embed",         "norm_linears",    "rope_write_kv",
                                                  "attention_gqa", "linear_residual", "norm_mlp_residual",
                                                  "gather_rows",   "sample"};
-  static const std::vector<std::string> mla = {
-      "embed",         "norm_linears",    "rms_norm",          "linear",         "mla_prepare",
-      "attention_mla", "head_matmul",     "moe_route",         "norm_moe_route", "moe_experts_residual",
-      "mlp",           "linear_residual", "norm_mlp_residual", "gather_rows",    "sample"};
+  static const std::vector<std::string> mla = {"embed",
+                                               "norm_linears",
+                                               "rms_norm",
+                                               "linear",
+                                               "mla_prepare",
+                                               "attention_mla_uv",
+                                               "head_matmul",
+                                               "moe_route",
+                                               "norm_moe_route",
+                                               "moe_experts_residual",
+                                               "mlp",
+                                               "linear_residual",
+                                               "norm_mlp_residual",
+                                               "gather_rows",
+                                               "sample"};
   static const std::vector<std::string> v32 = [] {
     std::vector<std::string> ops = mla;
     ops.insert(ops.end() - 1, {"rope", "write_kv", "layer_norm", "dsa_indexer_topk", "attention_mla_sparse"});

@@ -15,6 +15,7 @@
 
 #include "backend/cuda/batch_bucket.h"
 #include "backend/cuda/head_gemv_device.cuh"
+#include "backend/cuda/head_gemv_n.cuh"
 #include "backend/cuda/head_matmul_kernels.h"
 #include "backend/cuda/kernel_common.cuh"
 #include "backend/cuda/pdl.cuh"
@@ -44,80 +45,20 @@ __global__ void __launch_bounds__(kThreads)
                             reinterpret_cast<float*>(smem4));
 }
 
-// y = w x for up to NT tokens (T <= NT), A % 8 == 0, x and w 16-byte aligned. Block = (head, 8 * R rows);
-// warp i takes rows 8 * R * tile + R * i .. + R - 1, lane l the 16-byte chunks l and l + 32 of each 512-input
-// pass of A (the next pass's weights loaded while one is summed).
+// y = w x for up to NT tokens (T <= NT), A % 8 == 0, x and w 16-byte aligned. Block = (head, 8 * R rows):
+// detail::HeadGemvN (head_gemv_n.cuh).
 template <int NT, int R>
 __global__ void __launch_bounds__(kThreads)
     head_gemv_n_tile_kernel(const float* x, const uint16_t* w, float* y, int T, int H, int A, int B,
                             int tiles) {
-  constexpr int kChunks = kPassInputs / 256;  // 16-byte chunks per lane and row of a pass
   const int h = blockIdx.x / tiles, tile = blockIdx.x % tiles;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int b0 = (tile * kWarps + warp) * R;
-  const uint16_t* wr[R];
-#pragma unroll
-  for (int r = 0; r < R; ++r) wr[r] = w + (static_cast<int64_t>(h) * B + min(b0 + r, B - 1)) * A;
-  uint4 wv[R][kChunks];
-  auto load_pass = [&](uint4(&dst)[R][kChunks], int p0) {
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-#pragma unroll
-      for (int k = 0; k < kChunks; ++k) {
-        const int kk = p0 + (k * 32 + lane) * 8;
-        dst[r][k] = b0 + r < B && kk < A ? load_weights16(wr[r] + kk) : make_uint4(0, 0, 0, 0);
-      }
-  };
-  load_pass(wv, 0);
+  detail::HeadGemvN<NT, R> gemv(w, h, tile, A, B);  // first weights in flight before the wait
   pdl_wait();
   pdl_trigger();
   extern __shared__ float4 smem4[];
   float* xs = reinterpret_cast<float*>(smem4);  // [NT][A], tokens >= T zero
   stage_x<NT, 4>(xs, x, T, H, h, A);
-  float acc[R][NT];
-#pragma unroll
-  for (int r = 0; r < R; ++r)
-#pragma unroll
-    for (int t = 0; t < NT; ++t) acc[r][t] = 0.0f;
-  for (int p0 = 0; p0 < A; p0 += kPassInputs) {
-    uint4 next[R][kChunks];  // the next pass's weights in flight while this one is summed
-    if (p0 + kPassInputs < A) load_pass(next, p0 + kPassInputs);
-#pragma unroll
-    for (int k = 0; k < kChunks; ++k) {
-      const int kk = p0 + (k * 32 + lane) * 8;
-      if (kk < A) {
-        float wf[R][8];
-#pragma unroll
-        for (int r = 0; r < R; ++r) unpack8(wv[r][k], wf[r]);
-#pragma unroll
-        for (int t = 0; t < NT; ++t) {
-          const float4 x0 = *reinterpret_cast<const float4*>(xs + t * A + kk);
-          const float4 x1 = *reinterpret_cast<const float4*>(xs + t * A + kk + 4);
-          const float xv[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
-#pragma unroll
-          for (int r = 0; r < R; ++r)
-#pragma unroll
-            for (int i = 0; i < 8; ++i) acc[r][t] += wf[r][i] * xv[i];
-        }
-      }
-    }
-    if (p0 + kPassInputs < A) {
-#pragma unroll
-      for (int r = 0; r < R; ++r)
-#pragma unroll
-        for (int k = 0; k < kChunks; ++k) wv[r][k] = next[r][k];
-    }
-  }
-#pragma unroll
-  for (int r = 0; r < R; ++r)
-#pragma unroll
-    for (int t = 0; t < NT; ++t) {
-      float v = acc[r][t];
-#pragma unroll
-      for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
-      if (lane == (r * NT + t) % 32 && t < T && b0 + r < B)
-        y[(static_cast<int64_t>(t) * H + h) * B + b0 + r] = v;
-    }
+  gemv.run(xs, y, T, H, h);
 }
 
 template <int NT, int CW>

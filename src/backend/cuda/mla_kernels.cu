@@ -422,16 +422,48 @@ size_t mla_workspace_floats(int64_t T, int64_t H, int64_t R, const MlaSplit& spl
   return static_cast<size_t>(T) * split.splits * H * (R + 2);
 }
 
-void launch_attention_mla(const float* q_lat, const float* q_pe, const void* cache, bool cache_bf16,
+namespace {
+
+// Whether the last split block to arrive merges (the fused merge) for this split: few splits whose weights
+// fit the kernel's shared memory. Follows the split alone (next_pow2(T), the context bucket); a capture that
+// finds no counters runs the separate combine (the same bits).
+bool fused_merge_chosen(int64_t H, int64_t R, int64_t D, const MlaSplit& split) {
+  if (split.splits <= 1 || split.splits > mla_fused_merge_max_splits()) return false;
+  const int64_t HG = heads_per_group(H, R);
+  const int64_t merge_floats = (split.tensor_cores ? kTcHeads : HG) * (int64_t{split.splits} + 1);
+  const int64_t smem_floats =
+      split.tensor_cores
+          ? kTcMergeFloats
+          : static_cast<int64_t>(smem_bytes(static_cast<int>(HG), static_cast<int>(D)) / sizeof(float));
+  return merge_floats <= smem_floats;
+}
+
+bool& uv_fused_setting() {
+  static bool on = env_choice("DSINFER_MLA_UV_FUSED", {"0", "1"}, 1) == 1;
+  return on;
+}
+
+}  // namespace
+
+bool mla_uv_fused() {
+  return uv_fused_setting();
+}
+
+void mla_set_uv_fused(bool on) {
+  uv_fused_setting() = on;
+}
+
+bool launch_attention_mla(const float* q_lat, const float* q_pe, const void* cache, bool cache_bf16,
                           int64_t width, const MlaPlanView& plan, float* out, float* workspace, int64_t T,
-                          int64_t H, int64_t R, int64_t P, float scale, const MlaSplit& split) {
+                          int64_t H, int64_t R, int64_t P, float scale, const MlaSplit& split,
+                          const MlaUv* uv) {
   DSI_CHECK(R > 0 && P >= 0 && width == R + P, "attention_mla: cache rows of ", width, " for R ", R, " P ",
             P);
   DSI_CHECK(R <= kThreads * kMaxAcc, "attention_mla: kv_lora_rank ", R, " exceeds the kernel's ",
             kThreads * kMaxAcc);
   DSI_CHECK(split.splits >= 1 && split.chunk > 0, "attention_mla: bad split");
   DSI_CHECK(!plan.rows || split.tensor_cores, "attention_mla: a row list needs the tensor-core kernel");
-  if (T == 0 || H == 0) return;
+  if (T == 0 || H == 0) return false;
   MlaParams p{};
   p.q_lat = q_lat;
   p.q_pe = q_pe;
@@ -457,15 +489,16 @@ void launch_attention_mla(const float* q_lat, const float* q_pe, const void* cac
             " values need too much shared memory");
   const int groups = static_cast<int>((H + p.HG - 1) / p.HG);
   // Fused merge (the last split block to arrive merges) when the splits are few and their weights fit the
-  // kernel's shared memory; the decision follows the split alone (next_pow2(T), the context bucket), and the
-  // separate combine computes the same bits, so a capture that finds no counters changes nothing.
+  // kernel's shared memory; else the separate combine kernel, or with `uv` the merge + W_UV kernel in its
+  // place. Every choice follows the split alone (next_pow2(T), the context bucket) and the shapes.
+  const bool fused_merge = fused_merge_chosen(H, R, R + P, split);
+  const bool merge_uv =
+      uv && !plan.rows && !fused_merge && split.splits > 1 && mla_uv_fused() &&
+      mla_merge_uv_supported(T, H, R, uv->V, split.splits, reinterpret_cast<uintptr_t>(uv->w));
   int* arrivals = nullptr;
-  if (split.splits > 1 && split.splits <= mla_fused_merge_max_splits()) {
+  if (fused_merge) {
     const int64_t kernel_groups = split.tensor_cores ? (H + kTcHeads - 1) / kTcHeads : groups;
-    const int64_t merge_floats = (split.tensor_cores ? kTcHeads : p.HG) * (int64_t{split.splits} + 1);
-    const int64_t smem_floats =
-        split.tensor_cores ? kTcMergeFloats : static_cast<int64_t>(smem_bytes(p.HG, p.D) / sizeof(float));
-    if (merge_floats <= smem_floats) arrivals = reinterpret_cast<int*>(decode_arrivals(T * kernel_groups));
+    arrivals = reinterpret_cast<int*>(decode_arrivals(T * kernel_groups));
   }
   p.arrivals = arrivals;
   if (split.tensor_cores) {
@@ -483,12 +516,17 @@ void launch_attention_mla(const float* q_lat, const float* q_pe, const void* cac
   } else {
     launch_typed(p, static_cast<const float*>(cache), T, groups);
   }
+  if (merge_uv) {
+    launch_mla_merge_uv(p.ws_acc, p.ws_ml, uv->w, uv->y, T, H, R, uv->V, split.splits);
+    return true;
+  }
   if (split.splits > 1 && !arrivals) {
     const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(H));
     launch_pdl(mla_combine_kernel, grid, 128, static_cast<size_t>(p.splits + 1) * sizeof(float), p.ws_acc,
                p.ws_ml, out, plan.rows, p.H, p.R, p.splits);
     check_launch("attention_mla combine");
   }
+  return false;
 }
 
 }  // namespace dsinfer::cuda

@@ -82,13 +82,39 @@ void mla_set_fused_merge_max_splits(int max_splits);
 // the partial-score buffer of its smaller (32-row) instance, [8 warps][16 heads][32 + 8].
 inline constexpr int64_t kTcMergeFloats = 8 * 16 * 40;
 
+// W_UV to apply inside a split launch's merge (launch_attention_mla): y [T, H, V] = w [H, V, R] (bf16) x the
+// merged latent of each (token, head).
+struct MlaUv {
+  const uint16_t* w = nullptr;  // [H, V, R] bf16, 16-byte aligned
+  float* y = nullptr;           // [T, H, V]
+  int64_t V = 0;
+};
+
 // out [T, H, R] = softmax((q_lat . latent + q_pe . rope_key) * scale) latent over cache positions
 // [0, positions[t]] of token t's sequence. q_lat [T, H, R], q_pe [T, H, P] float32; cache rows of
 // `width` = R + P values, float32 or (cache_bf16) bf16 bits. Every head group of a token reads each cached
-// row once. `workspace` holds mla_workspace_floats floats.
-void launch_attention_mla(const float* q_lat, const float* q_pe, const void* cache, bool cache_bf16,
+// row once. `workspace` holds mla_workspace_floats floats. With `uv` (not null), no row list, several splits
+// that the separate combine kernel would merge (not the fused last-block merge), mla_uv_fused() and a shape
+// mla_merge_uv_supported takes, the merge + W_UV kernel replaces the combine kernel: uv->y is written, `out`
+// is not, and it returns true; otherwise it returns false and `out` holds the latent (uv->y untouched). The
+// choice depends only on (next_pow2(T), H, R, V, the split, w's alignment), so eager and replayed steps
+// choose alike.
+bool launch_attention_mla(const float* q_lat, const float* q_pe, const void* cache, bool cache_bf16,
                           int64_t width, const MlaPlanView& plan, float* out, float* workspace, int64_t T,
-                          int64_t H, int64_t R, int64_t P, float scale, const MlaSplit& split);
+                          int64_t H, int64_t R, int64_t P, float scale, const MlaSplit& split,
+                          const MlaUv* uv = nullptr);
+
+// DSINFER_MLA_UV_FUSED (read once; "1" default, "0" off): the merge + W_UV kernel at decode sizes.
+bool mla_uv_fused();
+// Tests and benchmarks only (between steps, never while CUDA graphs of the model are captured).
+void mla_set_uv_fused(bool on);
+
+// The merge + W_UV kernel (mla_uv_kernels.cu): y [T, H, V] = w_uv[h] (merge of the split states of (t, h)),
+// the combine kernel's merge and head_matmul's decode GEMV sums (the composition's bits). Takes next_pow2(T)
+// <= 8, splits >= 2, R % 8 == 0, w_uv 16-byte aligned, next_pow2(T) (R + splits + 1) floats within 48 KiB.
+bool mla_merge_uv_supported(int64_t T, int64_t H, int64_t R, int64_t V, int splits, uintptr_t w);
+void launch_mla_merge_uv(const float* ws_acc, const float* ws_ml, const uint16_t* w_uv, float* y, int64_t T,
+                         int64_t H, int64_t R, int64_t V, int splits);
 
 // The tensor-core kernel (mla_tc_kernels.cu), which launch_attention_mla runs when split.tensor_cores: a bf16
 // cache of the DeepSeek-V2/V3 shape (R = 512, P = 64), cache and queries at 16-byte aligned addresses, and a

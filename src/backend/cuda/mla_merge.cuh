@@ -1,10 +1,11 @@
-// The merge of MLA split partial states, shared by the separate combine kernel and the fused tail of the MLA
-// decode kernels (and the tensor-core decode kernels' common epilogue, mla_tc_finish) (the last split block
-// of a (token, head group) to arrive merges the group), so both compute the same bits. Partial states: ws_acc
-// [T, splits, H, R] (unnormalised latent sums) and ws_ml [T, splits, H, 2] (running max, running sum). Per
-// head, one warp finds M = max_s m_s and the weights w_s = exp(m_s - M) (0 for splits that saw no position),
-// L = sum_s w_s l_s (lane-strided partial sums, then a butterfly: the order depends on the split count only);
-// every output is (sum_s w_s acc_s, one fma per split in split order) * (1 / L).
+// The merge of MLA split partial states, shared by the separate combine kernel, the fused tail of the MLA
+// decode kernels (the last split block of a (token, head group) to arrive merges the group; the tensor-core
+// kernels' common epilogue, mla_tc_finish) and the merge + W_UV kernel (mla_uv_kernels.cu), so all compute
+// the same bits. Partial states: ws_acc [T, splits, H, R] (unnormalised latent sums) and ws_ml [T, splits,
+// H, 2] (running max, running sum). Per head, one warp finds M = max_s m_s and the weights w_s = exp(m_s -
+// M) (0 for splits that saw no position), L = sum_s w_s l_s (lane-strided partial sums, then a butterfly:
+// the order depends on the split count only); every output is (sum_s w_s acc_s, one fma per split in split
+// order) * (1 / L).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -31,6 +32,51 @@ __device__ __forceinline__ bool mla_arrive_last(int* counter, int splits, int* f
   return last;
 }
 
+// The merge weights of one (token, head), computed by one whole warp: ml points at split 0's (max, sum),
+// consecutive splits ml_step floats apart. Writes w[s] = exp(m_s - M) (0 for a split that saw no position)
+// for s < splits and returns 1 / L in every lane.
+__device__ __forceinline__ float mla_merge_weights(const float* ml, int64_t ml_step, int splits, float* w) {
+  const int lane = threadIdx.x % 32;
+  float mx = -INFINITY;
+  for (int s = lane; s < splits; s += 32) mx = fmaxf(mx, __ldcg(ml + s * ml_step));
+  for (int o = 16; o > 0; o /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+  float l = 0.0f;
+  for (int s = lane; s < splits; s += 32) {
+    const float m = __ldcg(ml + s * ml_step);
+    const float wt = m == -INFINITY ? 0.0f : expf(m - mx);
+    w[s] = wt;
+    l = fmaf(wt, __ldcg(ml + s * ml_step + 1), l);
+  }
+  for (int o = 16; o > 0; o /= 2) l += __shfl_xor_sync(0xffffffffu, l, o);
+  return 1.0f / l;
+}
+
+// sum_s w[s] acc_s of 4 consecutive latent values (src: split 0's, consecutive splits acc_step floats
+// apart, 16-byte aligned): one fma per split in split order, kBatch splits' values loaded before their fmas.
+__device__ __forceinline__ float4 mla_merge_sum4(const float* src, int64_t acc_step, const float* w,
+                                                 int splits) {
+  constexpr int kBatch = 4;
+  float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  for (int s0 = 0; s0 < splits; s0 += kBatch) {
+    float4 v[kBatch];
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j)
+      v[j] = s0 + j < splits ? __ldcg(reinterpret_cast<const float4*>(src + (s0 + j) * acc_step))
+                             : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      if (s0 + j < splits) {
+        const float wt = w[s0 + j];
+        o.x = fmaf(wt, v[j].x, o.x);
+        o.y = fmaf(wt, v[j].y, o.y);
+        o.z = fmaf(wt, v[j].z, o.z);
+        o.w = fmaf(wt, v[j].w, o.w);
+      }
+    }
+  }
+  return o;
+}
+
 // out[t_out, h0 + g] for g < hg from the splits' partial states of launch token t (t_out = t unless the
 // launch runs over a row list). Every thread of the block calls it (it synchronises). w_s: shared scratch of
 // hg * splits floats; inv_s: shared [hg].
@@ -40,49 +86,20 @@ __device__ __forceinline__ void mla_merge(const float* ws_acc, const float* ws_m
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
   const int64_t ml_step = static_cast<int64_t>(H) * 2;  // floats between consecutive splits of ws_ml
   for (int g = warp; g < hg; g += nwarps) {
-    const float* ml = ws_ml + (t * splits * H + h0 + g) * 2;
-    float mx = -INFINITY;
-    for (int s = lane; s < splits; s += 32) mx = fmaxf(mx, __ldcg(ml + s * ml_step));
-    for (int o = 16; o > 0; o /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-    float l = 0.0f;
-    for (int s = lane; s < splits; s += 32) {
-      const float m = __ldcg(ml + s * ml_step);
-      const float w = m == -INFINITY ? 0.0f : expf(m - mx);
-      w_s[g * splits + s] = w;
-      l = fmaf(w, __ldcg(ml + s * ml_step + 1), l);
-    }
-    for (int o = 16; o > 0; o /= 2) l += __shfl_xor_sync(0xffffffffu, l, o);
-    if (lane == 0) inv_s[g] = 1.0f / l;
+    const float inv =
+        mla_merge_weights(ws_ml + (t * splits * H + h0 + g) * 2, ml_step, splits, w_s + g * splits);
+    if (lane == 0) inv_s[g] = inv;
   }
   __syncthreads();
   const int64_t acc_step = static_cast<int64_t>(H) * R;  // floats between consecutive splits of ws_acc
   const float* acc0 = ws_acc + (t * splits * H + h0) * static_cast<int64_t>(R);
   float* out0 = out + (t_out * H + h0) * static_cast<int64_t>(R);
-  constexpr int kBatch = 4;  // splits whose values are loaded before their fmas
   if (R % 4 == 0) {
     const int r4 = R / 4;
     for (int idx = threadIdx.x; idx < hg * r4; idx += blockDim.x) {
       const int g = idx / r4, r = (idx % r4) * 4;
-      const float* src = acc0 + static_cast<int64_t>(g) * R + r;
-      const float* w = w_s + g * splits;
-      float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      for (int s0 = 0; s0 < splits; s0 += kBatch) {
-        float4 v[kBatch];
-#pragma unroll
-        for (int j = 0; j < kBatch; ++j)
-          v[j] = s0 + j < splits ? __ldcg(reinterpret_cast<const float4*>(src + (s0 + j) * acc_step))
-                                 : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll
-        for (int j = 0; j < kBatch; ++j) {
-          if (s0 + j < splits) {
-            const float wt = w[s0 + j];
-            o.x = fmaf(wt, v[j].x, o.x);
-            o.y = fmaf(wt, v[j].y, o.y);
-            o.z = fmaf(wt, v[j].z, o.z);
-            o.w = fmaf(wt, v[j].w, o.w);
-          }
-        }
-      }
+      const float4 o =
+          mla_merge_sum4(acc0 + static_cast<int64_t>(g) * R + r, acc_step, w_s + g * splits, splits);
       const float inv = inv_s[g];
       *reinterpret_cast<float4*>(out0 + static_cast<int64_t>(g) * R + r) =
           make_float4(o.x * inv, o.y * inv, o.z * inv, o.w * inv);

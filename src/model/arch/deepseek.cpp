@@ -203,14 +203,15 @@ class DeepseekModel : public Model {
     Tensor k_pe = proj[1].reshape({T, 1, P});  // [T, 1, P]
     Tensor q_lat = b.mla_prepare(q_nope, a.w_uk, q_pe, k_pe, proj[0], a.kv_a_norm, eps, rope_, layout_, cache,
                                  layer, plan);  // [T, H, R]
-    Tensor o_lat;                               // [T, H, R]
+    Tensor o;                                   // [T, H, v]
     if (selector_) {
       Tensor selected = selector_->select(layer, x, q_resid, plan, cache);  // [T, K] positions
-      o_lat = b.attention_mla_sparse(q_lat, q_pe, cache, layer, plan, selected, scale_);
+      Tensor o_lat = b.attention_mla_sparse(q_lat, q_pe, cache, layer, plan, selected, scale_);  // [T, H, R]
+      o = b.head_matmul(o_lat, a.w_uv, /*transpose_w=*/false);
     } else {
-      o_lat = b.attention_mla(q_lat, q_pe, cache, layer, plan, scale_);
+      // attention_mla then head_matmul(.., w_uv): a backend may apply W_UV inside the attention's merge.
+      o = b.attention_mla_uv(q_lat, q_pe, cache, layer, plan, scale_, a.w_uv);
     }
-    Tensor o = b.head_matmul(o_lat, a.w_uv, /*transpose_w=*/false);  // [T, H, v]
     b.linear_residual(o.reshape({T, H * c.v_head_dim}), a.o_proj, h);
   }
 

@@ -1,0 +1,104 @@
+// The MLA decode merge with W_UV applied: one kernel in place of the split combine kernel and the W_UV head
+// GEMV at decode sizes (next_pow2(T) <= 8). Block = (head, tile of 16 output rows), 256 threads: the tile's
+// W_UV rows are put in flight before pdl_wait (weights depend on no earlier kernel), then the block merges
+// its head's split states for each of the T tokens into shared memory (detail::mla_merge_weights /
+// mla_merge_sum4: the combine kernel's arithmetic and order, so the same latent bits; the 8 tiles of a head
+// each merge it again, from L2) and multiplies by W_UV[h] as head_gemv_n_tile_kernel<NT, 2> does
+// (detail::HeadGemvN: the same sums in the same order). So its output has the bits of the composition
+// combine + head_matmul with the default GEMV tile, and a row's result depends on that row alone.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "backend/cuda/batch_bucket.h"
+#include "backend/cuda/head_gemv_n.cuh"
+#include "backend/cuda/kernel_common.cuh"
+#include "backend/cuda/mla_kernels.h"
+#include "backend/cuda/mla_merge.cuh"
+#include "backend/cuda/pdl.cuh"
+#include "core/error.h"
+
+namespace dsinfer::cuda {
+
+namespace {
+
+constexpr int kThreads = detail::kHeadGemvThreads;
+constexpr int kRowsPerWarp = 2;  // head_gemv's default w x tile: 16 output rows a block
+constexpr int kRowsPerBlock = detail::kHeadGemvWarps * kRowsPerWarp;
+constexpr int64_t kSmemFloats = 12288;  // 48 KiB: the merged latents, the merge weights, 1 / L
+
+// y [T, H, V] = W_UV[h] (merge of the splits of (t, h)). ws_acc [T, splits, H, R], ws_ml [T, splits, H, 2],
+// w [H, V, R] bf16.
+template <int NT>
+__global__ void __launch_bounds__(kThreads)
+    mla_merge_uv_kernel(const float* ws_acc, const float* ws_ml, const uint16_t* w, float* y, int T, int H,
+                        int R, int V, int splits, int tiles) {
+  const int h = blockIdx.x / tiles, tile = blockIdx.x % tiles;
+  detail::HeadGemvN<NT, kRowsPerWarp> gemv(w, h, tile, R, V);  // W_UV rows in flight before the wait
+  pdl_wait();
+  pdl_trigger();
+  extern __shared__ float4 smem4[];
+  float* xs = reinterpret_cast<float*>(smem4);  // [NT][R] merged latents, tokens >= T zero
+  float* w_s = xs + NT * R;                     // [NT][splits] merge weights
+  float* inv_s = w_s + NT * splits;             // [NT] 1 / L
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  // Warp t: the weights of token t (NT <= 8 warps).
+  if (warp < T) {
+    const float inv = detail::mla_merge_weights(ws_ml + (static_cast<int64_t>(warp) * splits * H + h) * 2,
+                                                int64_t{2} * H, splits, w_s + warp * splits);
+    if (lane == 0) inv_s[warp] = inv;
+  }
+  for (int i = T * R + threadIdx.x; i < NT * R; i += kThreads) xs[i] = 0.0f;
+  __syncthreads();
+  const int r4 = R / 4;
+  const int64_t acc_step = static_cast<int64_t>(H) * R;  // floats between consecutive splits
+  for (int idx = threadIdx.x; idx < T * r4; idx += kThreads) {
+    const int t = idx / r4, r = (idx % r4) * 4;
+    const float* src = ws_acc + (static_cast<int64_t>(t) * splits * H + h) * R + r;
+    const float4 o = detail::mla_merge_sum4(src, acc_step, w_s + t * splits, splits);
+    const float inv = inv_s[t];
+    *reinterpret_cast<float4*>(xs + t * R + r) = make_float4(o.x * inv, o.y * inv, o.z * inv, o.w * inv);
+  }
+  __syncthreads();
+  gemv.run(xs, y, T, H, h);
+}
+
+template <int NT>
+void launch_nt(const float* ws_acc, const float* ws_ml, const uint16_t* w, float* y, int64_t T, int64_t H,
+               int64_t R, int64_t V, int splits) {
+  const int64_t tiles = (V + kRowsPerBlock - 1) / kRowsPerBlock;
+  const size_t smem = static_cast<size_t>(NT * (R + splits + 1)) * sizeof(float);
+  launch_pdl(mla_merge_uv_kernel<NT>, dim3(static_cast<unsigned>(H * tiles)), kThreads, smem, ws_acc, ws_ml,
+             w, y, static_cast<int>(T), static_cast<int>(H), static_cast<int>(R), static_cast<int>(V), splits,
+             static_cast<int>(tiles));
+  check_launch("attention_mla_uv (merge + W_UV)");
+}
+
+}  // namespace
+
+bool mla_merge_uv_supported(int64_t T, int64_t H, int64_t R, int64_t V, int splits, uintptr_t w) {
+  const int64_t nt = next_pow2(std::max<int64_t>(T, 1));
+  if (T < 1 || nt > 8 || splits < 2 || H < 1 || V < 1 || R % 8 != 0 || w % 16 != 0) return false;
+  if (nt * (R + splits + 1) > kSmemFloats) return false;
+  return H * ((V + kRowsPerBlock - 1) / kRowsPerBlock) < (int64_t{1} << 31);
+}
+
+void launch_mla_merge_uv(const float* ws_acc, const float* ws_ml, const uint16_t* w_uv, float* y, int64_t T,
+                         int64_t H, int64_t R, int64_t V, int splits) {
+  DSI_CHECK(mla_merge_uv_supported(T, H, R, V, splits, reinterpret_cast<uintptr_t>(w_uv)),
+            "attention_mla_uv: the merge + W_UV kernel does not take T ", T, ", R ", R, ", V ", V, ", ",
+            splits, " splits");
+  switch (next_pow2(T)) {
+    case 1:
+      return launch_nt<1>(ws_acc, ws_ml, w_uv, y, T, H, R, V, splits);
+    case 2:
+      return launch_nt<2>(ws_acc, ws_ml, w_uv, y, T, H, R, V, splits);
+    case 4:
+      return launch_nt<4>(ws_acc, ws_ml, w_uv, y, T, H, R, V, splits);
+    default:
+      return launch_nt<8>(ws_acc, ws_ml, w_uv, y, T, H, R, V, splits);
+  }
+}
+
+}  // namespace dsinfer::cuda
