@@ -1,11 +1,12 @@
 // The MLA decode merge with W_UV applied: one kernel in place of the split combine kernel and the W_UV head
-// GEMV at decode sizes (next_pow2(T) <= 8). Block = (head, tile of 16 output rows), 256 threads: the tile's
-// W_UV rows are put in flight before pdl_wait (weights depend on no earlier kernel), then the block merges
-// its head's split states for each of the T tokens into shared memory (detail::mla_merge_weights /
-// mla_merge_sum4: the combine kernel's arithmetic and order, so the same latent bits; the 8 tiles of a head
-// each merge it again, from L2) and multiplies by W_UV[h] as head_gemv_n_tile_kernel<NT, 2> does
-// (detail::HeadGemvN: the same sums in the same order). So its output has the bits of the composition
-// combine + head_matmul with the default GEMV tile, and a row's result depends on that row alone.
+// GEMV at one or two decode tokens (next_pow2(T) <= 2; measured slower from 8). Block = (head, tile of 16
+// output rows), 256 threads: the tile's W_UV rows are put in flight before pdl_wait (weights depend on no
+// earlier kernel), then the block merges its head's split states for each of the T tokens into shared memory
+// (detail::mla_merge_weights / mla_merge_sum4: the combine kernel's arithmetic and order, so the same latent
+// bits; the 8 tiles of a head each merge it again, from L2) and multiplies by W_UV[h] as
+// head_gemv_n_tile_kernel<NT, 2> does (detail::HeadGemvN: the same sums in the same order). So its output has
+// the bits of the composition combine + head_matmul with the default GEMV tile, and a row's result depends on
+// that row alone.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -26,6 +27,7 @@ namespace {
 constexpr int kThreads = detail::kHeadGemvThreads;
 constexpr int kRowsPerWarp = 2;  // head_gemv's default w x tile: 16 output rows a block
 constexpr int kRowsPerBlock = detail::kHeadGemvWarps * kRowsPerWarp;
+constexpr int64_t kMaxTokens = 2;       // bucketed tokens the kernel takes (mla_merge_uv_supported)
 constexpr int64_t kSmemFloats = 12288;  // 48 KiB: the merged latents, the merge weights, 1 / L
 
 // y [T, H, V] = W_UV[h] (merge of the splits of (t, h)). ws_acc [T, splits, H, R], ws_ml [T, splits, H, 2],
@@ -78,8 +80,12 @@ void launch_nt(const float* ws_acc, const float* ws_ml, const uint16_t* w, float
 }  // namespace
 
 bool mla_merge_uv_supported(int64_t T, int64_t H, int64_t R, int64_t V, int splits, uintptr_t w) {
+  // Up to 2 (bucketed) tokens: DISABLED_BenchMlaUvFused on the H200 (2026-12-01, 16 heads, graph us,
+  // composed -> fused) T 1: ctx 192 12.74 -> 12.03, 1024 15.37 -> 13.61, 4096 26.47 -> 19.49; T 2: 13.22 ->
+  // 12.77, 16.03 -> 14.53, 28.68 -> 25.63; T 4 even (14.04 -> 14.11, 17.75 -> 17.08, 26.09 -> 26.17); T 8
+  // slower (16.21 -> 17.44, 20.04 -> 26.86): each of a head's blocks merges every token's splits again.
   const int64_t nt = next_pow2(std::max<int64_t>(T, 1));
-  if (T < 1 || nt > 8 || splits < 2 || H < 1 || V < 1 || R % 8 != 0 || w % 16 != 0) return false;
+  if (T < 1 || nt > kMaxTokens || splits < 2 || H < 1 || V < 1 || R % 8 != 0 || w % 16 != 0) return false;
   if (nt * (R + splits + 1) > kSmemFloats) return false;
   return H * ((V + kRowsPerBlock - 1) / kRowsPerBlock) < (int64_t{1} << 31);
 }
@@ -89,16 +95,8 @@ void launch_mla_merge_uv(const float* ws_acc, const float* ws_ml, const uint16_t
   DSI_CHECK(mla_merge_uv_supported(T, H, R, V, splits, reinterpret_cast<uintptr_t>(w_uv)),
             "attention_mla_uv: the merge + W_UV kernel does not take T ", T, ", R ", R, ", V ", V, ", ",
             splits, " splits");
-  switch (next_pow2(T)) {
-    case 1:
-      return launch_nt<1>(ws_acc, ws_ml, w_uv, y, T, H, R, V, splits);
-    case 2:
-      return launch_nt<2>(ws_acc, ws_ml, w_uv, y, T, H, R, V, splits);
-    case 4:
-      return launch_nt<4>(ws_acc, ws_ml, w_uv, y, T, H, R, V, splits);
-    default:
-      return launch_nt<8>(ws_acc, ws_ml, w_uv, y, T, H, R, V, splits);
-  }
+  if (next_pow2(T) == 1) return launch_nt<1>(ws_acc, ws_ml, w_uv, y, T, H, R, V, splits);
+  launch_nt<2>(ws_acc, ws_ml, w_uv, y, T, H, R, V, splits);
 }
 
 }  // namespace dsinfer::cuda
