@@ -511,12 +511,7 @@ TEST_F(CudaDeepseekOpsTest, DISABLED_BenchNormMoeRoute) {
       auto router = [&](int64_t i) { return routers.data<uint16_t>() + i * router_elems; };
       // us per call of one(i) (router copy i): every copy once in a captured graph, replayed.
       auto graph_us = [&](const std::function<void(int64_t)>& one) {
-        const double ms = cuda::time_graph_ms(
-            [&] {
-              for (int64_t i = 0; i < copies; ++i) one(i);
-            },
-            5);
-        return ms * 1e3 / static_cast<double>(copies);
+        return cuda::time_graph_us_per_copy(copies, one, 5);
       };
       auto fused = [&](int64_t i) {
         a.router = router(i);
@@ -687,12 +682,7 @@ TEST_F(CudaDeepseekOpsTest, DISABLED_BenchSharedExpertsFused) {
       b.moe_experts_residual(h[c], x[c], ids[c], w[c], experts, nullptr, &sh[c]);
     };
     auto graph_us = [&](const std::function<void(int64_t)>& one) {
-      const double ms = cuda::time_graph_ms(
-          [&] {
-            for (int64_t c = 0; c < copies; ++c) one(c);
-          },
-          20);
-      return ms * 1e3 / static_cast<double>(copies);
+      return cuda::time_graph_us_per_copy(copies, one, 20);
     };
     auto eager_us = [&](CudaBackend& b) {
       int64_t next = 0;
@@ -753,12 +743,7 @@ TEST_F(CudaDeepseekOpsTest, DISABLED_BenchMlaPrepareFused) {
                       0, plan);
       };
       auto graph_us = [&](const std::function<void(int64_t)>& one) {
-        const double ms = cuda::time_graph_ms(
-            [&] {
-              for (int64_t c = 0; c < copies; ++c) one(c);
-            },
-            20);
-        return ms * 1e3 / static_cast<double>(copies);
+        return cuda::time_graph_us_per_copy(copies, one, 20);
       };
       auto eager_us = [&](CudaBackend& b) {
         int64_t next = 0;

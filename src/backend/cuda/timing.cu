@@ -55,4 +55,13 @@ double time_graph_ms(const std::function<void()>& body, int reps) {
   return ms;
 }
 
+double time_graph_us_per_copy(int64_t copies, const std::function<void(int64_t)>& one, int reps) {
+  const double ms = time_graph_ms(
+      [&] {
+        for (int64_t c = 0; c < copies; ++c) one(c);
+      },
+      reps);
+  return ms * 1e3 / static_cast<double>(copies);
+}
+
 }  // namespace dsinfer::cuda
