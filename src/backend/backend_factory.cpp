@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "backend/cpu/cpu_backend.h"
+#include "core/env_choice.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "model/model_config.h"
@@ -27,8 +28,7 @@ std::unique_ptr<Backend> make_cuda_backend(const std::string& cuda_arch) {
   const cuda::ArchPath path = cuda::init_arch_path(cuda_arch);
   log_info("CUDA backend: ", cuda::arch_path_name(path), " kernel path");
   CudaBackendOptions options;
-  const char* gemm = std::getenv("DSINFER_CUDA_GEMM");
-  if (gemm && std::strcmp(gemm, "split") == 0) options.split_gemm_activations = true;
+  options.split_gemm_activations = env_choice("DSINFER_CUDA_GEMM", {"split"}, -1) == 0;
   // DSINFER_MOE_GROUPED_MIN_ROWS=N: the grouped expert GEMMs from N (bucketed) rows per expert on
   // (benchmarks).
   if (const char* rows = std::getenv("DSINFER_MOE_GROUPED_MIN_ROWS"); rows && *rows) {
@@ -40,25 +40,13 @@ std::unique_ptr<Backend> make_cuda_backend(const std::string& cuda_arch) {
   }
   // DSINFER_CUDA_MOE_FUSED_ROUTE=0 / 1: the one-kernel routing at decode sizes off / on (on by default,
   // cuda_backend.h).
-  if (const char* fused = std::getenv("DSINFER_CUDA_MOE_FUSED_ROUTE"); fused && *fused) {
-    DSI_CHECK(std::strcmp(fused, "0") == 0 || std::strcmp(fused, "1") == 0,
-              "DSINFER_CUDA_MOE_FUSED_ROUTE must be 0 or 1, got \"", fused, "\"");
-    options.moe_fused_route = std::strcmp(fused, "1") == 0;
-  }
+  options.moe_fused_route = env_switch("DSINFER_CUDA_MOE_FUSED_ROUTE", options.moe_fused_route);
   // DSINFER_CUDA_MOE_SHARED_FUSED=0 / 1: the shared experts inside the routed experts' streaming launches
   // off / on (on by default, cuda_backend.h).
-  if (const char* fused = std::getenv("DSINFER_CUDA_MOE_SHARED_FUSED"); fused && *fused) {
-    DSI_CHECK(std::strcmp(fused, "0") == 0 || std::strcmp(fused, "1") == 0,
-              "DSINFER_CUDA_MOE_SHARED_FUSED must be 0 or 1, got \"", fused, "\"");
-    options.moe_shared_fused = std::strcmp(fused, "1") == 0;
-  }
+  options.moe_shared_fused = env_switch("DSINFER_CUDA_MOE_SHARED_FUSED", options.moe_shared_fused);
   // DSINFER_MLA_PREPARE_FUSED=0 / 1: the MLA cache write and the W_UK GEMV in one launch at decode sizes off
   // / on (on by default, cuda_backend.h).
-  if (const char* fused = std::getenv("DSINFER_MLA_PREPARE_FUSED"); fused && *fused) {
-    DSI_CHECK(std::strcmp(fused, "0") == 0 || std::strcmp(fused, "1") == 0,
-              "DSINFER_MLA_PREPARE_FUSED must be 0 or 1, got \"", fused, "\"");
-    options.mla_prepare_fused = std::strcmp(fused, "1") == 0;
-  }
+  options.mla_prepare_fused = env_switch("DSINFER_MLA_PREPARE_FUSED", options.mla_prepare_fused);
   return std::make_unique<CudaBackend>(options);
 }
 

@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "backend/backend_factory.h"
+#include "core/env_choice.h"
 #include "engine/engine_impl.h"
 #include "model/model.h"
 #ifdef DSINFER_HAVE_CUDA
@@ -18,8 +19,7 @@ std::unique_ptr<Engine> Engine::create(const EngineConfig& config) {
   options.dummy_weights = config.dummy_weights;
   std::unique_ptr<Model> model = load_model(config.model_dir, *backend, options);
 #ifdef DSINFER_HAVE_CUDA
-  const char* graphs_env = std::getenv("DSINFER_CUDA_GRAPHS");
-  const bool graphs = config.cuda_graphs && !(graphs_env && std::strcmp(graphs_env, "0") == 0);
+  const bool graphs = config.cuda_graphs && env_switch("DSINFER_CUDA_GRAPHS", true);
   if (graphs && backend->device() == Device::kCuda) {
     CudaGraphOptions graph_options;
     graph_options.max_batch = config.max_batch_size;

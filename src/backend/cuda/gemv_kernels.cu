@@ -27,6 +27,7 @@
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda/runtime.h"
 #include "backend/cuda/stream.h"
+#include "core/env_choice.h"
 #include "core/error.h"
 
 namespace dsinfer::cuda {
@@ -395,10 +396,7 @@ int num_sms() {
 
 // The auto choice runs the persistent kernel (choose_persistent_shape) unless DSINFER_GEMV_PERSISTENT=0.
 bool persistent_by_default() {
-  static const bool on = [] {
-    const char* env = std::getenv("DSINFER_GEMV_PERSISTENT");
-    return !(env && std::string_view(env) == "0");
-  }();
+  static const bool on = env_switch("DSINFER_GEMV_PERSISTENT", true);
   return on;
 }
 
@@ -415,15 +413,10 @@ GemvConfig choose_persistent_shape(int64_t rows, int64_t K, bool swiglu) {
   return c;
 }
 
-// DSINFER_GEMV_SPLITK=N: the auto choice's split is N (1: never split); unset or invalid: the model.
+// DSINFER_GEMV_SPLITK=N (1..kGemvMaxKSplit): the auto choice's split is N (1: never split); unset: the model
+// (0); any other value is an error.
 int forced_ksplit() {
-  static const int n = [] {
-    const char* env = std::getenv("DSINFER_GEMV_SPLITK");
-    if (!env || !*env) return 0;
-    char* end = nullptr;
-    const long v = std::strtol(env, &end, 10);
-    return (*end == '\0' && v >= 1 && v <= kGemvMaxKSplit) ? static_cast<int>(v) : 0;
-  }();
+  static const int n = env_int("DSINFER_GEMV_SPLITK", 0, 1, kGemvMaxKSplit);
   return n;
 }
 

@@ -114,7 +114,8 @@ bool launch_nt(const float* x, const uint16_t* w, float* y, int64_t T, int64_t H
 }
 
 // DSINFER_CUDA_HEAD_GEMV: "legacy" the older GEMV kernels (launch_head_gemv_tiled declines), "T,N" the
-// default tiles of w^T x (4, 8 or 16) and w x (1, 2 or 4); unset or invalid: kDefaultChunks, kDefaultRows.
+// default tiles of w^T x (4, 8 or 16) and w x (1, 2 or 4); unset: kDefaultChunks, kDefaultRows; any other
+// value is an error.
 int default_tile(bool transpose_w) {
   static const std::pair<int, int> tiles = [] {
     const std::pair<int, int> fallback{kDefaultChunks, kDefaultRows};
@@ -123,8 +124,11 @@ int default_tile(bool transpose_w) {
     if (std::string_view(env) == "legacy") return std::pair<int, int>{kHeadGemvLegacy, kHeadGemvLegacy};
     int t = 0, n = 0;
     char comma = 0;
-    if (std::sscanf(env, "%d%c%d", &t, &comma, &n) != 3 || comma != ',') return fallback;
-    if ((t != 4 && t != 8 && t != 16) || (n != 1 && n != 2 && n != 4)) return fallback;
+    int used = 0;
+    const bool parsed = std::sscanf(env, "%d%c%d%n", &t, &comma, &n, &used) == 3 && comma == ',' &&
+                        env[used] == '\0' && (t == 4 || t == 8 || t == 16) && (n == 1 || n == 2 || n == 4);
+    DSI_CHECK(parsed, "DSINFER_CUDA_HEAD_GEMV must be legacy or T,N with T in 4|8|16 and N in 1|2|4, got \"",
+              env, "\"");
     return std::pair<int, int>{t, n};
   }();
   return transpose_w ? tiles.first : tiles.second;

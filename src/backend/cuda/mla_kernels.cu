@@ -23,6 +23,7 @@
 #include "backend/cuda/mla_merge.cuh"
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda/stream.h"
+#include "core/env_choice.h"
 #include "core/error.h"
 
 namespace dsinfer::cuda {
@@ -271,10 +272,7 @@ void launch_typed(const MlaParams& p, const Elem* cache, int64_t T, int groups) 
 
 namespace {
 int& fused_merge_max_splits() {
-  static int max_splits = [] {
-    const char* env = std::getenv("DSINFER_MLA_FUSED_SPLITS");
-    return env && *env ? std::max(0, std::atoi(env)) : kDefaultFusedMergeSplits;
-  }();
+  static int max_splits = env_int("DSINFER_MLA_FUSED_SPLITS", kDefaultFusedMergeSplits);
   return max_splits;
 }
 }  // namespace
@@ -288,20 +286,6 @@ void mla_set_fused_merge_max_splits(int max_splits) {
 }
 
 namespace {
-
-// The value of environment variable `var` among `names` (its index), `unset` when it is unset or empty; any
-// other value is an error naming the choices (a typo must not silently run a different kernel).
-int env_choice(const char* var, std::initializer_list<const char*> names, int unset) {
-  const char* env = std::getenv(var);
-  if (!env || !*env) return unset;
-  std::string choices;
-  int i = 0;
-  for (const char* n : names) {
-    if (std::strcmp(env, n) == 0) return i;
-    choices += (i++ ? "|" : "") + std::string(n);
-  }
-  fail(var, " must be ", choices, ", got \"", env, "\"");
-}
 
 int& tile_rows_setting() {
   static int tile_rows =
@@ -439,7 +423,7 @@ bool fused_merge_chosen(int64_t H, int64_t R, int64_t D, const MlaSplit& split) 
 }
 
 bool& uv_fused_setting() {
-  static bool on = env_choice("DSINFER_MLA_UV_FUSED", {"0", "1"}, 1) == 1;
+  static bool on = env_switch("DSINFER_MLA_UV_FUSED", true);
   return on;
 }
 

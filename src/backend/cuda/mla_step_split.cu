@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "backend/cuda/mla_kernels.h"
+#include "core/env_choice.h"
 
 namespace dsinfer::cuda {
 
@@ -18,13 +19,8 @@ namespace {
 constexpr int kDefaultPrefillMinQuery = 64;
 constexpr int kDefaultPrefillMinBlocks = 264;  // two waves of the H200's 132 SMs
 
-int env_int(const char* name, int fallback) {
-  const char* env = std::getenv(name);
-  return env && *env ? std::max(0, std::atoi(env)) : fallback;
-}
-
 int& prefill_min_query() {
-  static int min_query = std::max(1, env_int("DSINFER_MLA_PREFILL_MIN_QUERY", kDefaultPrefillMinQuery));
+  static int min_query = env_int("DSINFER_MLA_PREFILL_MIN_QUERY", kDefaultPrefillMinQuery, 1);
   return min_query;
 }
 

@@ -23,6 +23,7 @@
 #include "backend/cuda/moe_wgmma.h"
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda/stream.h"
+#include "core/env_choice.h"
 #include "core/error.h"
 
 namespace dsinfer::cuda {
@@ -312,10 +313,7 @@ void launch_grouped(int variant, const uint16_t* a, int topk, const int32_t* off
 // Whether moe_grouped_variant_for picks the wgmma variants on the Hopper path: yes unless
 // DSINFER_CUDA_MOE_WGMMA=0. Decided once, so eager and replayed steps agree.
 bool wgmma_by_default() {
-  static const bool on = [] {
-    const char* env = std::getenv("DSINFER_CUDA_MOE_WGMMA");
-    return !(env != nullptr && std::strcmp(env, "0") == 0);
-  }();
+  static const bool on = env_switch("DSINFER_CUDA_MOE_WGMMA", true);
   return on;
 }
 

@@ -6,13 +6,13 @@
 
 #include "backend/cuda/arch_path.h"
 #include "backend/cuda/pdl.cuh"
+#include "core/env_choice.h"
 
 namespace dsinfer::cuda {
 
 bool pdl_enabled() {
   static const bool supported = [] {
-    const char* env = std::getenv("DSINFER_CUDA_PDL");
-    if (env != nullptr && std::strcmp(env, "0") == 0) return false;
+    if (!env_switch("DSINFER_CUDA_PDL", true)) return false;
     int dev = 0, major = 0;
     if (cudaGetDevice(&dev) != cudaSuccess ||
         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
