@@ -28,7 +28,7 @@ std::unique_ptr<Backend> make_cuda_backend(const std::string& cuda_arch) {
   const cuda::ArchPath path = cuda::init_arch_path(cuda_arch);
   log_info("CUDA backend: ", cuda::arch_path_name(path), " kernel path");
   CudaBackendOptions options;
-  options.split_gemm_activations = env_choice("DSINFER_CUDA_GEMM", {"split"}, -1) == 0;
+  options.split_gemm_activations = env_choice("DSINFER_CUDA_GEMM", {"bf16", "split"}, 0) == 1;
   // DSINFER_MOE_GROUPED_MIN_ROWS=N: the grouped expert GEMMs from N (bucketed) rows per expert on
   // (benchmarks).
   if (const char* rows = std::getenv("DSINFER_MOE_GROUPED_MIN_ROWS"); rows && *rows) {
