@@ -127,6 +127,17 @@ TEST(CudaMlaSplitTest, TensorCoreInstanceAndChunks) {
   cuda::mla_set_tile_rows(saved);
 }
 
+// DeepSeek-V2-Lite's rope scaling: YaRN, factor 40 over 4096 positions, mscale 1 and mscale_all_dim 1.
+RopeConfig v2_lite_yarn() {
+  RopeConfig yarn;
+  yarn.type = RopeType::kYarn;
+  yarn.factor = 40.0;
+  yarn.original_max_position_embeddings = 4096;
+  yarn.mscale = 1.0;
+  yarn.mscale_all_dim = 1.0;
+  return yarn;
+}
+
 TEST_F(CudaDeepseekOpsTest, MlaKernelV2SplitChoice) {
   // DSINFER_MLA_KERNEL=v2 / v2x2 (Hopper): 32-row tiles, the split of its blocks per SM, chunks of whole
   // tiles covering the context, the choice a function of next_pow2(T); off again: the first design.
@@ -419,12 +430,7 @@ TEST_F(CudaDeepseekOpsTest, MlaRopeWriteKvMatchesCpuAndUnfused) {
   // One kernel: the latent's RMSNorm, rope of q_pe and k_pe (both layouts, yarn scaling), the cache rows;
   // against the CPU reference and the unfused CUDA ops (rms_norm, rope, rope, write_kv), float32 and bf16
   // caches, batch 1 to 64 at scattered positions.
-  RopeConfig yarn;
-  yarn.type = RopeType::kYarn;
-  yarn.factor = 40.0;
-  yarn.original_max_position_embeddings = 4096;
-  yarn.mscale = 1.0;
-  yarn.mscale_all_dim = 1.0;
+  const RopeConfig yarn = v2_lite_yarn();
   struct Case {
     int64_t H, R, P;
     RopeLayout layout;
@@ -510,12 +516,7 @@ int64_t bits_differ(const Tensor& a, const Tensor& b) {
 // float32 and bf16 caches. Every token's results have the same bits at every T (never dependent on the
 // batch), and the CudaBackendOptions switch gives the composition's bits.
 TEST_F(CudaDeepseekOpsTest, MlaPrepareFusedEqualsComposition) {
-  RopeConfig yarn;
-  yarn.type = RopeType::kYarn;
-  yarn.factor = 40.0;
-  yarn.original_max_position_embeddings = 4096;
-  yarn.mscale = 1.0;
-  yarn.mscale_all_dim = 1.0;
+  const RopeConfig yarn = v2_lite_yarn();
   CudaBackend gpu;  // mla_prepare_fused on by default
   CudaBackendOptions off_options;
   off_options.mla_prepare_fused = false;

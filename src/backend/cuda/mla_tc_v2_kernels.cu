@@ -27,6 +27,7 @@
 #include "backend/cuda/mla_kernels.h"
 #include "backend/cuda/mla_merge.cuh"
 #include "backend/cuda/mla_mma_frag.cuh"
+#include "backend/cuda/mla_tc_block.cuh"
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda/runtime.h"
 #include "backend/cuda/stream.h"
@@ -152,20 +153,11 @@ __global__ void __launch_bounds__(kThreads, kBlocks)
   pdl_trigger();
   extern __shared__ __align__(128) unsigned char smem_raw[];
   SmemV2<KS>& sm = *reinterpret_cast<SmemV2<KS>*>(smem_raw);
-  // Head groups of one (token, split) are adjacent block indices, so they run together and share L2.
-  const int groups = (H + kHeads - 1) / kHeads;
-  const int64_t tl = blockIdx.x / groups;            // launch token: partial states and arrival counters
-  const int64_t t = plan.rows ? plan.rows[tl] : tl;  // query token: q, out, position, sequence
-  const int h0 = static_cast<int>(blockIdx.x % groups) * kHeads;
-  const int split = blockIdx.y;
-  const int hg = min(kHeads, H - h0);
+  const detail::MlaTcBlock work = detail::mla_tc_block(plan, H, kHeads, chunk);
+  const int64_t tl = work.tl, t = work.t;
+  const int h0 = work.h0, hg = work.hg, split = work.split, begin = work.begin, end = work.end, bs = work.bs;
+  const int32_t* blocks = work.blocks;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane >> 2, tq = lane & 3;
-  // Positions in 32 bits (plan.positions is int32; begin < n), cache slots in 64.
-  const int n = plan.positions[t] + 1;
-  const int begin = static_cast<int>(min(static_cast<int64_t>(split) * chunk, static_cast<int64_t>(n)));
-  const int end = static_cast<int>(min(static_cast<int64_t>(n), begin + chunk));
-  const int32_t* blocks = plan.block_table + plan.block_table_indptr[plan.token_seq[t]];
-  const int bs = static_cast<int>(plan.block_size);
   const int ntiles = (end - begin + kNT - 1) / kNT;
 
   // Warp 0: the cache row of lane `lane` of tile it < ntiles (past the end: the split's last row).
