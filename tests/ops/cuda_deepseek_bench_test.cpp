@@ -144,14 +144,15 @@ TEST_F(CudaDeepseekOpsTest, DISABLED_BenchMlaDecode) {
                                        reinterpret_cast<uintptr_t>(q_pe.raw())));
     const int saved = cuda::mla_tile_rows(), saved_v2 = cuda::mla_kernel_v2();
     const bool saved_qp = cuda::mla_bf16_qp();
-    for (int variant = 0; variant < 10; ++variant) {
+    for (int variant = 0; variant < 12; ++variant) {
       // tile 0: auto (the default choice; its v2x2 rows are named a32v); 64, 32: mla_tc_kernel's instances;
-      // -1, -2: the second design, 1 or 2 blocks per SM.
-      const int tile = std::array<int, 5>{0, 64, 32, -1, -2}[variant % 5];
-      if (tile < 0 && !cuda::mla_tc_v2_supported()) continue;
+      // -1, -2: the second design, 1 or 2 blocks per SM; -3: the third (wgmma) design.
+      const int tile = std::array<int, 6>{0, 64, 32, -1, -2, -3}[variant % 6];
+      if ((tile == -1 || tile == -2) && !cuda::mla_tc_v2_supported()) continue;
+      if (tile == -3 && (variant >= 6 || !cuda::mla_wgmma_supported())) continue;  // split Q and P only
       cuda::mla_set_tile_rows(std::max(tile, 0));
       cuda::mla_set_kernel_v2(tile == 0 ? -1 : std::max(-tile, 0));
-      cuda::mla_set_bf16_qp(variant >= 5);
+      cuda::mla_set_bf16_qp(variant >= 6);
       const cuda::MlaSplit split =
           cuda::mla_choose_split(batch, H, R, cuda::attention_max_context_bucket(ctx), true);
       const size_t ws_floats = cuda::mla_workspace_floats(batch, H, R, split);
@@ -186,6 +187,7 @@ TEST_F(CudaDeepseekOpsTest, DISABLED_BenchMlaDecode) {
                                                                                       : "a32")
                                      : tile == -1 ? std::string("v2")
                                      : tile == -2 ? std::string("v2x2")
+                                     : tile == -3 ? std::string("wg")
                                                   : std::to_string(tile)) +
                                     (split.bf16_qp ? "b" : "");
       const double gbs = bytes / (graph_us * 1e-6) / 1e9;

@@ -67,7 +67,7 @@ std::vector<Tensor> check_mla(CudaDeepseekOpsTest* test, int64_t H, int64_t R, i
 
 // Runs body() once per tensor-core instance (forced 64-row tiles, one block per SM; forced 32-row tiles,
 // two; on Hopper the second design, DSINFER_MLA_KERNEL=v2 and v2x2: 32-row tiles, one and two blocks per
-// SM), then restores the automatic choice.
+// SM, and the third, DSINFER_MLA_KERNEL=wg: 64-row tiles), then restores the automatic choice.
 template <class Fn>
 void for_each_tile_rows(Fn&& body) {
   const int saved = cuda::mla_tile_rows(), saved_v2 = cuda::mla_kernel_v2();
@@ -86,6 +86,13 @@ void for_each_tile_rows(Fn&& body) {
     }
   } else {
     std::printf("for_each_tile_rows: the v2 MLA kernel needs the Hopper path; not run\n");
+  }
+  if (cuda::mla_wgmma_supported()) {
+    SCOPED_TRACE("kernel wg");
+    cuda::mla_set_kernel_v2(3);
+    body(64);
+  } else {
+    std::printf("for_each_tile_rows: the wgmma MLA kernel needs the Hopper path; not run\n");
   }
   cuda::mla_set_kernel_v2(saved_v2);
   cuda::mla_set_tile_rows(saved);
@@ -159,8 +166,22 @@ TEST_F(CudaDeepseekOpsTest, MlaKernelV2SplitChoice) {
           EXPECT_EQ(p.splits, s.splits);
         }
   }
+  if (cuda::mla_wgmma_supported()) {
+    cuda::mla_set_kernel_v2(3);  // DSINFER_MLA_KERNEL=wg
+    for (int64_t T : {1, 3, 64, 256})
+      for (int64_t ctx : {1, 63, 65, 4097}) {
+        const cuda::MlaSplit s = cuda::mla_choose_split(T, 16, 512, ctx, true);
+        EXPECT_TRUE(s.wgmma);
+        EXPECT_EQ(s.v2_blocks, 0);
+        EXPECT_EQ(s.tile_rows, 64);
+        EXPECT_EQ(s.chunk % 64, 0);
+        EXPECT_GE(s.chunk * s.splits, ctx);
+        EXPECT_LT(s.chunk * (s.splits - 1), ctx);
+      }
+  }
   cuda::mla_set_kernel_v2(0);  // DSINFER_MLA_KERNEL=v1
   EXPECT_EQ(cuda::mla_choose_split(64, 16, 512, 4096, true).v2_blocks, 0);
+  EXPECT_FALSE(cuda::mla_choose_split(64, 16, 512, 4096, true).wgmma);
   // The default: the two-block instance of the second design where the 32-row plan is chosen unforced,
   // the first design's 64-row instance elsewhere (batch 1) and whenever tile rows are forced.
   cuda::mla_set_kernel_v2(-1);
@@ -219,7 +240,8 @@ TEST_F(CudaDeepseekOpsTest, MlaDecodeTensorCoreEdgesMatchCpu) {
 TEST_F(CudaDeepseekOpsTest, MlaDecodeBf16QueriesAndProbabilitiesMatchCpu) {
   // DSINFER_MLA_QP=bf16: the tensor-core kernels with bf16 Q and P (one MMA per product) on both instances,
   // within the prefill kernel's tolerance (the same precision); the split-precision outputs differ from them
-  // (else the variant did not run), and the CUDA-core (float32 cache) outputs do not change.
+  // (else the variant did not run), and the CUDA-core (float32 cache) outputs do not change. The third
+  // (wgmma) design has no bf16 variant: its outputs do not change either.
   const bool saved = cuda::mla_bf16_qp();
   std::vector<std::pair<int32_t, int32_t>> seqs = {{0, 1}, {31, 1}, {64, 1}, {199, 1}, {4000, 1}};
   for (int32_t i = 0; i < 70; ++i) seqs.push_back({(i * 613) % 1500, 1});
@@ -237,7 +259,10 @@ TEST_F(CudaDeepseekOpsTest, MlaDecodeBf16QueriesAndProbabilitiesMatchCpu) {
         differ_bf16 += runs[0][1].f32()[i] != runs[1][1].f32()[i];
       }
       EXPECT_EQ(differ_f32, 0) << "H=" << H;
-      EXPECT_GT(differ_bf16, 0) << "H=" << H;
+      if (cuda::mla_kernel_v2() == 3)
+        EXPECT_EQ(differ_bf16, 0) << "H=" << H << ": the wgmma design keeps split Q and P";
+      else
+        EXPECT_GT(differ_bf16, 0) << "H=" << H;
     }
   });
   cuda::mla_set_bf16_qp(saved);

@@ -298,9 +298,10 @@ bool& bf16_qp_setting() {
   return bf16;
 }
 
-// -1: automatic; 0: the first design only; 1, 2: the second design with that many blocks per SM.
+// -1: automatic; 0: the first design only; 1, 2: the second design with that many blocks per SM; 3: the
+// third (wgmma) design.
 int& kernel_v2_setting() {
-  static int v2 = env_choice("DSINFER_MLA_KERNEL", {"v1", "v2", "v2x2"}, -1);
+  static int v2 = env_choice("DSINFER_MLA_KERNEL", {"v1", "v2", "v2x2", "wg"}, -1);
   return v2;
 }
 
@@ -354,7 +355,7 @@ int mla_kernel_v2() {
 }
 
 void mla_set_kernel_v2(int v2_blocks) {
-  kernel_v2_setting() = v2_blocks >= 0 && v2_blocks <= 2 ? v2_blocks : -1;
+  kernel_v2_setting() = v2_blocks >= 0 && v2_blocks <= 3 ? v2_blocks : -1;
 }
 
 MlaSplit mla_choose_split(int64_t T, int64_t H, int64_t R, int64_t max_ctx, bool tensor_cores) {
@@ -367,7 +368,13 @@ MlaSplit mla_choose_split(int64_t T, int64_t H, int64_t R, int64_t max_ctx, bool
     const int64_t blocks = next_pow2(T) * ((H + kTcHeads - 1) / kTcHeads);
     // The second design forced (DSINFER_MLA_KERNEL=v2|v2x2, Hopper): 32-row tiles, its own blocks per SM,
     // the same split cost model.
-    if (const int v2 = mla_kernel_v2(); v2 > 0 && mla_tc_v2_supported()) {
+    // The third design forced (DSINFER_MLA_KERNEL=wg, Hopper): 64-row tiles, one block per SM.
+    if (mla_kernel_v2() == 3 && mla_wgmma_supported()) {
+      MlaSplit s3 = tc_split(blocks, max_ctx, 64, kTcSMs);
+      s3.wgmma = true;
+      return s3;
+    }
+    if (const int v2 = mla_kernel_v2(); v2 > 0 && v2 < 3 && mla_tc_v2_supported()) {
       MlaSplit s2 = tc_split(blocks, max_ctx, 32, v2 * kTcSMs);
       s2.v2_blocks = v2;
       return s2;
@@ -489,7 +496,10 @@ bool launch_attention_mla(const float* q_lat, const float* q_pe, const void* cac
     DSI_CHECK(mla_tc_supported(R, P, cache_bf16, reinterpret_cast<uintptr_t>(cache),
                                reinterpret_cast<uintptr_t>(q_lat), reinterpret_cast<uintptr_t>(q_pe)),
               "attention_mla: a tensor-core split for a launch the tensor-core kernel does not take");
-    if (split.v2_blocks > 0)
+    if (split.wgmma)
+      launch_attention_mla_wgmma(q_lat, q_pe, static_cast<const uint16_t*>(cache), plan, out, p.ws_acc,
+                                 p.ws_ml, arrivals, T, H, scale, split);
+    else if (split.v2_blocks > 0)
       launch_attention_mla_tc_v2(q_lat, q_pe, static_cast<const uint16_t*>(cache), plan, out, p.ws_acc,
                                  p.ws_ml, arrivals, T, H, scale, split);
     else

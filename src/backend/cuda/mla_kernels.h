@@ -35,6 +35,8 @@ struct MlaSplit {
   // Tensor cores: 0 runs mla_tc_kernel (the instance of tile_rows); 1 or 2 the second design
   // (mla_tc_v2_kernels.cu, Hopper, tile_rows 32) with that many resident blocks per SM.
   int v2_blocks = 0;
+  // Tensor cores: run the third design (mla_wgmma_kernels.cu, Hopper, tile_rows 64, one block per SM).
+  bool wgmma = false;
 };
 
 // A split for T query tokens whose longest context is max_ctx, H heads of latent width R. CUDA cores: enough
@@ -62,7 +64,8 @@ void mla_set_bf16_qp(bool bf16);
 // (mla_tc_kernel) except where mla_choose_split picks the 32-row two-blocks-per-SM plan unforced, which the
 // second design's two-block instance runs on Hopper; "v1" (0) the first design only; "v2" (1) the second
 // design with one block per SM and five stages for every launch; "v2x2" (2) its two-block instance for every
-// launch. Where the second design cannot run (not Hopper) mla_choose_split keeps the first.
+// launch; "wg" (3) the third design (warpgroup MMAs, 64-row tiles, one block per SM) for every launch. Where
+// the second or third design cannot run (not Hopper) mla_choose_split keeps the first.
 int mla_kernel_v2();
 // Tests and benchmarks only (between steps, never while CUDA graphs of the model are captured).
 void mla_set_kernel_v2(int v2_blocks);
@@ -132,6 +135,13 @@ void launch_attention_mla_tc(const float* q_lat, const float* q_pe, const uint16
 // merge as launch_attention_mla_tc, 32-row tiles by bulk copies (split.v2_blocks 1: five stages, one block
 // per SM; 2: two stages, two blocks per SM). Needs the Hopper path (sm_90a: cp.async.bulk, mbarriers).
 bool mla_tc_v2_supported();
+// The third tensor-core design (mla_wgmma_kernels.cu): the same cache shape, alignment, outputs and fused
+// merge as launch_attention_mla_tc; 64-row tiles, one warpgroup per block, one block per SM (split.wgmma,
+// tile_rows 64). Needs the Hopper path (sm_90a: wgmma).
+bool mla_wgmma_supported();
+void launch_attention_mla_wgmma(const float* q_lat, const float* q_pe, const uint16_t* cache,
+                                const MlaPlanView& plan, float* out, float* ws_acc, float* ws_ml,
+                                int* arrivals, int64_t T, int64_t H, float scale, const MlaSplit& split);
 void launch_attention_mla_tc_v2(const float* q_lat, const float* q_pe, const uint16_t* cache,
                                 const MlaPlanView& plan, float* out, float* ws_acc, float* ws_ml,
                                 int* arrivals, int64_t T, int64_t H, float scale, const MlaSplit& split);

@@ -31,15 +31,14 @@
 #include "backend/cuda/moe_wgmma.h"
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda/stream.h"
+#include "backend/cuda/wgmma_common.cuh"
 #include "core/error.h"
-
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define DSINFER_WGMMA 1
-#endif
 
 namespace dsinfer::cuda {
 
 namespace {
+
+using namespace wgmma;
 
 constexpr int kBK = 64;             // K step: bf16 per staged row
 constexpr int kRowBytes = kBK * 2;  // one 128-byte swizzle line per row
@@ -88,84 +87,6 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
 // Byte offset of 16-byte chunk `chunk` of row `row` in a staged tile (128-byte swizzle).
 __device__ __forceinline__ uint32_t swizzled(int row, int chunk) {
   return static_cast<uint32_t>(row * kRowBytes + ((chunk ^ (row & 7)) << 4));
-}
-
-// Matrix descriptor of a K-major operand in the 128-byte-swizzle layout starting at shared address addr:
-// start address >> 4 (bits 0-13), leading byte offset 16 (unused by swizzled K-major layouts; bits 16-29),
-// stride byte offset 1024 between 8-row atoms (bits 32-45), base offset 0 (bits 49-51: atoms 1024-byte
-// aligned), swizzle mode 1 = 128 bytes (bits 62-63).
-__device__ __forceinline__ uint64_t smem_desc(uint32_t addr) {
-  return static_cast<uint64_t>((addr & 0x3FFFFu) >> 4) | (uint64_t{16 >> 4} << 16) |
-         (uint64_t{1024 >> 4} << 32) | (uint64_t{1} << 62);
-}
-
-// The wgmma / async-proxy instructions exist in the sm_90a cubin only; elsewhere they trap (the host launches
-// these kernels only on the Hopper path, which runs the sm_90a cubin).
-__device__ __forceinline__ void wgmma_fence() {
-#ifdef DSINFER_WGMMA
-  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#else
-  __trap();
-#endif
-}
-__device__ __forceinline__ void wgmma_commit() {
-#ifdef DSINFER_WGMMA
-  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-#else
-  __trap();
-#endif
-}
-template <int N>
-__device__ __forceinline__ void wgmma_wait() {
-#ifdef DSINFER_WGMMA
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-#else
-  __trap();
-#endif
-}
-// Keeps the compiler from moving accesses of an accumulator across the wgmma fence/commit/wait points.
-__device__ __forceinline__ void fence_operand(float& r) {
-  asm volatile("" : "+f"(r)::"memory");
-}
-__device__ __forceinline__ void fence_proxy_async() {
-#ifdef DSINFER_WGMMA
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-#else
-  __trap();
-#endif
-}
-
-// d[64] += A (64 x 16, descriptor da) * B (128 x 16, descriptor db)^T; both K-major (no transpose), scale-d
-// true (accumulate), operands unscaled.
-__device__ __forceinline__ void wgmma_m64n128k16(float* d, uint64_t da, uint64_t db) {
-#ifdef DSINFER_WGMMA
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "setp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-      "%64, %65, p, 1, 1, 0, 0;\n"
-      "}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),
-        "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
-        "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]),
-        "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),
-        "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]),
-        "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]),
-        "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "l"(da), "l"(db), "r"(1));
-#else
-  (void)d;
-  (void)da;
-  (void)db;
-  __trap();
-#endif
 }
 
 // kGateUp: a = x rounded to bf16 [T, K], row r of the tile is a[slot_pair[row0 + r] / topk]; w1 gate, w2 up
