@@ -81,30 +81,6 @@ struct WgLayout {
 };
 static_assert(kD % 64 == 0 && kR % 64 == 0, "whole boxes");
 
-// 16 bytes global -> shared (byte address), asynchronously; valid false zero-fills (src not read).
-__device__ __forceinline__ void copy16(uint32_t dst, const void* src, bool valid) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0)
-               : "memory");
-#endif
-}
-__device__ __forceinline__ void copy_commit() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-#endif
-}
-template <int N>
-__device__ __forceinline__ void copy_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-#endif
-}
-
-// Byte offset of 16-byte chunk c of row r in a 128-byte-swizzled box.
-__device__ __forceinline__ uint32_t swz(int r, int c) {
-  return static_cast<uint32_t>(r * 128 + ((c ^ (r & 7)) << 4));
-}
-
 __device__ __forceinline__ uint32_t pack2(__nv_bfloat16 a, __nv_bfloat16 b) {
   return static_cast<uint32_t>(__bfloat16_as_ushort(a)) |
          (static_cast<uint32_t>(__bfloat16_as_ushort(b)) << 16);
@@ -150,7 +126,7 @@ __global__ void __launch_bounds__(WgLayout<kWGs>::kThreads, 1)
   // This warpgroup's k-th tile (it = k kWGs + wg) into its stage k % kSt: thread wt copies chunk c0 + 8j
   // (box j) of rows r0 + 16i.
   const int c0 = wt & 7, r0 = wt >> 3;
-  const uint32_t dst0 = swz(r0, c0);  // r0 + 16i has the same row % 8
+  const uint32_t dst0 = swizzled128(r0, c0);  // r0 + 16i has the same row % 8
   auto stage_of = [&](int k) { return base + static_cast<uint32_t>(wg * kSt + k % kSt) * kTileBytes; };
   auto issue = [&](int k) {
     const uint32_t stage = stage_of(k);
@@ -163,11 +139,11 @@ __global__ void __launch_bounds__(WgLayout<kWGs>::kThreads, 1)
           valid ? cache + (static_cast<int64_t>(blocks[pos / bs]) * bs + pos % bs) * kD + c0 * 8 : cache;
 #pragma unroll
       for (int j = 0; j < kBoxes; ++j)
-        copy16(stage + j * kBoxBytes + dst0 + 16 * i * 128, src + (valid ? j * 64 : 0), valid);
+        copy_async16(stage + j * kBoxBytes + dst0 + 16 * i * 128, src + (valid ? j * 64 : 0), valid);
     }
   };
   if (wg < ntiles) issue(0);
-  copy_commit();
+  copy_async_commit();
 
   // The queries: row h (hi) and 16 + h (lo) of each box, heads past hg zero.
   for (int idx = tid; idx < kHeads * kBoxes * 8; idx += L::kThreads) {
@@ -189,8 +165,8 @@ __global__ void __launch_bounds__(WgLayout<kWGs>::kThreads, 1)
                     __float2bfloat16_rn(v[2 * k + 1] - __bfloat162float(b)));
     }
     unsigned char* const box = gbase + kQOff + (c / 8) * kQBoxBytes;
-    *reinterpret_cast<uint4*>(box + swz(h, c % 8)) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
-    *reinterpret_cast<uint4*>(box + swz(kHeads + h, c % 8)) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+    *reinterpret_cast<uint4*>(box + swizzled128(h, c % 8)) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+    *reinterpret_cast<uint4*>(box + swizzled128(kHeads + h, c % 8)) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
   }
   fence_proxy_async();  // the queries (generic writes) before the MMAs (async proxy) read them
   __syncthreads();
@@ -214,12 +190,12 @@ __global__ void __launch_bounds__(WgLayout<kWGs>::kThreads, 1)
     wg_sync(wg);
     if constexpr (kSt == 2) {
       if (it + kWGs < ntiles) issue(k + 1);
-      copy_commit();
-      copy_wait<1>();  // this thread's copies of tile it landed
+      copy_async_commit();
+      copy_async_wait<1>();  // this thread's copies of tile it landed
     } else {
       if (k > 0) issue(k);
-      copy_commit();
-      copy_wait<0>();
+      copy_async_commit();
+      copy_async_wait<0>();
     }
     fence_proxy_async();  // ... visible to the async proxy
     wg_sync(wg);          // every thread's
@@ -283,8 +259,8 @@ __global__ void __launch_bounds__(WgLayout<kWGs>::kThreads, 1)
           const int r = 16 * warp + g + 8 * half;
           const __nv_bfloat16 ph = __float2bfloat16_rn(p);
           const __nv_bfloat16 pl = __float2bfloat16_rn(p - __bfloat162float(ph));
-          *reinterpret_cast<__nv_bfloat16*>(p_g + swz(h, r >> 3) + 2 * (r & 7)) = ph;
-          *reinterpret_cast<__nv_bfloat16*>(p_g + swz(kHeads + h, r >> 3) + 2 * (r & 7)) = pl;
+          *reinterpret_cast<__nv_bfloat16*>(p_g + swizzled128(h, r >> 3) + 2 * (r & 7)) = ph;
+          *reinterpret_cast<__nv_bfloat16*>(p_g + swizzled128(kHeads + h, r >> 3) + 2 * (r & 7)) = pl;
         }
         l_run[jh][e] = l;
       }
@@ -317,7 +293,7 @@ __global__ void __launch_bounds__(WgLayout<kWGs>::kThreads, 1)
 #pragma unroll
       for (int i = 0; i < 16; ++i) fence_operand(o[mb][i]);
   }
-  copy_wait<0>();
+  copy_async_wait<0>();
 
   // The heads' sums over this warp's positions (lanes of one tq), per warp; the final maxima per warpgroup.
 #pragma unroll

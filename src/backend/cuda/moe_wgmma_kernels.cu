@@ -67,26 +67,9 @@ using W6 = WgConfig<128, 256, 4, 1>;
 using W7 = WgConfig<64, 128, 4, 2>;
 using W8 = WgConfig<128, 128, 3, 2>;
 
-__device__ __forceinline__ void copy_async16(uint32_t dst, const void* src, bool valid) {
-  const int bytes = valid ? 16 : 0;  // 0: zero-fill, nothing read
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void copy_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int N>
-__device__ __forceinline__ void copy_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&v);
-}
-
-// Byte offset of 16-byte chunk `chunk` of row `row` in a staged tile (128-byte swizzle).
-__device__ __forceinline__ uint32_t swizzled(int row, int chunk) {
-  return static_cast<uint32_t>(row * kRowBytes + ((chunk ^ (row & 7)) << 4));
 }
 
 // kGateUp: a = x rounded to bf16 [T, K], row r of the tile is a[slot_pair[row0 + r] / topk]; w1 gate, w2 up
@@ -144,7 +127,8 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
 #pragma unroll
     for (int i = 0; i < C::kAChunks; ++i) {
       const bool valid = k_ok && (ok >> i & 1u);
-      copy_async16(a_s + swizzled(row_first + i * C::kRowStep, chunk), a + (valid ? a_off[i] + k : 0), valid);
+      copy_async16(a_s + swizzled128(row_first + i * C::kRowStep, chunk), a + (valid ? a_off[i] + k : 0),
+                   valid);
     }
 #pragma unroll
     for (int i = 0; i < C::kBChunks; ++i) {
@@ -152,7 +136,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
       const bool up = kGateUp && i >= C::kHalfChunks;
       const __nv_bfloat16* src =
           (up ? w_up : w_gate) + b_first + (kGateUp ? i % C::kHalfChunks : i) * b_step + k;
-      copy_async16(b_s + swizzled(row_first + i * C::kRowStep, chunk), valid ? src : w_gate, valid);
+      copy_async16(b_s + swizzled128(row_first + i * C::kRowStep, chunk), valid ? src : w_gate, valid);
     }
   };
 

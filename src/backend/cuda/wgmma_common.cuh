@@ -1,8 +1,9 @@
 // Hopper warpgroup MMA (wgmma) building blocks shared by the kernels that use it (moe_wgmma_kernels.cu,
-// mla_wgmma_kernels.cu): shared-memory matrix descriptors of the 128-byte-swizzle layouts (K-major and
-// MN-major), the fence / commit / wait instructions, and the m64n128k16 and m64n32k16 bf16 MMAs with fp32
-// accumulators. The instructions exist in the sm_90a cubin only (DSINFER_WGMMA); elsewhere they trap, and the
-// host launches these kernels only on the Hopper path.
+// mla_wgmma_kernels.cu): the cp.async copies and swizzled offsets that fill their tiles, shared-memory matrix
+// descriptors of the 128-byte-swizzle layouts (K-major and MN-major), the fence / commit / wait instructions,
+// and the m64n128k16 and m64n32k16 bf16 MMAs with fp32 accumulators. The instructions exist in the sm_90a
+// cubin only (DSINFER_WGMMA); elsewhere they trap, and the host launches these kernels only on the Hopper
+// path.
 //
 // The 128-byte-swizzle layout: rows of 128 bytes (64 bf16), 16-byte chunk c of row r at c ^ (r % 8), atoms of
 // 8 rows (1024 bytes, 1024-byte aligned). Read K-major (rows = M or N, 64 K values per row) or MN-major (rows
@@ -17,6 +18,32 @@
 #endif
 
 namespace dsinfer::cuda::wgmma {
+
+// Byte offset of 16-byte chunk `chunk` of row `row` (128-byte rows) in the 128-byte-swizzle layout.
+__device__ __forceinline__ uint32_t swizzled128(int row, int chunk) {
+  return static_cast<uint32_t>(row * 128 + ((chunk ^ (row & 7)) << 4));
+}
+
+// 16 bytes global -> shared (byte address dst), asynchronously (cp.async, sm_80 and newer): the copies that
+// fill the swizzled tiles. valid false zero-fills the destination (src not read).
+__device__ __forceinline__ void copy_async16(uint32_t dst, const void* src, bool valid) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0)
+               : "memory");
+#endif
+}
+__device__ __forceinline__ void copy_async_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+// Until at most N of this thread's most recent copy groups are pending.
+template <int N>
+__device__ __forceinline__ void copy_async_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+#endif
+}
 
 // Matrix descriptor of a K-major operand in the 128-byte-swizzle layout starting at shared address addr:
 // start address >> 4 (bits 0-13), leading byte offset 16 (unused by swizzled K-major layouts; bits 16-29),
