@@ -136,8 +136,9 @@ void launch_attention_mla_tc(const float* q_lat, const float* q_pe, const uint16
 // per SM; 2: two stages, two blocks per SM). Needs the Hopper path (sm_90a: cp.async.bulk, mbarriers).
 bool mla_tc_v2_supported();
 // The third tensor-core design (mla_wgmma_kernels.cu): the same cache shape, alignment, outputs and fused
-// merge as launch_attention_mla_tc; 64-row tiles, one warpgroup per block, one block per SM (split.wgmma,
-// tile_rows 64). Needs the Hopper path (sm_90a: wgmma).
+// merge as launch_attention_mla_tc; 64-row tiles, two consumer warpgroups per block by default
+// (DSINFER_MLA_WG_GROUPS), one block per SM (split.wgmma, tile_rows 64). Needs the Hopper path (sm_90a:
+// wgmma).
 bool mla_wgmma_supported();
 void launch_attention_mla_wgmma(const float* q_lat, const float* q_pe, const uint16_t* cache,
                                 const MlaPlanView& plan, float* out, float* ws_acc, float* ws_ml,

@@ -334,23 +334,23 @@ __global__ void __launch_bounds__(WgLayout<kWGs>::kThreads, 1)
           o_s[h * kLdO + r] = (o[mb][4 * jh + 2 * half + e] + o[mb][4 * (jh + 2) + 2 * half + e]) * f;
         }
     }
-  __syncthreads();
-
-  // Head h's maximum and sum over the warpgroups (fixed order).
-  auto max_sum = [&](int h, float* m_out) {
-    float l = 0.0f;
+  // Head h's maximum and sum over the warpgroups (fixed order), once per head: ml_s[h], ml_s[16 + h] (the
+  // maxima buffer, free after the loop).
+  float* const ml_s = reinterpret_cast<float*>(gbase + L::kRedOff);
+  if (tid < kHeads) {
+    float l = 0.0f, m = m_fin[tid];
     for (int w = 0; w < kWGs; ++w) {
       float lw = 0.0f;
 #pragma unroll
-      for (int v = 0; v < 4; ++v) lw += red_sum[(w * 4 + v) * kHeads + h];
-      l += kWGs == 1 ? lw : weight(w, h) * lw;
+      for (int v = 0; v < 4; ++v) lw += red_sum[(w * 4 + v) * kHeads + tid];
+      l += kWGs == 1 ? lw : weight(w, tid) * lw;
+      if (w > 0) m = fmaxf(m, m_fin[w * kHeads + tid]);
     }
-    float m = m_fin[h];
-#pragma unroll
-    for (int v = 1; v < kWGs; ++v) m = fmaxf(m, m_fin[v * kHeads + h]);
-    *m_out = m;
-    return l;
-  };
+    ml_s[tid] = m;
+    ml_s[kHeads + tid] = l;
+  }
+  __syncthreads();
+
   const int64_t ws_base = (tl * splits + split) * H + h0;
   for (int idx = tid; idx < hg * (kR / 4); idx += L::kThreads) {
     const int h = idx / (kR / 4), r = (idx % (kR / 4)) * 4;
@@ -362,8 +362,7 @@ __global__ void __launch_bounds__(WgLayout<kWGs>::kThreads, 1)
       v = make_float4(v.x + u.x, v.y + u.y, v.z + u.z, v.w + u.w);
     }
     if (splits == 1) {
-      float m;
-      const float inv = 1.0f / max_sum(h, &m);
+      const float inv = 1.0f / ml_s[kHeads + h];
       v = make_float4(v.x * inv, v.y * inv, v.z * inv, v.w * inv);
       *reinterpret_cast<float4*>(out + (t * H + h0 + h) * kR + r) = v;
     } else {
@@ -371,10 +370,8 @@ __global__ void __launch_bounds__(WgLayout<kWGs>::kThreads, 1)
     }
   }
   if (splits > 1 && tid < hg) {
-    float m;
-    const float l = max_sum(tid, &m);
-    ws_ml[(ws_base + tid) * 2] = m;
-    ws_ml[(ws_base + tid) * 2 + 1] = l;
+    ws_ml[(ws_base + tid) * 2] = ml_s[tid];
+    ws_ml[(ws_base + tid) * 2 + 1] = ml_s[kHeads + tid];
   }
   if (splits > 1 && arrivals &&
       detail::mla_arrive_last(arrivals + blockIdx.x, splits, reinterpret_cast<int*>(gbase + L::kFlagOff))) {
