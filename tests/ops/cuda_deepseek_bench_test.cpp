@@ -1,6 +1,7 @@
 // Micro-benchmarks of the CUDA DeepSeek-V2/V3 ops (MLA decode and prefill, routing, head_matmul, experts),
 // disabled by default: run with `cuda_device_tests --gtest_also_run_disabled_tests --gtest_filter='*Bench*'`
 // on the GPU machine.
+#include "core/env_choice.h"
 #include "cuda_deepseek_test_util.h"
 
 namespace dsinfer {
@@ -63,6 +64,9 @@ TEST_F(CudaDeepseekOpsTest, DISABLED_BenchMlaDecode) {
   CudaBackend gpu;  // registers the device allocator
   // Device copy bandwidth (read + write) for reference.
   const double copy_gbs = measured_copy_gbs();
+  // DSINFER_BENCH_QUICK: 1 only the tensor-core table's first three shapes, 2 only batch 64 x 4096 x 16
+  // heads, 3 only 64 x 4096 x 128 (for profilers).
+  const int quick = env_int("DSINFER_BENCH_QUICK", 0, 0, 3);
   for (auto [batch, ctx, H] : {std::tuple<int32_t, int32_t, int64_t>{64, 4096, 16},
                                {64, 4096, 128},
                                {1, 4096, 16},
@@ -72,6 +76,7 @@ TEST_F(CudaDeepseekOpsTest, DISABLED_BenchMlaDecode) {
                                {64, 256, 16},
                                {256, 256, 16},
                                {256, 256, 128}}) {
+    if (quick) break;
     const int64_t R = 512, P = 64;
     const int32_t bs = 64, blocks = batch * ((ctx + bs - 1) / bs) + 1;
     std::vector<std::pair<int32_t, int32_t>> seqs(batch, {ctx - 1, 1});
@@ -116,6 +121,8 @@ TEST_F(CudaDeepseekOpsTest, DISABLED_BenchMlaDecode) {
                                {1, 4096, 16},
                                {1, 4096, 128},
                                {1, 256, 16}}) {
+    if (quick == 1 && !(ctx == 4096 && batch == 64) && !(ctx == 256 && batch == 256 && H == 16)) continue;
+    if (quick >= 2 && !(ctx == 4096 && batch == 64 && H == (quick == 2 ? 16 : 128))) continue;
     const int64_t R = 512, P = 64, D = R + P;
     const int32_t bs = 64, nb = (ctx + bs - 1) / bs;  // blocks per sequence
     const int64_t copy_blocks = int64_t{batch} * nb;
@@ -144,15 +151,18 @@ TEST_F(CudaDeepseekOpsTest, DISABLED_BenchMlaDecode) {
                                        reinterpret_cast<uintptr_t>(q_pe.raw())));
     const int saved = cuda::mla_tile_rows(), saved_v2 = cuda::mla_kernel_v2();
     const bool saved_qp = cuda::mla_bf16_qp();
-    for (int variant = 0; variant < 12; ++variant) {
+    const int saved_groups = cuda::mla_wg_groups();
+    for (int variant = 0; variant < 14; ++variant) {
       // tile 0: auto (the default choice; its v2x2 rows are named a32v); 64, 32: mla_tc_kernel's instances;
-      // -1, -2: the second design, 1 or 2 blocks per SM; -3: the third (wgmma) design.
-      const int tile = std::array<int, 6>{0, 64, 32, -1, -2, -3}[variant % 6];
+      // -1, -2: the second design, 1 or 2 blocks per SM; -3: the third (wgmma) design, two warpgroups; -4:
+      // the third design's TMA instance (DSINFER_MLA_WG_GROUPS=3).
+      const int tile = std::array<int, 7>{0, 64, 32, -1, -2, -3, -4}[variant % 7];
       if ((tile == -1 || tile == -2) && !cuda::mla_tc_v2_supported()) continue;
-      if (tile == -3 && (variant >= 6 || !cuda::mla_wgmma_supported())) continue;  // split Q and P only
+      if (tile <= -3 && (variant >= 7 || !cuda::mla_wgmma_supported())) continue;  // split Q and P only
       cuda::mla_set_tile_rows(std::max(tile, 0));
-      cuda::mla_set_kernel_v2(tile == 0 ? -1 : std::max(-tile, 0));
-      cuda::mla_set_bf16_qp(variant >= 6);
+      cuda::mla_set_kernel_v2(tile == 0 ? -1 : std::min(std::max(-tile, 0), 3));
+      cuda::mla_set_wg_groups(tile == -3 ? 2 : 3);  // auto: the default (3, TMA)
+      cuda::mla_set_bf16_qp(variant >= 7);
       const cuda::MlaSplit split =
           cuda::mla_choose_split(batch, H, R, cuda::attention_max_context_bucket(ctx), true);
       const size_t ws_floats = cuda::mla_workspace_floats(batch, H, R, split);
@@ -165,6 +175,7 @@ TEST_F(CudaDeepseekOpsTest, DISABLED_BenchMlaDecode) {
         view.block_table = d_table.data<int32_t>() + c * copy_blocks;
         view.block_table_indptr = d_indptr.data<int32_t>();
         view.block_size = bs;
+        view.cache_rows = copies * copy_blocks * bs;
         cuda::launch_attention_mla(q_lat.data<float>(), q_pe.data<float>(), cache.raw(), true, D, view,
                                    out.data<float>(), ws_floats ? ws.data<float>() : nullptr, batch, H, R, P,
                                    0.07f, split);
@@ -182,12 +193,14 @@ TEST_F(CudaDeepseekOpsTest, DISABLED_BenchMlaDecode) {
       const double bytes = static_cast<double>(batch) * ctx * D * 2;
       char name[64];
       std::snprintf(name, sizeof(name), "batch %d ctx %d heads %lld", batch, ctx, static_cast<long long>(H));
-      const std::string tile_name = (tile == 0    ? std::string(split.tile_rows == 64 ? "a64"
+      const std::string tile_name = (tile == 0    ? std::string(split.wgmma           ? "awg"
+                                                                : split.tile_rows == 64 ? "a64"
                                                                 : split.v2_blocks     ? "a32v"
                                                                                       : "a32")
                                      : tile == -1 ? std::string("v2")
                                      : tile == -2 ? std::string("v2x2")
                                      : tile == -3 ? std::string("wg")
+                                     : tile == -4 ? std::string("wg3")
                                                   : std::to_string(tile)) +
                                     (split.bf16_qp ? "b" : "");
       const double gbs = bytes / (graph_us * 1e-6) / 1e9;
@@ -199,6 +212,7 @@ TEST_F(CudaDeepseekOpsTest, DISABLED_BenchMlaDecode) {
     cuda::mla_set_kernel_v2(saved_v2);
     cuda::mla_set_tile_rows(saved);
     cuda::mla_set_bf16_qp(saved_qp);
+    cuda::mla_set_wg_groups(saved_groups);
   }
 }
 

@@ -1,6 +1,8 @@
 // CudaBackend's MLA attention (decode, prefill, mixed steps, the rope/KV write) and head_matmul against the
 // CPU reference on random inputs (runs where a GPU is visible; CI compiles it and skips). Weights and cached
 // rows are bf16-representable so that both backends see the same values.
+#include <limits>
+
 #include "cuda_deepseek_test_util.h"
 
 namespace dsinfer {
@@ -17,10 +19,11 @@ using namespace deepseek_ops_test;
 // Returns the GPU outputs (float32 cache, bf16 cache) as host tensors.
 // tol_bf16 (< 0: tol) bounds the bf16 cache's error, where the multi-query prefill kernel (bf16 queries and
 // probabilities) may run; its error is printed when it is looser than tol.
+// bs: the cache block size; unused: the value of every cache slot no sequence holds (NaN catches a kernel
+// that reads past a context's end).
 std::vector<Tensor> check_mla(CudaDeepseekOpsTest* test, int64_t H, int64_t R, int64_t P,
                               const std::vector<std::pair<int32_t, int32_t>>& seqs, double tol,
-                              double tol_bf16 = -1.0) {
-  const int32_t bs = 16;
+                              double tol_bf16 = -1.0, int32_t bs = 16, float unused = 0.0f) {
   const int64_t width = R + P;
   std::vector<std::pair<int32_t, int32_t>> full;
   int32_t blocks = 1;
@@ -32,7 +35,7 @@ std::vector<Tensor> check_mla(CudaDeepseekOpsTest* test, int64_t H, int64_t R, i
   const BatchPlan fill = make_plan(full, bs, blocks);
   const BatchPlan plan = make_plan(seqs, bs, blocks);
   KvCache cpu_cache({KvLayerSpec{KvKind::kFullHistory, width}}, blocks, bs);
-  std::fill(cpu_cache.slot(0, 0), cpu_cache.slot(0, 0) + cpu_cache.storage(0).numel(), 0.0f);
+  std::fill(cpu_cache.slot(0, 0), cpu_cache.slot(0, 0) + cpu_cache.storage(0).numel(), unused);
   const int64_t N = fill.num_tokens();
   test->cpu.write_kv(cpu_cache, 0, fill, test->random_bf16_values({N, R}), test->random_bf16_values({N, P}));
   const Tensor& image = cpu_cache.storage(0);
@@ -67,7 +70,8 @@ std::vector<Tensor> check_mla(CudaDeepseekOpsTest* test, int64_t H, int64_t R, i
 
 // Runs body() once per tensor-core instance (forced 64-row tiles, one block per SM; forced 32-row tiles,
 // two; on Hopper the second design, DSINFER_MLA_KERNEL=v2 and v2x2: 32-row tiles, one and two blocks per
-// SM, and the third, DSINFER_MLA_KERNEL=wg: 64-row tiles), then restores the automatic choice.
+// SM, and the third, DSINFER_MLA_KERNEL=wg: 64-row tiles, with two warpgroups and as the TMA instance,
+// DSINFER_MLA_WG_GROUPS=3), then restores the automatic choice.
 template <class Fn>
 void for_each_tile_rows(Fn&& body) {
   const int saved = cuda::mla_tile_rows(), saved_v2 = cuda::mla_kernel_v2();
@@ -88,9 +92,14 @@ void for_each_tile_rows(Fn&& body) {
     std::printf("for_each_tile_rows: the v2 MLA kernel needs the Hopper path; not run\n");
   }
   if (cuda::mla_wgmma_supported()) {
-    SCOPED_TRACE("kernel wg");
+    const int saved_groups = cuda::mla_wg_groups();
     cuda::mla_set_kernel_v2(3);
-    body(64);
+    for (int groups : {2, 3}) {
+      SCOPED_TRACE("kernel wg, groups " + std::to_string(groups));
+      cuda::mla_set_wg_groups(groups);
+      body(64);
+    }
+    cuda::mla_set_wg_groups(saved_groups);
   } else {
     std::printf("for_each_tile_rows: the wgmma MLA kernel needs the Hopper path; not run\n");
   }
@@ -117,11 +126,18 @@ TEST(CudaMlaSplitTest, TensorCoreInstanceAndChunks) {
         EXPECT_EQ(p.chunk, s.chunk);
         EXPECT_EQ(p.splits, s.splits);
       }
-  EXPECT_EQ(cuda::mla_choose_split(64, 16, 512, 4096, true).tile_rows, 32);
-  EXPECT_EQ(cuda::mla_choose_split(64, 128, 512, 4096, true).tile_rows, 32);
+  // On Hopper the third (wgmma) design takes every plan but many waves of short blocks (64-row tiles);
+  // elsewhere large batches take the 32-row instance.
+  const bool wg = cuda::mla_wgmma_supported();
+  EXPECT_EQ(cuda::mla_choose_split(64, 16, 512, 4096, true).tile_rows, wg ? 64 : 32);
+  EXPECT_EQ(cuda::mla_choose_split(64, 16, 512, 4096, true).wgmma, wg);
+  EXPECT_EQ(cuda::mla_choose_split(64, 128, 512, 4096, true).tile_rows, wg ? 64 : 32);
+  EXPECT_EQ(cuda::mla_choose_split(256, 128, 512, 256, true).wgmma, wg);
   EXPECT_EQ(cuda::mla_choose_split(256, 16, 512, 256, true).tile_rows, 32);
+  EXPECT_FALSE(cuda::mla_choose_split(256, 16, 512, 256, true).wgmma);
   EXPECT_EQ(cuda::mla_choose_split(1, 16, 512, 256, true).tile_rows, 64);
   EXPECT_EQ(cuda::mla_choose_split(1, 16, 512, 4096, true).tile_rows, 64);
+  EXPECT_EQ(cuda::mla_choose_split(1, 16, 512, 4096, true).wgmma, wg);
   for (int forced : {64, 32}) {
     cuda::mla_set_tile_rows(forced);
     for (int64_t T : {1, 64})
@@ -182,17 +198,23 @@ TEST_F(CudaDeepseekOpsTest, MlaKernelV2SplitChoice) {
   cuda::mla_set_kernel_v2(0);  // DSINFER_MLA_KERNEL=v1
   EXPECT_EQ(cuda::mla_choose_split(64, 16, 512, 4096, true).v2_blocks, 0);
   EXPECT_FALSE(cuda::mla_choose_split(64, 16, 512, 4096, true).wgmma);
-  // The default: the two-block instance of the second design where the 32-row plan is chosen unforced,
-  // the first design's 64-row instance elsewhere (batch 1) and whenever tile rows are forced.
+  // The default: the third design wherever its blocks fit one wave, run at least 8 tiles or serve 64+
+  // heads; else the two-block instance of the second design where the 32-row plan is chosen; the first
+  // design whenever tile rows are forced.
   cuda::mla_set_kernel_v2(-1);
   const int saved_rows = cuda::mla_tile_rows();
   cuda::mla_set_tile_rows(0);
-  EXPECT_EQ(cuda::mla_choose_split(64, 16, 512, 4096, true).v2_blocks, 2);
-  EXPECT_EQ(cuda::mla_choose_split(256, 16, 512, 256, true).v2_blocks, 2);
+  const bool wg = cuda::mla_wgmma_supported();
+  EXPECT_EQ(cuda::mla_choose_split(64, 16, 512, 4096, true).wgmma, wg);
+  EXPECT_EQ(cuda::mla_choose_split(64, 16, 512, 4096, true).v2_blocks, wg ? 0 : 2);
+  EXPECT_EQ(cuda::mla_choose_split(1024, 16, 512, 1024, true).wgmma, wg);  // 16 tiles per block
+  EXPECT_EQ(cuda::mla_choose_split(256, 16, 512, 256, true).v2_blocks, 2);  // 2 waves of 4 tiles
+  EXPECT_FALSE(cuda::mla_choose_split(256, 16, 512, 256, true).wgmma);
   EXPECT_EQ(cuda::mla_choose_split(1, 16, 512, 256, true).v2_blocks, 0);
   EXPECT_EQ(cuda::mla_choose_split(1, 16, 512, 256, true).tile_rows, 64);
   cuda::mla_set_tile_rows(32);
   EXPECT_EQ(cuda::mla_choose_split(64, 16, 512, 4096, true).v2_blocks, 0);
+  EXPECT_FALSE(cuda::mla_choose_split(64, 16, 512, 4096, true).wgmma);
   cuda::mla_set_tile_rows(saved_rows);
   cuda::mla_set_kernel_v2(saved);
 }
@@ -235,6 +257,27 @@ TEST_F(CudaDeepseekOpsTest, MlaDecodeTensorCoreEdgesMatchCpu) {
   std::vector<std::pair<int32_t, int32_t>> batch64;
   for (int32_t i = 0; i < 64; ++i) batch64.push_back({(i * 613) % 1500, 1});
   check_mla(this, 16, 512, 64, batch64, 1e-5);
+}
+
+TEST_F(CudaDeepseekOpsTest, MlaDecodeWgTmaBlockSizesMatchCpu) {
+  // The wgmma design's instances over cache block sizes 8 .. 128 (the TMA instance requests boxes of
+  // min(block size, 64) rows), with NaN in every slot no sequence holds: a last tile's rows past the end must
+  // neither be read as values nor reach the output. Contexts around the tile edges, H 16 and 128.
+  if (!cuda::mla_wgmma_supported()) GTEST_SKIP() << "the wgmma MLA kernel needs the Hopper path";
+  const int saved_v2 = cuda::mla_kernel_v2(), saved_groups = cuda::mla_wg_groups();
+  cuda::mla_set_kernel_v2(3);
+  const std::vector<std::pair<int32_t, int32_t>> seqs = {{0, 1},   {62, 1},  {63, 1},   {64, 1},
+                                                         {100, 1}, {127, 1}, {1000, 1}, {2500, 1}};
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (int groups : {2, 3}) {
+    cuda::mla_set_wg_groups(groups);
+    for (int32_t bs : {8, 16, 32, 64, 128}) {
+      SCOPED_TRACE("groups " + std::to_string(groups) + " block size " + std::to_string(bs));
+      for (int64_t H : {16, 128}) check_mla(this, H, 512, 64, seqs, 1e-5, -1.0, bs, nan);
+    }
+  }
+  cuda::mla_set_wg_groups(saved_groups);
+  cuda::mla_set_kernel_v2(saved_v2);
 }
 
 TEST_F(CudaDeepseekOpsTest, MlaDecodeBf16QueriesAndProbabilitiesMatchCpu) {

@@ -69,6 +69,7 @@ Tensor CudaBackend::run_attention_mla(const Tensor& q_lat, const Tensor& q_pe, c
   view.block_table_indptr = dp.block_table_indptr;
   view.cu_seqlens = dp.cu_seqlens;
   view.block_size = plan.block_size;
+  view.cache_rows = storage.dim(0);
   const bool bf16 = storage.dtype() == DType::BF16;
   const bool tensor_cores = cuda::mla_tc_supported(R, P, bf16, reinterpret_cast<uintptr_t>(storage.raw()),
                                                    reinterpret_cast<uintptr_t>(q_lat.raw()),

@@ -380,6 +380,16 @@ MlaSplit mla_choose_split(int64_t T, int64_t H, int64_t R, int64_t max_ctx, bool
       return s2;
     }
     const int forced = mla_tile_rows();
+    if (forced == 0 && mla_kernel_v2() < 0 && mla_wgmma_supported()) {
+      // Unforced on Hopper: the third design (its TMA instance) wherever its one block per SM is not left
+      // waiting on short blocks in several waves: one wave of blocks, at least 8 tiles per block, or 64+
+      // heads (head groups of a token share their tiles in L2). Measured on the H200 (graph us, wg3 vs
+      // v2x2): batch 64 x 4096 90.4 vs 104.4 (16 heads), 503 vs 667 (128); 64 x 256 16.2 vs 18.6;
+      // 256 x 256 x 128 219.7 vs 227.5; but 256 x 256 x 16 (2 waves of 4 tiles) 40.1 vs 35.0.
+      MlaSplit w = tc_split(blocks, max_ctx, 64, kTcSMs);
+      w.wgmma = true;
+      if (H >= 64 || blocks * w.splits <= kTcSMs || w.chunk >= 8 * 64) return w;
+    }
     if (forced == 64) return tc_split(blocks, max_ctx, 64, kTcSMs);
     // Two resident blocks per SM pay off where one block's barriers and softmax can hide behind the
     // other's loads and MMAs: more blocks than SMs, each running at least 8 tiles (measured on the H200:

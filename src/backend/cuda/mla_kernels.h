@@ -21,6 +21,9 @@ struct MlaPlanView {
   // sequence, cut at the sequence's end (never two sequences).
   const int32_t* blocks = nullptr;
   int64_t block_size = 0;
+  // Rows (slots) of the cache storage: the TMA design's tensor map (mla_wgmma_tma_kernels.cu); 0 (unknown)
+  // keeps launches on the other designs.
+  int64_t cache_rows = 0;
 };
 
 // How one attention_mla launch is split: `splits` chunks of `chunk` cache positions per query token (a
@@ -143,6 +146,18 @@ bool mla_wgmma_supported();
 void launch_attention_mla_wgmma(const float* q_lat, const float* q_pe, const uint16_t* cache,
                                 const MlaPlanView& plan, float* out, float* ws_acc, float* ws_ml,
                                 int* arrivals, int64_t T, int64_t H, float scale, const MlaSplit& split);
+// DSINFER_MLA_WG_GROUPS (read once): the third design's instance, 1 or 2 consumer warpgroups (cp.async tiles)
+// or 3 (TMA tiles, a producer warp, two warpgroups splitting each tile's work: mla_wgmma_tma_kernels.cu);
+// default 3. The setter is for tests and benchmarks only (between steps, never during a capture).
+int mla_wg_groups();
+void mla_set_wg_groups(int groups);
+// Whether the TMA instance takes launches over this plan and cache: block size a multiple of 8 that divides
+// 64 or is a multiple of it, plan.cache_rows known (< 2^31), a 16-byte aligned cache, the Hopper path and
+// the driver's tensor-map encoder. Otherwise DSINFER_MLA_WG_GROUPS=3 runs the two-warpgroup instance.
+bool mla_wgmma_tma_usable(const MlaPlanView& plan, uintptr_t cache);
+void launch_attention_mla_wgmma_tma(const float* q_lat, const float* q_pe, const uint16_t* cache,
+                                    const MlaPlanView& plan, float* out, float* ws_acc, float* ws_ml,
+                                    int* arrivals, int64_t T, int64_t H, float scale, const MlaSplit& split);
 void launch_attention_mla_tc_v2(const float* q_lat, const float* q_pe, const uint16_t* cache,
                                 const MlaPlanView& plan, float* out, float* ws_acc, float* ws_ml,
                                 int* arrivals, int64_t T, int64_t H, float scale, const MlaSplit& split);

@@ -36,8 +36,8 @@
 #include "backend/cuda/arch_path.h"
 #include "backend/cuda/kernel_common.cuh"
 #include "backend/cuda/mla_kernels.h"
-#include "backend/cuda/mla_merge.cuh"
 #include "backend/cuda/mla_tc_block.cuh"
+#include "backend/cuda/mla_wgmma_block.cuh"
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda/runtime.h"
 #include "backend/cuda/stream.h"
@@ -51,19 +51,11 @@ namespace {
 
 using namespace wgmma;
 
-constexpr int kR = 512, kP = 64, kD = kR + kP;
-constexpr int kHeads = 16;
-constexpr int kRows = 64;                            // cached rows per tile (the MMA's M)
-constexpr int kBoxes = kD / 64;                      // 9 boxes of 64 values per row
-constexpr uint32_t kBoxBytes = kRows * 128;          // 8,192
-constexpr uint32_t kTileBytes = kBoxes * kBoxBytes;  // 73,728
+using namespace mla_wg;
+
 constexpr int kStages = 2;
-constexpr uint32_t kQBoxBytes = 2 * kHeads * 128;        // [32 rows (hi, lo)][64 values] bf16: 4,096
-constexpr uint32_t kQOff = kStages * kTileBytes;         // 147,456
-constexpr uint32_t kPOff = kQOff + kBoxes * kQBoxBytes;  // 184,320: per warpgroup P [32][64] bf16, swizzled
-constexpr uint32_t kPBytes = 2 * kHeads * 128;           // 4,096
-constexpr int kLdO = kR + 4;                             // staged output row stride (floats)
-constexpr uint32_t kOsBytes = kHeads * kLdO * 4;         // one warpgroup's staged output: 33,024
+constexpr uint32_t kQOff = kStages * kTileBytes;  // 147,456
+constexpr uint32_t kPOff = kQOff + kQBytes;       // 184,320: per warpgroup P [32][64] bf16, swizzled
 
 // Shared-memory layout of the instance with kWGs consumer warpgroups (1 or 2).
 template <int kWGs>
@@ -79,13 +71,6 @@ struct WgLayout {
   static_assert(kSmemBytes <= 227 * 1024, "one block per SM");
   static_assert(kStages % kWGs == 0, "whole stages per warpgroup");
 };
-static_assert(kD % 64 == 0 && kR % 64 == 0, "whole boxes");
-
-__device__ __forceinline__ uint32_t pack2(__nv_bfloat16 a, __nv_bfloat16 b) {
-  return static_cast<uint32_t>(__bfloat16_as_ushort(a)) |
-         (static_cast<uint32_t>(__bfloat16_as_ushort(b)) << 16);
-}
-
 // Barrier of the 128 threads of warpgroup wg (named barrier 1 + wg).
 __device__ __forceinline__ void wg_sync(int wg) {
   asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
@@ -146,28 +131,7 @@ __global__ void __launch_bounds__(WgLayout<kWGs>::kThreads, 1)
   copy_async_commit();
 
   // The queries: row h (hi) and 16 + h (lo) of each box, heads past hg zero.
-  for (int idx = tid; idx < kHeads * kBoxes * 8; idx += L::kThreads) {
-    const int h = idx / (kBoxes * 8), c = idx % (kBoxes * 8);  // c: 16-byte chunk of the 576 values
-    const int d = c * 8;
-    float v[8] = {};
-    if (h < hg) {
-      const int64_t row = t * H + h0 + h;
-      const float* src = d < kR ? q_lat + row * kR + d : q_pe + row * kP + (d - kR);
-      const float4 a = *reinterpret_cast<const float4*>(src), b = *reinterpret_cast<const float4*>(src + 4);
-      v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
-    }
-    uint32_t hi[4], lo[4];
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const __nv_bfloat16 a = __float2bfloat16_rn(v[2 * k]), b = __float2bfloat16_rn(v[2 * k + 1]);
-      hi[k] = pack2(a, b);
-      lo[k] = pack2(__float2bfloat16_rn(v[2 * k] - __bfloat162float(a)),
-                    __float2bfloat16_rn(v[2 * k + 1] - __bfloat162float(b)));
-    }
-    unsigned char* const box = gbase + kQOff + (c / 8) * kQBoxBytes;
-    *reinterpret_cast<uint4*>(box + swizzled128(h, c % 8)) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
-    *reinterpret_cast<uint4*>(box + swizzled128(kHeads + h, c % 8)) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
-  }
+  stage_queries(gbase + kQOff, q_lat, q_pe, t, H, h0, hg, tid, L::kThreads);
   fence_proxy_async();  // the queries (generic writes) before the MMAs (async proxy) read them
   __syncthreads();
 
@@ -351,33 +315,9 @@ __global__ void __launch_bounds__(WgLayout<kWGs>::kThreads, 1)
   }
   __syncthreads();
 
-  const int64_t ws_base = (tl * splits + split) * H + h0;
-  for (int idx = tid; idx < hg * (kR / 4); idx += L::kThreads) {
-    const int h = idx / (kR / 4), r = (idx % (kR / 4)) * 4;
-    float4 v = *reinterpret_cast<const float4*>(reinterpret_cast<const float*>(gbase) + h * kLdO + r);
-#pragma unroll
-    for (int w = 1; w < kWGs; ++w) {
-      const float4 u = *reinterpret_cast<const float4*>(reinterpret_cast<const float*>(gbase + w * kOsBytes) +
-                                                        h * kLdO + r);
-      v = make_float4(v.x + u.x, v.y + u.y, v.z + u.z, v.w + u.w);
-    }
-    if (splits == 1) {
-      const float inv = 1.0f / ml_s[kHeads + h];
-      v = make_float4(v.x * inv, v.y * inv, v.z * inv, v.w * inv);
-      *reinterpret_cast<float4*>(out + (t * H + h0 + h) * kR + r) = v;
-    } else {
-      *reinterpret_cast<float4*>(ws_acc + (ws_base + h) * kR + r) = v;
-    }
-  }
-  if (splits > 1 && tid < hg) {
-    ws_ml[(ws_base + tid) * 2] = ml_s[tid];
-    ws_ml[(ws_base + tid) * 2 + 1] = ml_s[kHeads + tid];
-  }
-  if (splits > 1 && arrivals &&
-      detail::mla_arrive_last(arrivals + blockIdx.x, splits, reinterpret_cast<int*>(gbase + L::kFlagOff))) {
-    float* const w_s = reinterpret_cast<float*>(gbase + kTileBytes);  // stage 1
-    detail::mla_merge(ws_acc, ws_ml, tl, t, H, kR, h0, hg, splits, out, w_s, w_s + kTcMergeFloats - kHeads);
-  }
+  write_outputs<kWGs>(gbase, ml_s, out, ws_acc, ws_ml, arrivals, tl, t, H, h0, hg, split, splits,
+                     reinterpret_cast<float*>(gbase + kTileBytes) /* stage 1 */,
+                     reinterpret_cast<int*>(gbase + L::kFlagOff));
 }
 
 template <int kWGs>
@@ -388,13 +328,22 @@ bool configure_instance() {
   return set;
 }
 
-// DSINFER_MLA_WG_GROUPS (read once): consumer warpgroups per block, 1 or 2 (default 2).
-int groups_setting() {
-  static const int groups = env_int("DSINFER_MLA_WG_GROUPS", 2, 1, 2);
+// DSINFER_MLA_WG_GROUPS (read once): 1 or 2 consumer warpgroups per block, or 3 (default): the TMA
+// instance with a producer warp (mla_wgmma_tma_kernels.cu), which falls back to 2 where it does not apply.
+int& groups_setting() {
+  static int groups = env_int("DSINFER_MLA_WG_GROUPS", 3, 1, 3);
   return groups;
 }
 
 }  // namespace
+
+int mla_wg_groups() {
+  return groups_setting();
+}
+
+void mla_set_wg_groups(int groups) {
+  groups_setting() = groups >= 1 && groups <= 3 ? groups : 3;
+}
 
 bool mla_wgmma_supported() {
   // wgmma: the sm_90a cubin only. Configured once, outside any capture; false without a GPU.
@@ -415,6 +364,10 @@ void launch_attention_mla_wgmma(const float* q_lat, const float* q_pe, const uin
     launch_pdl(kernel, grid, threads, smem, q_lat, q_pe, cache, plan, out, ws_acc, ws_ml, arrivals,
                static_cast<int>(H), scale, split.splits, split.chunk);
   };
+  if (groups_setting() == 3 && mla_wgmma_tma_usable(plan, reinterpret_cast<uintptr_t>(cache))) {
+    launch_attention_mla_wgmma_tma(q_lat, q_pe, cache, plan, out, ws_acc, ws_ml, arrivals, T, H, scale, split);
+    return;
+  }
   if (groups_setting() == 1)
     launch(mla_wgmma_kernel<1>, WgLayout<1>::kThreads, WgLayout<1>::kSmemBytes);
   else
