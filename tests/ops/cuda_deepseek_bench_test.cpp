@@ -193,10 +193,10 @@ TEST_F(CudaDeepseekOpsTest, DISABLED_BenchMlaDecode) {
       const double bytes = static_cast<double>(batch) * ctx * D * 2;
       char name[64];
       std::snprintf(name, sizeof(name), "batch %d ctx %d heads %lld", batch, ctx, static_cast<long long>(H));
-      const std::string tile_name = (tile == 0    ? std::string(split.wgmma           ? "awg"
+      const std::string tile_name = (tile == 0    ? std::string(split.wgmma             ? "awg"
                                                                 : split.tile_rows == 64 ? "a64"
-                                                                : split.v2_blocks     ? "a32v"
-                                                                                      : "a32")
+                                                                : split.v2_blocks       ? "a32v"
+                                                                                        : "a32")
                                      : tile == -1 ? std::string("v2")
                                      : tile == -2 ? std::string("v2x2")
                                      : tile == -3 ? std::string("wg")

@@ -207,7 +207,7 @@ TEST_F(CudaDeepseekOpsTest, MlaKernelV2SplitChoice) {
   const bool wg = cuda::mla_wgmma_supported();
   EXPECT_EQ(cuda::mla_choose_split(64, 16, 512, 4096, true).wgmma, wg);
   EXPECT_EQ(cuda::mla_choose_split(64, 16, 512, 4096, true).v2_blocks, wg ? 0 : 2);
-  EXPECT_EQ(cuda::mla_choose_split(1024, 16, 512, 1024, true).wgmma, wg);  // 16 tiles per block
+  EXPECT_EQ(cuda::mla_choose_split(1024, 16, 512, 1024, true).wgmma, wg);   // 16 tiles per block
   EXPECT_EQ(cuda::mla_choose_split(256, 16, 512, 256, true).v2_blocks, 2);  // 2 waves of 4 tiles
   EXPECT_FALSE(cuda::mla_choose_split(256, 16, 512, 256, true).wgmma);
   EXPECT_EQ(cuda::mla_choose_split(1, 16, 512, 256, true).v2_blocks, 0);

@@ -34,8 +34,8 @@ __device__ __forceinline__ uint32_t pack2(__nv_bfloat16 a, __nv_bfloat16 b) {
          (static_cast<uint32_t>(__bfloat16_as_ushort(b)) << 16);
 }
 
-// The 16 heads' queries of token t from head h0 (heads past hg zero) into q_g: row h (bf16 hi part) and 16 + h
-// (lo part) of each of the 9 boxes, swizzled like the tiles. Threads [0, nthreads) take part; the caller
+// The 16 heads' queries of token t from head h0 (heads past hg zero) into q_g: row h (bf16 hi part) and 16 +
+// h (lo part) of each of the 9 boxes, swizzled like the tiles. Threads [0, nthreads) take part; the caller
 // fences the async proxy and synchronises before MMAs read them.
 __device__ __forceinline__ void stage_queries(unsigned char* q_g, const float* q_lat, const float* q_pe,
                                               int64_t t, int H, int h0, int hg, int tid, int nthreads) {
@@ -71,9 +71,9 @@ __device__ __forceinline__ void stage_queries(unsigned char* q_g, const float* q
 // block calls it.
 template <int kStaged>
 __device__ __forceinline__ void write_outputs(const unsigned char* o_base, const float* ml_s, float* out,
-                                              float* ws_acc, float* ws_ml, int* arrivals, int64_t tl, int64_t t,
-                                              int H, int h0, int hg, int split, int splits, float* merge_s,
-                                              int* flag_s) {
+                                              float* ws_acc, float* ws_ml, int* arrivals, int64_t tl,
+                                              int64_t t, int H, int h0, int hg, int split, int splits,
+                                              float* merge_s, int* flag_s) {
   const int tid = threadIdx.x, nthreads = blockDim.x;
   const int64_t ws_base = (tl * splits + split) * H + h0;
   for (int idx = tid; idx < hg * (kR / 4); idx += nthreads) {
@@ -81,8 +81,8 @@ __device__ __forceinline__ void write_outputs(const unsigned char* o_base, const
     float4 v = *reinterpret_cast<const float4*>(reinterpret_cast<const float*>(o_base) + h * kLdO + r);
 #pragma unroll
     for (int w = 1; w < kStaged; ++w) {
-      const float4 u =
-          *reinterpret_cast<const float4*>(reinterpret_cast<const float*>(o_base + w * kOsBytes) + h * kLdO + r);
+      const float4 u = *reinterpret_cast<const float4*>(
+          reinterpret_cast<const float*>(o_base + w * kOsBytes) + h * kLdO + r);
       v = make_float4(v.x + u.x, v.y + u.y, v.z + u.z, v.w + u.w);
     }
     if (splits == 1) {

@@ -316,8 +316,8 @@ __global__ void __launch_bounds__(WgLayout<kWGs>::kThreads, 1)
   __syncthreads();
 
   write_outputs<kWGs>(gbase, ml_s, out, ws_acc, ws_ml, arrivals, tl, t, H, h0, hg, split, splits,
-                     reinterpret_cast<float*>(gbase + kTileBytes) /* stage 1 */,
-                     reinterpret_cast<int*>(gbase + L::kFlagOff));
+                      reinterpret_cast<float*>(gbase + kTileBytes) /* stage 1 */,
+                      reinterpret_cast<int*>(gbase + L::kFlagOff));
 }
 
 template <int kWGs>
@@ -365,7 +365,8 @@ void launch_attention_mla_wgmma(const float* q_lat, const float* q_pe, const uin
                static_cast<int>(H), scale, split.splits, split.chunk);
   };
   if (groups_setting() == 3 && mla_wgmma_tma_usable(plan, reinterpret_cast<uintptr_t>(cache))) {
-    launch_attention_mla_wgmma_tma(q_lat, q_pe, cache, plan, out, ws_acc, ws_ml, arrivals, T, H, scale, split);
+    launch_attention_mla_wgmma_tma(q_lat, q_pe, cache, plan, out, ws_acc, ws_ml, arrivals, T, H, scale,
+                                   split);
     return;
   }
   if (groups_setting() == 1)

@@ -1,7 +1,8 @@
-// Tensor-core MLA decode, third design with TMA tiles and warp specialisation (Hopper only; opt-in:
-// DSINFER_MLA_KERNEL=wg with DSINFER_MLA_WG_GROUPS=3). The same blocks, split, transposed products, bf16 hi +
-// lo precision and epilogue as mla_wgmma_kernels.cu (whose header comment explains the products), arranged so
-// that a tile's loads start the moment its stage is free and the tile's compute is split in two:
+// Tensor-core MLA decode, third design with TMA tiles and warp specialisation (Hopper only; the default
+// where mla_choose_split picks the third design, DSINFER_MLA_WG_GROUPS=3). The same blocks, split, transposed
+// products, bf16 hi + lo precision and epilogue as mla_wgmma_kernels.cu (whose header comment explains the
+// products), arranged so that a tile's loads start the moment its stage is free and the tile's compute is
+// split in two:
 //   - a producer warp (threads 256-287; one thread issues) requests each 64-row tile of cached rows by TMA
 //     (a CUtensorMap of the cache as [rows, 576] bf16, boxes of 64 values x min(block size, 64) rows in the
 //     128-byte-swizzle layout) into one of two stages, on a `full` mbarrier per stage (arrival + the tile's
@@ -10,15 +11,21 @@
 //     softmax, the correction factors and P^T [32][64] (bf16 hi + lo) into one of two P buffers, then hands
 //     them over (named barrier P_full[b]) and goes on to the next tile's S;
 //   - warpgroup 1 holds O^T [512, 32] (8 M tiles x 16 registers), rescales it by the corrections where a
-//     maximum moved, runs O^T += V^T [P_hi; P_lo]^T (32 wgmma) and frees P (P_empty[b]) and the stage.
-// So S of tile k + 1 overlaps O of tile k, and up to two tiles (147,456 bytes) are in flight per SM.
+//     maximum moved, runs O^T += V^T [P_hi; P_lo]^T (32 wgmma) and frees P (P_empty[b]) and the stage
+//     (DSINFER_MLA_WG_SPLIT_O=1: warpgroup 0 runs half of O after handing P over; measured no faster).
+// So S of tile k + 1 overlaps O of tile k, and up to two tiles (147,456 bytes) are in flight per SM. The
+// barriers are initialised and the tensor map's descriptor fetched before the wait for the kernels before.
 // Rows of the last tile past the split's end (possibly not requested at all, or from another sequence's
 // slots) are zeroed in boxes 0-7 by warpgroup 0 before O reads them (their scores are masked to -inf).
 //
 // Shared memory (1024-byte aligned base): stages [2][73,728], queries [9 boxes][32 rows][128 bytes], P
-// [2][4,096], maxima [2][4 warps][16], corrections [2][16], sums [4][16], final (max, sum) [2][16], a flag and
-// the four mbarriers: ~190 KiB, one block per SM. After the last tile stage 0 holds the staged outputs and
-// stage 1 the fused merge's weights.
+// [2][4,096], maxima [2][4 warps][16], corrections [2][16], sums [4][16], final maxima and sums [2][16], a
+// flag and the four mbarriers: ~190 KiB, one block per SM. After the last tile stage 0 holds the staged
+// outputs and stage 1 the fused merge's weights.
+//
+// Measured on the H200 (docs/benchmarks.md, 2026-12-01 afternoon), batch 64 x 4096 x 16 heads: 84.8-87.7 us
+// per kernel (ncu), 82% of the copy bandwidth; 90.1-90.6 us per call replayed back to back in a CUDA graph
+// (79%; the cp.async design 101.7, the second design 104.3); 128 heads 502 us (667).
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_runtime.h>
@@ -45,15 +52,15 @@ namespace {
 using namespace wgmma;
 using namespace mla_wg;
 
-constexpr int kThreads = 288;  // warpgroup 0 (S, softmax), warpgroup 1 (O), the producer warp
-constexpr uint32_t kQOff = 2 * kTileBytes;           // 147,456
-constexpr uint32_t kPOff = kQOff + kQBytes;          // 184,320: P [2 buffers][32][64] bf16, swizzled
-constexpr uint32_t kRedOff = kPOff + 2 * kPBytes;    // float [2 buffers][4 warps][16 heads] tile maxima
-constexpr uint32_t kCorrOff = kRedOff + 2 * 4 * 64;  // float [2 buffers][16] O corrections
-constexpr uint32_t kSumOff = kCorrOff + 2 * 64;      // float [4 warps][16] running sums
-constexpr uint32_t kMlOff = kSumOff + 4 * 64;        // float [16] maxima, [16] sums
-constexpr uint32_t kFlagOff = kMlOff + 2 * 64;       // int: mla_arrive_last's verdict
-constexpr uint32_t kBarOff = kFlagOff + 16;          // uint64 full[2], empty[2]
+constexpr int kThreads = 288;                // warpgroup 0 (S, softmax), warpgroup 1 (O), the producer warp
+constexpr uint32_t kQOff = 2 * kTileBytes;   // 147,456
+constexpr uint32_t kPOff = kQOff + kQBytes;  // 184,320: P [2 buffers][32][64] bf16, swizzled
+constexpr uint32_t kRedOff = kPOff + 2 * kPBytes;     // float [2 buffers][4 warps][16 heads] tile maxima
+constexpr uint32_t kCorrOff = kRedOff + 2 * 4 * 64;   // float [2 buffers][16] O corrections
+constexpr uint32_t kSumOff = kCorrOff + 2 * 64;       // float [4 warps][16] running sums
+constexpr uint32_t kMlOff = kSumOff + 4 * 64;         // float [16] maxima, [16] sums
+constexpr uint32_t kFlagOff = kMlOff + 2 * 64;        // int: mla_arrive_last's verdict
+constexpr uint32_t kBarOff = kFlagOff + 16;           // uint64 full[2], empty[2]
 constexpr uint32_t kSmemBytes = kBarOff + 32 + 1024;  // + slack to align the base to 1024 bytes
 static_assert(kOsBytes <= kTileBytes && kTcMergeFloats * 4 <= kTileBytes, "epilogue buffers fit a stage");
 static_assert(kSmemBytes <= 227 * 1024, "one block per SM");
@@ -102,7 +109,8 @@ __device__ __forceinline__ void o_step(float (&o)[kMb][16], int mb0, uint32_t st
 
 // Stages o (latent rows from 64 mb0) as hi + lo columns into o_s [16 heads][kLdO].
 template <int kMb>
-__device__ __forceinline__ void stage_o(const float (&o)[kMb][16], int mb0, float* o_s, int warp, int g, int tq) {
+__device__ __forceinline__ void stage_o(const float (&o)[kMb][16], int mb0, float* o_s, int warp, int g,
+                                        int tq) {
 #pragma unroll
   for (int jh = 0; jh < 2; ++jh)
 #pragma unroll
@@ -137,7 +145,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // the tensor map's descriptor fetch.
   if (tid == 0) {
     for (int s = 0; s < 2; ++s) {
-      tma::mbar_init(full_bar(s), 1);  // the producer's arrival (+ the tile's bytes)
+      tma::mbar_init(full_bar(s), 1);                 // the producer's arrival (+ the tile's bytes)
       tma::mbar_init(empty_bar(s), kSplitO ? 8 : 4);  // one arrival per warp that runs O
     }
     tma::mbar_init_fence();
@@ -154,25 +162,34 @@ __global__ void __launch_bounds__(kThreads, 1)
   float* const corr_s = reinterpret_cast<float*>(gbase + kCorrOff);  // [2][16]
   float* const red_sum = reinterpret_cast<float*>(gbase + kSumOff);  // [4][16]
   float* const ml_s = reinterpret_cast<float*>(gbase + kMlOff);      // [16] max, [16] sum
-  __syncthreads();  // the barriers are initialised
+  __syncthreads();                                                   // the barriers are initialised
 
   if (wg == 2) {
     // Producer: tile k into stage k % 2 once warpgroup 1 has freed it (its tile k - 2).
     if (lane == 0) {
       for (int k = 0; k < ntiles; ++k) {
         const int s = k & 1;
-        if (k >= 2) tma::mbar_wait(empty_bar(s), ((k >> 1) - 1) & 1);
         const int p0 = begin + k * kRows;
         const int subs = (min(kRows, end - p0) + box_rows - 1) / box_rows;  // boxes of rows requested
+        // The tile's cache rows, read before the wait for its stage so that the block table's latency is
+        // not between the stage freeing and the requests (a build that read it once per box ran 102.6 us
+        // against 90.4 at batch 64 x 4096).
+        int rows[kRows / 8];
+#pragma unroll
+        for (int sb = 0; sb < kRows / 8; ++sb) {
+          const int pos = p0 + sb * box_rows;
+          rows[sb] = sb < subs ? work.blocks[pos / bs] * bs + pos % bs : 0;
+        }
+        if (k >= 2) tma::mbar_wait(empty_bar(s), ((k >> 1) - 1) & 1);
         tma::mbar_arrive_expect_tx(full_bar(s), static_cast<uint32_t>(subs * box_rows * 128 * kBoxes));
         const uint32_t stage = base + static_cast<uint32_t>(s) * kTileBytes;
-        for (int sb = 0; sb < subs; ++sb) {
-          const int pos = p0 + sb * box_rows;
-          const int row = work.blocks[pos / bs] * bs + pos % bs;
+#pragma unroll
+        for (int sb = 0; sb < kRows / 8; ++sb) {
+          if (sb >= subs) break;
 #pragma unroll
           for (int j = 0; j < kBoxes; ++j)
-            tma::load_2d(stage + j * kBoxBytes + static_cast<uint32_t>(sb * box_rows) * 128, &map, j * 64, row,
-                         full_bar(s));
+            tma::load_2d(stage + j * kBoxBytes + static_cast<uint32_t>(sb * box_rows) * 128, &map, j * 64,
+                         rows[sb], full_bar(s));
         }
       }
     }
@@ -248,8 +265,8 @@ __global__ void __launch_bounds__(kThreads, 1)
           float m = rmax[h];
 #pragma unroll
           for (int w = 1; w < 4; ++w) m = fmaxf(m, rmax[w * kHeads + h]);
-          const float m_new = fmaxf(m_run[jh][e], m);         // finite: position j0 < end
-          const float corr = expf(m_run[jh][e] - m_new);      // 0 on the first tile
+          const float m_new = fmaxf(m_run[jh][e], m);     // finite: position j0 < end
+          const float corr = expf(m_run[jh][e] - m_new);  // 0 on the first tile
           corr_r[jh][e] = corr;
           if (warp == 0 && g == 0) corr_s[b * kHeads + h] = corr;
           m_run[jh][e] = m_new;
@@ -361,8 +378,9 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_function() {
 
 template <bool kSplitO>
 bool configure_instance() {
-  const bool set = cudaFuncSetAttribute(mla_wgmma_tma_kernel<kSplitO>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(kSmemBytes)) == cudaSuccess;
+  const bool set =
+      cudaFuncSetAttribute(mla_wgmma_tma_kernel<kSplitO>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(kSmemBytes)) == cudaSuccess;
   if (!set) cudaGetLastError();
   return set;
 }
@@ -414,8 +432,9 @@ void launch_attention_mla_wgmma_tma(const float* q_lat, const float* q_pe, const
       CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   DSI_CHECK(made == CUDA_SUCCESS, "attention_mla (wgmma + TMA): cuTensorMapEncodeTiled failed (", made, ")");
   const dim3 grid(static_cast<unsigned>(T * groups), static_cast<unsigned>(split.splits));
-  launch_pdl(split_o() ? mla_wgmma_tma_kernel<true> : mla_wgmma_tma_kernel<false>, grid, kThreads, kSmemBytes, map, q_lat, q_pe, plan, out, ws_acc, ws_ml,
-             arrivals, static_cast<int>(H), scale, split.splits, split.chunk, box_rows);
+  launch_pdl(split_o() ? mla_wgmma_tma_kernel<true> : mla_wgmma_tma_kernel<false>, grid, kThreads, kSmemBytes,
+             map, q_lat, q_pe, plan, out, ws_acc, ws_ml, arrivals, static_cast<int>(H), scale, split.splits,
+             split.chunk, box_rows);
   check_launch("attention_mla (tensor cores, wgmma + TMA)");
 }
 
