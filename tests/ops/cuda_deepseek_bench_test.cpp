@@ -151,18 +151,16 @@ TEST_F(CudaDeepseekOpsTest, DISABLED_BenchMlaDecode) {
                                        reinterpret_cast<uintptr_t>(q_pe.raw())));
     const int saved = cuda::mla_tile_rows(), saved_v2 = cuda::mla_kernel_v2();
     const bool saved_qp = cuda::mla_bf16_qp();
-    const int saved_groups = cuda::mla_wg_groups();
-    for (int variant = 0; variant < 14; ++variant) {
-      // tile 0: auto (the default choice; its v2x2 rows are named a32v); 64, 32: mla_tc_kernel's instances;
-      // -1, -2: the second design, 1 or 2 blocks per SM; -3: the third (wgmma) design, two warpgroups; -4:
-      // the third design's TMA instance (DSINFER_MLA_WG_GROUPS=3).
-      const int tile = std::array<int, 7>{0, 64, 32, -1, -2, -3, -4}[variant % 7];
+    for (int variant = 0; variant < 12; ++variant) {
+      // tile 0: auto (the default choice; its rows are named awg, a32v, a64 or a32 after the kernel); 64,
+      // 32: mla_tc_kernel's instances; -1, -2: the second design, 1 or 2 blocks per SM; -3: the third
+      // (wgmma, TMA) design.
+      const int tile = std::array<int, 6>{0, 64, 32, -1, -2, -3}[variant % 6];
       if ((tile == -1 || tile == -2) && !cuda::mla_tc_v2_supported()) continue;
-      if (tile <= -3 && (variant >= 7 || !cuda::mla_wgmma_supported())) continue;  // split Q and P only
+      if (tile == -3 && (variant >= 6 || !cuda::mla_wgmma_supported())) continue;  // split Q and P only
       cuda::mla_set_tile_rows(std::max(tile, 0));
-      cuda::mla_set_kernel_v2(tile == 0 ? -1 : std::min(std::max(-tile, 0), 3));
-      cuda::mla_set_wg_groups(tile == -3 ? 2 : 3);  // auto: the default (3, TMA)
-      cuda::mla_set_bf16_qp(variant >= 7);
+      cuda::mla_set_kernel_v2(tile == 0 ? -1 : std::max(-tile, 0));
+      cuda::mla_set_bf16_qp(variant >= 6);
       const cuda::MlaSplit split =
           cuda::mla_choose_split(batch, H, R, cuda::attention_max_context_bucket(ctx), true);
       const size_t ws_floats = cuda::mla_workspace_floats(batch, H, R, split);
@@ -200,7 +198,6 @@ TEST_F(CudaDeepseekOpsTest, DISABLED_BenchMlaDecode) {
                                      : tile == -1 ? std::string("v2")
                                      : tile == -2 ? std::string("v2x2")
                                      : tile == -3 ? std::string("wg")
-                                     : tile == -4 ? std::string("wg3")
                                                   : std::to_string(tile)) +
                                     (split.bf16_qp ? "b" : "");
       const double gbs = bytes / (graph_us * 1e-6) / 1e9;
@@ -212,7 +209,6 @@ TEST_F(CudaDeepseekOpsTest, DISABLED_BenchMlaDecode) {
     cuda::mla_set_kernel_v2(saved_v2);
     cuda::mla_set_tile_rows(saved);
     cuda::mla_set_bf16_qp(saved_qp);
-    cuda::mla_set_wg_groups(saved_groups);
   }
 }
 

@@ -70,8 +70,7 @@ std::vector<Tensor> check_mla(CudaDeepseekOpsTest* test, int64_t H, int64_t R, i
 
 // Runs body() once per tensor-core instance (forced 64-row tiles, one block per SM; forced 32-row tiles,
 // two; on Hopper the second design, DSINFER_MLA_KERNEL=v2 and v2x2: 32-row tiles, one and two blocks per
-// SM, and the third, DSINFER_MLA_KERNEL=wg: 64-row tiles, with two warpgroups and as the TMA instance,
-// DSINFER_MLA_WG_GROUPS=3), then restores the automatic choice.
+// SM, and the third, DSINFER_MLA_KERNEL=wg: 64-row tiles by TMA), then restores the automatic choice.
 template <class Fn>
 void for_each_tile_rows(Fn&& body) {
   const int saved = cuda::mla_tile_rows(), saved_v2 = cuda::mla_kernel_v2();
@@ -92,14 +91,9 @@ void for_each_tile_rows(Fn&& body) {
     std::printf("for_each_tile_rows: the v2 MLA kernel needs the Hopper path; not run\n");
   }
   if (cuda::mla_wgmma_supported()) {
-    const int saved_groups = cuda::mla_wg_groups();
+    SCOPED_TRACE("kernel wg");
     cuda::mla_set_kernel_v2(3);
-    for (int groups : {2, 3}) {
-      SCOPED_TRACE("kernel wg, groups " + std::to_string(groups));
-      cuda::mla_set_wg_groups(groups);
-      body(64);
-    }
-    cuda::mla_set_wg_groups(saved_groups);
+    body(64);
   } else {
     std::printf("for_each_tile_rows: the wgmma MLA kernel needs the Hopper path; not run\n");
   }
@@ -260,23 +254,20 @@ TEST_F(CudaDeepseekOpsTest, MlaDecodeTensorCoreEdgesMatchCpu) {
 }
 
 TEST_F(CudaDeepseekOpsTest, MlaDecodeWgTmaBlockSizesMatchCpu) {
-  // The wgmma design's instances over cache block sizes 8 .. 128 (the TMA instance requests boxes of
-  // min(block size, 64) rows), with NaN in every slot no sequence holds: a last tile's rows past the end must
-  // neither be read as values nor reach the output. Contexts around the tile edges, H 16 and 128.
+  // The third design over cache block sizes 8 .. 128 (TMA boxes of min(block size, 64) rows) and, for block
+  // sizes the boxes do not fit (12, 48, 100), the first design's 64-row instance in its place, with NaN in
+  // every slot no sequence holds: a last tile's rows past the end must neither be read as values nor reach
+  // the output. Contexts around the tile edges, H 16 and 128.
   if (!cuda::mla_wgmma_supported()) GTEST_SKIP() << "the wgmma MLA kernel needs the Hopper path";
-  const int saved_v2 = cuda::mla_kernel_v2(), saved_groups = cuda::mla_wg_groups();
+  const int saved_v2 = cuda::mla_kernel_v2();
   cuda::mla_set_kernel_v2(3);
   const std::vector<std::pair<int32_t, int32_t>> seqs = {{0, 1},   {62, 1},  {63, 1},   {64, 1},
                                                          {100, 1}, {127, 1}, {1000, 1}, {2500, 1}};
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  for (int groups : {2, 3}) {
-    cuda::mla_set_wg_groups(groups);
-    for (int32_t bs : {8, 16, 32, 64, 128}) {
-      SCOPED_TRACE("groups " + std::to_string(groups) + " block size " + std::to_string(bs));
-      for (int64_t H : {16, 128}) check_mla(this, H, 512, 64, seqs, 1e-5, -1.0, bs, nan);
-    }
+  for (int32_t bs : {8, 16, 32, 64, 128, 12, 48, 100}) {
+    SCOPED_TRACE("block size " + std::to_string(bs));
+    for (int64_t H : {16, 128}) check_mla(this, H, 512, 64, seqs, 1e-5, -1.0, bs, nan);
   }
-  cuda::mla_set_wg_groups(saved_groups);
   cuda::mla_set_kernel_v2(saved_v2);
 }
 

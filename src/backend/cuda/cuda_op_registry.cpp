@@ -70,8 +70,7 @@ const std::vector<CudaOpSupport>& cuda_op_support() {
        {"launch_attention_mla (CUDA cores; tensor cores for a bf16 cache with R 512, P 64)",
         "launch_attention_mla_tc",
         "launch_attention_mla_wgmma_tma (decode: one wave, 8+ tiles per block or 64+ heads)",
-        "launch_attention_mla_tc_v2 (other large batches)",
-        "launch_attention_mla_wgmma (DSINFER_MLA_WG_GROUPS=1|2)", "launch_attention_mla_prefill"},
+        "launch_attention_mla_tc_v2 (other large batches)", "launch_attention_mla_prefill"},
        {},
        ""},
       // decode sizes with a split merged by the combine kernel: the merge + W_UV kernel in its place

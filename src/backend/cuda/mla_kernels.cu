@@ -506,9 +506,12 @@ bool launch_attention_mla(const float* q_lat, const float* q_pe, const void* cac
     DSI_CHECK(mla_tc_supported(R, P, cache_bf16, reinterpret_cast<uintptr_t>(cache),
                                reinterpret_cast<uintptr_t>(q_lat), reinterpret_cast<uintptr_t>(q_pe)),
               "attention_mla: a tensor-core split for a launch the tensor-core kernel does not take");
-    if (split.wgmma)
-      launch_attention_mla_wgmma(q_lat, q_pe, static_cast<const uint16_t*>(cache), plan, out, p.ws_acc,
-                                 p.ws_ml, arrivals, T, H, scale, split);
+    if (split.wgmma && mla_wgmma_tma_usable(plan, reinterpret_cast<uintptr_t>(cache)))
+      launch_attention_mla_wgmma_tma(q_lat, q_pe, static_cast<const uint16_t*>(cache), plan, out, p.ws_acc,
+                                     p.ws_ml, arrivals, T, H, scale, split);
+    else if (split.wgmma)  // block sizes the TMA boxes do not fit: the first design over the same split
+      launch_attention_mla_tc(q_lat, q_pe, static_cast<const uint16_t*>(cache), plan, out, p.ws_acc, p.ws_ml,
+                              arrivals, T, H, scale, split);
     else if (split.v2_blocks > 0)
       launch_attention_mla_tc_v2(q_lat, q_pe, static_cast<const uint16_t*>(cache), plan, out, p.ws_acc,
                                  p.ws_ml, arrivals, T, H, scale, split);

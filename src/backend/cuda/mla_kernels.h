@@ -38,7 +38,7 @@ struct MlaSplit {
   // Tensor cores: 0 runs mla_tc_kernel (the instance of tile_rows); 1 or 2 the second design
   // (mla_tc_v2_kernels.cu, Hopper, tile_rows 32) with that many resident blocks per SM.
   int v2_blocks = 0;
-  // Tensor cores: run the third design (mla_wgmma_kernels.cu, Hopper, tile_rows 64, one block per SM).
+  // Tensor cores: run the third design (mla_wgmma_tma_kernels.cu, Hopper, tile_rows 64, one block per SM).
   bool wgmma = false;
 };
 
@@ -138,22 +138,14 @@ void launch_attention_mla_tc(const float* q_lat, const float* q_pe, const uint16
 // merge as launch_attention_mla_tc, 32-row tiles by bulk copies (split.v2_blocks 1: five stages, one block
 // per SM; 2: two stages, two blocks per SM). Needs the Hopper path (sm_90a: cp.async.bulk, mbarriers).
 bool mla_tc_v2_supported();
-// The third tensor-core design (mla_wgmma_kernels.cu): the same cache shape, alignment, outputs and fused
-// merge as launch_attention_mla_tc; 64-row tiles, two consumer warpgroups per block by default
-// (DSINFER_MLA_WG_GROUPS), one block per SM (split.wgmma, tile_rows 64). Needs the Hopper path (sm_90a:
-// wgmma).
+// The third tensor-core design (mla_wgmma_tma_kernels.cu: warpgroup MMAs, TMA tiles, a producer warp): the
+// same cache shape, alignment, outputs and fused merge as launch_attention_mla_tc; 64-row tiles, one block
+// per SM (split.wgmma, tile_rows 64). Needs the Hopper path (sm_90a: wgmma). launch_attention_mla runs it
+// when mla_wgmma_tma_usable, else the first design's 64-row instance over the same split.
 bool mla_wgmma_supported();
-void launch_attention_mla_wgmma(const float* q_lat, const float* q_pe, const uint16_t* cache,
-                                const MlaPlanView& plan, float* out, float* ws_acc, float* ws_ml,
-                                int* arrivals, int64_t T, int64_t H, float scale, const MlaSplit& split);
-// DSINFER_MLA_WG_GROUPS (read once): the third design's instance, 1 or 2 consumer warpgroups (cp.async tiles)
-// or 3 (TMA tiles, a producer warp, two warpgroups splitting each tile's work: mla_wgmma_tma_kernels.cu);
-// default 3. The setter is for tests and benchmarks only (between steps, never during a capture).
-int mla_wg_groups();
-void mla_set_wg_groups(int groups);
-// Whether the TMA instance takes launches over this plan and cache: block size a multiple of 8 that divides
-// 64 or is a multiple of it, plan.cache_rows known (< 2^31), a 16-byte aligned cache, the Hopper path and
-// the driver's tensor-map encoder. Otherwise DSINFER_MLA_WG_GROUPS=3 runs the two-warpgroup instance.
+// Whether the TMA design takes launches over this plan and cache: block size a multiple of 8 that divides 64
+// or is a multiple of it, plan.cache_rows known (< 2^31), a 16-byte aligned cache, the Hopper path and the
+// driver's tensor-map encoder.
 bool mla_wgmma_tma_usable(const MlaPlanView& plan, uintptr_t cache);
 void launch_attention_mla_wgmma_tma(const float* q_lat, const float* q_pe, const uint16_t* cache,
                                     const MlaPlanView& plan, float* out, float* ws_acc, float* ws_ml,

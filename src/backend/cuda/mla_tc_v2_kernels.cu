@@ -31,6 +31,7 @@
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda/runtime.h"
 #include "backend/cuda/stream.h"
+#include "backend/cuda/tma_common.cuh"
 #include "core/error.h"
 
 namespace dsinfer::cuda {
@@ -72,49 +73,11 @@ using frag::ldmatrix_a;
 
 }  // namespace
 
-// ---- mbarrier and bulk-copy primitives (sm_90; empty elsewhere: the kernel is never launched there) ----
+// ---- the proxy fence and bulk copy (sm_90; empty elsewhere: the kernel is never launched there); the
+// mbarriers are tma_common.cuh's ----
 namespace mla_v2 {
 
 using frag::smem_addr;
-
-__device__ __forceinline__ void mbar_init(uint64_t* bar, unsigned count) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count) : "memory");
-#endif
-}
-
-// Makes the initialised mbarriers visible to the async proxy (the bulk copies' completions).
-__device__ __forceinline__ void mbar_init_fence() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-#endif
-}
-
-// Arrives on `bar` (its one expected arrival) and adds `bytes` to the transaction count of its phase.
-__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes)
-               : "memory");
-#endif
-}
-
-// Waits until the phase of `bar` with parity `parity` has completed.
-__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  uint32_t done = 0;
-  do {
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-        "selp.u32 %0, 1, 0, p;\n"
-        "}\n"
-        : "=r"(done)
-        : "r"(smem_addr(bar)), "r"(parity)
-        : "memory");
-  } while (!done);
-#endif
-}
 
 // Orders this thread's earlier generic-proxy accesses of shared memory before later async-proxy ones.
 __device__ __forceinline__ void fence_proxy_async() {
@@ -168,15 +131,15 @@ __global__ void __launch_bounds__(kThreads, kBlocks)
   // Warp 0: tile it into stage it % KS, one row per lane.
   auto issue = [&](int it, const uint16_t* src) {
     const int st = it % KS;
-    if (lane == 0) mbar_arrive_expect_tx(&sm.full[st], kTileBytes);
+    if (lane == 0) tma::mbar_arrive_expect_tx(smem_addr(&sm.full[st]), kTileBytes);
     __syncwarp();
     bulk_copy(sm.k[st] + lane * kLdK, src, kRowBytes, &sm.full[st]);
   };
 
   if (tid == 0) {
 #pragma unroll
-    for (int s = 0; s < KS; ++s) mbar_init(&sm.full[s], 1);
-    mbar_init_fence();
+    for (int s = 0; s < KS; ++s) tma::mbar_init(smem_addr(&sm.full[s]), 1);
+    tma::mbar_init_fence();
   }
   __syncthreads();
   if (warp == 0) {
@@ -301,7 +264,7 @@ __global__ void __launch_bounds__(kThreads, kBlocks)
   };
   // Tile it's stage once its bytes have landed.
   auto wait_tile = [&](int it) -> const __nv_bfloat16* {
-    mbar_wait(&sm.full[it % KS], static_cast<uint32_t>(it / KS) & 1u);
+    tma::mbar_wait(smem_addr(&sm.full[it % KS]), static_cast<uint32_t>(it / KS) & 1u);
     return sm.k[it % KS];
   };
   // Tile it's scores are in red: barrier A (every warp is also done with tile it - 1: its stage, P and c),

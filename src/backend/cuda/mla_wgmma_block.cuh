@@ -1,6 +1,5 @@
-// Pieces the two warpgroup-MMA MLA decode kernels share (mla_wgmma_kernels.cu: cp.async tiles;
-// mla_wgmma_tma_kernels.cu: TMA tiles and a producer warp), so both stage the same queries and finish with
-// the same bits: the tile geometry (64 cached rows x 576 values as 9 boxes of [64 rows][64 values] in the
+// Block-level pieces of the warpgroup-MMA MLA decode kernel (mla_wgmma_tma_kernels.cu), kept apart from its
+// warp roles: the tile geometry (64 cached rows x 576 values as 9 boxes of [64 rows][64 values] in the
 // 128-byte-swizzle layout), the queries staged as bf16 hi + lo parts, and the epilogue that writes one
 // block's outputs or partial state (and runs the fused merge in the last split block to arrive).
 #pragma once

@@ -1,15 +1,23 @@
-// Tensor-core MLA decode, third design with TMA tiles and warp specialisation (Hopper only; the default
-// where mla_choose_split picks the third design, DSINFER_MLA_WG_GROUPS=3). The same blocks, split, transposed
-// products, bf16 hi + lo precision and epilogue as mla_wgmma_kernels.cu (whose header comment explains the
-// products), arranged so that a tile's loads start the moment its stage is free and the tile's compute is
-// split in two:
-//   - a producer warp (threads 256-287; one thread issues) requests each 64-row tile of cached rows by TMA
-//     (a CUtensorMap of the cache as [rows, 576] bf16, boxes of 64 values x min(block size, 64) rows in the
-//     128-byte-swizzle layout) into one of two stages, on a `full` mbarrier per stage (arrival + the tile's
-//     bytes), after the stage's `empty` mbarrier says its previous tile is consumed;
-//   - warpgroup 0 computes S^T [64 positions, 32] = K [Q_hi; Q_lo]^T (36 wgmma m64n32k16), the online
-//     softmax, the correction factors and P^T [32][64] (bf16 hi + lo) into one of two P buffers, then hands
-//     them over (named barrier P_full[b]) and goes on to the next tile's S;
+// Tensor-core MLA decode, third design (Hopper only): warpgroup MMAs, TMA tiles and warp specialisation. The
+// blocks, split and partial states of mla_tc_kernels.cu (one block per (query token, split of its context,
+// group of 16 heads), fused merge by the last split to arrive), computed on transposed products so that the
+// 16 heads are the MMA's N and 64 cached positions its M (no padding of 16 heads to 64 rows):
+//   S^T [64 positions, 32] = K [64, 576] [Q_hi; Q_lo]^T      (36 x wgmma m64n32k16, A K-major)
+//   O^T [512, 32]         += V^T [512, 64] [P_hi; P_lo]^T    (8 M tiles x 4 k16 steps, A MN-major)
+// Columns 0-15 of both are the heads' bf16 hi parts, 16-31 their lo parts (the fp32 queries and
+// probabilities as bf16 hi + lo; there is no bf16-only variant): a head's value is the sum of its two
+// columns, so only the cache's rounding remains. A 64-row tile (73,728 bytes) lands as 9 boxes of [64
+// rows][64 values] in the 128-byte-swizzle layout (wgmma_common.cuh): box b is K's columns [64b, 64b + 64)
+// for S and, for b < 8, V's latent columns [64b, 64b + 64) read MN-major for O. The work is split across
+// warps:
+//   - a producer warp (threads 256-287; one thread issues) requests each tile by TMA (a CUtensorMap of the
+//     cache as [rows, 576] bf16, boxes of 64 values x min(block size, 64) rows) into one of two stages, on a
+//     `full` mbarrier per stage (arrival + the tile's bytes), after the stage's `empty` mbarrier says its
+//     previous tile is consumed; it reads the tile's block-table entries before that wait;
+//   - warpgroup 0 computes S^T, the heads' tile maxima (shuffles, then shared memory across its 4 warps), the
+//     online softmax (each thread keeps the running sum of its own positions, summed at the end), the
+//     correction factors and P^T [32][64] (bf16 hi + lo) into one of two P buffers, then hands them over
+//     (named barrier P_full[b]) and goes on to the next tile's S;
 //   - warpgroup 1 holds O^T [512, 32] (8 M tiles x 16 registers), rescales it by the corrections where a
 //     maximum moved, runs O^T += V^T [P_hi; P_lo]^T (32 wgmma) and frees P (P_empty[b]) and the stage
 //     (DSINFER_MLA_WG_SPLIT_O=1: warpgroup 0 runs half of O after handing P over; measured no faster).
@@ -23,9 +31,9 @@
 // flag and the four mbarriers: ~190 KiB, one block per SM. After the last tile stage 0 holds the staged
 // outputs and stage 1 the fused merge's weights.
 //
-// Measured on the H200 (docs/benchmarks.md, 2026-12-01 afternoon), batch 64 x 4096 x 16 heads: 84.8-87.7 us
-// per kernel (ncu), 82% of the copy bandwidth; 90.1-90.6 us per call replayed back to back in a CUDA graph
-// (79%; the cp.async design 101.7, the second design 104.3); 128 heads 502 us (667).
+// Measured on the H200 (docs/benchmarks.md, tenth session), batch 64 x 4096 x 16 heads: 84.8-87.7 us per
+// kernel (ncu), 82% of the copy bandwidth; 90.1-90.6 us per call replayed back to back in a CUDA graph (79%;
+// the second design 104.3, this design's earlier cp.async instances 101.7); 128 heads 502 us (667).
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_runtime.h>
@@ -404,11 +412,17 @@ int box_rows_for(int64_t block_size) {
 
 }  // namespace
 
+bool mla_wgmma_supported() {
+  // wgmma: the sm_90a cubin only. Configured once, outside any capture; false without a GPU.
+  static const bool ok = device_available() && arch_path() == ArchPath::kHopper && configured();
+  return ok;
+}
+
 bool mla_wgmma_tma_usable(const MlaPlanView& plan, uintptr_t cache) {
   const int64_t bs = plan.block_size;
   const bool shape = bs >= 8 && bs % 8 == 0 && (bs % kRows == 0 || kRows % bs == 0) && plan.cache_rows > 0 &&
                      plan.cache_rows < (int64_t{1} << 31) && cache % 16 == 0;
-  return shape && mla_wgmma_supported() && encode_function() != nullptr && configured();
+  return shape && mla_wgmma_supported() && encode_function() != nullptr;
 }
 
 void launch_attention_mla_wgmma_tma(const float* q_lat, const float* q_pe, const uint16_t* cache,

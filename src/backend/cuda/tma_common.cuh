@@ -1,62 +1,46 @@
-// Hopper asynchronous-copy plumbing for producer / consumer kernels (mla_wgmma_tma_kernels.cu): shared-memory
-// mbarriers (init, arrive, arrive with an expected byte count, parity wait), tensor-memory-access (TMA) tile
-// loads that complete on an mbarrier, and named barriers between warpgroups. The instructions exist in the
-// sm_90a cubin only (DSINFER_WGMMA, wgmma_common.cuh); elsewhere they trap, and the host launches the kernels
-// that use them only on the Hopper path.
+// Hopper asynchronous-copy plumbing for producer / consumer kernels (mla_wgmma_tma_kernels.cu,
+// mla_tc_v2_kernels.cu): shared-memory mbarriers at shared byte addresses (init, arrive, arrive with an
+// expected byte count, parity wait), tensor-memory-access (TMA) tile loads that complete on an mbarrier, and
+// named barriers between warpgroups. The mbarrier and TMA instructions need sm_90; elsewhere they compile to
+// nothing (the host launches the kernels that use them only on the Hopper path).
 #pragma once
 
 #include <cstdint>
-
-#include "backend/cuda/wgmma_common.cuh"
 
 namespace dsinfer::cuda::tma {
 
 // mbarrier at shared byte address bar expecting `count` arrivals per phase.
 __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
-#ifdef DSINFER_WGMMA
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-#else
-  (void)bar;
-  (void)count;
-  __trap();
 #endif
 }
 
-// Makes the initialised mbarriers visible to the other threads and to the async proxy (the TMA unit); the
-// block synchronises after it.
+// Makes the initialised mbarriers visible to the async proxy (the copy engine's completions); the block
+// synchronises after it.
 __device__ __forceinline__ void mbar_init_fence() {
-#ifdef DSINFER_WGMMA
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-#else
-  __trap();
 #endif
 }
 
 // One arrival that also raises the phase's expected transaction bytes by `bytes` (the TMA loads it waits
 // for).
 __device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
-#ifdef DSINFER_WGMMA
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-#else
-  (void)bar;
-  (void)bytes;
-  __trap();
 #endif
 }
 
 __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-#ifdef DSINFER_WGMMA
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-#else
-  (void)bar;
-  __trap();
 #endif
 }
 
 // Waits until the phase of parity `parity` has completed (its arrivals and transaction bytes).
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-#ifdef DSINFER_WGMMA
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   uint32_t done = 0;
   do {
     asm volatile(
@@ -69,39 +53,25 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
         : "r"(bar), "r"(parity)
         : "memory");
   } while (!done);
-#else
-  (void)bar;
-  (void)parity;
-  __trap();
 #endif
 }
 
 // TMA load of the 2-D box at element coordinates (x = column, y = row) of the tensor map `map` (a
 // __grid_constant__ kernel parameter) into shared byte address dst; completes `bar`'s transaction bytes.
 __device__ __forceinline__ void load_2d(uint32_t dst, const void* map, int x, int y, uint32_t bar) {
-#ifdef DSINFER_WGMMA
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile(
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
       "[%4];\n" ::"r"(dst),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(bar)
       : "memory");
-#else
-  (void)dst;
-  (void)map;
-  (void)x;
-  (void)y;
-  (void)bar;
-  __trap();
 #endif
 }
 
 // Fetches the tensor map's descriptor (a __grid_constant__ kernel parameter) ahead of the first load.
 __device__ __forceinline__ void prefetch_map(const void* map) {
-#ifdef DSINFER_WGMMA
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
-#else
-  (void)map;
-  __trap();
 #endif
 }
 

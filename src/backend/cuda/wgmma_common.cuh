@@ -1,9 +1,9 @@
 // Hopper warpgroup MMA (wgmma) building blocks shared by the kernels that use it (moe_wgmma_kernels.cu,
-// mla_wgmma_kernels.cu): the cp.async copies and swizzled offsets that fill their tiles, shared-memory matrix
-// descriptors of the 128-byte-swizzle layouts (K-major and MN-major), the fence / commit / wait instructions,
-// and the m64n128k16 and m64n32k16 bf16 MMAs with fp32 accumulators. The instructions exist in the sm_90a
-// cubin only (DSINFER_WGMMA); elsewhere they trap, and the host launches these kernels only on the Hopper
-// path.
+// mla_wgmma_tma_kernels.cu): the cp.async copies and swizzled offsets that fill their tiles, shared-memory
+// matrix descriptors of the 128-byte-swizzle layouts (K-major and MN-major), the fence / commit / wait
+// instructions, and the m64n128k16 and m64n32k16 bf16 MMAs with fp32 accumulators. The instructions exist in
+// the sm_90a cubin only (DSINFER_WGMMA); elsewhere they trap, and the host launches these kernels only on the
+// Hopper path.
 //
 // The 128-byte-swizzle layout: rows of 128 bytes (64 bf16), 16-byte chunk c of row r at c ^ (r % 8), atoms of
 // 8 rows (1024 bytes, 1024-byte aligned). Read K-major (rows = M or N, 64 K values per row) or MN-major (rows
