@@ -157,6 +157,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       tma::mbar_init(empty_bar(s), kSplitO ? 8 : 4);  // one arrival per warp that runs O
     }
     tma::mbar_init_fence();
+    fence_proxy_async();  // and to the async proxy (the TMA unit), as in the first run's build
   }
   if (tid == 256) tma::prefetch_map(&map);
   pdl_wait();  // the cache row of this step and the queries come from the kernels before
@@ -193,11 +194,12 @@ __global__ void __launch_bounds__(kThreads, 1)
         const uint32_t stage = base + static_cast<uint32_t>(s) * kTileBytes;
 #pragma unroll
         for (int sb = 0; sb < kRows / 8; ++sb) {
-          if (sb >= subs) break;
+          if (sb < subs) {
 #pragma unroll
-          for (int j = 0; j < kBoxes; ++j)
-            tma::load_2d(stage + j * kBoxBytes + static_cast<uint32_t>(sb * box_rows) * 128, &map, j * 64,
-                         rows[sb], full_bar(s));
+            for (int j = 0; j < kBoxes; ++j)
+              tma::load_2d(stage + j * kBoxBytes + static_cast<uint32_t>(sb * box_rows) * 128, &map, j * 64,
+                           rows[sb], full_bar(s));
+          }
         }
       }
     }
