@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Every GPU correctness check in one command, for the GPU machine (built binaries carried there): the CUDA op
+# tests, `eval golden --device cuda` on every fixture model the CUDA backend covers (the others are reported
+# as not covered), batched vs one-at-a-time agreement on the dense and DeepSeek fixtures, and, where PyTorch
+# and transformers are present, the MLA golden at V2-Lite's attention shape (scripts/gpu_mla512_golden.sh).
+# Logs go to LOG_DIR (default $OUT, else gpu-check-logs); a table of results is printed last. Exits non-zero
+# when any check fails.
+# Usage: scripts/gpu_check.sh [DSINFER] [CUDA_DEVICE_TESTS] [LOG_DIR]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+bin=${1:-build/dsinfer}
+tests=${2:-build/tests/cuda_device_tests}
+logs=${3:-${OUT:-gpu-check-logs}}
+mkdir -p "$logs"
+results=()
+failed=0
+
+# record NAME STATUS DETAIL
+record() {
+  results+=("$(printf '%-44s %-12s %s' "$1" "$2" "$3")")
+  if [ "$2" = FAIL ]; then failed=1; fi
+}
+
+if [ -x "$tests" ]; then
+  timeout 900 "$tests" > "$logs/cuda_device_tests.log" 2>&1
+  rc=$?
+  summary=$(grep -E '^\[  (PASSED|FAILED)  \]' "$logs/cuda_device_tests.log" | tr '\n' ' ')
+  if [ $rc -eq 0 ]; then record cuda_device_tests PASS "$summary"; else record cuda_device_tests FAIL "rc $rc $summary"; fi
+else
+  record cuda_device_tests FAIL "no executable at $tests"
+fi
+
+for dir in tests/data/models/*/; do
+  model=$(basename "$dir")
+  [ -f "$dir/golden.safetensors" ] || continue
+  log="$logs/golden_$model.log"
+  timeout 300 "$bin" eval golden --device cuda --model "$dir" > "$log" 2>&1
+  rc=$?
+  verdict=$(grep -E '^(PASS|FAIL)' "$log" | head -1 | cut -c1-60)
+  if [ $rc -eq 0 ]; then
+    record "golden $model" PASS "$verdict"
+  elif grep -q 'the CUDA backend has no kernels yet' "$log"; then
+    record "golden $model" "not covered" "$(grep -o 'for these ops of [^(]*' "$log" | head -1 | cut -c1-80)"
+  else
+    record "golden $model" FAIL "rc $rc ${verdict:-$(grep -m1 -i 'error' "$log" | cut -c1-70)}"
+  fi
+done
+
+for model in tiny-llama tiny-qwen2 tiny-deepseek-v2 tiny-deepseek-v3; do
+  log="$logs/agreement_$model.log"
+  timeout 300 "$bin" eval batch-agreement --device cuda --model "tests/data/models/$model" --prompts 32 \
+    --max-tokens 16 --prompt-len 100 > "$log" 2>&1
+  rc=$?
+  line=$(grep -E 'agreement' "$log" | tail -1 | sed 's/.*: //' | cut -c1-80)
+  if [ $rc -eq 0 ]; then
+    record "agreement $model" PASS "$line"
+  else
+    record "agreement $model" FAIL "rc $rc ${line:-$(grep -m1 -i 'error' "$log" | cut -c1-70)}"
+  fi
+done
+
+if python3 -c 'import torch, transformers' > /dev/null 2>&1; then
+  DSINFER_BIN="$bin" timeout 600 bash scripts/gpu_mla512_golden.sh "${TMPDIR:-/tmp}/dsinfer-mla512" \
+    > "$logs/golden_mla512.log" 2>&1
+  rc=$?
+  verdict=$(grep -E '^(PASS|FAIL)' "$logs/golden_mla512.log" | head -1 | cut -c1-60)
+  if [ $rc -eq 0 ]; then record "golden V2-Lite attention shape" PASS "$verdict"; else record "golden V2-Lite attention shape" FAIL "rc $rc $verdict"; fi
+else
+  record "golden V2-Lite attention shape" skipped "no PyTorch + transformers here"
+fi
+
+printf '\n%-44s %-12s %s\n' check result detail
+printf '%s\n' "${results[@]}"
+exit $failed
