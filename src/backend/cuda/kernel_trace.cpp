@@ -1,5 +1,6 @@
 // Kernel trace through CUPTI's activity API (see kernel_trace.h). CUPTI hands back buffers of kernel
-// records (start/end on the GPU's clock); they are summed per kernel name and written at process exit.
+// records (start/end on the GPU's clock); they are summed per kernel name, kept (up to kMaxSpans) for the
+// timeline attribution (kernel_timeline.h), and written at process exit.
 #include "backend/cuda/kernel_trace.h"
 
 #include <cupti_activity.h>
@@ -15,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/kernel_timeline.h"
 #include "core/log.h"
 
 namespace dsinfer::cuda {
@@ -36,8 +38,13 @@ struct TraceState {
   NextFn next = nullptr;
   std::mutex mu;
   std::map<std::string, KernelTotal> totals;  // by demangled name
+  std::map<std::string, uint32_t> ids;        // name -> index into the spans' names
+  std::vector<KernelSpan> spans;              // the first kMaxSpans kernels
+  uint64_t dropped = 0;                       // kernels past kMaxSpans
   uint64_t first_start = UINT64_MAX, last_end = 0;
 };
+
+constexpr size_t kMaxSpans = size_t{1} << 22;  // 4M kernels, 64 MiB
 
 TraceState* g_trace = nullptr;
 
@@ -67,9 +74,16 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
       if (record->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && record->kind != CUPTI_ACTIVITY_KIND_KERNEL)
         continue;
       const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
-      KernelTotal& total = t->totals[demangle(k->name)];
+      const std::string name = demangle(k->name);
+      KernelTotal& total = t->totals[name];
       total.ns += k->end - k->start;
       total.count += 1;
+      if (t->spans.size() < kMaxSpans) {
+        const auto id = t->ids.emplace(name, static_cast<uint32_t>(t->ids.size())).first->second;
+        t->spans.push_back({k->start, k->end, id});
+      } else {
+        ++t->dropped;
+      }
       t->first_start = std::min<uint64_t>(t->first_start, k->start);
       t->last_end = std::max<uint64_t>(t->last_end, k->end);
     }
@@ -94,15 +108,27 @@ void write_trace() {
     log_warn("DSINFER_KERNEL_TRACE: cannot write ", t->path);
     return;
   }
+  // The timeline attribution: what each kernel adds to the busy timeline, and the idle time before it.
+  std::vector<KernelWall> walls(t->ids.size());
+  if (!t->spans.empty()) walls = attribute_timeline(std::move(t->spans), t->ids.size());
+  uint64_t all_wall = 0, all_idle = 0;
+  for (const KernelWall& w : walls) all_wall += w.wall_ns, all_idle += w.idle_before_ns;
   const double span_us = t->last_end > t->first_start ? (t->last_end - t->first_start) / 1e3 : 0.0;
   std::fprintf(f, "# kernel time %.1f us in %llu launches over a span of %.1f us\n", all / 1e3,
                static_cast<unsigned long long>(launches), span_us);
-  std::fprintf(f, "# total_us\tlaunches\tmean_us\tshare\tkernel\n");
+  std::fprintf(
+      f,
+      "# timeline: %.1f us with a kernel running (wall: what each kernel adds to it, overlaps counted "
+      "once), %.1f us idle%s\n",
+      all_wall / 1e3, all_idle / 1e3, t->dropped ? " (only the first 4M kernels attributed)" : "");
+  std::fprintf(f, "# total_us\tlaunches\tmean_us\tshare\twall_us\tidle_before_us\tkernel\n");
   for (const auto& [name, total] : rows) {
-    std::fprintf(f, "%.1f\t%llu\t%.2f\t%.1f%%\t%s\n", total.ns / 1e3,
+    const auto id = t->ids.find(name);
+    const KernelWall w = id == t->ids.end() ? KernelWall{} : walls[id->second];
+    std::fprintf(f, "%.1f\t%llu\t%.2f\t%.1f%%\t%.1f\t%.1f\t%s\n", total.ns / 1e3,
                  static_cast<unsigned long long>(total.count),
                  total.ns / 1e3 / static_cast<double>(total.count), all ? 100.0 * total.ns / all : 0.0,
-                 name.substr(0, 160).c_str());
+                 w.wall_ns / 1e3, w.idle_before_ns / 1e3, name.substr(0, 160).c_str());
   }
   std::fclose(f);
 }

@@ -1,6 +1,8 @@
 // Kernel trace: with DSINFER_KERNEL_TRACE=FILE set, every kernel the process runs on the GPU (also the
 // kernel nodes of replayed CUDA graphs) is timed by CUPTI's activity API at the GPU's own clocks, and at exit
-// FILE receives one line per kernel name: total microseconds, launches, mean, share of all kernel time.
+// FILE receives one line per kernel name: total microseconds, launches, mean, share of all kernel time, and
+// its share of the timeline where kernels overlap (programmatic dependent launch): the time its kernels added
+// to the busy timeline and the idle time just before them (kernel_timeline.h).
 // CUPTI is loaded at run time (dlopen); without it the trace is off with a warning, nothing else changes.
 #pragma once
 
