@@ -5,13 +5,18 @@
 # and transformers are present, the MLA golden at V2-Lite's attention shape (scripts/gpu_mla512_golden.sh).
 # Logs go to LOG_DIR (default $OUT, else gpu-check-logs); a table of results is printed last. Exits non-zero
 # when any check fails.
-# Usage: scripts/gpu_check.sh [DSINFER] [CUDA_DEVICE_TESTS] [LOG_DIR]
+# Usage: scripts/gpu_check.sh [DSINFER] [CUDA_DEVICE_TESTS] [LOG_DIR] (defaults: build/dsinfer from
+# scripts/build.sh, build/tests/cuda_device_tests, built here when missing)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bin=${1:-build/dsinfer}
 tests=${2:-build/tests/cuda_device_tests}
 logs=${3:-${OUT:-gpu-check-logs}}
 mkdir -p "$logs"
+# The CUDA test binary is built on request (it holds every CUDA test, to carry one file to a GPU machine).
+if [ $# -lt 2 ] && [ ! -x "$tests" ] && [ -f build/build.ninja ]; then
+  cmake --build build --target cuda_device_tests > "$logs/build_cuda_device_tests.log" 2>&1
+fi
 results=()
 failed=0
 
