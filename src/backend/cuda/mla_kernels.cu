@@ -368,12 +368,13 @@ MlaSplit mla_choose_split(int64_t T, int64_t H, int64_t R, int64_t max_ctx, bool
     const int64_t blocks = next_pow2(T) * ((H + kTcHeads - 1) / kTcHeads);
     // The second design forced (DSINFER_MLA_KERNEL=v2|v2x2, Hopper): 32-row tiles, its own blocks per SM,
     // the same split cost model.
-    // The third design forced (DSINFER_MLA_KERNEL=wg, Hopper): 64-row tiles, one block per SM.
-    if (mla_kernel_v2() == 3 && mla_wgmma_supported()) {
-      MlaSplit s3 = tc_split(blocks, max_ctx, 64, kTcSMs);
-      s3.wgmma = true;
-      return s3;
-    }
+    // The third design's plan (Hopper): 64-row tiles, one block per SM.
+    auto wgmma_plan = [&] {
+      MlaSplit w = tc_split(blocks, max_ctx, 64, kTcSMs);
+      w.wgmma = true;
+      return w;
+    };
+    if (mla_kernel_v2() == 3 && mla_wgmma_supported()) return wgmma_plan();  // DSINFER_MLA_KERNEL=wg
     if (const int v2 = mla_kernel_v2(); v2 > 0 && v2 < 3 && mla_tc_v2_supported()) {
       MlaSplit s2 = tc_split(blocks, max_ctx, 32, v2 * kTcSMs);
       s2.v2_blocks = v2;
@@ -386,8 +387,7 @@ MlaSplit mla_choose_split(int64_t T, int64_t H, int64_t R, int64_t max_ctx, bool
       // heads (head groups of a token share their tiles in L2). Measured on the H200 (graph us, wg3 vs
       // v2x2): batch 64 x 4096 90.4 vs 104.4 (16 heads), 503 vs 667 (128); 64 x 256 16.2 vs 18.6;
       // 256 x 256 x 128 219.7 vs 227.5; but 256 x 256 x 16 (2 waves of 4 tiles) 40.1 vs 35.0.
-      MlaSplit w = tc_split(blocks, max_ctx, 64, kTcSMs);
-      w.wgmma = true;
+      const MlaSplit w = wgmma_plan();
       if (H >= 64 || blocks * w.splits <= kTcSMs || w.chunk >= 8 * 64) return w;
     }
     if (forced == 64) return tc_split(blocks, max_ctx, 64, kTcSMs);

@@ -73,18 +73,13 @@ using frag::ldmatrix_a;
 
 }  // namespace
 
-// ---- the proxy fence and bulk copy (sm_90; empty elsewhere: the kernel is never launched there); the
-// mbarriers are tma_common.cuh's ----
+// ---- the bulk copy (sm_90; empty elsewhere: the kernel is never launched there); the mbarriers and the
+// proxy fence are tma_common.cuh's ----
 namespace mla_v2 {
 
 using frag::smem_addr;
 
-// Orders this thread's earlier generic-proxy accesses of shared memory before later async-proxy ones.
-__device__ __forceinline__ void fence_proxy_async() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-#endif
-}
+using tma::fence_proxy_async;
 
 // `bytes` global -> shared by the copy engine, completing as transactions on `bar`.
 __device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {

@@ -25,7 +25,7 @@ constexpr uint32_t kQBoxBytes = 2 * kHeads * 128;    // [32 rows (hi, lo)][64 va
 constexpr uint32_t kQBytes = kBoxes * kQBoxBytes;    // 36,864
 constexpr uint32_t kPBytes = 2 * kHeads * 128;       // P [32][64] bf16, swizzled: 4,096
 constexpr int kLdO = kR + 4;                         // staged output row stride (floats)
-constexpr uint32_t kOsBytes = kHeads * kLdO * 4;     // one warpgroup's staged output: 33,024
+constexpr uint32_t kOsBytes = kHeads * kLdO * 4;     // the staged output: 33,024
 static_assert(kD % 64 == 0 && kR % 64 == 0, "whole boxes");
 
 __device__ __forceinline__ uint32_t pack2(__nv_bfloat16 a, __nv_bfloat16 b) {
@@ -63,27 +63,19 @@ __device__ __forceinline__ void stage_queries(unsigned char* q_g, const float* q
   }
 }
 
-// The block's outputs from kStaged staged output buffers ([16][kLdO] floats each, kOsBytes apart from
-// o_base, summed in order) and ml_s (head h's maximum at [h], sum at [16 + h]): normalised into out when the
-// context is not split, else the partial state into ws_acc / ws_ml, then the fused merge in the last split
-// block to arrive (merge weights in merge_s: kTcMergeFloats floats; flag_s: an int). Every thread of the
-// block calls it.
-template <int kStaged>
-__device__ __forceinline__ void write_outputs(const unsigned char* o_base, const float* ml_s, float* out,
-                                              float* ws_acc, float* ws_ml, int* arrivals, int64_t tl,
-                                              int64_t t, int H, int h0, int hg, int split, int splits,
-                                              float* merge_s, int* flag_s) {
+// The block's outputs from the staged output buffer o_s ([16][kLdO] floats) and ml_s (head h's maximum at
+// [h], sum at [16 + h]): normalised into out when the context is not split, else the partial state into
+// ws_acc / ws_ml, then the fused merge in the last split block to arrive (merge weights in merge_s:
+// kTcMergeFloats floats; flag_s: an int). Every thread of the block calls it.
+__device__ __forceinline__ void write_outputs(const float* o_s, const float* ml_s, float* out, float* ws_acc,
+                                              float* ws_ml, int* arrivals, int64_t tl, int64_t t, int H,
+                                              int h0, int hg, int split, int splits, float* merge_s,
+                                              int* flag_s) {
   const int tid = threadIdx.x, nthreads = blockDim.x;
   const int64_t ws_base = (tl * splits + split) * H + h0;
   for (int idx = tid; idx < hg * (kR / 4); idx += nthreads) {
     const int h = idx / (kR / 4), r = (idx % (kR / 4)) * 4;
-    float4 v = *reinterpret_cast<const float4*>(reinterpret_cast<const float*>(o_base) + h * kLdO + r);
-#pragma unroll
-    for (int w = 1; w < kStaged; ++w) {
-      const float4 u = *reinterpret_cast<const float4*>(
-          reinterpret_cast<const float*>(o_base + w * kOsBytes) + h * kLdO + r);
-      v = make_float4(v.x + u.x, v.y + u.y, v.z + u.z, v.w + u.w);
-    }
+    float4 v = *reinterpret_cast<const float4*>(o_s + h * kLdO + r);
     if (splits == 1) {
       const float inv = 1.0f / ml_s[kHeads + h];
       v = make_float4(v.x * inv, v.y * inv, v.z * inv, v.w * inv);

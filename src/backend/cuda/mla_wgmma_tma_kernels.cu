@@ -366,9 +366,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     ml_s[kHeads + tid] = l;
   }
   __syncthreads();
-  write_outputs<1>(gbase, ml_s, out, ws_acc, ws_ml, arrivals, tl, t, H, h0, hg, work.split, splits,
-                   reinterpret_cast<float*>(gbase + kTileBytes) /* stage 1 */,
-                   reinterpret_cast<int*>(gbase + kFlagOff));
+  write_outputs(reinterpret_cast<const float*>(gbase), ml_s, out, ws_acc, ws_ml, arrivals, tl, t, H, h0, hg,
+                work.split, splits, reinterpret_cast<float*>(gbase + kTileBytes) /* stage 1 */,
+                reinterpret_cast<int*>(gbase + kFlagOff));
 }
 
 PFN_cuTensorMapEncodeTiled_v12000 encode_function() {

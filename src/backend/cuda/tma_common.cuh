@@ -1,7 +1,8 @@
 // Hopper asynchronous-copy plumbing for producer / consumer kernels (mla_wgmma_tma_kernels.cu,
-// mla_tc_v2_kernels.cu): shared-memory mbarriers at shared byte addresses (init, arrive, arrive with an
-// expected byte count, parity wait), tensor-memory-access (TMA) tile loads that complete on an mbarrier, and
-// named barriers between warpgroups. The mbarrier and TMA instructions need sm_90; elsewhere they compile to
+// mla_tc_v2_kernels.cu; the proxy fence also for wgmma_common.cuh's users): shared-memory mbarriers at shared
+// byte addresses (init, arrive, arrive with an expected byte count, parity wait), tensor-memory-access (TMA)
+// tile loads that complete on an mbarrier, the generic-to-async proxy fence, and named barriers between
+// warpgroups. The mbarrier and TMA instructions need sm_90; elsewhere they compile to
 // nothing (the host launches the kernels that use them only on the Hopper path).
 #pragma once
 
@@ -72,6 +73,14 @@ __device__ __forceinline__ void load_2d(uint32_t dst, const void* map, int x, in
 __device__ __forceinline__ void prefetch_map(const void* map) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+#endif
+}
+
+// Orders this thread's earlier generic-proxy accesses of shared memory before later async-proxy ones (TMA,
+// bulk copies, wgmma operand reads).
+__device__ __forceinline__ void fence_proxy_async() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 #endif
 }
 

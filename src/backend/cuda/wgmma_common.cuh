@@ -13,6 +13,8 @@
 
 #include <cstdint>
 
+#include "backend/cuda/tma_common.cuh"
+
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define DSINFER_WGMMA 1
 #endif
@@ -82,13 +84,8 @@ __device__ __forceinline__ void wgmma_wait() {
 __device__ __forceinline__ void fence_operand(float& r) {
   asm volatile("" : "+f"(r)::"memory");
 }
-__device__ __forceinline__ void fence_proxy_async() {
-#ifdef DSINFER_WGMMA
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-#else
-  __trap();
-#endif
-}
+// The proxy fence before MMAs read shared memory written by generic stores: tma_common.cuh's.
+using tma::fence_proxy_async;
 
 // d[64] += A (64 x 16, descriptor da) * B (128 x 16, descriptor db)^T; both K-major (no transpose), scale-d
 // true (accumulate), operands unscaled.
