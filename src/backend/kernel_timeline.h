@@ -3,7 +3,8 @@
 // durations count the waits and overlaps more than once; this walks the kernels in start order and charges
 // each one the time by which it extends the end of everything that started before it ("wall") and the idle
 // time between that end and its own start ("idle before": no kernel running, e.g. host-bound gaps). Per
-// name, wall + idle before over all names adds up to the span from the first start to the last end.
+// name, wall + idle before over all names adds up to the span from the first start to the last end. Also the
+// last kernels in start order, the trace's raw timeline tail.
 #pragma once
 
 #include <cstddef>
@@ -27,5 +28,8 @@ struct KernelWall {
 
 // spans in any order; every name index < names. Returns one entry per name index.
 std::vector<KernelWall> attribute_timeline(std::vector<KernelSpan> spans, size_t names);
+
+// The n latest-starting spans (all of them when there are fewer), in start order (ties: earlier end first).
+std::vector<KernelSpan> last_in_start_order(std::vector<KernelSpan> spans, size_t n);
 
 }  // namespace dsinfer

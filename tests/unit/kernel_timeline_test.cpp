@@ -1,4 +1,5 @@
-// attribute_timeline: wall and idle-before shares of overlapping, nested, disjoint and unsorted kernels.
+// attribute_timeline: wall and idle-before shares of overlapping, nested, disjoint and unsorted kernels;
+// last_in_start_order: the trace's timeline tail.
 #include "backend/kernel_timeline.h"
 
 #include <gtest/gtest.h>
@@ -61,6 +62,22 @@ TEST(KernelTimeline, EmptyTraceAndBadRecords) {
   EXPECT_EQ(total(w), 0u);
   EXPECT_THROW(attribute_timeline({{0, 1, 2}}, 2), Error);
   EXPECT_THROW(attribute_timeline({{5, 1, 0}}, 1), Error);
+}
+
+TEST(KernelTimeline, TailKeepsTheLatestStartsInOrder) {
+  // Records arrive out of order (CUPTI buffers); ties in start order by end.
+  const std::vector<KernelSpan> spans = {{50, 60, 2}, {0, 10, 0}, {30, 45, 1}, {30, 35, 3}, {10, 40, 1}};
+  const auto tail = last_in_start_order(spans, 3);
+  ASSERT_EQ(tail.size(), 3u);
+  EXPECT_EQ(tail[0].start, 30u);
+  EXPECT_EQ(tail[0].end, 35u);
+  EXPECT_EQ(tail[1].end, 45u);
+  EXPECT_EQ(tail[2].name, 2u);
+  const auto all = last_in_start_order(spans, 99);  // more than there are: every span
+  ASSERT_EQ(all.size(), spans.size());
+  for (size_t i = 1; i < all.size(); ++i) EXPECT_LE(all[i - 1].start, all[i].start);
+  EXPECT_TRUE(last_in_start_order(spans, 0).empty());
+  EXPECT_TRUE(last_in_start_order({}, 4).empty());
 }
 
 }  // namespace

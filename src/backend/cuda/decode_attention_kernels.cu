@@ -61,6 +61,7 @@ int64_t smem_bytes(const GqaShape& s) {
 struct SplitPlan {
   int64_t splits = 1;
   int64_t chunk = 0;  // positions per split (multiple of kTile)
+  bool few = false;   // few (query, kv head) pairs: the warp kernel also splits a group's heads finer
 };
 
 SplitPlan split_plan(int64_t num_queries, const GqaShape& s, int64_t max_context) {
@@ -75,6 +76,7 @@ SplitPlan split_plan(int64_t num_queries, const GqaShape& s, int64_t max_context
   SplitPlan p;
   p.chunk = ceil_div(ceil_div(max_context, splits), kTile) * kTile;
   p.splits = ceil_div(max_context, p.chunk);
+  p.few = few;
   return p;
 }
 
@@ -351,7 +353,7 @@ void launch_attention_decode(const float* q, const DeviceCacheView& cache, const
   if (sp.splits == 1) arrivals = nullptr;  // nothing to merge
   if (detail::decode_warp_supported(shape, cache.bf16)) {
     detail::launch_decode_warp(q, cache, plan, tokens, num_queries, out, shape, sp.splits, sp.chunk, partials,
-                               arrivals);
+                               arrivals, sp.few ? 2 : 8);
   } else if (cache.bf16) {
     launch_decode_typed<__nv_bfloat16>(q, cache, plan, tokens, num_queries, out, shape, sp, partials,
                                        arrivals);

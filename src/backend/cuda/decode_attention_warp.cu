@@ -9,6 +9,8 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
+
 #include "backend/cuda/attention_common.cuh"
 #include "backend/cuda/decode_attention_warp.h"
 #include "backend/cuda/decode_merge.cuh"
@@ -234,8 +236,8 @@ void launch_typed(const float* q, const DeviceCacheView& cache, const DevicePlan
 template <int D>
 void launch_for_dim(const float* q, const DeviceCacheView& cache, const DevicePlanView& plan,
                     const int32_t* tokens, int64_t num_queries, float* out, const GqaShape& shape,
-                    int64_t splits, int64_t chunk, float* partials, int32_t* arrivals) {
-  const int64_t G = shape.Hq / shape.Hkv;
+                    int64_t splits, int64_t chunk, float* partials, int32_t* arrivals, int max_heads) {
+  const int64_t G = std::min<int64_t>(shape.Hq / shape.Hkv, max_heads);  // heads per CTA
   if (G <= 1) {
     launch_typed<D, 1>(q, cache, plan, tokens, num_queries, out, shape, splits, chunk, partials, arrivals);
   } else if (G <= 2) {
@@ -258,15 +260,19 @@ bool decode_warp_supported(const GqaShape& s, bool bf16_cache) {
 
 void launch_decode_warp(const float* q, const DeviceCacheView& cache, const DevicePlanView& plan,
                         const int32_t* tokens, int64_t num_queries, float* out, const GqaShape& shape,
-                        int64_t splits, int64_t chunk, float* partials, int32_t* arrivals) {
+                        int64_t splits, int64_t chunk, float* partials, int32_t* arrivals, int max_heads) {
   DSI_CHECK(decode_warp_supported(shape, cache.bf16), "attention decode: the warp kernel does not take D ",
             shape.D, " / Dv ", shape.Dv);
+  DSI_CHECK(max_heads >= 1, "attention decode: max_heads ", max_heads);
   if (shape.D == 64) {
-    launch_for_dim<64>(q, cache, plan, tokens, num_queries, out, shape, splits, chunk, partials, arrivals);
+    launch_for_dim<64>(q, cache, plan, tokens, num_queries, out, shape, splits, chunk, partials, arrivals,
+                       max_heads);
   } else if (shape.D == 128) {
-    launch_for_dim<128>(q, cache, plan, tokens, num_queries, out, shape, splits, chunk, partials, arrivals);
+    launch_for_dim<128>(q, cache, plan, tokens, num_queries, out, shape, splits, chunk, partials, arrivals,
+                        max_heads);
   } else {
-    launch_for_dim<256>(q, cache, plan, tokens, num_queries, out, shape, splits, chunk, partials, arrivals);
+    launch_for_dim<256>(q, cache, plan, tokens, num_queries, out, shape, splits, chunk, partials, arrivals,
+                        max_heads);
   }
 }
 

@@ -108,6 +108,11 @@ void write_trace() {
     log_warn("DSINFER_KERNEL_TRACE: cannot write ", t->path);
     return;
   }
+  // The last DSINFER_KERNEL_TRACE_TAIL kernels in start order (a few decode steps' timeline), copied before
+  // the attribution takes the spans.
+  std::vector<KernelSpan> tail;
+  if (const char* n = std::getenv("DSINFER_KERNEL_TRACE_TAIL"); n != nullptr)
+    tail = last_in_start_order(t->spans, std::strtoull(n, nullptr, 10));
   // The timeline attribution: what each kernel adds to the busy timeline, and the idle time before it.
   std::vector<KernelWall> walls(t->ids.size());
   if (!t->spans.empty()) walls = attribute_timeline(std::move(t->spans), t->ids.size());
@@ -129,6 +134,17 @@ void write_trace() {
                  static_cast<unsigned long long>(total.count),
                  total.ns / 1e3 / static_cast<double>(total.count), all ? 100.0 * total.ns / all : 0.0,
                  w.wall_ns / 1e3, w.idle_before_ns / 1e3, name.substr(0, 160).c_str());
+  }
+  if (!tail.empty()) {
+    std::vector<const std::string*> names(t->ids.size());
+    for (const auto& [name, id] : t->ids) names[id] = &name;
+    std::fprintf(
+        f, "# the last %zu kernels: start_us\tend_us\tduration_us\tkernel (times from the first's start)\n",
+        tail.size());
+    const uint64_t t0 = tail.front().start;
+    for (const KernelSpan& s : tail)
+      std::fprintf(f, "%.2f\t%.2f\t%.2f\t%s\n", (s.start - t0) / 1e3, (s.end - t0) / 1e3,
+                   (s.end - s.start) / 1e3, names[s.name]->substr(0, 120).c_str());
   }
   std::fclose(f);
 }
