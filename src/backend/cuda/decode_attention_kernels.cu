@@ -34,9 +34,14 @@ using attn::cp_async16;
 
 constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / 32;
-constexpr int kTile = 32;            // positions per shared-memory tile (one per lane in the softmax)
-constexpr int kMaxSplits = 32;       // context splits of one query (kMaxDecodeSplits when few pairs)
-constexpr int kMinSplitLen = 64;     // positions a split covers at least (kTile when few pairs)
+constexpr int kTile = 32;         // positions per shared-memory tile (one per lane in the softmax)
+constexpr int kMaxSplits = 32;    // context splits of one query (kMaxDecodeSplits when few pairs)
+constexpr int kMinSplitLen = 64;  // positions a split covers at least (kTile when few pairs)
+// Q heads per warp-kernel CTA: few pairs (batch-1 decode) take at most 2 of a group's heads, for more CTAs
+// (8B batch 1 on the H200: 4.433 / 4.467 ms/token against 4.459-4.492 over eight runs with 4, within the
+// run-to-run spread; docs/benchmarks.md, eleventh session); otherwise up to the kernel's 8.
+constexpr int kFewPairsMaxHeads = 2;
+constexpr int kMaxHeads = 8;
 constexpr int kMaxSmem = 160 << 10;  // dynamic shared memory the kernel may ask for (sm_80: 163 KiB)
 
 int64_t ceil_div(int64_t a, int64_t b) {
@@ -353,7 +358,7 @@ void launch_attention_decode(const float* q, const DeviceCacheView& cache, const
   if (sp.splits == 1) arrivals = nullptr;  // nothing to merge
   if (detail::decode_warp_supported(shape, cache.bf16)) {
     detail::launch_decode_warp(q, cache, plan, tokens, num_queries, out, shape, sp.splits, sp.chunk, partials,
-                               arrivals, sp.few ? 2 : 8);
+                               arrivals, sp.few ? kFewPairsMaxHeads : kMaxHeads);
   } else if (cache.bf16) {
     launch_decode_typed<__nv_bfloat16>(q, cache, plan, tokens, num_queries, out, shape, sp, partials,
                                        arrivals);

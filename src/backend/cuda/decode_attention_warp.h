@@ -12,10 +12,9 @@ bool decode_warp_supported(const GqaShape& shape, bool bf16_cache);
 // One CTA per (query, kv head x chunk of up to max_heads (1, 2, 4 or 8) of its q heads, split); split sp
 // covers positions [sp * chunk, (sp + 1) * chunk). partials as in decode_attention_kernels.cu (splits > 1
 // only); arrivals (splits > 1, or null): num_queries * Hkv * ceil(G / max_heads) <= num_queries * Hq zeros,
-// the fused combine's counters. Fewer heads per CTA: more CTAs, each with less work after its wait (batch-1
-// decode: max_heads 2, measured 4.43 against 4.47-4.48 ms/token at 8 on the 8B shape).
+// the fused combine's counters. Fewer heads per CTA: more CTAs, each with less work after its wait.
 void launch_decode_warp(const float* q, const DeviceCacheView& cache, const DevicePlanView& plan,
                         const int32_t* tokens, int64_t num_queries, float* out, const GqaShape& shape,
-                        int64_t splits, int64_t chunk, float* partials, int32_t* arrivals, int max_heads = 8);
+                        int64_t splits, int64_t chunk, float* partials, int32_t* arrivals, int max_heads);
 
 }  // namespace dsinfer::cuda::detail
