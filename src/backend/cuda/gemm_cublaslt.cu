@@ -12,6 +12,7 @@
 
 #include "backend/cuda/batch_bucket.h"
 #include "backend/cuda/gemm_cublaslt.h"
+#include "backend/cuda/kernel_common.cuh"
 #include "backend/cuda/runtime.h"
 #include "backend/cuda/stream.h"
 #include "core/error.h"
@@ -21,10 +22,6 @@ namespace dsinfer::cuda {
 namespace {
 
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;
-
-void check_cuda(cudaError_t err, const char* what) {
-  if (err != cudaSuccess) fail("CUDA error in ", what, ": ", cudaGetErrorString(err));
-}
 
 void check_lt(cublasStatus_t st, const char* what) {
   if (st != CUBLAS_STATUS_SUCCESS) fail("cuBLASLt error in ", what, ": status ", static_cast<int>(st));

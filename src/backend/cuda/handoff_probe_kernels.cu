@@ -19,10 +19,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-void check_status(cudaError_t err, const char* what) {
-  if (err != cudaSuccess) fail("handoff probe: ", what, ": ", cudaGetErrorString(err));
-}
-
 __device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
   unsigned v;
   asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
@@ -73,8 +69,12 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-template <Handoff kMode>
-void launch_one(int blocks, float* vals, unsigned* flags, int i, const float4* src, int64_t n4) {
+// Launches kernel i of a chain, with programmatic serialization unless the handoff is plain.
+void launch_one(Handoff mode, int blocks, float* vals, unsigned* flags, int i, const float4* src,
+                int64_t n4) {
+  auto* kernel = mode == Handoff::kPlain     ? handoff_kernel<Handoff::kPlain>
+                 : mode == Handoff::kPdlWait ? handoff_kernel<Handoff::kPdlWait>
+                                             : handoff_kernel<Handoff::kPdlFlag>;
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(static_cast<unsigned>(blocks));
   config.blockDim = dim3(kThreads);
@@ -83,8 +83,8 @@ void launch_one(int blocks, float* vals, unsigned* flags, int i, const float4* s
   attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attribute[0].val.programmaticStreamSerializationAllowed = 1;
   config.attrs = attribute;
-  config.numAttrs = kMode == Handoff::kPlain ? 0 : 1;
-  check_status(cudaLaunchKernelEx(&config, handoff_kernel<kMode>, vals, flags, i, src, n4), "launch");
+  config.numAttrs = mode == Handoff::kPlain ? 0 : 1;
+  check_cuda(cudaLaunchKernelEx(&config, kernel, vals, flags, i, src, n4), "handoff probe launch");
 }
 
 }  // namespace
@@ -92,29 +92,17 @@ void launch_one(int blocks, float* vals, unsigned* flags, int i, const float4* s
 void launch_handoff_chain(Handoff mode, int kernels, int blocks, float* vals, unsigned* flags,
                           const void* src, int64_t float4_per_kernel) {
   DSI_CHECK(kernels >= 1 && blocks >= 1 && float4_per_kernel >= 0, "handoff probe: bad shape");
-  check_status(cudaMemsetAsync(vals, 0, sizeof(float) * static_cast<size_t>(kernels) * blocks, stream()),
-               "zero values");
-  check_status(cudaMemsetAsync(flags, 0, sizeof(unsigned) * static_cast<size_t>(kernels), stream()),
-               "zero flags");
-  const auto* s = static_cast<const float4*>(src);
-  for (int i = 0; i < kernels; ++i) {
-    switch (mode) {
-      case Handoff::kPlain:
-        launch_one<Handoff::kPlain>(blocks, vals, flags, i, s, float4_per_kernel);
-        break;
-      case Handoff::kPdlWait:
-        launch_one<Handoff::kPdlWait>(blocks, vals, flags, i, s, float4_per_kernel);
-        break;
-      case Handoff::kPdlFlag:
-        launch_one<Handoff::kPdlFlag>(blocks, vals, flags, i, s, float4_per_kernel);
-        break;
-    }
-  }
+  check_cuda(cudaMemsetAsync(vals, 0, sizeof(float) * static_cast<size_t>(kernels) * blocks, stream()),
+             "handoff probe: zero values");
+  check_cuda(cudaMemsetAsync(flags, 0, sizeof(unsigned) * static_cast<size_t>(kernels), stream()),
+             "handoff probe: zero flags");
+  for (int i = 0; i < kernels; ++i)
+    launch_one(mode, blocks, vals, flags, i, static_cast<const float4*>(src), float4_per_kernel);
 }
 
 void zero_handoff_source(void* src, size_t bytes) {
-  check_status(cudaMemsetAsync(src, 0, bytes, stream()), "zero the source");
-  check_status(cudaStreamSynchronize(stream()), "zero the source");
+  check_cuda(cudaMemsetAsync(src, 0, bytes, stream()), "handoff probe: zero the source");
+  check_cuda(cudaStreamSynchronize(stream()), "handoff probe: zero the source");
 }
 
 }  // namespace dsinfer::cuda

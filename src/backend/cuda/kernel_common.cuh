@@ -1,5 +1,5 @@
-// Helpers every kernel file shares (.cu only): the launch check and the bf16 tensor-core MMA
-// (mma.sync m16n8k16, bf16 inputs, fp32 accumulate; sm_80 and newer).
+// Helpers every kernel file shares (.cu only): the runtime-call and launch checks and the bf16 tensor-core
+// MMA (mma.sync m16n8k16, bf16 inputs, fp32 accumulate; sm_80 and newer).
 #pragma once
 #include <cuda_runtime.h>
 
@@ -8,6 +8,11 @@
 #include "core/error.h"
 
 namespace dsinfer::cuda {
+
+// Throws when a CUDA runtime call returned an error.
+inline void check_cuda(cudaError_t err, const char* what) {
+  if (err != cudaSuccess) fail("CUDA error in ", what, ": ", cudaGetErrorString(err));
+}
 
 // Throws when the last kernel launch failed (bad configuration, too much shared memory, ...).
 inline void check_launch(const char* what) {

@@ -6,19 +6,12 @@
 #include <unordered_map>
 #include <vector>
 
+#include "backend/cuda/kernel_common.cuh"
 #include "backend/cuda/runtime.h"
 #include "backend/cuda/stream.h"
 #include "core/error.h"
 
 namespace dsinfer::cuda {
-
-namespace {
-
-void check(cudaError_t err, const char* what) {
-  if (err != cudaSuccess) fail("CUDA error in ", what, ": ", cudaGetErrorString(err));
-}
-
-}  // namespace
 
 bool device_available() {
   int count = 0;
@@ -142,7 +135,7 @@ cudaStream_t stream() {
   // Created on first use; never destroyed (kernels may still be queued while statics are torn down).
   static cudaStream_t s = [] {
     cudaStream_t created = nullptr;
-    check(cudaStreamCreate(&created), "stream creation");
+    check_cuda(cudaStreamCreate(&created), "stream creation");
     return created;
   }();
   return s;
@@ -150,28 +143,28 @@ cudaStream_t stream() {
 
 void copy_to_device(void* dst, const void* src, size_t bytes) {
   DSI_CHECK(!g_capturing, "a synchronous host-to-device copy cannot be part of a CUDA graph");
-  check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream()), "host-to-device copy");
-  check(cudaStreamSynchronize(stream()), "host-to-device copy");  // the host buffer may go away
+  check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream()), "host-to-device copy");
+  check_cuda(cudaStreamSynchronize(stream()), "host-to-device copy");  // the host buffer may go away
 }
 
 void copy_to_host(void* dst, const void* src, size_t bytes) {
   DSI_CHECK(!g_capturing, "a synchronous device-to-host copy cannot be part of a CUDA graph");
-  check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream()), "device-to-host copy");
-  check(cudaStreamSynchronize(stream()), "device-to-host copy");
+  check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream()), "device-to-host copy");
+  check_cuda(cudaStreamSynchronize(stream()), "device-to-host copy");
 }
 
 void copy_device_to_device(void* dst, const void* src, size_t bytes) {
-  check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream()), "device-to-device copy");
+  check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream()), "device-to-device copy");
 }
 
 void synchronize() {
   DSI_CHECK(!g_capturing, "cannot wait for the GPU while a CUDA graph is being captured");
-  check(cudaStreamSynchronize(stream()), "synchronize");
+  check_cuda(cudaStreamSynchronize(stream()), "synchronize");
 }
 
 void* host_alloc_pinned(size_t bytes) {
   void* p = nullptr;
-  check(cudaMallocHost(&p, bytes), "pinned host allocation");
+  check_cuda(cudaMallocHost(&p, bytes), "pinned host allocation");
   return p;
 }
 
@@ -180,11 +173,13 @@ void host_free_pinned(void* ptr) {
 }
 
 void copy_to_device_async(void* dst, const void* pinned_src, size_t bytes) {
-  check(cudaMemcpyAsync(dst, pinned_src, bytes, cudaMemcpyHostToDevice, stream()), "host-to-device copy");
+  check_cuda(cudaMemcpyAsync(dst, pinned_src, bytes, cudaMemcpyHostToDevice, stream()),
+             "host-to-device copy");
 }
 
 void copy_to_host_async(void* pinned_dst, const void* src, size_t bytes) {
-  check(cudaMemcpyAsync(pinned_dst, src, bytes, cudaMemcpyDeviceToHost, stream()), "device-to-host copy");
+  check_cuda(cudaMemcpyAsync(pinned_dst, src, bytes, cudaMemcpyDeviceToHost, stream()),
+             "device-to-host copy");
 }
 
 bool capturing() {
@@ -193,21 +188,21 @@ bool capturing() {
 
 EventHandle event_create() {
   cudaEvent_t e = nullptr;
-  check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "event creation");
+  check_cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "event creation");
   return e;
 }
 
 void event_record(EventHandle e) {
-  check(cudaEventRecord(static_cast<cudaEvent_t>(e), stream()), "event record");
+  check_cuda(cudaEventRecord(static_cast<cudaEvent_t>(e), stream()), "event record");
 }
 
 void event_wait_host(EventHandle e) {
-  check(cudaEventSynchronize(static_cast<cudaEvent_t>(e)), "event wait");
+  check_cuda(cudaEventSynchronize(static_cast<cudaEvent_t>(e)), "event wait");
 }
 
 void begin_capture() {
   DSI_CHECK(!g_capturing, "CUDA graph capture is already in progress");
-  check(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeRelaxed), "graph capture begin");
+  check_cuda(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeRelaxed), "graph capture begin");
   allocator().set_graph_pool(true);
   g_capturing = true;
 }
@@ -226,12 +221,12 @@ GraphHandle end_capture(bool keep) {
   cudaGraphExec_t exec = nullptr;
   const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
   cudaGraphDestroy(graph);
-  check(inst, "graph instantiation");
+  check_cuda(inst, "graph instantiation");
   return exec;
 }
 
 void launch_graph(GraphHandle graph) {
-  check(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph), stream()), "graph launch");
+  check_cuda(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph), stream()), "graph launch");
 }
 
 void invalidate_graphs() {
