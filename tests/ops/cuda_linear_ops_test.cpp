@@ -404,6 +404,80 @@ TEST_F(CudaLinearTest, GemvPersistentIsBitIdenticalToPerLaunch) {
   }
 }
 
+// The stamped persistent kernels (gemv_stamps.h): the same bits as the plain ones, every block of the launch
+// recorded once with its points in time order, its SM and the row tiles it walked (the launch's tiles in
+// all); slots go round robin and keep the latest launches; the text file has a line per launch and block.
+TEST_F(CudaLinearTest, GemvStampsRecordEveryBlockWithTheSameBits) {
+  CudaBackend gpu;  // registers the device allocator
+  const int sms = cuda::device_sm_count(0);
+  for (const bool swiglu : {false, true}) {
+    const int64_t K = swiglu ? 2048 : 4096, N = swiglu ? 10944 : 14336, M = swiglu ? 3 : 1;
+    LinearPair a = make_linear(N, K, false), b = make_linear(N, K, false);
+    const Tensor x = cuda::to_device(random_f32({M, K}));
+    const Tensor norm_w = cuda::to_device(as_bf16(random_f32({K})).first);
+    Tensor y = Tensor::empty_on(Device::kCuda, DType::F32, {M, N});
+    for (cuda::GemvConfig c : cuda::gemv_configs(swiglu)) {
+      if (c.persist != 2) continue;
+      auto run = [&] {
+        if (swiglu)
+          cuda::launch_gemv_swiglu(x.data<float>(), M, K, a.gpu.weight.data<uint16_t>(), nullptr,
+                                   b.gpu.weight.data<uint16_t>(), nullptr, y.data<float>(), N,
+                                   {norm_w.data<uint16_t>(), 1e-5f}, 0.0f, c);
+        else {
+          const cuda::GemvMatrix mat{a.gpu.weight.data<uint16_t>(), nullptr, y.data<float>(), N};
+          cuda::launch_gemv(x.data<float>(), M, K, &mat, 1, {norm_w.data<uint16_t>(), 1e-5f}, false, c);
+        }
+        return cuda::to_host(y);
+      };
+      const Tensor want = run();
+      ASSERT_TRUE(cuda::enable_gemv_stamps(2));
+      const Tensor got = run();
+      std::vector<cuda::GemvStampLaunch> launches = cuda::read_gemv_stamps();
+      EXPECT_EQ(std::memcmp(got.raw(), want.raw(), want.nbytes()), 0) << gemv_config_name(c);
+      ASSERT_EQ(launches.size(), 1u) << gemv_config_name(c);
+      const cuda::GemvStampLaunch& l = launches[0];
+      EXPECT_EQ(l.rows, N);
+      EXPECT_EQ(l.K, K);
+      EXPECT_EQ(l.swiglu, swiglu);
+      EXPECT_EQ(l.tiles, (N + (swiglu ? 16 : 16 * c.tiles) - 1) / (swiglu ? 16 : 16 * c.tiles));
+      ASSERT_EQ(static_cast<int64_t>(l.blocks.size()), l.grid);
+      EXPECT_LT(l.grid, l.tiles) << "the shape should make blocks walk several tiles";
+      int64_t tiles = 0;
+      for (size_t i = 0; i < l.blocks.size(); ++i) {
+        const cuda::GemvStampBlock& s = l.blocks[i];
+        ASSERT_GT(s.t[cuda::kStampStart], 0u) << "block " << i << " has no stamps";
+        for (int p = 1; p < cuda::kStampPoints; ++p)
+          EXPECT_LE(s.t[p - 1], s.t[p]) << "block " << i << " point " << p;
+        EXPECT_LT(s.sm, static_cast<uint32_t>(sms));
+        EXPECT_EQ(s.tiles, (l.tiles - 1 - static_cast<int64_t>(i)) / l.grid + 1) << "block " << i;
+        tiles += s.tiles;
+      }
+      EXPECT_EQ(tiles, l.tiles);
+      // Round robin over the two slots: three more launches leave the last two.
+      for (int i = 0; i < 3; ++i) run();
+      launches = cuda::read_gemv_stamps();
+      EXPECT_EQ(launches.size(), 2u);
+      const std::string path = ::testing::TempDir() + "gemv_stamps.txt";
+      ASSERT_TRUE(cuda::write_gemv_stamps(path.c_str(), launches));
+      std::ifstream in(path);
+      std::string line;
+      int headers = 0, blocks = 0;
+      while (std::getline(in, line)) {
+        if (line.rfind("launch ", 0) == 0)
+          ++headers;
+        else if (!line.empty() && line[0] != '#')
+          ++blocks;
+      }
+      EXPECT_EQ(headers, 2);
+      EXPECT_EQ(blocks, 2 * l.grid);
+      cuda::disable_gemv_stamps();
+      EXPECT_TRUE(cuda::read_gemv_stamps().empty());
+      const Tensor after = run();  // the plain instance again
+      EXPECT_EQ(std::memcmp(after.raw(), want.raw(), want.nbytes()), 0);
+    }
+  }
+}
+
 // The persistent kernel against the CPU with tails: N not a multiple of the tile, K not a multiple of a
 // warp iteration's columns, several matrices of one launch, SwiGLU, and more row tiles than blocks (one
 // block per SM walks several).

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <memory>
 #include <random>
 #include <set>
@@ -28,6 +29,7 @@
 #include "backend/cuda/elementwise_kernels.h"
 #include "backend/cuda/gemm_cublaslt.h"
 #include "backend/cuda/gemv_kernels.h"
+#include "backend/cuda/gemv_stamps.h"
 #include "backend/cuda/runtime.h"
 #include "backend/cuda/timing.h"
 #endif

@@ -7,6 +7,7 @@
 #include "backend/cuda/device_args.h"
 #include "backend/cuda/device_query.h"
 #include "backend/cuda/elementwise_kernels.h"
+#include "backend/cuda/gemv_stamps.h"
 #include "backend/cuda/kernel_trace.h"
 #include "core/dtype.h"
 #include "core/error.h"
@@ -27,6 +28,7 @@ Tensor device_empty(Shape shape) {
 CudaBackend::CudaBackend(CudaBackendOptions options) : options_(options) {
   cuda::register_allocator();
   cuda::start_kernel_trace_from_env();
+  cuda::start_gemv_stamps_from_env();
 }
 
 Tensor CudaBackend::prepare_weight(Tensor host_f32) {

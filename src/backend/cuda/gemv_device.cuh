@@ -37,6 +37,7 @@ struct Params {
   float* partials;    // split > 1: [tiles][ksplit][slot floats]
   int32_t* counters;  // split > 1: [tiles], zero between launches
   int64_t tiles;      // row tiles of all matrices (the persistent kernel walks them)
+  uint64_t* stamps;   // the persistent kernel's STAMPS instances: [gridDim.x][kGemvStampFields]
 };
 
 // Floats of one (tile, split) partial: TILES x 4 x 32 lane values and 32 for the sums of squares.

@@ -22,6 +22,7 @@
 #include "backend/cuda/gemv_kernels.h"
 #include "backend/cuda/gemv_persistent.cuh"
 #include "backend/cuda/gemv_plan.h"
+#include "backend/cuda/gemv_stamps.h"
 #include "backend/cuda/gemv_workspace.h"
 #include "backend/cuda/kernel_common.cuh"
 #include "backend/cuda/pdl.cuh"
@@ -253,21 +254,23 @@ struct MmaKernel {
   int blocks_per_sm;
 };
 
-// gemv_mma_kernel, or (PERSIST) gemv_persistent_kernel (gemv_persistent.cuh) of the same shape.
-template <int W, int TILES, int U, int S, int SPLITS, bool SWIGLU, bool PERSIST>
+// gemv_mma_kernel, or (PERSIST) gemv_persistent_kernel (gemv_persistent.cuh) of the same shape, its STAMPS
+// instance recording block timelines (gemv_stamps.h).
+template <int W, int TILES, int U, int S, int SPLITS, bool SWIGLU, bool PERSIST, bool STAMPS>
 constexpr void (*mma_kernel_fn())(const Params) {
   if constexpr (PERSIST) {
-    return gemv_persistent_kernel<W, TILES, U, S, SPLITS, SWIGLU>;
+    return gemv_persistent_kernel<W, TILES, U, S, SPLITS, SWIGLU, STAMPS>;
   } else {
+    static_assert(!STAMPS, "only the persistent kernel records stamps");
     return gemv_mma_kernel<W, TILES, U, S, SPLITS, SWIGLU>;
   }
 }
 
-template <int W, int TILES, int U, int S, int SPLITS, bool SWIGLU, bool PERSIST = false>
+template <int W, int TILES, int U, int S, int SPLITS, bool SWIGLU, bool PERSIST = false, bool STAMPS = false>
 const MmaKernel& mma_kernel() {
   static const MmaKernel k = [] {
     constexpr int bytes = pipeline_bytes(W, TILES, U, S);
-    auto* fn = mma_kernel_fn<W, TILES, U, S, SPLITS, SWIGLU, PERSIST>();
+    auto* fn = mma_kernel_fn<W, TILES, U, S, SPLITS, SWIGLU, PERSIST, STAMPS>();
     // More than the default 48 KiB of dynamic shared memory must be asked for (once per kernel).
     if (cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) != cudaSuccess) {
       cudaGetLastError();
@@ -280,7 +283,8 @@ const MmaKernel& mma_kernel() {
     }
     MmaKernel out;
     out.launch = [](const Params& p, dim3 grid) {
-      launch_pdl(mma_kernel_fn<W, TILES, U, S, SPLITS, SWIGLU, PERSIST>(), grid, dim3(W * 32), bytes, p);
+      launch_pdl(mma_kernel_fn<W, TILES, U, S, SPLITS, SWIGLU, PERSIST, STAMPS>(), grid, dim3(W * 32), bytes,
+                 p);
     };
     out.blocks_per_sm = per_sm < 1 ? 1 : per_sm;
     return out;
@@ -288,35 +292,36 @@ const MmaKernel& mma_kernel() {
   return k;
 }
 
-// The persistent kernel shapes: every two-part shape of find_mma.
+// The persistent kernel shapes: every two-part shape of find_mma (STAMPS: the instances recording stamps).
+template <bool STAMPS>
 const MmaKernel& find_persistent(int key, bool swiglu) {
   if (swiglu) {
     switch (key) {
       case 82214:
-        return mma_kernel<8, 2, 1, 4, 2, true, true>();
+        return mma_kernel<8, 2, 1, 4, 2, true, true, STAMPS>();
       case 82223:
-        return mma_kernel<8, 2, 2, 3, 2, true, true>();
+        return mma_kernel<8, 2, 2, 3, 2, true, true, STAMPS>();
       case 42214:
-        return mma_kernel<4, 2, 1, 4, 2, true, true>();
+        return mma_kernel<4, 2, 1, 4, 2, true, true, STAMPS>();
       case 42223:
-        return mma_kernel<4, 2, 2, 3, 2, true, true>();
+        return mma_kernel<4, 2, 2, 3, 2, true, true, STAMPS>();
     }
   } else {
     switch (key) {
       case 82124:
-        return mma_kernel<8, 1, 2, 4, 2, false, true>();
+        return mma_kernel<8, 1, 2, 4, 2, false, true, STAMPS>();
       case 82143:
-        return mma_kernel<8, 1, 4, 3, 2, false, true>();
+        return mma_kernel<8, 1, 4, 3, 2, false, true, STAMPS>();
       case 82214:
-        return mma_kernel<8, 2, 1, 4, 2, false, true>();
+        return mma_kernel<8, 2, 1, 4, 2, false, true, STAMPS>();
       case 82223:
-        return mma_kernel<8, 2, 2, 3, 2, false, true>();
+        return mma_kernel<8, 2, 2, 3, 2, false, true, STAMPS>();
       case 42124:
-        return mma_kernel<4, 1, 2, 4, 2, false, true>();
+        return mma_kernel<4, 1, 2, 4, 2, false, true, STAMPS>();
       case 42143:
-        return mma_kernel<4, 1, 4, 3, 2, false, true>();
+        return mma_kernel<4, 1, 4, 3, 2, false, true, STAMPS>();
       case 42214:
-        return mma_kernel<4, 2, 1, 4, 2, false, true>();
+        return mma_kernel<4, 2, 1, 4, 2, false, true, STAMPS>();
     }
   }
   fail("gemv: no persistent kernel for warps ", key / 10000, ", tiles ", key / 100 % 10, ", unroll ",
@@ -324,9 +329,9 @@ const MmaKernel& find_persistent(int key, bool swiglu) {
 }
 
 // The kernel shapes that are compiled (see gemv_configs).
-const MmaKernel& find_mma(GemvConfig c, bool swiglu) {
+const MmaKernel& find_mma(GemvConfig c, bool swiglu, bool stamps = false) {
   const int key = c.warps * 10000 + c.splits * 1000 + (swiglu ? 2 : c.tiles) * 100 + c.unroll * 10 + c.stages;
-  if (c.persist > 0) return find_persistent(key, swiglu);
+  if (c.persist > 0) return stamps ? find_persistent<true>(key, swiglu) : find_persistent<false>(key, swiglu);
   if (swiglu) {
     switch (key) {
       case 83214:
@@ -500,12 +505,15 @@ void launch(Params& p, GemvConfig c, const char* what) {
   DSI_CHECK(blocks < (int64_t{1} << 31), what, ": too many rows");
   if (fast && c.persist > 0) {
     // Persistent: at most persist blocks per SM (and the kernel's occupancy), each walking row tiles.
-    const MmaKernel& k = find_mma(c, SWIGLU);
-    const int64_t per_sm = std::min(c.persist, k.blocks_per_sm);
+    const int64_t per_sm = std::min(c.persist, find_mma(c, SWIGLU).blocks_per_sm);
+    const int64_t grid = std::min<int64_t>(blocks, num_sms() * per_sm);
     p.tiles = blocks;
     p.ksplit = 1;
     p.kcols = p.K;
-    k.launch(p, dim3(static_cast<unsigned>(std::min<int64_t>(blocks, num_sms() * per_sm))));
+    int64_t rows = 0;
+    for (int i = 0; i < mats; ++i) rows += p.mats[i].N;
+    p.stamps = next_gemv_stamp_slot(rows, p.K, SWIGLU, grid, blocks);  // null unless stamps are on
+    find_mma(c, SWIGLU, p.stamps != nullptr).launch(p, dim3(static_cast<unsigned>(grid)));
   } else if (fast) {
     const MmaKernel& k = find_mma(c, SWIGLU);
     GemvSplitLayout split = gemv_split_layout(p.K, c.warps, c.unroll, c.ksplit);

@@ -3,22 +3,39 @@
 // the tiles (it issues the next tile's first stages while it finishes the current tile's MMAs and the
 // block's reduction), so the pipeline ramp is paid once per block instead of once per tile. A tile's sums
 // are those of gemv_mma_kernel without a split (same K order, same reduction order, same epilogue), so
-// both kernels give identical bits for the same shape. Included by gemv_kernels.cu only.
+// both kernels give identical bits for the same shape. The STAMPS instances also record each block's
+// timeline (gemv_stamps.h) and compute the same bits. Included by gemv_kernels.cu only.
 #pragma once
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
 #include "backend/cuda/gemv_device.cuh"
+#include "backend/cuda/gemv_stamps.h"
 #include "backend/cuda/pdl.cuh"
 
 namespace dsinfer::cuda::gemv_detail {
 
+// The GPU's global nanosecond clock (the same on every SM).
+__device__ __forceinline__ uint64_t global_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// Field `field` of this block's stamps (thread 0 only; STAMPS instances only).
+template <bool STAMPS>
+__device__ __forceinline__ void stamp(const Params& p, int field, uint64_t value) {
+  if constexpr (STAMPS) {
+    if (threadIdx.x == 0) p.stamps[static_cast<int64_t>(blockIdx.x) * kGemvStampFields + field] = value;
+  }
+}
+
 // Block = W warps; a tile is 16 * TILES weight rows (SwiGLU: 16 gate rows and the same 16 up rows) over all
 // of K, warp w taking the 32 * U-column slices w, w + W, ... of it; p.tiles tiles in all (the matrices'
 // tiles back to back, p.mats[i].first_block the first of matrix i). Needs K % 8 == 0 and 16-byte aligned
-// pointers; no split-K.
-template <int W, int TILES, int U, int S, int SPLITS, bool SWIGLU>
+// pointers; no split-K. STAMPS: p.stamps receives the block's timeline.
+template <int W, int TILES, int U, int S, int SPLITS, bool SWIGLU, bool STAMPS>
 __global__ void __launch_bounds__(W * 32, 16 / W) gemv_persistent_kernel(const Params p) {
   extern __shared__ uint4 pipe[];                      // [W][S][U][TILES][2][32]
   constexpr int64_t kRows = SWIGLU ? 16 : 16 * TILES;  // output rows of a tile
@@ -81,12 +98,16 @@ __global__ void __launch_bounds__(W * 32, 16 / W) gemv_persistent_kernel(const P
     }
     copy_async_commit();
   };
+  stamp<STAMPS>(p, kStampStart, global_ns());
   pdl_trigger();
   // The weights do not depend on earlier kernels: the first tile's first stages are in flight before the
   // wait for the kernel that wrote x (programmatic dependent launch; a no-op without it).
 #pragma unroll
   for (int s = 0; s < S - 1; ++s) issue_next();
+  stamp<STAMPS>(p, kStampIssued, global_ns());
   pdl_wait();
+  stamp<STAMPS>(p, kStampWaited, global_ns());
+  [[maybe_unused]] bool last_issue_stamped = false;  // STAMPS only
 
   const bool xok = g < p.M;
   const float* xrow = p.x + (xok ? g : 0) * K;
@@ -111,6 +132,13 @@ __global__ void __launch_bounds__(W * 32, 16 / W) gemv_persistent_kernel(const P
       copy_async_wait<S - 1>();
       mma_stage<TILES, U, SPLITS>(xv, nv, has_norm, mine + use_stage * kStage, acc, sumsq);
       use_stage = use_stage + 1 == S ? 0 : use_stage + 1;
+      if constexpr (STAMPS) {
+        if (k == 0 && i == 0) stamp<STAMPS>(p, kStampConsumed, global_ns());
+        if (issued == total && !last_issue_stamped) {
+          stamp<STAMPS>(p, kStampLastIssue, global_ns());
+          last_issue_stamped = true;
+        }
+      }
     }
 
     // Sum the warps' partial tiles (and sums of squares) in a fixed order. The buffers are free once every
@@ -148,6 +176,13 @@ __global__ void __launch_bounds__(W * 32, 16 / W) gemv_persistent_kernel(const P
     }
   }
   copy_async_wait<0>();
+  if constexpr (STAMPS) {
+    stamp<STAMPS>(p, kStampEnd, global_ns());
+    uint32_t sm;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+    stamp<STAMPS>(p, 6, sm);
+    stamp<STAMPS>(p, 7, static_cast<uint64_t>(my_tiles));
+  }
 }
 
 }  // namespace dsinfer::cuda::gemv_detail
