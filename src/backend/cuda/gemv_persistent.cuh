@@ -125,10 +125,12 @@ __global__ void __launch_bounds__(W * 32, 16 / W) gemv_persistent_kernel(const P
       for (int l = 0; l < SPLITS; ++l) acc[j][l][0] = acc[j][l][1] = acc[j][l][2] = acc[j][l][3] = 0.0f;
     float sumsq = 0.0f;  // of x[g, this lane's columns]
     for (int64_t i = 0; i < iters; ++i) {
-      issue_next();  // past this tile's last stage: the next tile's
+      // This iteration's activations are requested before the next weight stage, so that they do not queue
+      // behind its bytes (after the PDL wait the first stages have landed and x is what the warp waits for).
       float4 xv[U][2];
       uint4 nv[U];
       load_activations<U>(p, xrow, xok, first + i * step, K, t, xv, nv);
+      issue_next();  // past this tile's last stage: the next tile's
       copy_async_wait<S - 1>();
       mma_stage<TILES, U, SPLITS>(xv, nv, has_norm, mine + use_stage * kStage, acc, sumsq);
       use_stage = use_stage + 1 == S ? 0 : use_stage + 1;
