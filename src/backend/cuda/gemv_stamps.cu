@@ -8,6 +8,7 @@
 #include <mutex>
 #include <string>
 
+#include "backend/cuda/gemv_stamp_summary.h"
 #include "backend/cuda/gemv_stamps.h"
 #include "core/env_choice.h"
 
@@ -130,6 +131,16 @@ bool write_gemv_stamps(const char* path, const std::vector<GemvStampLaunch>& lau
       "# persistent GEMV block stamps, us from the earliest start (%llu ns on the GPU's global timer): "
       "launch lines, then per block: block sm tiles start issued waited consumed last_issue end\n",
       static_cast<unsigned long long>(t0 == UINT64_MAX ? 0 : t0));
+  std::fprintf(
+      f,
+      "# summary per launch shape (medians over its launches, us): rows K swiglu launches grid weight_MB "
+      "wait_to_first_stage wait_to_last_end last_end_minus_median_end last_issue_to_end sms_min sms_max\n");
+  for (const GemvStampShape& s : summarize_gemv_stamps(launches))
+    std::fprintf(f, "# shape %lld %lld %d %d %lld %.1f %.2f %.2f %.2f %.2f %d %d\n",
+                 static_cast<long long>(s.rows), static_cast<long long>(s.K), s.swiglu ? 1 : 0, s.launches,
+                 static_cast<long long>(s.grid), static_cast<double>(s.weight_bytes) / 1e6,
+                 s.wait_to_first_us, s.wait_to_end_us, s.end_tail_us, s.last_issue_to_end_us, s.sms_min,
+                 s.sms_max);
   for (size_t i = 0; i < launches.size(); ++i) {
     const GemvStampLaunch& l = launches[i];
     std::fprintf(f, "launch %zu rows %lld K %lld swiglu %d grid %lld tiles %lld\n", i,
