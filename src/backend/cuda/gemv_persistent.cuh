@@ -182,8 +182,8 @@ __global__ void __launch_bounds__(W * 32, 16 / W) gemv_persistent_kernel(const P
     stamp<STAMPS>(p, kStampEnd, global_ns());
     uint32_t sm;
     asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
-    stamp<STAMPS>(p, 6, sm);
-    stamp<STAMPS>(p, 7, static_cast<uint64_t>(my_tiles));
+    stamp<STAMPS>(p, kStampFieldSm, sm);
+    stamp<STAMPS>(p, kStampFieldTiles, static_cast<uint64_t>(my_tiles));
   }
 }
 

@@ -111,8 +111,8 @@ std::vector<GemvStampLaunch> read_gemv_stamps() {
     for (int64_t b = 0; b < l.grid; ++b, v += kGemvStampFields) {
       GemvStampBlock& blk = l.blocks[static_cast<size_t>(b)];
       std::copy(v, v + kStampPoints, blk.t);
-      blk.sm = static_cast<uint32_t>(v[6]);
-      blk.tiles = static_cast<uint32_t>(v[7]);
+      blk.sm = static_cast<uint32_t>(v[kStampFieldSm]);
+      blk.tiles = static_cast<uint32_t>(v[kStampFieldTiles]);
     }
     out.push_back(std::move(l));
   }

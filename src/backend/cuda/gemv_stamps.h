@@ -21,7 +21,9 @@ enum GemvStampPoint : int {
   kStampEnd = 5,        // the block's last tile is stored
   kStampPoints = 6,
 };
-constexpr int kGemvStampFields = 8;  // per block: the six points, the SM id, the row tiles it walked
+// Per block in the device buffer: the six points, then the SM id and the row tiles it walked.
+constexpr int kStampFieldSm = kStampPoints, kStampFieldTiles = kStampPoints + 1,
+              kGemvStampFields = kStampPoints + 2;
 
 struct GemvStampBlock {
   uint64_t t[kStampPoints] = {};
