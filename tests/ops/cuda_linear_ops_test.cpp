@@ -470,7 +470,9 @@ TEST_F(CudaLinearTest, GemvStampsRecordEveryBlockWithTheSameBits) {
       }
       EXPECT_EQ(headers, 2);
       EXPECT_EQ(blocks, 2 * l.grid);
+      const uint64_t invalidations = cuda::graph_invalidations();
       cuda::disable_gemv_stamps();
+      EXPECT_GT(cuda::graph_invalidations(), invalidations) << "graphs hold the freed slots' addresses";
       EXPECT_TRUE(cuda::read_gemv_stamps().empty());
       const Tensor after = run();  // the plain instance again
       EXPECT_EQ(std::memcmp(after.raw(), want.raw(), want.nbytes()), 0);

@@ -10,6 +10,7 @@
 
 #include "backend/cuda/gemv_stamp_summary.h"
 #include "backend/cuda/gemv_stamps.h"
+#include "backend/cuda/runtime.h"
 #include "core/env_choice.h"
 
 namespace dsinfer::cuda {
@@ -69,7 +70,10 @@ bool enable_gemv_stamps(int slots) {
 void disable_gemv_stamps() {
   StampState& s = state();
   std::lock_guard<std::mutex> lock(s.mu);
-  if (s.buffer) cudaFree(s.buffer);
+  if (s.buffer) {
+    cudaFree(s.buffer);   // synchronises: no kernel still writes stamps into it
+    invalidate_graphs();  // captured launches baked its address in
+  }
   s.buffer = nullptr;
   s.meta.clear();
   s.handed = 0;

@@ -42,7 +42,9 @@ struct GemvStampLaunch {
 // off, when the device memory is not there). Replaces any earlier buffer and its records.
 constexpr int64_t kGemvStampMaxBlocks = 1024;
 bool enable_gemv_stamps(int slots);
-void disable_gemv_stamps();  // frees the buffer; launches run the plain kernels again
+// Frees the buffer (and invalidates the captured graphs, whose stamped launches point into it); launches run
+// the plain kernels again.
+void disable_gemv_stamps();
 
 // The slot of the launch about to be made, or null when stamps are off or the grid is larger than a slot.
 // Slots are handed out round robin and zeroed only by enable_gemv_stamps (a memset per launch would sit
