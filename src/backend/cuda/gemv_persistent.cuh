@@ -31,6 +31,12 @@ __device__ __forceinline__ void stamp(const Params& p, int field, uint64_t value
   }
 }
 
+// The clock now into point `point` (the plain instances do not read the clock at all).
+template <bool STAMPS>
+__device__ __forceinline__ void stamp_now(const Params& p, int point) {
+  if constexpr (STAMPS) stamp<STAMPS>(p, point, global_ns());
+}
+
 // Block = W warps; a tile is 16 * TILES weight rows (SwiGLU: 16 gate rows and the same 16 up rows) over all
 // of K, warp w taking the 32 * U-column slices w, w + W, ... of it; p.tiles tiles in all (the matrices'
 // tiles back to back, p.mats[i].first_block the first of matrix i). Needs K % 8 == 0 and 16-byte aligned
@@ -89,6 +95,7 @@ __global__ void __launch_bounds__(W * 32, 16 / W) gemv_persistent_kernel(const P
                          kin && wok[j][h]);
       }
       ++issued;
+      if (issued == total) stamp_now<STAMPS>(p, kStampLastIssue);
       issue_stage = issue_stage + 1 == S ? 0 : issue_stage + 1;
       if (++issue_i == iters) {
         issue_i = 0;
@@ -98,16 +105,15 @@ __global__ void __launch_bounds__(W * 32, 16 / W) gemv_persistent_kernel(const P
     }
     copy_async_commit();
   };
-  stamp<STAMPS>(p, kStampStart, global_ns());
+  stamp_now<STAMPS>(p, kStampStart);
   pdl_trigger();
   // The weights do not depend on earlier kernels: the first tile's first stages are in flight before the
   // wait for the kernel that wrote x (programmatic dependent launch; a no-op without it).
 #pragma unroll
   for (int s = 0; s < S - 1; ++s) issue_next();
-  stamp<STAMPS>(p, kStampIssued, global_ns());
+  stamp_now<STAMPS>(p, kStampIssued);
   pdl_wait();
-  stamp<STAMPS>(p, kStampWaited, global_ns());
-  [[maybe_unused]] bool last_issue_stamped = false;  // STAMPS only
+  stamp_now<STAMPS>(p, kStampWaited);
 
   const bool xok = g < p.M;
   const float* xrow = p.x + (xok ? g : 0) * K;
@@ -134,13 +140,7 @@ __global__ void __launch_bounds__(W * 32, 16 / W) gemv_persistent_kernel(const P
       copy_async_wait<S - 1>();
       mma_stage<TILES, U, SPLITS>(xv, nv, has_norm, mine + use_stage * kStage, acc, sumsq);
       use_stage = use_stage + 1 == S ? 0 : use_stage + 1;
-      if constexpr (STAMPS) {
-        if (k == 0 && i == 0) stamp<STAMPS>(p, kStampConsumed, global_ns());
-        if (issued == total && !last_issue_stamped) {
-          stamp<STAMPS>(p, kStampLastIssue, global_ns());
-          last_issue_stamped = true;
-        }
-      }
+      if (k == 0 && i == 0) stamp_now<STAMPS>(p, kStampConsumed);
     }
 
     // Sum the warps' partial tiles (and sums of squares) in a fixed order. The buffers are free once every
@@ -179,7 +179,7 @@ __global__ void __launch_bounds__(W * 32, 16 / W) gemv_persistent_kernel(const P
   }
   copy_async_wait<0>();
   if constexpr (STAMPS) {
-    stamp<STAMPS>(p, kStampEnd, global_ns());
+    stamp_now<STAMPS>(p, kStampEnd);
     uint32_t sm;
     asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
     stamp<STAMPS>(p, kStampFieldSm, sm);

@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
@@ -34,6 +35,9 @@ constexpr size_t slot_values() {
 
 std::string g_path;  // DSINFER_GEMV_STAMPS
 
+// Whether a buffer is there: every GEMV launch asks, so the answer comes without the mutex.
+std::atomic<bool> g_on{false};
+
 void write_at_exit() {
   {
     StampState& s = state();
@@ -64,12 +68,14 @@ bool enable_gemv_stamps(int slots) {
   s.buffer = static_cast<uint64_t*>(ptr);
   s.meta.assign(static_cast<size_t>(slots), GemvStampLaunch{});
   s.handed = 0;
+  g_on.store(true);
   return true;
 }
 
 void disable_gemv_stamps() {
   StampState& s = state();
   std::lock_guard<std::mutex> lock(s.mu);
+  g_on.store(false);
   if (s.buffer) {
     cudaFree(s.buffer);   // synchronises: no kernel still writes stamps into it
     invalidate_graphs();  // captured launches baked its address in
@@ -80,6 +86,7 @@ void disable_gemv_stamps() {
 }
 
 uint64_t* next_gemv_stamp_slot(int64_t rows, int64_t K, bool swiglu, int64_t grid, int64_t tiles) {
+  if (!g_on.load(std::memory_order_relaxed)) return nullptr;
   StampState& s = state();
   std::lock_guard<std::mutex> lock(s.mu);
   if (s.buffer == nullptr || grid > kGemvStampMaxBlocks) return nullptr;
@@ -100,7 +107,8 @@ std::vector<GemvStampLaunch> read_gemv_stamps() {
   if (s.buffer == nullptr || s.handed == 0) return out;
   const int64_t size = static_cast<int64_t>(s.meta.size());
   const int64_t used = std::min(s.handed, size);
-  std::vector<uint64_t> host(slot_values() * static_cast<size_t>(size));
+  // Only the slots handed out: until the round robin wraps they are the first `used`.
+  std::vector<uint64_t> host(slot_values() * static_cast<size_t>(used));
   if (cudaDeviceSynchronize() != cudaSuccess ||
       cudaMemcpy(host.data(), s.buffer, sizeof(uint64_t) * host.size(), cudaMemcpyDeviceToHost) !=
           cudaSuccess) {
