@@ -127,6 +127,11 @@ class Engine {
   // Validates and enqueues; returns the request id. Throws dsinfer::Error for invalid requests
   // (bad sampling values, prompt + max_tokens beyond the context, queue full).
   virtual uint64_t submit(GenerationRequest request) = 0;
+  // Validates every request, then enqueues them together, so that the scheduler sees them as one arrival
+  // (the same first steps run by run: batched results reproduce bit for bit). All or none: a bad request
+  // (its index in the message) or a queue without room for all of them throws and enqueues nothing.
+  // Returns the ids in order.
+  virtual std::vector<uint64_t> submit_all(std::vector<GenerationRequest> requests) = 0;
   // Cancels a request in any state; its blocks are freed at once and it gets a final event
   // (finish_reason kAbort / error "cancelled"). Unknown or finished ids are ignored.
   virtual void cancel(uint64_t request_id) = 0;

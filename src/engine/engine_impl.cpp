@@ -131,7 +131,7 @@ EngineImpl::~EngineImpl() {
   shutdown(std::chrono::milliseconds(0));
 }
 
-uint64_t EngineImpl::submit(GenerationRequest request) {
+void EngineImpl::validate(GenerationRequest& request) const {
   const std::vector<int32_t>& prompt = request.prompt_ids;
   DSI_CHECK(!prompt.empty(), "the prompt is empty");
   for (int32_t id : prompt) {
@@ -148,15 +148,40 @@ uint64_t EngineImpl::submit(GenerationRequest request) {
   const int64_t kv_tokens = static_cast<int64_t>(pool_->num_blocks()) * pool_->block_size();
   DSI_CHECK(static_cast<int64_t>(prompt.size()) + 1 <= kv_tokens, "the prompt has ", prompt.size(),
             " tokens but the KV cache holds ", kv_tokens, " tokens");
+}
+
+uint64_t EngineImpl::submit(GenerationRequest request) {
+  std::vector<GenerationRequest> one;
+  one.push_back(std::move(request));
+  return submit_all(std::move(one)).front();
+}
+
+std::vector<uint64_t> EngineImpl::submit_all(std::vector<GenerationRequest> requests) {
+  DSI_CHECK(!requests.empty(), "no requests to submit");
+  for (size_t i = 0; i < requests.size(); ++i) {
+    try {
+      validate(requests[i]);
+    } catch (const Error& e) {
+      if (requests.size() == 1) throw;
+      throw Error("request " + std::to_string(i) + " of " + std::to_string(requests.size()) + ": " +
+                  e.what());
+    }
+  }
   std::lock_guard<std::mutex> lock(mutex_);
   DSI_CHECK(fatal_.empty(), fatal_);
   DSI_CHECK(accepting_, "the engine is shutting down");
-  DSI_CHECK(static_cast<int64_t>(inbox_.size()) + stats_.waiting < config_.max_queue_length,
-            "the request queue is full (", config_.max_queue_length, " waiting requests)");
-  const uint64_t id = next_id_++;
-  inbox_.push_back({id, std::move(request), Clock::now()});
+  const int64_t queued = static_cast<int64_t>(inbox_.size()) + stats_.waiting;
+  DSI_CHECK(queued + static_cast<int64_t>(requests.size()) <= config_.max_queue_length,
+            "the request queue is full (", config_.max_queue_length, " waiting requests, ", queued,
+            " queued, ", requests.size(), " submitted)");
+  std::vector<uint64_t> ids;
+  const Clock::time_point now = Clock::now();
+  for (GenerationRequest& r : requests) {
+    ids.push_back(next_id_++);
+    inbox_.push_back({ids.back(), std::move(r), now});
+  }
   wake_.notify_one();
-  return id;
+  return ids;
 }
 
 void EngineImpl::cancel(uint64_t request_id) {

@@ -37,6 +37,7 @@ class EngineImpl : public Engine {
   ~EngineImpl() override;
 
   uint64_t submit(GenerationRequest request) override;
+  std::vector<uint64_t> submit_all(std::vector<GenerationRequest> requests) override;
   void cancel(uint64_t request_id) override;
   EngineStats stats() const override;
   EngineAdmission admission() override;
@@ -53,6 +54,8 @@ class EngineImpl : public Engine {
     Clock::time_point arrival;
   };
 
+  // Throws dsinfer::Error for a request the engine cannot take (submit's checks, before the queue's).
+  void validate(GenerationRequest& request) const;
   void loop();
   void admit(Submission submission);
   // GPU: runs one step of max_num_tokens tokens so that the caching allocator holds the activations' peak

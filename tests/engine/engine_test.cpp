@@ -281,6 +281,46 @@ TEST_F(EngineApiTest, RejectsInvalidRequests) {
   EXPECT_THROW(engine->submit(request(4, 4, c)), Error);
 }
 
+// submit_all validates every request before it enqueues any: a bad one (named by its index) or a queue
+// without room for all of them enqueues nothing; otherwise the ids come in order and every request runs.
+TEST_F(EngineApiTest, SubmitAllIsAllOrNone) {
+  EngineConfig config;
+  config.max_queue_length = 3;
+  auto engine = make(config);
+  Collector c;
+  std::vector<GenerationRequest> with_bad;
+  with_bad.push_back(request(4, 3, c));
+  with_bad.push_back(request(0, 3, c));  // empty prompt
+  with_bad.push_back(request(5, 3, c));
+  try {
+    engine->submit_all(std::move(with_bad));
+    ADD_FAILURE() << "a batch with an empty prompt was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("request 1 of 3: the prompt is empty"), std::string::npos)
+        << e.what();
+  }
+  std::vector<GenerationRequest> too_many;
+  for (int i = 0; i < 4; ++i) too_many.push_back(request(4 + i, 3, c));
+  try {
+    engine->submit_all(std::move(too_many));
+    ADD_FAILURE() << "4 requests were accepted into a queue of 3";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the request queue is full"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(engine->submit_all({}), Error);
+  std::vector<GenerationRequest> good;
+  for (int i = 0; i < 3; ++i) good.push_back(request(4 + i, 2 + i, c));
+  const std::vector<uint64_t> ids = engine->submit_all(std::move(good));
+  EXPECT_EQ(ids, (std::vector<uint64_t>{1, 2, 3}));  // the rejected batches took no ids
+  c.wait_finished(ids);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    EXPECT_EQ(c.get(ids[i]).reason, FinishReason::kLength);
+    EXPECT_EQ(c.get(ids[i]).tokens.size(), 2 + i);
+  }
+  engine->shutdown();
+  EXPECT_EQ(engine->stats().kv_blocks_used, 0);
+}
+
 TEST_F(EngineApiTest, CancelInEveryState) {
   EngineConfig config;
   config.max_batch_size = 1;  // the second request waits while the first runs

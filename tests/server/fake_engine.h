@@ -55,6 +55,13 @@ class FakeEngine : public Engine {
     return id;
   }
 
+  // Not atomic here: the fake's loop has no batch composition to keep.
+  std::vector<uint64_t> submit_all(std::vector<GenerationRequest> requests) override {
+    std::vector<uint64_t> ids;
+    for (GenerationRequest& r : requests) ids.push_back(submit(std::move(r)));
+    return ids;
+  }
+
   void cancel(uint64_t id) override {
     std::lock_guard<std::mutex> lock(mu_);
     cancels_.insert(id);
