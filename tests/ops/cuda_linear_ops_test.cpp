@@ -435,7 +435,7 @@ TEST_F(CudaLinearTest, GemvStampsRecordEveryBlockWithTheSameBits) {
       std::vector<cuda::GemvStampLaunch> launches = cuda::read_gemv_stamps();
       EXPECT_EQ(std::memcmp(got.raw(), want.raw(), want.nbytes()), 0) << gemv_config_name(c);
       ASSERT_EQ(launches.size(), 1u) << gemv_config_name(c);
-      const cuda::GemvStampLaunch& l = launches[0];
+      const cuda::GemvStampLaunch l = launches[0];  // a copy: `launches` is read again below
       EXPECT_EQ(l.rows, N);
       EXPECT_EQ(l.K, K);
       EXPECT_EQ(l.swiglu, swiglu);
