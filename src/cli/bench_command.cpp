@@ -159,6 +159,7 @@ int run_bench(const BenchArgs& a) {
   const Clock::time_point start = Clock::now();
   std::mt19937_64 arrivals(a.seed + 1);
   std::exponential_distribution<double> gap(a.request_rate > 0 ? a.request_rate : 1.0);
+  std::vector<GenerationRequest> at_once;  // no request rate: every request in one arrival
   for (size_t i = 0; i < requests.size(); ++i) {
     outcomes[i].long_prompt = requests[i].long_prompt;
     if (a.request_rate > 0 && i > 0)
@@ -184,8 +185,14 @@ int run_bench(const BenchArgs& a) {
       progress.advance();
       all_done.notify_all();
     };
-    engine->submit(std::move(r));
+    if (a.request_rate > 0)
+      engine->submit(std::move(r));
+    else
+      at_once.push_back(std::move(r));
   }
+  // One arrival, so that the engine's first steps (and with them the run's step compositions) do not
+  // depend on how fast this loop submits.
+  if (!at_once.empty()) engine->submit_all(std::move(at_once));
   // Sample KV utilisation while waiting.
   double util_sum = 0.0;
   int64_t util_samples = 0;
