@@ -128,7 +128,7 @@ class Engine {
   // (bad sampling values, prompt + max_tokens beyond the context, queue full).
   virtual uint64_t submit(GenerationRequest request) = 0;
   // Validates every request, then enqueues them together, so that the scheduler sees them as one arrival
-  // (the same first steps run by run: batched results reproduce bit for bit). All or none: a bad request
+  // (the same steps run by run, whatever the caller's timing). All or none: a bad request
   // (its index in the message) or a queue without room for all of them throws and enqueues nothing.
   // Returns the ids in order.
   virtual std::vector<uint64_t> submit_all(std::vector<GenerationRequest> requests) = 0;

@@ -131,7 +131,7 @@ EngineImpl::~EngineImpl() {
   shutdown(std::chrono::milliseconds(0));
 }
 
-void EngineImpl::validate(GenerationRequest& request) const {
+void EngineImpl::validate(const GenerationRequest& request) const {
   const std::vector<int32_t>& prompt = request.prompt_ids;
   DSI_CHECK(!prompt.empty(), "the prompt is empty");
   for (int32_t id : prompt) {

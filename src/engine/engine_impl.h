@@ -55,7 +55,7 @@ class EngineImpl : public Engine {
   };
 
   // Throws dsinfer::Error for a request the engine cannot take (submit's checks, before the queue's).
-  void validate(GenerationRequest& request) const;
+  void validate(const GenerationRequest& request) const;
   void loop();
   void admit(Submission submission);
   // GPU: runs one step of max_num_tokens tokens so that the caching allocator holds the activations' peak
