@@ -305,6 +305,8 @@ const MmaKernel& find_persistent(int key, bool swiglu) {
         return mma_kernel<4, 2, 1, 4, 2, true, true, STAMPS>();
       case 42223:
         return mma_kernel<4, 2, 2, 3, 2, true, true, STAMPS>();
+      case 162223:
+        return mma_kernel<16, 2, 2, 3, 2, true, true, STAMPS>();
     }
   } else {
     switch (key) {
@@ -346,6 +348,8 @@ const MmaKernel& find_mma(GemvConfig c, bool swiglu, bool stamps = false) {
         return mma_kernel<4, 2, 1, 4, 2, true>();
       case 42223:
         return mma_kernel<4, 2, 2, 3, 2, true>();
+      case 162223:
+        return mma_kernel<16, 2, 2, 3, 2, true>();
     }
   } else {
     switch (key) {
@@ -411,9 +415,15 @@ bool persistent_by_default() {
 // the LM heads, where 8-warp blocks win (w8 t2 u1 s4 at 2 blocks per SM, 247 us vs 253 us at M 1 for
 // Llama-8B's head). Against the per-launch kernels: 8B gate_up 66.2 -> 62.0 us, qkv 17.3 -> 16.6, o 12.2 ->
 // 11.6, down 32.9 -> 32.2; V2-Lite o 5.2 -> 4.5. The model's blocks per SM match the sweep's best.
+//
+// Large SwiGLU launches with K >= 4096 (Llama-8B gate_up: 896 row tiles) run one 16-warp block per SM instead
+// of four 4-warp blocks: the static walk then balances tiles per SM (6 or 7 of 896 / 132), where four
+// blocks of 1 or 2 tiles each left SMs with 4 to 8 tiles and a ~10 us tail (GEMV stamps). H200, 8B batch 1
+// (fifteenth session): gate_up's median-to-last block end 9.6 -> 5.5 us, 4.353 vs 4.376-4.401 ms/token.
 GemvConfig choose_persistent_shape(int64_t rows, int64_t K, bool swiglu) {
   GemvConfig c = choose_shape(rows, K, swiglu);
   if (!swiglu && K < 8192 && rows >= 32 * 264) c = {2, 1, 4, 2, false, 8};
+  if (swiglu && rows >= 8192 && K >= 4096) c = {2, 2, 3, 2, false, 16};
   c.persist = 0;
   return c;
 }
@@ -552,9 +562,11 @@ std::vector<GemvConfig> gemv_configs(bool swiglu) {
     }
   }
   // Four warps per block (more blocks per SM, longer per-warp K loops under a split): two parts only.
+  // Sixteen (one block per SM): the large SwiGLU launches' persistent shape.
   if (swiglu) {
     out.push_back({2, 1, 4, 2, false, 4});
     out.push_back({2, 2, 3, 2, false, 4});
+    out.push_back({2, 2, 3, 2, false, 16});
   } else {
     out.push_back({1, 2, 4, 2, false, 4});
     out.push_back({1, 4, 3, 2, false, 4});

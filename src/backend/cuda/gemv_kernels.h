@@ -43,7 +43,7 @@ struct GemvConfig {
   int stages = 4;        // cp.async pipeline stages
   int splits = 2;        // bf16 parts per activation: 2 = ~16 bits (relative error 2^-17), 3 = exact fp32
   bool generic = false;  // force the simple warp-per-row kernel (tests)
-  int warps = 8;         // warps per block (8 or 4)
+  int warps = 8;         // warps per block (4, 8, or 16 for the large SwiGLU launches)
   int ksplit = 1;        // blocks sharing one row tile's K range (clamped to what K allows, gemv_plan.h)
   int persist = 0;       // > 0: the persistent kernel (no split-K), at most this many blocks per SM (and its
                          // occupancy), each walking row tiles; same bits as persist 0 of the same shape
