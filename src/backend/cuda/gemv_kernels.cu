@@ -419,7 +419,9 @@ bool persistent_by_default() {
 // Large SwiGLU launches with K >= 4096 (Llama-8B gate_up: 896 row tiles) run one 16-warp block per SM instead
 // of four 4-warp blocks: the static walk then balances tiles per SM (6 or 7 of 896 / 132), where four
 // blocks of 1 or 2 tiles each left SMs with 4 to 8 tiles and a ~10 us tail (GEMV stamps). H200, 8B batch 1
-// (fifteenth session): gate_up's median-to-last block end 9.6 -> 5.5 us, 4.353 vs 4.376-4.401 ms/token.
+// (fifteenth session): gate_up's median-to-last block end 9.6 -> 5.5 us; 4.342 / 4.347 / 4.353 ms/token
+// against 4.376-4.414 with four blocks. The same rule picks it for the V3 dense MLP and the larger
+// Qwen2-based distills (not measured there).
 GemvConfig choose_persistent_shape(int64_t rows, int64_t K, bool swiglu) {
   GemvConfig c = choose_shape(rows, K, swiglu);
   if (!swiglu && K < 8192 && rows >= 32 * 264) c = {2, 1, 4, 2, false, 8};
