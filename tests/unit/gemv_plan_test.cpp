@@ -1,7 +1,8 @@
 // The decode GEMV's split-K choice (src/backend/cuda/gemv_plan.h): split layouts cover K with no empty
 // block, the model keeps the unsplit kernel for launches that already fill the GPU and splits launches of
 // few row tiles, the override wins, and M does not enter the choice; the persistent kernel's blocks per SM
-// balance its row tiles. Runs without a GPU.
+// balance its row tiles; a shape whose block does not fit the device's shared memory falls back to one that
+// does. Runs without a GPU.
 #include "backend/cuda/gemv_plan.h"
 
 #include <gtest/gtest.h>
@@ -110,6 +111,50 @@ TEST(GemvPlanTest, PersistentBlocksBalanceTheTiles) {
   // Too few bytes in flight at any count: the occupancy.
   EXPECT_EQ(choose_gemv_persist_blocks(4008, 132, 2, 1024), 2);
   EXPECT_EQ(choose_gemv_persist_blocks(0, 132, 3, 65536), 3);
+}
+
+// Shared memory per block, as ptxas and the launches count it (static reduction arrays + dynamic pipeline):
+// ptxas reports 18,432 static bytes for the 16-warp SwiGLU kernels, 5,120 for the 8-warp one-tile ones and
+// 4,608 for the 4-warp SwiGLU ones.
+TEST(GemvPlanTest, BlockSharedMemoryMatchesTheKernels) {
+  EXPECT_EQ(gemv_pipeline_smem(16, 2, 2, 3), 196608);
+  EXPECT_EQ(gemv_block_smem(16, 2, 2, 3), 196608 + 18432);
+  EXPECT_EQ(gemv_block_smem(8, 1, 4, 3), 98304 + 5120);
+  EXPECT_EQ(gemv_block_smem(4, 2, 2, 3), 49152 + 4608);
+}
+
+// Per-block opt-in limits: sm_90 232,448 bytes, sm_80 166,912, sm_86 / sm_89 101,376.
+TEST(GemvPlanTest, ShapesFallBackToWhatTheDeviceFits) {
+  constexpr int64_t kHopper = 232448, kA100 = 166912, kAda = 101376;
+  GemvConfig gate_up{2, 2, 3, 2, false, 16};  // the 8B gate_up's persistent shape
+  gate_up.persist = 1;
+  const GemvConfig gate_up_launch{2, 2, 3, 2, false, 4};
+  GemvConfig got = fit_gemv_shape(gate_up, gate_up_launch, true, kHopper);
+  EXPECT_EQ(got.warps, 16);
+  got = fit_gemv_shape(gate_up, gate_up_launch, true, kA100);  // 210 KiB does not fit: the per-launch shape
+  EXPECT_EQ(got.warps, 4);
+  EXPECT_EQ(got.tiles, 2);
+  EXPECT_EQ(got.stages, 3);
+  EXPECT_EQ(got.persist, 1);  // still the persistent kernel
+  EXPECT_TRUE(gemv_shape_fits(got, true, kAda));
+
+  // The 8B o / down shape (101 KiB) and qkv (105 KiB) on sm_86: the 8-warp 4-stage shape (69 KiB).
+  for (const GemvConfig c : {GemvConfig{1, 4, 3, 2, false, 8}, GemvConfig{2, 2, 3, 2, false, 8}}) {
+    EXPECT_TRUE(gemv_shape_fits(c, false, kA100));
+    EXPECT_FALSE(gemv_shape_fits(c, false, kAda));
+    got = fit_gemv_shape(c, c, false, kAda);
+    EXPECT_EQ(got.warps, 8);
+    EXPECT_EQ(got.tiles, 1);
+    EXPECT_EQ(got.unroll, 2);
+    EXPECT_EQ(got.stages, 4);
+    EXPECT_EQ(gemv_block_smem(got.warps, got.tiles, got.unroll, got.stages), 65536 + 5120);
+  }
+
+  // Nothing fits: the smallest shape, whose launch then reports the shortfall.
+  got = fit_gemv_shape(gate_up, gate_up_launch, true, 16 * 1024);
+  EXPECT_EQ(got.warps, 4);
+  EXPECT_EQ(got.unroll, 1);
+  EXPECT_EQ(got.stages, 4);
 }
 
 }  // namespace

@@ -403,6 +403,11 @@ int num_sms() {
   return device_sm_count(132);
 }
 
+// Shared memory one block may use here (opt-in limit; Hopper's when it cannot be read).
+int64_t smem_limit() {
+  return device_smem_per_block(227 * 1024);
+}
+
 // The auto choice runs the persistent kernel (choose_persistent_shape) unless DSINFER_GEMV_PERSISTENT=0.
 bool persistent_by_default() {
   static const bool on = env_switch("DSINFER_GEMV_PERSISTENT", true);
@@ -460,7 +465,8 @@ GemvConfig resolve(int64_t M, int64_t K, const int64_t* N, int count, bool swigl
   int64_t rows = 0;
   for (int i = 0; i < count; ++i) rows += N[i];
   if (persistent_by_default() && forced_ksplit() <= 1) {  // a requested split runs the per-launch kernel
-    c = choose_persistent_shape(rows, K, swiglu);
+    c = fit_gemv_shape(choose_persistent_shape(rows, K, swiglu), choose_shape(rows, K, swiglu), swiglu,
+                       smem_limit());
     c.persist = 1;  // any positive value finds the kernel; its occupancy bounds the choice
     const int occupancy = find_mma(c, swiglu).blocks_per_sm;
     // Weight bytes one block has in flight: S - 1 of its S stages.
@@ -472,6 +478,7 @@ GemvConfig resolve(int64_t M, int64_t K, const int64_t* N, int count, bool swigl
     return c;
   }
   c = choose_shape(rows, K, swiglu);
+  c = fit_gemv_shape(c, c, swiglu, smem_limit());
   GemvSplitInput in;
   in.tiles = row_tiles(N, count, swiglu, c);
   in.rows_per_block = swiglu ? 32 : 16 * c.tiles;
@@ -585,6 +592,10 @@ std::vector<GemvConfig> gemv_configs(bool swiglu) {
       out.push_back(c);
     }
   }
+  // Only the shapes whose block fits this device's shared memory (the others cannot be launched here).
+  out.erase(std::remove_if(out.begin(), out.end(),
+                           [&](const GemvConfig& c) { return !gemv_shape_fits(c, swiglu, smem_limit()); }),
+            out.end());
   return out;
 }
 

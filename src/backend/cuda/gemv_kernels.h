@@ -3,8 +3,8 @@
 // accumulated in fp32 without rounding x to bf16: each activation is split into bf16 parts (hi + lo, ~16
 // bits, relative error <= 2^-17, the default; or hi + mid + lo = x exactly) fed to bf16 tensor-core MMAs
 // (m16n8k16: 16 weight rows x 8 activation rows). The weights
-// stream through a per-warp cp.async pipeline (16-byte copies, several stages in flight); a block of 8 (or 4)
-// warps covers 16 (or 32) weight rows and splits K among its warps (deterministic reduction in shared
+// stream through a per-warp cp.async pipeline (16-byte copies, several stages in flight); a block of 4, 8 or
+// 16 warps covers 16 (or 32) weight rows and splits K among its warps (deterministic reduction in shared
 // memory). Persistent variant (GemvConfig::persist): about SMs x resident blocks, each walking row tiles
 // with one pipeline across them. Split-K: s blocks may share one row tile's K range; each writes fp32
 // partials to a workspace and the last to arrive sums them in split order and applies the epilogue
@@ -35,8 +35,8 @@ struct GemvNorm {
   float eps = 0.0f;
 };
 
-// Kernel shape: the default (tiles = 0) picks one by the problem's shape; gemv_configs lists the compiled
-// ones (what the tests and the benchmark run).
+// Kernel shape: the default (tiles = 0) picks one by the problem's shape (and the device's shared memory per
+// block); gemv_configs lists the compiled ones that fit this device (what the tests and the benchmark run).
 struct GemvConfig {
   int tiles = 0;         // 16-row MMA tiles per block (SwiGLU: 2, gate + up); 0: choose by shape
   int unroll = 2;        // 32-column chunks per pipeline stage and warp

@@ -18,6 +18,8 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "backend/cuda/gemv_kernels.h"
+
 namespace dsinfer::cuda {
 
 constexpr int kGemvMaxKSplit = 16;  // the most blocks one row tile's K range is split over
@@ -54,6 +56,49 @@ inline GemvSplitLayout gemv_split_layout(int64_t K, int warps, int unroll, int s
   GemvSplitLayout out;
   out.splits = static_cast<int>((iters + per - 1) / per);
   out.columns = out.splits == 1 ? K : per * step;
+  return out;
+}
+
+// Shared memory one block of an MMA GEMV shape takes: the weight pipeline (per warp `stages` stages of
+// `unroll` 32-column chunks x `tiles` 16-row MMA tiles x rows g and g + 8 x 32 lanes x 16 bytes; SwiGLU:
+// tiles = 2, gate and up) and the cross-warp reduction's static arrays (per warp tiles x 4 x 32 sums and 32
+// sums of squares, fp32). A shape whose block needs more than the device's per-block limit cannot be launched
+// there.
+constexpr int64_t gemv_pipeline_smem(int warps, int tiles, int unroll, int stages) {
+  return int64_t{warps} * stages * unroll * tiles * 2 * 32 * 16;
+}
+constexpr int64_t gemv_block_smem(int warps, int tiles, int unroll, int stages) {
+  return gemv_pipeline_smem(warps, tiles, unroll, stages) + int64_t{warps} * (tiles * 4 * 32 + 32) * 4;
+}
+
+// Whether shape c's block (SwiGLU: gate + up tiles) fits a device allowing smem_limit bytes per block.
+inline bool gemv_shape_fits(const GemvConfig& c, bool swiglu, int64_t smem_limit) {
+  return gemv_block_smem(c.warps, swiglu ? 2 : c.tiles, c.unroll, c.stages) <= smem_limit;
+}
+
+// The shape a launch runs on a device allowing smem_limit bytes per block: `preferred` when it fits, else the
+// first that fits of `per_launch` (choose_shape's), the 8-warp 4-stage shape (69 KiB; SwiGLU: the 4-warp
+// 3-stage one, 52.5 KiB) and the 4-warp 4-stage one-chunk shapes (34.5-37 KiB), keeping preferred.persist.
+// On Hopper (227 KiB) every preferred shape fits; the 16-warp SwiGLU shape (210 KiB) does not on sm_80 (163
+// KiB), nor the 96 KiB-pipeline 8-warp shapes on sm_86 / sm_89 (99 KiB). When nothing fits, the smallest is
+// returned and its launch reports the shortfall.
+inline GemvConfig fit_gemv_shape(const GemvConfig& preferred, const GemvConfig& per_launch, bool swiglu,
+                                 int64_t smem_limit) {
+  if (gemv_shape_fits(preferred, swiglu, smem_limit)) return preferred;
+  const GemvConfig fallbacks[] = {
+      per_launch,
+      swiglu ? GemvConfig{2, 2, 3, 2, false, 4} : GemvConfig{1, 2, 4, 2, false, 8},
+      swiglu ? GemvConfig{2, 1, 4, 2, false, 4} : GemvConfig{1, 2, 4, 2, false, 4},
+  };
+  GemvConfig out = fallbacks[2];
+  for (const GemvConfig& c : fallbacks) {
+    if (gemv_shape_fits(c, swiglu, smem_limit)) {
+      out = c;
+      break;
+    }
+  }
+  out.persist = preferred.persist;
+  out.ksplit = preferred.ksplit;
   return out;
 }
 

@@ -254,4 +254,17 @@ int device_sm_count(int fallback) {
   return n > 0 ? n : fallback;
 }
 
+int device_smem_per_block(int fallback) {
+  static const int n = [] {
+    int dev = 0, v = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
+      cudaGetLastError();
+      return 0;
+    }
+    return v;
+  }();
+  return n > 0 ? n : fallback;
+}
+
 }  // namespace dsinfer::cuda
