@@ -241,29 +241,27 @@ void destroy_graph(GraphHandle graph) {
   if (graph) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph));
 }
 
+namespace {
+
+// An attribute of the current device; 0 when it cannot be queried.
+int current_device_attribute(cudaDeviceAttr attr) {
+  int dev = 0, v = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&v, attr, dev) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return v;
+}
+
+}  // namespace
+
 int device_sm_count(int fallback) {
-  static const int n = [] {
-    int dev = 0, v = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
-      cudaGetLastError();
-      return 0;
-    }
-    return v;
-  }();
+  static const int n = current_device_attribute(cudaDevAttrMultiProcessorCount);
   return n > 0 ? n : fallback;
 }
 
 int device_smem_per_block(int fallback) {
-  static const int n = [] {
-    int dev = 0, v = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
-      cudaGetLastError();
-      return 0;
-    }
-    return v;
-  }();
+  static const int n = current_device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin);
   return n > 0 ? n : fallback;
 }
 
