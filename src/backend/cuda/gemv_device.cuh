@@ -9,7 +9,6 @@
 #include <cstdint>
 
 #include "backend/cuda/gemv_kernels.h"
-#include "backend/cuda/gemv_plan.h"
 
 namespace dsinfer::cuda::gemv_detail {
 
@@ -44,12 +43,6 @@ struct Params {
 // Floats of one (tile, split) partial: TILES x 4 x 32 lane values and 32 for the sums of squares.
 __host__ __device__ constexpr int slot_floats(int tiles) {
   return tiles * 4 * 32 + 32;
-}
-
-// Shared memory of the MMA kernels' weight pipeline: per warp S stages of U chunks x TILES tiles x rows
-// (g, g + 8) x 32 lanes x 16 bytes.
-constexpr int pipeline_bytes(int warps, int tiles, int unroll, int stages) {
-  return static_cast<int>(gemv_pipeline_smem(warps, tiles, unroll, stages));
 }
 
 __device__ __forceinline__ float bf16_to_f32(uint16_t bits) {

@@ -269,7 +269,7 @@ constexpr void (*mma_kernel_fn())(const Params) {
 template <int W, int TILES, int U, int S, int SPLITS, bool SWIGLU, bool PERSIST = false, bool STAMPS = false>
 const MmaKernel& mma_kernel() {
   static const MmaKernel k = [] {
-    constexpr int bytes = pipeline_bytes(W, TILES, U, S);
+    constexpr int bytes = static_cast<int>(gemv_pipeline_smem(W, TILES, U, S));
     auto* fn = mma_kernel_fn<W, TILES, U, S, SPLITS, SWIGLU, PERSIST, STAMPS>();
     // More than the default 48 KiB of dynamic shared memory must be asked for (once per kernel).
     if (cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) != cudaSuccess) {
@@ -471,8 +471,7 @@ GemvConfig resolve(int64_t M, int64_t K, const int64_t* N, int count, bool swigl
     const int occupancy = find_mma(c, swiglu).blocks_per_sm;
     // Weight bytes one block has in flight: S - 1 of its S stages.
     const int64_t inflight =
-        static_cast<int64_t>(pipeline_bytes(c.warps, swiglu ? 2 : c.tiles, c.unroll, c.stages)) *
-        (c.stages - 1) / c.stages;
+        gemv_pipeline_smem(c.warps, swiglu ? 2 : c.tiles, c.unroll, c.stages) * (c.stages - 1) / c.stages;
     c.persist = choose_gemv_persist_blocks(row_tiles(N, count, swiglu, c), num_sms(), occupancy, inflight);
     c.ksplit = 1;
     return c;
