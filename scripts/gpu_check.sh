@@ -2,7 +2,8 @@
 # Every GPU correctness check in one command, for the GPU machine (built binaries carried there): the CUDA op
 # tests, `eval golden --device cuda` on every fixture model the CUDA backend covers (the others are reported
 # as not covered), batched vs one-at-a-time agreement on the dense and DeepSeek fixtures, and, where PyTorch
-# and transformers are present, the MLA golden at V2-Lite's attention shape (scripts/gpu_mla512_golden.sh).
+# and transformers are present, the goldens of tests/gpu_references/ (scripts/gpu_reference_golden.sh: V2-Lite's
+# MLA shape, Llama at head_dim 128, Qwen2 at head_dim 64).
 # Logs go to LOG_DIR (default $OUT, else gpu-check-logs); a table of results is printed last. Exits non-zero
 # when any check fails.
 # Usage: scripts/gpu_check.sh [DSINFER] [CUDA_DEVICE_TESTS] [LOG_DIR] (defaults: build/dsinfer from
@@ -64,15 +65,19 @@ for model in tiny-llama tiny-qwen2 tiny-deepseek-v2 tiny-deepseek-v3; do
   fi
 done
 
-if python3 -c 'import torch, transformers' > /dev/null 2>&1; then
-  DSINFER_BIN="$bin" timeout 600 bash scripts/gpu_mla512_golden.sh "${TMPDIR:-/tmp}/dsinfer-mla512" \
-    > "$logs/golden_mla512.log" 2>&1
-  rc=$?
-  verdict=$(grep -E '^(PASS|FAIL)' "$logs/golden_mla512.log" | head -1 | cut -c1-60)
-  if [ $rc -eq 0 ]; then record "golden V2-Lite attention shape" PASS "$verdict"; else record "golden V2-Lite attention shape" FAIL "rc $rc $verdict"; fi
-else
-  record "golden V2-Lite attention shape" skipped "no PyTorch + transformers here"
-fi
+for ref_dir in tests/gpu_references/*/; do
+  ref=$(basename "$ref_dir")
+  if python3 -c 'import torch, transformers' > /dev/null 2>&1; then
+    log="$logs/golden_ref_$ref.log"
+    DSINFER_BIN="$bin" timeout 600 bash scripts/gpu_reference_golden.sh "$ref" "${TMPDIR:-/tmp}/dsinfer-$ref" \
+      > "$log" 2>&1
+    rc=$?
+    verdict=$(grep -E '^(PASS|FAIL)' "$log" | head -1 | cut -c1-60)
+    if [ $rc -eq 0 ]; then record "golden reference $ref" PASS "$verdict"; else record "golden reference $ref" FAIL "rc $rc $verdict"; fi
+  else
+    record "golden reference $ref" skipped "no PyTorch + transformers here"
+  fi
+done
 
 printf '\n%-44s %-12s %s\n' check result detail
 printf '%s\n' "${results[@]}"
