@@ -173,6 +173,12 @@ class Backend {
   // cache rows [k | v] (v [T, Hkv * Dv]) of the plan's tokens to cache layer `layer`.
   virtual void rope_write_kv(Tensor& q, Tensor& k, const Tensor& v, const RopeTable& table, RopeLayout layout,
                              KvCache& cache, int64_t layer, const BatchPlan& plan);
+  // rope_write_kv(q, k, v, table, layout, cache, layer, plan), then returns attention_gqa(q, cache, layer,
+  // plan, k.dim(1), q.dim(2), v_head_dim, scale) ([T, Hq * Dv]). A backend may run both in one kernel and
+  // leave q and k unrotated, so callers must not read q or k afterwards.
+  virtual Tensor rope_attention_gqa(Tensor& q, Tensor& k, const Tensor& v, const RopeTable& table,
+                                    RopeLayout layout, KvCache& cache, int64_t layer, const BatchPlan& plan,
+                                    int64_t v_head_dim, float scale);
   // DeepSeek MLA's cache write: rotates q_pe [T, H, P] and k_pe [T, 1, P] in place (layout, dims [0, P)),
   // then writes the cache rows [rms_norm(latent [T, R], norm, eps) | k_pe] of the plan's tokens to `layer`.
   virtual void mla_rope_write_kv(Tensor& q_pe, Tensor& k_pe, const Tensor& latent, const Tensor& norm,

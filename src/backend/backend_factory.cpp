@@ -47,6 +47,10 @@ std::unique_ptr<Backend> make_cuda_backend(const std::string& cuda_arch) {
   // DSINFER_MLA_PREPARE_FUSED=0 / 1: the MLA cache write and the W_UK GEMV in one launch at decode sizes off
   // / on (on by default, cuda_backend.h).
   options.mla_prepare_fused = env_switch("DSINFER_MLA_PREPARE_FUSED", options.mla_prepare_fused);
+  // DSINFER_CUDA_ROPE_ATTENTION_FUSED=0 / 1: a decode step's rope and cache write inside the attention
+  // kernel off / on (on by default, cuda_backend.h).
+  options.rope_attention_fused =
+      env_switch("DSINFER_CUDA_ROPE_ATTENTION_FUSED", options.rope_attention_fused);
   return std::make_unique<CudaBackend>(options);
 }
 

@@ -1,6 +1,7 @@
 // Default implementations of the Backend's fused ops: the primitive ops in the reference's order, so a
 // backend that does not fuse (the CPU reference) computes exactly what the unfused model code did.
 #include "backend/backend.h"
+#include "core/error.h"
 
 namespace dsinfer {
 
@@ -26,6 +27,15 @@ void Backend::rope_write_kv(Tensor& q, Tensor& k, const Tensor& v, const RopeTab
   rope(q, plan.positions, table, 0, layout);
   rope(k, plan.positions, table, 0, layout);
   write_kv(cache, layer, plan, k, v);
+}
+
+Tensor Backend::rope_attention_gqa(Tensor& q, Tensor& k, const Tensor& v, const RopeTable& table,
+                                   RopeLayout layout, KvCache& cache, int64_t layer, const BatchPlan& plan,
+                                   int64_t v_head_dim, float scale) {
+  DSI_CHECK(q.ndim() == 3 && k.ndim() == 3, "rope_attention_gqa: q ", shape_str(q.shape()), " and k ",
+            shape_str(k.shape()), " must be [T, heads, head_dim]");
+  rope_write_kv(q, k, v, table, layout, cache, layer, plan);
+  return attention_gqa(q, cache, layer, plan, k.dim(1), q.dim(2), v_head_dim, scale);  // [T, Hq * Dv]
 }
 
 void Backend::mla_rope_write_kv(Tensor& q_pe, Tensor& k_pe, const Tensor& latent, const Tensor& norm,

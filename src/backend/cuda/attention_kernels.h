@@ -57,9 +57,31 @@ bool decode_supported(const GqaShape& shape, bool bf16_cache);
 int64_t decode_splits(int64_t num_queries, const GqaShape& shape, int64_t max_context);
 int64_t decode_partial_floats(int64_t num_queries, const GqaShape& shape, int64_t max_context);
 int64_t decode_arrival_slots(int64_t num_queries, const GqaShape& shape, int64_t max_context);
+struct DecodeRopeArgs;
 void launch_attention_decode(const float* q, const DeviceCacheView& cache, const DevicePlanView& plan,
                              const int32_t* tokens, int64_t num_queries, float* out, const GqaShape& shape,
-                             int64_t max_context, float* partials, int32_t* arrivals = nullptr);
+                             int64_t max_context, float* partials, int32_t* arrivals = nullptr,
+                             const DecodeRopeArgs* rope = nullptr);
+
+// launch_rope_write_kv fused into a pure decode step's attention (launch_attention_decode's `rope`): query i
+// is token i (tokens null), the only new token of its sequence, at position positions[i]. Each CTA rotates
+// its q heads in registers (q itself is not written) and, where its split holds that position, builds the
+// token's K (k rotated) and V row as launch_rope_write_kv would store it, uses it, and writes it to cache row
+// slot_mapping[i] (k is not written either). The same bits as launch_rope_write_kv, then the attention. The
+// cache rows of earlier positions are loaded before the kernel waits for the one before it (PDL), so their
+// latency overlaps the projection that makes q, k and v. Shapes: decode_rope_supported.
+struct DecodeRopeArgs {
+  const float* k = nullptr;               // [T, Hkv, D] keys, not rotated
+  const float* v = nullptr;               // [T, Hkv * Dv]
+  const int64_t* slot_mapping = nullptr;  // [T] cache row of each token
+  const float* inv_freq = nullptr;        // [rope_dim / 2]
+  int64_t rope_dim = 0;                   // dims [0, rope_dim) rotate
+  float attention_scaling = 1.0f;
+  bool interleaved = false;
+};
+// The warp kernel's shapes (bf16 cache, D == Dv in {64, 128, 256}) with rope_dim even and <= D, and for the
+// half layout rope_dim / 2 a multiple of 8 (a lane's 8 dims and their partners lie in one half).
+bool decode_rope_supported(const GqaShape& shape, bool bf16_cache, int64_t rope_dim, bool interleaved);
 
 // The process-wide arrival counters of the fused combine: a zeroed device buffer of at least `slots` int32
 // (grown outside CUDA graph capture only; growing invalidates captured graphs). Null when slots is 0, or

@@ -53,6 +53,11 @@ struct CudaBackendOptions {
   // W_UK head GEMV in one launch (mla_prepare_kernels.cu) wherever head_matmul would run its tiled decode
   // GEMV (next_pow2(T) <= 8); false: mla_rope_write_kv, then head_matmul (the same bits, one launch more).
   bool mla_prepare_fused = true;
+  // true (default; DSINFER_CUDA_ROPE_ATTENTION_FUSED=0 turns it off): rope_attention_gqa runs a pure decode
+  // step (one new token per sequence) as one kernel, the rope and cache write inside the split-KV decode
+  // attention (cuda::DecodeRopeArgs), where the warp kernel takes the shape; false: rope_write_kv, then
+  // attention_gqa (the same bits, one launch more).
+  bool rope_attention_fused = true;
 };
 
 class CudaBackend : public Backend {
@@ -110,6 +115,11 @@ class CudaBackend : public Backend {
   // One kernel: rope on q and k, then the [k | v] cache rows (float32 or bf16 cache).
   void rope_write_kv(Tensor& q, Tensor& k, const Tensor& v, const RopeTable& table, RopeLayout layout,
                      KvCache& cache, int64_t layer, const BatchPlan& plan) override;
+  // A pure decode step in one kernel (options_.rope_attention_fused; q and k are then left as they were);
+  // otherwise rope_write_kv, then attention_gqa.
+  Tensor rope_attention_gqa(Tensor& q, Tensor& k, const Tensor& v, const RopeTable& table, RopeLayout layout,
+                            KvCache& cache, int64_t layer, const BatchPlan& plan, int64_t v_head_dim,
+                            float scale) override;
 
   // DeepSeek-V2/V3: MLA (cuda_backend_mla.cpp) and DeepSeekMoE (cuda_backend_moe.cpp).
   Tensor prepare_weight_f32(Tensor host_f32) override;
@@ -181,6 +191,16 @@ class CudaBackend : public Backend {
     return mirror.upload(v);
   }
 
+  // rope_write_kv's checks; returns Dv (cuda_backend_attention.cpp).
+  int64_t check_rope_write_kv(const Tensor& q, const Tensor& k, const Tensor& v, const RopeTable& table,
+                              const KvCache& cache, int64_t layer, const BatchPlan& plan);
+  // The attention_gqa decode launch for the n tokens dec_tokens (all of the plan's T tokens in order: no
+  // token list), given the step plan's device view; rope (or null): the fused rope of a pure decode step.
+  void launch_gqa_decode(const float* q, const cuda::DeviceCacheView& cv, const cuda::DevicePlanView& view,
+                         const std::vector<int32_t>& dec_tokens, int64_t T, int64_t max_context, float* out,
+                         const cuda::GqaShape& shape, const cuda::DecodeRopeArgs* rope);
+  // The step plan's device arrays as attention kernels read them (uploads a lone op call's plan: `lone`).
+  cuda::DevicePlanView plan_view(const BatchPlan& plan, bool& lone);
   // mla_rope_write_kv's checks and kernel arguments (cuda_backend_attention.cpp).
   cuda::MlaWriteArgs mla_write_args(Tensor& q_pe, Tensor& k_pe, const Tensor& latent, const Tensor& norm,
                                     float eps, const RopeTable& table, RopeLayout layout, KvCache& cache,

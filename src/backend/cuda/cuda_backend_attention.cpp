@@ -1,5 +1,6 @@
-// CudaBackend's attention-side ops: rope, cache writes (float32 or bf16 cache), the fused rope + cache write
-// and GQA attention, which routes each sequence of the plan to a kernel: query_len 1 (decode) -> split-KV
+// CudaBackend's attention-side ops: rope, cache writes (float32 or bf16 cache), the fused rope + cache write,
+// rope_attention_gqa (a pure decode step's rope, cache write and attention in one kernel) and GQA attention,
+// which routes each sequence of the plan to a kernel: query_len 1 (decode) -> split-KV
 // decode kernel (splits merged in the kernel, decode_arrivals); longer chunks -> tensor-core flash kernel
 // (bf16 cache, head dim 64 or 128) or, for other shapes, the decode kernel run per token; shapes neither
 // takes -> the simple kernel. The split is made on the host from the plan, so nothing waits for the GPU.
@@ -39,6 +40,16 @@ void check_slots(const KvCache& cache, const BatchPlan& plan, const char* op) {
   for (int64_t s : plan.slot_mapping) DSI_CHECK(s >= 0 && s < slots, op, ": slot ", s, " outside the cache");
 }
 
+// Every token's position lies within its sequence's blocks.
+void check_positions(const BatchPlan& plan, const char* op) {
+  for (int32_t s = 0; s < plan.num_seqs(); ++s) {
+    const int64_t blocks = plan.block_table_indptr[s + 1] - plan.block_table_indptr[s];
+    for (int32_t t = plan.cu_seqlens[s]; t < plan.cu_seqlens[s + 1]; ++t)
+      DSI_CHECK(plan.positions[t] >= 0 && plan.positions[t] < blocks * plan.block_size, op, ": position ",
+                plan.positions[t], " of sequence ", s, " is past its ", blocks, " blocks");
+  }
+}
+
 }  // namespace
 
 void CudaBackend::rope(Tensor& x, const std::vector<int32_t>& positions, const RopeTable& table,
@@ -69,15 +80,14 @@ void CudaBackend::write_kv(KvCache& cache, int64_t layer, const BatchPlan& plan,
                         b ? dev_f32(b, "write_kv", "b") : nullptr, wb, T);
 }
 
-void CudaBackend::rope_write_kv(Tensor& q, Tensor& k, const Tensor& v, const RopeTable& table,
-                                RopeLayout layout, KvCache& cache, int64_t layer, const BatchPlan& plan) {
-  // q [T, Hq, D], k [T, Hkv, D] (rotated in place), v [T, Hkv * Dv] -> cache rows [k | v].
-  const cuda::DeviceCacheView view = cache_view(cache, layer, "rope_write_kv");
+int64_t CudaBackend::check_rope_write_kv(const Tensor& q, const Tensor& k, const Tensor& v,
+                                         const RopeTable& table, const KvCache& cache, int64_t layer,
+                                         const BatchPlan& plan) {
   const int64_t T = plan.num_tokens();
   DSI_CHECK(q.ndim() == 3 && k.ndim() == 3 && q.dim(0) == T && k.dim(0) == T && q.dim(2) == k.dim(2),
             "rope_write_kv: q ", shape_str(q.shape()), " and k ", shape_str(k.shape()), " for ", T,
             " tokens");
-  const int64_t Hq = q.dim(1), Hkv = k.dim(1), D = q.dim(2), R = table.rope_dim;
+  const int64_t Hkv = k.dim(1), D = q.dim(2), R = table.rope_dim;
   DSI_CHECK(Hkv > 0 && v.numel() % std::max<int64_t>(T * Hkv, 1) == 0, "rope_write_kv: v ",
             shape_str(v.shape()), " for ", Hkv, " kv heads");
   const int64_t Dv = T ? v.numel() / (T * Hkv) : cache.width(layer) / Hkv - D;
@@ -88,12 +98,65 @@ void CudaBackend::rope_write_kv(Tensor& q, Tensor& k, const Tensor& v, const Rop
             " and head_dim ", D);
   DSI_CHECK(static_cast<int64_t>(plan.positions.size()) == T, "rope_write_kv: positions for ", T, " tokens");
   check_slots(cache, plan, "rope_write_kv");
+  return Dv;
+}
+
+void CudaBackend::rope_write_kv(Tensor& q, Tensor& k, const Tensor& v, const RopeTable& table,
+                                RopeLayout layout, KvCache& cache, int64_t layer, const BatchPlan& plan) {
+  // q [T, Hq, D], k [T, Hkv, D] (rotated in place), v [T, Hkv * Dv] -> cache rows [k | v].
+  const cuda::DeviceCacheView view = cache_view(cache, layer, "rope_write_kv");
+  const int64_t Dv = check_rope_write_kv(q, k, v, table, cache, layer, plan);
+  const int64_t T = plan.num_tokens();
   if (T == 0) return;
-  cuda::launch_rope_write_kv(dev_f32(q, "rope_write_kv", "q"), dev_f32(k, "rope_write_kv", "k"),
-                             dev_f32(v, "rope_write_kv", "v"), view, device_array(plan.positions, positions_),
-                             device_array(plan.slot_mapping, slot_mapping_),
-                             R ? inv_freq_.upload(table.inv_freq) : nullptr, T, Hq, Hkv, D, Dv, R,
-                             table.attention_scaling, layout == RopeLayout::kInterleaved);
+  cuda::launch_rope_write_kv(
+      dev_f32(q, "rope_write_kv", "q"), dev_f32(k, "rope_write_kv", "k"), dev_f32(v, "rope_write_kv", "v"),
+      view, device_array(plan.positions, positions_), device_array(plan.slot_mapping, slot_mapping_),
+      table.rope_dim ? inv_freq_.upload(table.inv_freq) : nullptr, T, q.dim(1), k.dim(1), q.dim(2), Dv,
+      table.rope_dim, table.attention_scaling, layout == RopeLayout::kInterleaved);
+}
+
+Tensor CudaBackend::rope_attention_gqa(Tensor& q, Tensor& k, const Tensor& v, const RopeTable& table,
+                                       RopeLayout layout, KvCache& cache, int64_t layer,
+                                       const BatchPlan& plan, int64_t v_head_dim, float scale) {
+  // q [T, Hq, D], k [T, Hkv, D], v [T, Hkv * Dv] -> out [T, Hq * Dv]
+  const int64_t T = plan.num_tokens();
+  const bool interleaved = layout == RopeLayout::kInterleaved;
+  bool fused = options_.rope_attention_fused && T > 0 && plan.num_seqs() == T && q.ndim() == 3 &&
+               k.ndim() == 3 && cache.device() == Device::kCuda && cache.dtype() == DType::BF16;
+  for (int32_t s = 0; fused && s < plan.num_seqs(); ++s)  // a pure decode step: one new token per sequence
+    fused = plan.cu_seqlens[s + 1] - plan.cu_seqlens[s] == 1;
+  const cuda::GqaShape shape{fused ? q.dim(1) : 0, fused ? k.dim(1) : 0, fused ? q.dim(2) : 0, v_head_dim,
+                             scale};
+  if (!fused || !cuda::decode_rope_supported(shape, true, table.rope_dim, interleaved))
+    return Backend::rope_attention_gqa(q, k, v, table, layout, cache, layer, plan, v_head_dim, scale);
+
+  const cuda::DeviceCacheView cv = cache_view(cache, layer, "rope_attention_gqa");
+  const int64_t Dv = check_rope_write_kv(q, k, v, table, cache, layer, plan);
+  DSI_CHECK(Dv == v_head_dim && shape.Hq % shape.Hkv == 0, "rope_attention_gqa: v heads of ", Dv,
+            " values for v_head_dim ", v_head_dim, ", ", shape.Hq, " q heads for ", shape.Hkv, " kv heads");
+  DSI_CHECK(plan.block_size == cache.block_size(), "rope_attention_gqa: plan block size ", plan.block_size,
+            " for a cache of ", cache.block_size());
+  check_positions(plan, "rope_attention_gqa");
+  Tensor out = Tensor::empty_on(Device::kCuda, DType::F32, {T, shape.Hq * Dv});
+  bool lone = false;
+  const cuda::DevicePlanView view = plan_view(plan, lone);
+  int64_t max_context = std::max<int64_t>(1, context_bound_);  // a CUDA graph's context bucket
+  for (int32_t p : plan.positions) max_context = std::max<int64_t>(max_context, p + 1);
+  cuda::DecodeRopeArgs rope;
+  rope.k = dev_f32(k, "rope_attention_gqa", "k");
+  rope.v = dev_f32(v, "rope_attention_gqa", "v");
+  rope.slot_mapping = device_array(plan.slot_mapping, slot_mapping_);
+  rope.inv_freq = table.rope_dim ? inv_freq_.upload(table.inv_freq) : nullptr;
+  rope.rope_dim = table.rope_dim;
+  rope.attention_scaling = table.attention_scaling;
+  rope.interleaved = interleaved;
+  std::vector<int32_t>& dec = decode_tokens_host_;
+  dec.resize(static_cast<size_t>(T));
+  for (int32_t t = 0; t < T; ++t) dec[t] = t;
+  launch_gqa_decode(dev_f32(q, "rope_attention_gqa", "q"), cv, view, dec, T, max_context, out.data<float>(),
+                    shape, &rope);
+  if (lone) step_.clear_host();
+  return out;
 }
 
 cuda::MlaWriteArgs CudaBackend::mla_write_args(Tensor& q_pe, Tensor& k_pe, const Tensor& latent,
@@ -144,6 +207,36 @@ void CudaBackend::mla_rope_write_kv(Tensor& q_pe, Tensor& k_pe, const Tensor& la
   cuda::launch_mla_rope_write_kv(a);
 }
 
+cuda::DevicePlanView CudaBackend::plan_view(const BatchPlan& plan, bool& lone) {
+  // The step plan's device arrays (uploaded by begin_step; a lone op call outside a step uploads here).
+  lone = step_.host() != &plan;
+  if (lone) step_.upload(plan, context_bound_);
+  const cuda::DevicePlan& dp = step_.device();
+  cuda::DevicePlanView view;
+  view.positions = dp.positions;
+  view.token_seq = dp.token_seq;
+  view.block_table = dp.block_table;
+  view.block_table_indptr = dp.block_table_indptr;
+  view.block_size = plan.block_size;
+  return view;
+}
+
+void CudaBackend::launch_gqa_decode(const float* q, const cuda::DeviceCacheView& cv,
+                                    const cuda::DevicePlanView& view, const std::vector<int32_t>& dec_tokens,
+                                    int64_t T, int64_t max_context, float* out, const cuda::GqaShape& shape,
+                                    const cuda::DecodeRopeArgs* rope) {
+  const auto n = static_cast<int64_t>(dec_tokens.size());
+  // All tokens in order (a pure decode step): no token list, so a captured graph does not depend on it.
+  const int32_t* tokens = n == T ? nullptr : decode_tokens_.upload(dec_tokens);
+  const int64_t bucket = cuda::attention_max_context_bucket(max_context);
+  const int64_t floats = cuda::decode_partial_floats(n, shape, bucket);
+  Tensor partials = floats ? Tensor::empty_on(Device::kCuda, DType::F32, {floats}) : Tensor();
+  // Fused combine when the counters are there (a capture that would need more runs the combine kernel).
+  int32_t* arrivals = cuda::decode_arrivals(cuda::decode_arrival_slots(n, shape, bucket));
+  cuda::launch_attention_decode(q, cv, view, tokens, n, out, shape, bucket,
+                                floats ? partials.data<float>() : nullptr, arrivals, rope);
+}
+
 Tensor CudaBackend::attention_gqa(const Tensor& q, const KvCache& cache, int64_t layer, const BatchPlan& plan,
                                   int64_t kv_heads, int64_t head_dim, int64_t v_head_dim, float scale) {
   // q [T, Hq, D] -> out [T, Hq * Dv]
@@ -160,16 +253,8 @@ Tensor CudaBackend::attention_gqa(const Tensor& q, const KvCache& cache, int64_t
   Tensor out = Tensor::empty_on(Device::kCuda, DType::F32, {T, Hq * Dv});
   if (T == 0) return out;
 
-  // The step plan's device arrays (uploaded by begin_step; a lone op call outside a step uploads here).
-  const bool lone_call = step_.host() != &plan;
-  if (lone_call) step_.upload(plan, context_bound_);
-  const cuda::DevicePlan& dp = step_.device();
-  cuda::DevicePlanView view;
-  view.positions = dp.positions;
-  view.token_seq = dp.token_seq;
-  view.block_table = dp.block_table;
-  view.block_table_indptr = dp.block_table_indptr;
-  view.block_size = plan.block_size;
+  bool lone_call = false;
+  const cuda::DevicePlanView view = plan_view(plan, lone_call);
   const float* qd = dev_f32(q, "attention_gqa", "q");
 
   if (!cuda::decode_supported(shape, cv.bf16)) {
@@ -201,29 +286,12 @@ Tensor CudaBackend::attention_gqa(const Tensor& q, const KvCache& cache, int64_t
       }
     }
   }
-  for (int32_t s = 0; s < plan.num_seqs(); ++s) {
-    const int64_t blocks = plan.block_table_indptr[s + 1] - plan.block_table_indptr[s];
-    for (int32_t t = plan.cu_seqlens[s]; t < plan.cu_seqlens[s + 1]; ++t)
-      DSI_CHECK(plan.positions[t] >= 0 && plan.positions[t] < blocks * plan.block_size,
-                "attention_gqa: position ", plan.positions[t], " of sequence ", s, " is past its ", blocks,
-                " blocks");
-  }
+  check_positions(plan, "attention_gqa");
   if (!tiles.empty()) {
     cuda::launch_attention_flash(qd, cv, view, flash_tiles_.upload(tiles),
                                  static_cast<int64_t>(tiles.size() / 4), out.data<float>(), shape);
   }
-  if (!dec.empty()) {
-    const auto n = static_cast<int64_t>(dec.size());
-    // All tokens in order (a pure decode step): no token list, so a captured graph does not depend on it.
-    const int32_t* tokens = n == T ? nullptr : decode_tokens_.upload(dec);
-    const int64_t bucket = cuda::attention_max_context_bucket(max_context);
-    const int64_t floats = cuda::decode_partial_floats(n, shape, bucket);
-    Tensor partials = floats ? Tensor::empty_on(Device::kCuda, DType::F32, {floats}) : Tensor();
-    // Fused combine when the counters are there (a capture that would need more runs the combine kernel).
-    int32_t* arrivals = cuda::decode_arrivals(cuda::decode_arrival_slots(n, shape, bucket));
-    cuda::launch_attention_decode(qd, cv, view, tokens, n, out.data<float>(), shape, bucket,
-                                  floats ? partials.data<float>() : nullptr, arrivals);
-  }
+  if (!dec.empty()) launch_gqa_decode(qd, cv, view, dec, T, max_context, out.data<float>(), shape, nullptr);
   if (lone_call) step_.clear_host();
   return out;
 }

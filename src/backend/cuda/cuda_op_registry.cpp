@@ -50,6 +50,13 @@ const std::vector<CudaOpSupport>& cuda_op_support() {
        {"rms_norm", "mlp", "add_inplace"},
        ""},
       {"rope_write_kv", {"launch_rope_write_kv"}, {}, {"rope", "write_kv"}, ""},
+      // pure decode steps (warp-kernel shapes): the rope and cache write inside the decode attention kernel
+      {"rope_attention_gqa",
+       {"launch_attention_decode (fused rope)", "launch_rope_write_kv", "launch_attention_flash",
+        "launch_attention_gqa"},
+       {},
+       {"rope_write_kv", "attention_gqa"},
+       ""},
       {"mla_rope_write_kv", {"launch_mla_rope_write_kv"}, {}, {"rms_norm", "rope", "write_kv"}, ""},
       // decode sizes: the cache write and the W_UK GEMV in one kernel; else mla_rope_write_kv + head_matmul
       {"mla_prepare",
@@ -176,9 +183,9 @@ std::vector<std::string> cuda_kernels_for(std::string_view op, ArchPath path) {
 
 const std::vector<std::string>& model_backend_ops(Arch arch) {
   // What src/model/arch/*.cpp call through the Backend (grep "b\.[a-z_]*(" there when it changes).
-  static const std::vector<std::string> dense = {"embed",         "norm_linears",    "rope_write_kv",
-                                                 "attention_gqa", "linear_residual", "norm_mlp_residual",
-                                                 "gather_rows",   "sample"};
+  static const std::vector<std::string> dense = {"embed",           "norm_linears",      "rope_attention_gqa",
+                                                 "linear_residual", "norm_mlp_residual", "gather_rows",
+                                                 "sample"};
   static const std::vector<std::string> mla = {"embed",
                                                "norm_linears",
                                                "rms_norm",

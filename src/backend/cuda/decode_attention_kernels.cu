@@ -348,9 +348,13 @@ int64_t decode_arrival_slots(int64_t num_queries, const GqaShape& shape, int64_t
 
 void launch_attention_decode(const float* q, const DeviceCacheView& cache, const DevicePlanView& plan,
                              const int32_t* tokens, int64_t num_queries, float* out, const GqaShape& shape,
-                             int64_t max_context, float* partials, int32_t* arrivals) {
+                             int64_t max_context, float* partials, int32_t* arrivals,
+                             const DecodeRopeArgs* rope) {
   DSI_CHECK(decode_supported(shape, cache.bf16), "attention decode: unsupported shape (Hq ", shape.Hq,
             ", Hkv ", shape.Hkv, ", D ", shape.D, ", Dv ", shape.Dv, ")");
+  DSI_CHECK(!rope || decode_rope_supported(shape, cache.bf16, rope->rope_dim, rope->interleaved),
+            "attention decode: the fused rope does not take this shape (D ", shape.D, ", rope_dim ",
+            rope ? rope->rope_dim : 0, ")");
   DSI_CHECK(max_context > 0, "attention decode: max_context must be positive");
   if (num_queries == 0) return;
   const SplitPlan sp = split_plan(num_queries, shape, max_context);
@@ -358,7 +362,7 @@ void launch_attention_decode(const float* q, const DeviceCacheView& cache, const
   if (sp.splits == 1) arrivals = nullptr;  // nothing to merge
   if (detail::decode_warp_supported(shape, cache.bf16)) {
     detail::launch_decode_warp(q, cache, plan, tokens, num_queries, out, shape, sp.splits, sp.chunk, partials,
-                               arrivals, sp.few ? kFewPairsMaxHeads : kMaxHeads);
+                               arrivals, sp.few ? kFewPairsMaxHeads : kMaxHeads, rope);
   } else if (cache.bf16) {
     launch_decode_typed<__nv_bfloat16>(q, cache, plan, tokens, num_queries, out, shape, sp, partials,
                                        arrivals);

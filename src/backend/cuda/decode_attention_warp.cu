@@ -6,6 +6,10 @@
 // shuffles and the 4 warps through shared memory. Launch geometry comes from the caller (split plan of
 // decode_attention_kernels.cu), so it depends on max_context only. With arrival counters the last split CTA
 // of a (query, head chunk) merges the splits itself (decode_merge.cuh) instead of the combine kernel.
+// The ROPE instantiations also do the step's rope + cache write (DecodeRopeArgs): the cache rows of earlier
+// positions are loaded and the angles computed (once per CTA, in shared memory) before the PDL wait, then q
+// is rotated in registers and the new token's K/V row is built, used and stored (rope_device.cuh's
+// arithmetic, so the bits of rope_write_kv + attention).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -15,6 +19,7 @@
 #include "backend/cuda/decode_attention_warp.h"
 #include "backend/cuda/decode_merge.cuh"
 #include "backend/cuda/pdl.cuh"
+#include "backend/cuda/rope_device.cuh"
 #include "backend/cuda/stream.h"
 #include "core/error.h"
 
@@ -36,14 +41,82 @@ __device__ __forceinline__ void bf16x8_to_float(const uint4& raw, float (&f)[8])
   }
 }
 
-template <int D, int GMAX>
+__device__ __forceinline__ void load8(const float* p, float (&f)[8]) {
+  const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
+  f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+}
+
+__device__ __forceinline__ uint4 float8_to_bf16x8(const float (&f)[8]) {
+  uint4 raw;
+  __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&raw);
+#pragma unroll
+  for (int e = 0; e < 4; ++e) h[e] = __floats2bfloat162_rn(f[2 * e], f[2 * e + 1]);
+  return raw;
+}
+
+// The fused rope's kernel arguments (DecodeRopeArgs on the device).
+struct KernelRope {
+  const float* k;
+  const float* v;
+  const int64_t* slot_mapping;
+  const float* inv_freq;
+  int half;  // rope_dim / 2
+  float scaling;
+  bool interleaved;
+};
+
+// The rotation of one lane's 8 dims [d0, d0 + 8) of a head at one position.
+struct LaneRope {
+  float c[8], s[8];  // cos, and sin signed as rope_math::rotate takes it
+  int partner;       // half layout: offset of the partner dims (+half or -half); 0: interleaved (e ^ 1)
+  int rotated;       // dims d0 + e with e < rotated rotate
+};
+
+// cs: the CTA's (cos, sin) of every frequency index (rope_math::cos_sin, one thread each).
+__device__ __forceinline__ LaneRope lane_rope(const KernelRope& r, int d0, const float2* cs) {
+  LaneRope L;
+  const int end = 2 * r.half;
+  L.rotated = max(0, min(8, end - d0));
+  L.partner = !r.interleaved && d0 < end ? (d0 < r.half ? r.half : -r.half) : 0;
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    const int d = d0 + e;
+    const bool first = r.interleaved ? d % 2 == 0 : d < r.half;
+    const int i = r.interleaved ? d / 2 : (first ? d : d - r.half);
+    const float2 v = d < end ? cs[i] : make_float2(1.0f, 0.0f);
+    L.c[e] = v.x;
+    L.s[e] = first ? -v.y : v.y;
+  }
+  return L;
+}
+
+// A lane's 8 dims of head row x (float32, D values), rotated.
+__device__ __forceinline__ void load_rotated(const float* x, int d0, const LaneRope& L, float (&y)[8]) {
+  float own[8], par[8];
+  load8(x + d0, own);
+  if (L.partner != 0) {
+    load8(x + d0 + L.partner, par);
+  } else {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) par[e] = own[e ^ 1];
+  }
+#pragma unroll
+  for (int e = 0; e < 8; ++e)
+    y[e] = e < L.rotated ? rope_math::rotate(own[e], par[e], L.c[e], L.s[e]) : own[e];
+}
+
+template <int D, int GMAX, bool ROPE>
 __global__ void __launch_bounds__(kThreads)
     decode_warp_kernel(const float* __restrict__ q, const __nv_bfloat16* __restrict__ cache, int64_t width,
                        DevicePlanView plan, const int32_t* tokens, int num_queries, float* out,
                        float* partials, int32_t* arrivals, int Hq, int Hkv, float scale_log2, int splits,
-                       int chunk) {
-  pdl_wait();
-  pdl_trigger();
+                       int chunk, KernelRope rope) {
+  // Without the fused rope, the new rows were written by the kernel before: wait for it first. With it, the
+  // plan (uploaded before the step's first kernel) and the rows of earlier steps are read before the wait.
+  if constexpr (!ROPE) {
+    pdl_wait();
+    pdl_trigger();
+  }
   constexpr int LPR = D / 8;            // lanes per cache row (8 values each)
   constexpr int RPW = 32 / LPR;         // rows a warp reads per step
   constexpr int U = GMAX >= 8 ? 2 : 4;  // steps in flight per iteration
@@ -51,6 +124,7 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ float acc_s[kWarps][GMAX][D];
   __shared__ float m_sh[kWarps][GMAX], l_sh[kWarps][GMAX];
   __shared__ MergeSmem merge_s;
+  __shared__ float2 rope_cs[ROPE ? D / 2 : 1];  // the fused rope's (cos, sin) per frequency index
 
   const int G = Hq / Hkv;
   const int nhc = (G + GMAX - 1) / GMAX;
@@ -68,6 +142,10 @@ __global__ void __launch_bounds__(kThreads)
       merge_heads(partials, lse, i, Hq, h0, gc, D, splits, out + static_cast<int64_t>(t) * Hq * D, merge_s);
   };
   if (begin >= end) {  // a split past this query's context
+    if constexpr (ROPE) {
+      pdl_wait();
+      pdl_trigger();
+    }
     for (int g = threadIdx.x; g < gc; g += kThreads)
       lse[(static_cast<int64_t>(i) * Hq + h0 + g) * splits + sp] = -INFINITY;
     finish();
@@ -76,20 +154,72 @@ __global__ void __launch_bounds__(kThreads)
   const int32_t* blocks = plan.block_table + plan.block_table_indptr[plan.token_seq[t]];
   const int bs = static_cast<int>(plan.block_size);
 
+  const int64_t kcol = static_cast<int64_t>(kvh) * D + li * 8;
+  const int64_t vcol = static_cast<int64_t>(Hkv) * D + static_cast<int64_t>(kvh) * D + li * 8;
+  const int lane_row = warp * U * RPW + sub;  // row of step u: n0 + lane_row + u * RPW
+  const int newest = ROPE ? ctx - 1 : -1;     // the fused rope's new row: built, not loaded
+  int64_t slot[U];
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int p = begin + lane_row + u * RPW;
+    slot[u] = p < end ? static_cast<int64_t>(blocks[p / bs]) * bs + p % bs : -1;
+  }
+  uint4 kr[U], vr[U];
+  auto load_rows = [&](int n0) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (slot[u] >= 0 && n0 + lane_row + u * RPW != newest) {
+        const __nv_bfloat16* row = cache + slot[u] * width;
+        kr[u] = __ldg(reinterpret_cast<const uint4*>(row + kcol));
+        vr[u] = __ldg(reinterpret_cast<const uint4*>(row + vcol));
+      } else {
+        kr[u] = vr[u] = make_uint4(0, 0, 0, 0);
+      }
+    }
+  };
+  LaneRope lr{};
+  if constexpr (ROPE) {  // the angles once per CTA, in shared memory before the wait
+    for (int f = threadIdx.x; f < rope.half; f += kThreads) {
+      float c, sn;
+      rope_math::cos_sin(rope.inv_freq[f], static_cast<float>(ctx - 1), rope.scaling, c, sn);
+      rope_cs[f] = make_float2(c, sn);
+    }
+    __syncthreads();
+    lr = lane_rope(rope, li * 8, rope_cs);
+  }
+  load_rows(begin);
+  if constexpr (ROPE) {
+    pdl_wait();
+    pdl_trigger();
+  }
+
   float qr[GMAX][8];
 #pragma unroll
   for (int g = 0; g < GMAX; ++g) {
     if (g < gc) {
-      const float4* src =
-          reinterpret_cast<const float4*>(q + (static_cast<int64_t>(t) * Hq + h0 + g) * D + li * 8);
-      const float4 a = src[0], b = src[1];
-      qr[g][0] = a.x * scale_log2, qr[g][1] = a.y * scale_log2, qr[g][2] = a.z * scale_log2;
-      qr[g][3] = a.w * scale_log2, qr[g][4] = b.x * scale_log2, qr[g][5] = b.y * scale_log2;
-      qr[g][6] = b.z * scale_log2, qr[g][7] = b.w * scale_log2;
+      const float* src = q + (static_cast<int64_t>(t) * Hq + h0 + g) * D;
+      float x[8];
+      if constexpr (ROPE) {
+        load_rotated(src, li * 8, lr, x);
+      } else {
+        load8(src + li * 8, x);
+      }
+#pragma unroll
+      for (int e = 0; e < 8; ++e) qr[g][e] = x[e] * scale_log2;
     } else {
 #pragma unroll
       for (int e = 0; e < 8; ++e) qr[g][e] = 0.0f;
     }
+  }
+  // The new token's K (rotated) and V parts of this lane, as bf16, when this split holds its position.
+  uint4 knew = make_uint4(0, 0, 0, 0), vnew = knew;
+  if (ROPE && newest >= begin && newest < end) {
+    const int64_t head = static_cast<int64_t>(t) * Hkv + kvh;
+    float x[8];
+    load_rotated(rope.k + head * D, li * 8, lr, x);
+    knew = float8_to_bf16x8(x);
+    load8(rope.v + head * D + li * 8, x);
+    vnew = float8_to_bf16x8(x);
   }
   float m[GMAX], l[GMAX], acc[GMAX][8];
 #pragma unroll
@@ -99,28 +229,22 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int e = 0; e < 8; ++e) acc[g][e] = 0.0f;
   }
-  const int64_t kcol = static_cast<int64_t>(kvh) * D + li * 8;
-  const int64_t vcol = static_cast<int64_t>(Hkv) * D + static_cast<int64_t>(kvh) * D + li * 8;
-  const int lane_row = warp * U * RPW + sub;  // row of step u: n0 + lane_row + u * RPW
-  int64_t slot[U];
-#pragma unroll
-  for (int u = 0; u < U; ++u) {
-    const int p = begin + lane_row + u * RPW;
-    slot[u] = p < end ? static_cast<int64_t>(blocks[p / bs]) * bs + p % bs : -1;
-  }
-
   for (int n0 = begin; n0 < end; n0 += ROWS) {
-    uint4 kr[U], vr[U];
+    if (n0 != begin) load_rows(n0);
     bool valid[U];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       valid[u] = slot[u] >= 0;
-      if (valid[u]) {
-        const __nv_bfloat16* row = cache + slot[u] * width;
-        kr[u] = __ldg(reinterpret_cast<const uint4*>(row + kcol));
-        vr[u] = __ldg(reinterpret_cast<const uint4*>(row + vcol));
-      } else {
-        kr[u] = vr[u] = make_uint4(0, 0, 0, 0);
+      // The new row, in the split that holds it: with ROWS > chunk (D 64) a split's last step also names rows
+      // of the next split, which it must neither use nor store.
+      if (ROPE && valid[u] && n0 + lane_row + u * RPW == newest) {
+        kr[u] = knew;
+        vr[u] = vnew;
+        if (hc == 0) {  // one head chunk stores the row (the others build the same bits)
+          __nv_bfloat16* row = const_cast<__nv_bfloat16*>(cache) + rope.slot_mapping[t] * width;
+          *reinterpret_cast<uint4*>(row + kcol) = knew;
+          *reinterpret_cast<uint4*>(row + vcol) = vnew;
+        }
       }
     }
 #pragma unroll
@@ -219,33 +343,63 @@ __global__ void __launch_bounds__(kThreads)
   if (splits > 1) finish();
 }
 
-template <int D, int GMAX>
+// The launch's arguments past the shape.
+struct WarpLaunch {
+  int64_t splits, chunk;
+  float* partials;
+  int32_t* arrivals;
+  const DecodeRopeArgs* rope;
+};
+
+template <int D, int GMAX, bool ROPE>
 void launch_typed(const float* q, const DeviceCacheView& cache, const DevicePlanView& plan,
                   const int32_t* tokens, int64_t num_queries, float* out, const GqaShape& shape,
-                  int64_t splits, int64_t chunk, float* partials, int32_t* arrivals) {
+                  const WarpLaunch& a) {
   const int64_t G = shape.Hq / shape.Hkv, nhc = (G + GMAX - 1) / GMAX;
   const dim3 grid(static_cast<unsigned>(num_queries), static_cast<unsigned>(shape.Hkv * nhc),
-                  static_cast<unsigned>(splits));
-  launch_pdl(decode_warp_kernel<D, GMAX>, grid, kThreads, 0, q, static_cast<const __nv_bfloat16*>(cache.data),
-             cache.width, plan, tokens, static_cast<int>(num_queries), out, partials, arrivals,
-             static_cast<int>(shape.Hq), static_cast<int>(shape.Hkv), shape.scale * 1.4426950408889634f,
-             static_cast<int>(splits), static_cast<int>(chunk));
-  attn::check_launch("attention_decode (warp kernel)");
+                  static_cast<unsigned>(a.splits));
+  KernelRope kr{};
+  if (ROPE) {
+    kr = {a.rope->k,
+          a.rope->v,
+          a.rope->slot_mapping,
+          a.rope->inv_freq,
+          static_cast<int>(a.rope->rope_dim / 2),
+          a.rope->attention_scaling,
+          a.rope->interleaved};
+  }
+  launch_pdl(decode_warp_kernel<D, GMAX, ROPE>, grid, kThreads, 0, q,
+             static_cast<const __nv_bfloat16*>(cache.data), cache.width, plan, tokens,
+             static_cast<int>(num_queries), out, a.partials, a.arrivals, static_cast<int>(shape.Hq),
+             static_cast<int>(shape.Hkv), shape.scale * 1.4426950408889634f, static_cast<int>(a.splits),
+             static_cast<int>(a.chunk), kr);
+  attn::check_launch(ROPE ? "attention_decode (warp kernel, fused rope)" : "attention_decode (warp kernel)");
+}
+
+template <int D, int GMAX>
+void launch_heads(const float* q, const DeviceCacheView& cache, const DevicePlanView& plan,
+                  const int32_t* tokens, int64_t num_queries, float* out, const GqaShape& shape,
+                  const WarpLaunch& a) {
+  if (a.rope) {
+    launch_typed<D, GMAX, true>(q, cache, plan, tokens, num_queries, out, shape, a);
+  } else {
+    launch_typed<D, GMAX, false>(q, cache, plan, tokens, num_queries, out, shape, a);
+  }
 }
 
 template <int D>
 void launch_for_dim(const float* q, const DeviceCacheView& cache, const DevicePlanView& plan,
                     const int32_t* tokens, int64_t num_queries, float* out, const GqaShape& shape,
-                    int64_t splits, int64_t chunk, float* partials, int32_t* arrivals, int max_heads) {
+                    const WarpLaunch& a, int max_heads) {
   const int64_t G = std::min<int64_t>(shape.Hq / shape.Hkv, max_heads);  // heads per CTA
   if (G <= 1) {
-    launch_typed<D, 1>(q, cache, plan, tokens, num_queries, out, shape, splits, chunk, partials, arrivals);
+    launch_heads<D, 1>(q, cache, plan, tokens, num_queries, out, shape, a);
   } else if (G <= 2) {
-    launch_typed<D, 2>(q, cache, plan, tokens, num_queries, out, shape, splits, chunk, partials, arrivals);
+    launch_heads<D, 2>(q, cache, plan, tokens, num_queries, out, shape, a);
   } else if (G <= 4) {
-    launch_typed<D, 4>(q, cache, plan, tokens, num_queries, out, shape, splits, chunk, partials, arrivals);
+    launch_heads<D, 4>(q, cache, plan, tokens, num_queries, out, shape, a);
   } else {
-    launch_typed<D, 8>(q, cache, plan, tokens, num_queries, out, shape, splits, chunk, partials, arrivals);
+    launch_heads<D, 8>(q, cache, plan, tokens, num_queries, out, shape, a);
   }
 }
 
@@ -258,21 +412,38 @@ bool decode_warp_supported(const GqaShape& s, bool bf16_cache) {
   return s.Hkv * ((G + 7) / 8) <= 65535;
 }
 
+}  // namespace dsinfer::cuda::detail
+
+namespace dsinfer::cuda {
+
+bool decode_rope_supported(const GqaShape& s, bool bf16_cache, int64_t rope_dim, bool interleaved) {
+  return detail::decode_warp_supported(s, bf16_cache) && rope_dim >= 0 && rope_dim % 2 == 0 &&
+         rope_dim <= s.D && (interleaved || (rope_dim / 2) % 8 == 0);
+}
+
+}  // namespace dsinfer::cuda
+
+namespace dsinfer::cuda::detail {
+
 void launch_decode_warp(const float* q, const DeviceCacheView& cache, const DevicePlanView& plan,
                         const int32_t* tokens, int64_t num_queries, float* out, const GqaShape& shape,
-                        int64_t splits, int64_t chunk, float* partials, int32_t* arrivals, int max_heads) {
+                        int64_t splits, int64_t chunk, float* partials, int32_t* arrivals, int max_heads,
+                        const DecodeRopeArgs* rope) {
   DSI_CHECK(decode_warp_supported(shape, cache.bf16), "attention decode: the warp kernel does not take D ",
             shape.D, " / Dv ", shape.Dv);
   DSI_CHECK(max_heads >= 1, "attention decode: max_heads ", max_heads);
+  if (rope) {
+    DSI_CHECK(!tokens, "attention decode: the fused rope takes every token of the step in order");
+    DSI_CHECK(decode_rope_supported(shape, cache.bf16, rope->rope_dim, rope->interleaved),
+              "attention decode: the fused rope does not take rope_dim ", rope->rope_dim, " of D ", shape.D);
+  }
+  const WarpLaunch a{splits, chunk, partials, arrivals, rope};
   if (shape.D == 64) {
-    launch_for_dim<64>(q, cache, plan, tokens, num_queries, out, shape, splits, chunk, partials, arrivals,
-                       max_heads);
+    launch_for_dim<64>(q, cache, plan, tokens, num_queries, out, shape, a, max_heads);
   } else if (shape.D == 128) {
-    launch_for_dim<128>(q, cache, plan, tokens, num_queries, out, shape, splits, chunk, partials, arrivals,
-                        max_heads);
+    launch_for_dim<128>(q, cache, plan, tokens, num_queries, out, shape, a, max_heads);
   } else {
-    launch_for_dim<256>(q, cache, plan, tokens, num_queries, out, shape, splits, chunk, partials, arrivals,
-                        max_heads);
+    launch_for_dim<256>(q, cache, plan, tokens, num_queries, out, shape, a, max_heads);
   }
 }
 

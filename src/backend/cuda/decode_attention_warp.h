@@ -13,8 +13,10 @@ bool decode_warp_supported(const GqaShape& shape, bool bf16_cache);
 // covers positions [sp * chunk, (sp + 1) * chunk). partials as in decode_attention_kernels.cu (splits > 1
 // only); arrivals (splits > 1, or null): num_queries * Hkv * ceil(G / max_heads) <= num_queries * Hq zeros,
 // the fused combine's counters. Fewer heads per CTA: more CTAs, each with less work after its wait.
+// rope (or null): the fused rope + cache write of a pure decode step (DecodeRopeArgs; tokens must be null).
 void launch_decode_warp(const float* q, const DeviceCacheView& cache, const DevicePlanView& plan,
                         const int32_t* tokens, int64_t num_queries, float* out, const GqaShape& shape,
-                        int64_t splits, int64_t chunk, float* partials, int32_t* arrivals, int max_heads);
+                        int64_t splits, int64_t chunk, float* partials, int32_t* arrivals, int max_heads,
+                        const DecodeRopeArgs* rope);
 
 }  // namespace dsinfer::cuda::detail

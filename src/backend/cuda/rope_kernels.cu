@@ -1,11 +1,13 @@
 // Rotary embedding: one block per token, one thread per (head, pair); and rope fused with the KV-cache
 // write (one block per (token, head): q heads rotate in place; k heads rotate in place and write their K and
 // V parts of the token's cache row as float32 or bf16). Precise cosf/sinf (no fast math) so
-// the angles match the CPU reference to float32 rounding.
+// the angles match the CPU reference to float32 rounding; the fused write's arithmetic is rope_device.cuh's,
+// which the decode attention kernel that fuses it (decode_attention_warp.cu) shares bit for bit.
 #include <cuda_runtime.h>
 
 #include "backend/cuda/attention_common.cuh"
 #include "backend/cuda/pdl.cuh"
+#include "backend/cuda/rope_device.cuh"
 #include "backend/cuda/rope_kernels.h"
 #include "backend/cuda/stream.h"
 #include "core/error.h"
@@ -52,11 +54,11 @@ __global__ void rope_write_kv_kernel(float* q, float* k, const float* v, KV* cac
   KV* row = is_q ? nullptr : cache + slot_mapping[t] * width;
   const float pos = static_cast<float>(positions[t]);
   for (int i = threadIdx.x; i < half; i += blockDim.x) {
-    const float freq = inv_freq[i] * pos;
-    const float c = cosf(freq) * scaling, s = sinf(freq) * scaling;
+    float c, s;
+    rope_math::cos_sin(inv_freq[i], pos, scaling, c, s);
     const int a = interleaved ? 2 * i : i, b = interleaved ? 2 * i + 1 : i + half;
     const float x0 = x[a], x1 = x[b];
-    const float y0 = x0 * c - x1 * s, y1 = x1 * c + x0 * s;
+    const float y0 = rope_math::rotate(x0, x1, c, -s), y1 = rope_math::rotate(x1, x0, c, s);
     x[a] = y0;
     x[b] = y1;
     if (!is_q) {

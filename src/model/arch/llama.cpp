@@ -71,9 +71,8 @@ class LlamaModel : public Model {
       Tensor q = qkv[0].reshape({T, config_.num_heads, D});     // [T, Hq, D]
       Tensor k = qkv[1].reshape({T, config_.num_kv_heads, D});  // [T, Hkv, D]
       const Tensor& v = qkv[2];                                 // [T, Hkv * D]
-      b.rope_write_kv(q, k, v, rope_, RopeLayout::kHalf, cache, static_cast<int64_t>(i), plan);
-      Tensor attn = b.attention_gqa(q, cache, static_cast<int64_t>(i), plan, config_.num_kv_heads, D, D,
-                                    scale_);  // [T, Hq * D]
+      Tensor attn = b.rope_attention_gqa(q, k, v, rope_, RopeLayout::kHalf, cache, static_cast<int64_t>(i),
+                                         plan, D, scale_);  // [T, Hq * D]
       b.linear_residual(attn, L.o, h);
       b.norm_mlp_residual(h, L.post_norm, eps, L.mlp);
     }
