@@ -114,10 +114,10 @@ class CudaRopeAttentionTest : public CudaOpsTest {
 // edges (1, 32, 33, 64 positions) and long, and a batch of mixed lengths; repeated, so the fused combine's
 // counters come back to zero.
 TEST_F(CudaRopeAttentionTest, FusedDecodeMatchesUnfusedBitForBit) {
-  CudaBackend fused;
-  CudaBackendOptions off;
+  CudaBackendOptions on, off;
+  on.rope_attention_fused = true;
   off.rope_attention_fused = false;
-  CudaBackend unfused(off);
+  CudaBackend fused(on), unfused(off);
   const std::vector<RopeCase> cases = {
       {32, 8, 128, 128, RopeLayout::kHalf}, {32, 8, 128, 128, RopeLayout::kInterleaved},
       {8, 8, 64, 64, RopeLayout::kHalf},    {16, 2, 256, 256, RopeLayout::kHalf},
@@ -141,10 +141,10 @@ TEST_F(CudaRopeAttentionTest, FusedDecodeMatchesUnfusedBitForBit) {
 // Plans with a prefill chunk (or shapes the fused kernel does not take) run rope_write_kv + attention_gqa in
 // both backends: the same bits, and the CPU reference's values.
 TEST_F(CudaRopeAttentionTest, OtherPlansAndShapesTakeTheUnfusedPath) {
-  CudaBackend fused;
-  CudaBackendOptions off;
+  CudaBackendOptions on, off;
+  on.rope_attention_fused = true;
   off.rope_attention_fused = false;
-  CudaBackend unfused(off);
+  CudaBackend fused(on), unfused(off);
   EXPECT_FALSE(cuda::decode_rope_supported({8, 2, 96, 96, 1.0f}, true, 96, false));    // D 96: generic kernel
   EXPECT_FALSE(cuda::decode_rope_supported({8, 2, 128, 128, 1.0f}, true, 36, false));  // half of 18 dims
   EXPECT_FALSE(cuda::decode_rope_supported({8, 2, 128, 128, 1.0f}, false, 128, false));  // float32 cache
