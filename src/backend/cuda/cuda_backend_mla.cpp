@@ -58,15 +58,14 @@ Tensor CudaBackend::run_attention_mla(const Tensor& q_lat, const Tensor& q_pe, c
   // With w_uv: [T, H, V], written by the split launch when it applies W_UV in its merge.
   Tensor y;
   bool y_done = false;
-  // The step plan's device arrays (uploaded by begin_step; a lone op call outside a step uploads here).
-  const bool lone_call = step_.host() != &plan;
-  if (lone_call) step_.upload(plan, context_bound_);
+  bool lone_call = false;
+  const cuda::DevicePlanView gqa_view = plan_view(plan, lone_call);
   const cuda::DevicePlan& dp = step_.device();
   cuda::MlaPlanView view;
-  view.positions = dp.positions;
-  view.token_seq = dp.token_seq;
-  view.block_table = dp.block_table;
-  view.block_table_indptr = dp.block_table_indptr;
+  view.positions = gqa_view.positions;
+  view.token_seq = gqa_view.token_seq;
+  view.block_table = gqa_view.block_table;
+  view.block_table_indptr = gqa_view.block_table_indptr;
   view.cu_seqlens = dp.cu_seqlens;
   view.block_size = plan.block_size;
   view.cache_rows = storage.dim(0);

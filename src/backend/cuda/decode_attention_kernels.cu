@@ -332,6 +332,11 @@ bool decode_supported(const GqaShape& s, bool bf16_cache) {
          (bf16_cache ? smem_bytes<__nv_bfloat16>(s) : smem_bytes<float>(s)) <= kMaxSmem;
 }
 
+bool decode_rope_supported(const GqaShape& s, bool bf16_cache, int64_t rope_dim, bool interleaved) {
+  return detail::decode_warp_supported(s, bf16_cache) && rope_dim >= 0 && rope_dim % 2 == 0 &&
+         rope_dim <= s.D && (interleaved || (rope_dim / 2) % 8 == 0);
+}
+
 int64_t decode_splits(int64_t num_queries, const GqaShape& shape, int64_t max_context) {
   return split_plan(num_queries, shape, max_context).splits;
 }

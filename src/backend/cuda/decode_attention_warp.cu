@@ -412,19 +412,6 @@ bool decode_warp_supported(const GqaShape& s, bool bf16_cache) {
   return s.Hkv * ((G + 7) / 8) <= 65535;
 }
 
-}  // namespace dsinfer::cuda::detail
-
-namespace dsinfer::cuda {
-
-bool decode_rope_supported(const GqaShape& s, bool bf16_cache, int64_t rope_dim, bool interleaved) {
-  return detail::decode_warp_supported(s, bf16_cache) && rope_dim >= 0 && rope_dim % 2 == 0 &&
-         rope_dim <= s.D && (interleaved || (rope_dim / 2) % 8 == 0);
-}
-
-}  // namespace dsinfer::cuda
-
-namespace dsinfer::cuda::detail {
-
 void launch_decode_warp(const float* q, const DeviceCacheView& cache, const DevicePlanView& plan,
                         const int32_t* tokens, int64_t num_queries, float* out, const GqaShape& shape,
                         int64_t splits, int64_t chunk, float* partials, int32_t* arrivals, int max_heads,
@@ -432,11 +419,8 @@ void launch_decode_warp(const float* q, const DeviceCacheView& cache, const Devi
   DSI_CHECK(decode_warp_supported(shape, cache.bf16), "attention decode: the warp kernel does not take D ",
             shape.D, " / Dv ", shape.Dv);
   DSI_CHECK(max_heads >= 1, "attention decode: max_heads ", max_heads);
-  if (rope) {
-    DSI_CHECK(!tokens, "attention decode: the fused rope takes every token of the step in order");
-    DSI_CHECK(decode_rope_supported(shape, cache.bf16, rope->rope_dim, rope->interleaved),
-              "attention decode: the fused rope does not take rope_dim ", rope->rope_dim, " of D ", shape.D);
-  }
+  // (launch_attention_decode checked the fused rope's shape)
+  DSI_CHECK(!rope || !tokens, "attention decode: the fused rope takes every token of the step in order");
   const WarpLaunch a{splits, chunk, partials, arrivals, rope};
   if (shape.D == 64) {
     launch_for_dim<64>(q, cache, plan, tokens, num_queries, out, shape, a, max_heads);
