@@ -1,7 +1,8 @@
 // The merge of split-KV decode partials, shared by the separate combine kernel and the fused tail of the
 // decode kernels (the last split CTA of a (query, head group) to arrive merges the group), so both compute
-// the same bits: per head, weights w_s = 2^(lse_s - max lse) in split order (0 for splits that saw no
-// position), out = (sum_s w_s o_s, one fma per split in split order) * (1 / sum_s w_s).
+// the same bits: per head, one warp finds the weights w_s = 2^(lse_s - max lse) (0 for splits that saw no
+// position) and their sum (split_weights), out = (sum_s w_s o_s, one fma per split in split order) *
+// (1 / sum_s w_s).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -19,31 +20,40 @@ struct MergeSmem {
   int last;  // arrive_last's verdict for the CTA
 };
 
-// One head's split weights into w[0, splits) and 1 / their sum (one thread).
-__device__ __forceinline__ void split_weights(const float* lse, int splits, float* w, float* inv_total) {
-  float mx = -INFINITY;
-  for (int s = 0; s < splits; ++s) mx = fmaxf(mx, __ldcg(lse + s));
-  float total = 0.0f;
-  for (int s = 0; s < splits; ++s) {
-    const float l = __ldcg(lse + s);
-    const float wt = l == -INFINITY ? 0.0f : exp2f(l - mx);
-    w[s] = wt;
-    total += wt;
-  }
-  *inv_total = 1.0f / total;
+// One head's split weights, computed by one whole warp (each lane loads its splits' lse values once, so the
+// loads are in flight together): w[s] = 2^(lse_s - max) for s < splits (0 for a split that saw no
+// position); returns 1 / sum_s w_s in every lane (two lane-strided partial sums, then a butterfly: the order
+// depends on the split count only).
+__device__ __forceinline__ float split_weights(const float* lse, int splits, float* w) {
+  static_assert(kMaxDecodeSplits <= 64, "two splits per lane");
+  const int lane = threadIdx.x % 32;
+  const float l0 = lane < splits ? __ldcg(lse + lane) : -INFINITY;
+  const float l1 = lane + 32 < splits ? __ldcg(lse + lane + 32) : -INFINITY;
+  float mx = fmaxf(l0, l1);
+  for (int o = 16; o > 0; o /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+  const float w0 = l0 == -INFINITY ? 0.0f : exp2f(l0 - mx);  // split 0 always saw position 0: mx is finite
+  const float w1 = l1 == -INFINITY ? 0.0f : exp2f(l1 - mx);
+  if (lane < splits) w[lane] = w0;
+  if (lane + 32 < splits) w[lane + 32] = w1;
+  float total = w0 + w1;
+  for (int o = 16; o > 0; o /= 2) total += __shfl_xor_sync(0xffffffffu, total, o);
+  return 1.0f / total;
 }
 
 // out[h0 + g] for g < nh (rows of Dv floats, out_row = out + t * Hq * Dv) from the partials of query i:
 // partials [num_queries, Hq, splits, Dv] then lse [num_queries, Hq, splits]. Every thread of the CTA calls
-// it (it synchronises). Dv % 4 == 0. Partial rows of splits with weight 0 are loaded but not used.
+// it (it synchronises; blockDim.x a multiple of 32). Dv % 4 == 0. Partial rows of splits with weight 0 are
+// loaded but not used.
 __device__ __forceinline__ void merge_heads(const float* partials, const float* lse, int64_t i, int Hq,
                                             int h0, int nh, int Dv, int splits, float* out_row,
                                             MergeSmem& sm) {
   const int dv4 = Dv / 4;
   for (int hb = 0; hb < nh; hb += kMergeHeads) {
     const int hn = min(kMergeHeads, nh - hb);
-    for (int g = threadIdx.x; g < hn; g += blockDim.x)
-      split_weights(lse + (i * Hq + h0 + hb + g) * splits, splits, sm.w[g], &sm.inv_total[g]);
+    for (int g = threadIdx.x / 32; g < hn; g += blockDim.x / 32) {
+      const float inv = split_weights(lse + (i * Hq + h0 + hb + g) * splits, splits, sm.w[g]);
+      if (threadIdx.x % 32 == 0) sm.inv_total[g] = inv;
+    }
     __syncthreads();
     for (int idx = threadIdx.x; idx < hn * dv4; idx += blockDim.x) {
       const int g = idx / dv4, d = (idx % dv4) * 4, h = h0 + hb + g;
