@@ -335,7 +335,7 @@ const std::vector<GemvSweepShape>& gemv_sweep_shapes() {
 std::string gemv_config_name(const cuda::GemvConfig& c) {
   return "w" + std::to_string(c.warps) + " t" + std::to_string(c.tiles) + " u" + std::to_string(c.unroll) +
          " s" + std::to_string(c.stages) + " k" + std::to_string(c.ksplit) +
-         (c.persist > 0 ? " p" + std::to_string(c.persist) : "");
+         (c.persist > 0 ? " p" + std::to_string(c.persist) : "") + (c.cap_per_sm ? " cap" : "");
 }
 
 // Copies the bf16 pattern `block` over t (device) again and again; a block length that is not a multiple

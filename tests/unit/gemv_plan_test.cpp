@@ -123,6 +123,33 @@ TEST(GemvPlanTest, BlockSharedMemoryMatchesTheKernels) {
   EXPECT_EQ(gemv_block_smem(4, 2, 2, 3), 49152 + 4608);
 }
 
+// A model SM: 233,472 bytes of shared memory, 1,024 reserved per block (Hopper's figures).
+int model_occupancy(int64_t block_smem, int64_t pad) {
+  return static_cast<int>(233472 / (block_smem + pad + 1024));
+}
+
+// The padding that caps a persistent GEMV at `cap` blocks per SM: exactly cap fit with it (the qkv shape's
+// 4-warp one-tile blocks, 51,712 bytes: 4 fit unpadded), the pad sits inside the range that gives cap, none
+// when cap already holds, -1 when no pad gives exactly cap.
+TEST(GemvPlanTest, CapPaddingLeavesExactlyCapBlocks) {
+  const int64_t block = gemv_block_smem(4, 1, 4, 3);
+  EXPECT_EQ(block, 49152 + 2560);
+  ASSERT_EQ(model_occupancy(block, 0), 4);
+  const int64_t max_pad = 232448 - block;
+  for (int cap : {1, 2, 3}) {
+    const int64_t pad = gemv_cap_padding([&](int64_t p) { return model_occupancy(block, p); }, cap, max_pad);
+    EXPECT_GT(pad, 0) << cap;
+    EXPECT_EQ(pad % 1024, 0) << cap;
+    EXPECT_EQ(model_occupancy(block, pad), cap) << cap;
+    EXPECT_EQ(model_occupancy(block, pad - 1024), cap) << cap;  // not at the edge
+    EXPECT_EQ(model_occupancy(block, pad + 1024), cap) << cap;
+  }
+  EXPECT_EQ(gemv_cap_padding([&](int64_t p) { return model_occupancy(block, p); }, 4, max_pad), 0);
+  EXPECT_EQ(gemv_cap_padding([&](int64_t p) { return model_occupancy(block, p); }, 5, max_pad), 0);
+  // Steps of 2 blocks at a time: 3 is never exact.
+  EXPECT_EQ(gemv_cap_padding([](int64_t p) { return p < 10240 ? 4 : 2; }, 3, max_pad), -1);
+}
+
 // Per-block opt-in limits: sm_90 232,448 bytes, sm_80 166,912, sm_86 / sm_89 101,376.
 TEST(GemvPlanTest, ShapesFallBackToWhatTheDeviceFits) {
   constexpr int64_t kHopper = 232448, kA100 = 166912, kAda = 101376;

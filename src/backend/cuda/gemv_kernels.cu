@@ -14,6 +14,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <map>
+#include <mutex>
 #include <string_view>
 #include <vector>
 
@@ -248,10 +250,13 @@ bool aligned16(const void* ptr) {
   return reinterpret_cast<uintptr_t>(ptr) % 16 == 0;
 }
 
-// One compiled MMA kernel: its launch and its resident blocks per SM (occupancy, queried once).
+// One compiled MMA kernel: its launch (pad: extra dynamic shared memory, GemvConfig::cap_per_sm), its
+// resident blocks per SM (occupancy, queried once) and the occupancy with a padding (which first allows the
+// kernel the device's whole per-block shared memory).
 struct MmaKernel {
-  void (*launch)(const Params& p, dim3 grid);
+  void (*launch)(const Params& p, dim3 grid, int pad);
   int blocks_per_sm;
+  int (*padded_occupancy)(int pad, int max_pad);
 };
 
 // gemv_mma_kernel, or (PERSIST) gemv_persistent_kernel (gemv_persistent.cuh) of the same shape, its STAMPS
@@ -282,11 +287,22 @@ const MmaKernel& mma_kernel() {
       per_sm = 1;
     }
     MmaKernel out;
-    out.launch = [](const Params& p, dim3 grid) {
-      launch_pdl(mma_kernel_fn<W, TILES, U, S, SPLITS, SWIGLU, PERSIST, STAMPS>(), grid, dim3(W * 32), bytes,
-                 p);
+    out.launch = [](const Params& p, dim3 grid, int pad) {
+      launch_pdl(mma_kernel_fn<W, TILES, U, S, SPLITS, SWIGLU, PERSIST, STAMPS>(), grid, dim3(W * 32),
+                 bytes + pad, p);
     };
     out.blocks_per_sm = per_sm < 1 ? 1 : per_sm;
+    out.padded_occupancy = [](int pad, int max_pad) {
+      auto* f = mma_kernel_fn<W, TILES, U, S, SPLITS, SWIGLU, PERSIST, STAMPS>();
+      int n = 0;
+      if (cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes + max_pad) !=
+              cudaSuccess ||
+          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, f, W * 32, bytes + pad) != cudaSuccess) {
+        cudaGetLastError();
+        n = 0;
+      }
+      return n;
+    };
     return out;
   }();
   return k;
@@ -408,6 +424,25 @@ int64_t smem_limit() {
   return device_smem_per_block(227 * 1024);
 }
 
+// The padding that keeps kernel k (of shape c) at `cap` resident blocks per SM (gemv_cap_padding; 0 when
+// none does), found once per (kernel, cap).
+int cap_padding(const MmaKernel& k, GemvConfig c, bool swiglu, int cap) {
+  static std::mutex mutex;
+  static std::map<std::pair<const MmaKernel*, int>, int> pads;
+  std::lock_guard<std::mutex> lock(mutex);
+  const auto key = std::make_pair(&k, cap);
+  if (auto it = pads.find(key); it != pads.end()) return it->second;
+  const int max_pad =
+      static_cast<int>(smem_limit() - gemv_block_smem(c.warps, swiglu ? 2 : c.tiles, c.unroll, c.stages));
+  const int64_t pad =
+      max_pad <= 0
+          ? 0
+          : gemv_cap_padding([&](int64_t p) { return k.padded_occupancy(static_cast<int>(p), max_pad); }, cap,
+                             max_pad);
+  pads[key] = static_cast<int>(std::max<int64_t>(pad, 0));
+  return pads[key];
+}
+
 // The auto choice runs the persistent kernel (choose_persistent_shape) unless DSINFER_GEMV_PERSISTENT=0.
 bool persistent_by_default() {
   static const bool on = env_switch("DSINFER_GEMV_PERSISTENT", true);
@@ -465,6 +500,18 @@ GemvConfig resolve(int64_t M, int64_t K, const int64_t* N, int count, bool swigl
   int64_t rows = 0;
   for (int i = 0; i < count; ++i) rows += N[i];
   if (persistent_by_default() && forced_ksplit() <= 1) {  // a requested split runs the per-launch kernel
+    // qkv-sized launches (16-row tiles in (2, 3] x SMs, K < 8192; Llama-8B's qkv: 384): one 4-warp one-tile
+    // block per tile, at most 3 per SM wherever they land (padded), so no SM walks more than 3 tiles. H200,
+    // 8B batch 1 (sixteenth session, as an environment switch): 4.320 / 4.332 against 4.367 / 4.362 ms/token,
+    // and 4.418 against 4.467 with the fused rope + attention kernel's first version.
+    GemvConfig one_tile{1, 4, 3, 2, false, 4};
+    const int64_t tiles16 = row_tiles(N, count, false, one_tile);
+    if (!swiglu && K < 8192 && tiles16 > 2 * num_sms() && tiles16 <= 3 * num_sms() &&
+        gemv_shape_fits(one_tile, false, smem_limit())) {
+      one_tile.persist = 3;
+      one_tile.cap_per_sm = true;
+      return one_tile;
+    }
     c = fit_gemv_shape(choose_persistent_shape(rows, K, swiglu), choose_shape(rows, K, swiglu), swiglu,
                        smem_limit());
     c.persist = 1;  // any positive value finds the kernel; its occupancy bounds the choice
@@ -531,7 +578,9 @@ void launch(Params& p, GemvConfig c, const char* what) {
     int64_t rows = 0;
     for (int i = 0; i < mats; ++i) rows += p.mats[i].N;
     p.stamps = next_gemv_stamp_slot(rows, p.K, SWIGLU, grid, blocks);  // null unless stamps are on
-    find_mma(c, SWIGLU, p.stamps != nullptr).launch(p, dim3(static_cast<unsigned>(grid)));
+    const MmaKernel& k = find_mma(c, SWIGLU, p.stamps != nullptr);
+    k.launch(p, dim3(static_cast<unsigned>(grid)),
+             c.cap_per_sm ? cap_padding(k, c, SWIGLU, static_cast<int>(per_sm)) : 0);
   } else if (fast) {
     const MmaKernel& k = find_mma(c, SWIGLU);
     GemvSplitLayout split = gemv_split_layout(p.K, c.warps, c.unroll, c.ksplit);
@@ -544,7 +593,7 @@ void launch(Params& p, GemvConfig c, const char* what) {
     }
     p.ksplit = split.splits;
     p.kcols = split.columns;
-    k.launch(p, dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(split.splits)));
+    k.launch(p, dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(split.splits)), 0);
   } else {
     p.ksplit = 1;
     p.kcols = p.K;
@@ -590,6 +639,13 @@ std::vector<GemvConfig> gemv_configs(bool swiglu) {
       c.persist = per_sm;
       out.push_back(c);
     }
+  }
+  // The qkv-sized launches' one-tile blocks, at most 3 per SM (resolve).
+  if (!swiglu) {
+    GemvConfig capped{1, 4, 3, 2, false, 4};
+    capped.persist = 3;
+    capped.cap_per_sm = true;
+    out.push_back(capped);
   }
   // Only the shapes whose block fits this device's shared memory (the others cannot be launched here).
   out.erase(std::remove_if(out.begin(), out.end(),

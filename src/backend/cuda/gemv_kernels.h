@@ -47,6 +47,8 @@ struct GemvConfig {
   int ksplit = 1;        // blocks sharing one row tile's K range (clamped to what K allows, gemv_plan.h)
   int persist = 0;       // > 0: the persistent kernel (no split-K), at most this many blocks per SM (and its
                          // occupancy), each walking row tiles; same bits as persist 0 of the same shape
+  bool cap_per_sm = false;  // persistent: shared memory padded so that no SM holds more than persist blocks
+                            // (gemv_cap_padding), however the blocks land
 };
 
 // The MMA kernel shapes launch_gemv (swiglu false) or launch_gemv_swiglu (true) accept.

@@ -164,6 +164,29 @@ inline double gemv_persist_balance(int64_t tiles, int sms, int blocks_per_sm) {
   return static_cast<double>(tiles) / static_cast<double>(grid * most);
 }
 
+// Dynamic shared memory to add to a persistent GEMV block so that at most `cap` of its blocks are resident on
+// an SM (GemvConfig::cap_per_sm: a launch that overlaps the end of the kernel before it cannot stack more of
+// its blocks on the SMs that kernel left first). occupancy(pad): the kernel's resident blocks per SM with
+// `pad` extra bytes (non-increasing in pad); max_pad: the most the device allows. Returns 0 when at most cap
+// blocks fit unpadded; else the middle, in 1 KiB steps, of the pads at which exactly cap fit (away from both
+// edges, so allocation rounding cannot tip it); -1 when no pad gives exactly cap.
+template <typename Occupancy>
+int64_t gemv_cap_padding(Occupancy occupancy, int cap, int64_t max_pad) {
+  if (occupancy(0) <= cap) return 0;
+  constexpr int64_t kStep = 1024;
+  int64_t lo = -1, hi = -1;
+  for (int64_t pad = kStep; pad <= max_pad; pad += kStep) {
+    const int resident = occupancy(pad);
+    if (resident < cap) break;
+    if (resident == cap) {
+      if (lo < 0) lo = pad;
+      hi = pad;
+    }
+  }
+  if (lo < 0) return -1;
+  return (lo + hi) / 2 / kStep * kStep;
+}
+
 // An SM keeps the device's bandwidth share streaming with about this many weight bytes in flight (4.29 TB/s
 // x ~2 us loaded latency / 132 SMs).
 constexpr int64_t kGemvPersistInflightPerSm = 64 * 1024;
