@@ -54,17 +54,6 @@ __device__ __forceinline__ uint4 float8_to_bf16x8(const float (&f)[8]) {
   return raw;
 }
 
-// The fused rope's kernel arguments (DecodeRopeArgs on the device).
-struct KernelRope {
-  const float* k;
-  const float* v;
-  const int64_t* slot_mapping;
-  const float* inv_freq;
-  int half;  // rope_dim / 2
-  float scaling;
-  bool interleaved;
-};
-
 // The rotation of one lane's 8 dims [d0, d0 + 8) of a head at one position.
 struct LaneRope {
   float c[8], s[8];  // cos, and sin signed as rope_math::rotate takes it
@@ -73,16 +62,17 @@ struct LaneRope {
 };
 
 // cs: the CTA's (cos, sin) of every frequency index (rope_math::cos_sin, one thread each).
-__device__ __forceinline__ LaneRope lane_rope(const KernelRope& r, int d0, const float2* cs) {
+// half: rope_dim / 2.
+__device__ __forceinline__ LaneRope lane_rope(int half, bool interleaved, int d0, const float2* cs) {
   LaneRope L;
-  const int end = 2 * r.half;
+  const int end = 2 * half;
   L.rotated = max(0, min(8, end - d0));
-  L.partner = !r.interleaved && d0 < end ? (d0 < r.half ? r.half : -r.half) : 0;
+  L.partner = !interleaved && d0 < end ? (d0 < half ? half : -half) : 0;
 #pragma unroll
   for (int e = 0; e < 8; ++e) {
     const int d = d0 + e;
-    const bool first = r.interleaved ? d % 2 == 0 : d < r.half;
-    const int i = r.interleaved ? d / 2 : (first ? d : d - r.half);
+    const bool first = interleaved ? d % 2 == 0 : d < half;
+    const int i = interleaved ? d / 2 : (first ? d : d - half);
     const float2 v = d < end ? cs[i] : make_float2(1.0f, 0.0f);
     L.c[e] = v.x;
     L.s[e] = first ? -v.y : v.y;
@@ -110,7 +100,7 @@ __global__ void __launch_bounds__(kThreads)
     decode_warp_kernel(const float* __restrict__ q, const __nv_bfloat16* __restrict__ cache, int64_t width,
                        DevicePlanView plan, const int32_t* tokens, int num_queries, float* out,
                        float* partials, int32_t* arrivals, int Hq, int Hkv, float scale_log2, int splits,
-                       int chunk, KernelRope rope) {
+                       int chunk, DecodeRopeArgs rope) {
   // Without the fused rope, the new rows were written by the kernel before: wait for it first. With it, the
   // plan (uploaded before the step's first kernel) and the rows of earlier steps are read before the wait.
   if constexpr (!ROPE) {
@@ -179,13 +169,14 @@ __global__ void __launch_bounds__(kThreads)
   };
   LaneRope lr{};
   if constexpr (ROPE) {  // the angles once per CTA, in shared memory before the wait
-    for (int f = threadIdx.x; f < rope.half; f += kThreads) {
+    const int half = static_cast<int>(rope.rope_dim / 2);
+    for (int f = threadIdx.x; f < half; f += kThreads) {
       float c, sn;
-      rope_math::cos_sin(rope.inv_freq[f], static_cast<float>(ctx - 1), rope.scaling, c, sn);
+      rope_math::cos_sin(rope.inv_freq[f], static_cast<float>(ctx - 1), rope.attention_scaling, c, sn);
       rope_cs[f] = make_float2(c, sn);
     }
     __syncthreads();
-    lr = lane_rope(rope, li * 8, rope_cs);
+    lr = lane_rope(half, rope.interleaved, li * 8, rope_cs);
   }
   load_rows(begin);
   if constexpr (ROPE) {
@@ -358,21 +349,12 @@ void launch_typed(const float* q, const DeviceCacheView& cache, const DevicePlan
   const int64_t G = shape.Hq / shape.Hkv, nhc = (G + GMAX - 1) / GMAX;
   const dim3 grid(static_cast<unsigned>(num_queries), static_cast<unsigned>(shape.Hkv * nhc),
                   static_cast<unsigned>(a.splits));
-  KernelRope kr{};
-  if (ROPE) {
-    kr = {a.rope->k,
-          a.rope->v,
-          a.rope->slot_mapping,
-          a.rope->inv_freq,
-          static_cast<int>(a.rope->rope_dim / 2),
-          a.rope->attention_scaling,
-          a.rope->interleaved};
-  }
+  const DecodeRopeArgs rope = ROPE ? *a.rope : DecodeRopeArgs{};
   launch_pdl(decode_warp_kernel<D, GMAX, ROPE>, grid, kThreads, 0, q,
              static_cast<const __nv_bfloat16*>(cache.data), cache.width, plan, tokens,
              static_cast<int>(num_queries), out, a.partials, a.arrivals, static_cast<int>(shape.Hq),
              static_cast<int>(shape.Hkv), shape.scale * 1.4426950408889634f, static_cast<int>(a.splits),
-             static_cast<int>(a.chunk), kr);
+             static_cast<int>(a.chunk), rope);
   attn::check_launch(ROPE ? "attention_decode (warp kernel, fused rope)" : "attention_decode (warp kernel)");
 }
 
