@@ -48,7 +48,7 @@ std::unique_ptr<Backend> make_cuda_backend(const std::string& cuda_arch) {
   // / on (on by default, cuda_backend.h).
   options.mla_prepare_fused = env_switch("DSINFER_MLA_PREPARE_FUSED", options.mla_prepare_fused);
   // DSINFER_CUDA_ROPE_ATTENTION_FUSED=0 / 1: a decode step's rope and cache write inside the attention
-  // kernel off / on (off by default for now, cuda_backend.h).
+  // kernel off / on (on by default, cuda_backend.h).
   options.rope_attention_fused =
       env_switch("DSINFER_CUDA_ROPE_ATTENTION_FUSED", options.rope_attention_fused);
   return std::make_unique<CudaBackend>(options);
