@@ -503,7 +503,8 @@ GemvConfig resolve(int64_t M, int64_t K, const int64_t* N, int count, bool swigl
     // qkv-sized launches (16-row tiles in (2, 3] x SMs, K < 8192; Llama-8B's qkv: 384): one 4-warp one-tile
     // block per tile, at most 3 per SM wherever they land (padded), so no SM walks more than 3 tiles. H200,
     // 8B batch 1 (sixteenth session, as an environment switch): 4.320 / 4.332 against 4.367 / 4.362 ms/token,
-    // and 4.418 against 4.467 with the fused rope + attention kernel's first version.
+    // and 4.418 against 4.467 with the fused rope + attention kernel's first version; as landed (seventeenth
+    // session, stacked on the fused kernel and the warp merge): 4.220 / 4.220 against 4.240 / 4.238.
     GemvConfig one_tile{1, 4, 3, 2, false, 4};
     const int64_t tiles16 = row_tiles(N, count, false, one_tile);
     if (!swiglu && K < 8192 && tiles16 > 2 * num_sms() && tiles16 <= 3 * num_sms() &&
