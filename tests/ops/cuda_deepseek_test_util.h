@@ -1,7 +1,7 @@
 // Shared set-up of the CUDA DeepSeek-V2/V3 op tests and benchmarks (cuda_mla_ops_test.cpp,
-// cuda_moe_ops_test.cpp, cuda_deepseek_bench_test.cpp): the fixture with its bf16-representable random
-// values, and the helpers more than one of them uses. One fixture type for every file, so that the test suite
-// CudaDeepseekOpsTest may span them in the single cuda_device_tests binary.
+// cuda_moe_ops_test.cpp, cuda_moe_units_test.cpp, cuda_deepseek_bench_test.cpp): the fixture with its
+// bf16-representable random values, and the helpers more than one of them uses. One fixture type for every
+// file, so that the test suite CudaDeepseekOpsTest may span them in the single cuda_device_tests binary.
 #pragma once
 #include <gtest/gtest.h>
 
@@ -135,6 +135,52 @@ inline cuda::MoeRouteParams kernel_route_params(const FusedRouteCase& c) {
   p.norm_topk_prob = c.norm;
   p.routed_scaling_factor = 2.5f;
   return p;
+}
+
+// E experts of H x I, small bf16 values, on the host and as the GPU's bf16 copies.
+struct ExpertSet {
+  std::vector<MlpWeights> cpu, gpu;
+};
+
+inline ExpertSet make_experts(CudaDeepseekOpsTest* test, CudaBackend& gpu, int64_t E, int64_t H, int64_t I) {
+  ExpertSet s;
+  for (int64_t e = 0; e < E; ++e) {
+    MlpWeights c, g;
+    c.gate.weight = test->random_bf16_values({I, H}, 0.1f);
+    c.up.weight = test->random_bf16_values({I, H}, 0.1f);
+    c.down.weight = test->random_bf16_values({H, I}, 0.1f);
+    g.gate.weight = gpu.prepare_weight(c.gate.weight);
+    g.up.weight = gpu.prepare_weight(c.up.weight);
+    g.down.weight = gpu.prepare_weight(c.down.weight);
+    s.cpu.push_back(c);
+    s.gpu.push_back(g);
+  }
+  return s;
+}
+
+// A block's shared MLP of `units` x I intermediate ([units I, H] gate and up, [H, units I] down), small
+// bf16 values, on the host and as the GPU's bf16 copies.
+struct SharedMlp {
+  MlpWeights cpu, gpu;
+};
+
+inline SharedMlp make_shared_mlp(CudaDeepseekOpsTest* test, CudaBackend& gpu, int64_t units, int64_t H,
+                                 int64_t I) {
+  SharedMlp s;
+  s.cpu.gate.weight = test->random_bf16_values({units * I, H}, 0.1f);
+  s.cpu.up.weight = test->random_bf16_values({units * I, H}, 0.1f);
+  s.cpu.down.weight = test->random_bf16_values({H, units * I}, 0.1f);
+  s.gpu.gate.weight = gpu.prepare_weight(s.cpu.gate.weight);
+  s.gpu.up.weight = gpu.prepare_weight(s.cpu.up.weight);
+  s.gpu.down.weight = gpu.prepare_weight(s.cpu.down.weight);
+  return s;
+}
+
+// a - h elementwise (host tensors of one shape): what an op added to the residual h.
+inline Tensor added_part(const Tensor& a, const Tensor& h) {
+  Tensor d = Tensor::empty(DType::F32, a.shape());
+  for (int64_t i = 0; i < a.numel(); ++i) d.f32()[i] = a.f32()[i] - h.f32()[i];
+  return d;
 }
 
 #endif

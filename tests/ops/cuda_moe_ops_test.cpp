@@ -136,26 +136,6 @@ TEST_F(CudaDeepseekOpsTest, MoeRouteMatchesCpu) {
 
 // ---- experts ----
 
-struct ExpertSet {
-  std::vector<MlpWeights> cpu, gpu;
-};
-
-ExpertSet make_experts(CudaDeepseekOpsTest* test, CudaBackend& gpu, int64_t E, int64_t H, int64_t I) {
-  ExpertSet s;
-  for (int64_t e = 0; e < E; ++e) {
-    MlpWeights c, g;
-    c.gate.weight = test->random_bf16_values({I, H}, 0.1f);
-    c.up.weight = test->random_bf16_values({I, H}, 0.1f);
-    c.down.weight = test->random_bf16_values({H, I}, 0.1f);
-    g.gate.weight = gpu.prepare_weight(c.gate.weight);
-    g.up.weight = gpu.prepare_weight(c.up.weight);
-    g.down.weight = gpu.prepare_weight(c.down.weight);
-    s.cpu.push_back(c);
-    s.gpu.push_back(g);
-  }
-  return s;
-}
-
 // [T, K] I32 expert ids, skewed: slot 0 always takes expert E / 2 + 1 (the busy one, T rows); the rest come
 // from the lower half, so the upper experts but one stay empty (K < E / 2 + 1).
 Tensor skewed_expert_ids(std::mt19937& rng, int64_t T, int64_t K, int64_t E) {
@@ -636,30 +616,6 @@ TEST_F(CudaDeepseekOpsTest, MoeExpertsResidualMatchesCpuAndUnfused) {
 }
 
 // ---- shared experts inside the routed experts' launches ----
-
-// A block's shared MLP of `units` x I intermediate ([units I, H] gate and up, [H, units I] down), small
-// bf16 values, on the host and as the GPU's bf16 copies.
-struct SharedMlp {
-  MlpWeights cpu, gpu;
-};
-
-SharedMlp make_shared_mlp(CudaDeepseekOpsTest* test, CudaBackend& gpu, int64_t units, int64_t H, int64_t I) {
-  SharedMlp s;
-  s.cpu.gate.weight = test->random_bf16_values({units * I, H}, 0.1f);
-  s.cpu.up.weight = test->random_bf16_values({units * I, H}, 0.1f);
-  s.cpu.down.weight = test->random_bf16_values({H, units * I}, 0.1f);
-  s.gpu.gate.weight = gpu.prepare_weight(s.cpu.gate.weight);
-  s.gpu.up.weight = gpu.prepare_weight(s.cpu.up.weight);
-  s.gpu.down.weight = gpu.prepare_weight(s.cpu.down.weight);
-  return s;
-}
-
-// a - h elementwise (host tensors of one shape): what an op added to the residual h.
-Tensor added_part(const Tensor& a, const Tensor& h) {
-  Tensor d = Tensor::empty(DType::F32, a.shape());
-  for (int64_t i = 0; i < a.numel(); ++i) d.f32()[i] = a.f32()[i] - h.f32()[i];
-  return d;
-}
 
 // moe_experts_residual with the block's shared experts, as the model calls it (x, ids, weights and the
 // dispatch from norm_moe_route): at T 1..8 the shared experts run as extra experts of the streaming launches

@@ -12,6 +12,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_tensor.h"
 #include "backend/cuda/device_args.h"
+#include "backend/cuda/gemv_kernels.h"
 #include "backend/cuda/moe_kernels.h"
 #include "core/dtype.h"
 #include "core/error.h"
@@ -162,6 +163,54 @@ bool fused_shared_units(const CudaBackendOptions& o, const MoeKernelPlan& plan, 
   return cuda::moe_stream_shared_supported(H, *gate_up) && cuda::moe_stream_shared_supported(I, *down);
 }
 
+// One token's experts as the two units launches (cuda::GemvMoeUnits; ids and weights left for the caller):
+// when moe_units is on, T == 1, the k routed experts lie at a fixed stride without biases, and the shared
+// MLP (if any) is n_shared units of the routed intermediate size with the same swiglu_limit.
+bool moe_units_for(const CudaBackendOptions& o, int64_t T, int64_t H, int64_t k,
+                   const std::vector<MlpWeights>& experts, const MlpWeights* shared, cuda::GemvMoeUnits* u) {
+  if (!o.moe_units || T != 1 || experts.empty()) return false;
+  cuda::StackedWeights gate, up, down;
+  if (!uniform_stride(experts, gate_of, &gate) || !uniform_stride(experts, up_of, &up) ||
+      !uniform_stride(experts, down_of, &down))
+    return false;
+  const MlpWeights& e0 = experts[0];
+  if (e0.gate.bias || e0.up.bias || e0.down.bias || gate_of(e0).dtype() != DType::BF16 ||
+      gate_of(e0).device() != Device::kCuda)
+    return false;
+  const int64_t I = gate_of(e0).dim(0);
+  *u = cuda::GemvMoeUnits{};
+  u->len = I;
+  u->gate = gate.base;
+  u->up = up.base;
+  u->down = down.base;
+  u->gate_stride = gate.stride;
+  u->up_stride = up.stride;
+  u->down_stride = down.stride;
+  u->experts = static_cast<int>(experts.size());
+  if (shared) {
+    const Tensor &g = shared->gate.weight, &w_up = shared->up.weight, &d = shared->down.weight;
+    for (const Tensor* w : {&g, &w_up, &d})
+      if (w->ndim() != 2 || w->device() != Device::kCuda || w->dtype() != DType::BF16) return false;
+    const int64_t SI = g.dim(0);
+    if (shared->gate.bias || shared->up.bias || shared->down.bias ||
+        shared->swiglu_limit != e0.swiglu_limit || SI == 0 || SI % I != 0 || g.dim(1) != H ||
+        w_up.dim(0) != SI || w_up.dim(1) != H || d.dim(0) != H || d.dim(1) != SI)
+      return false;
+    u->known = static_cast<int>(SI / I);
+    u->shared_gate = static_cast<const uint16_t*>(g.raw());
+    u->shared_up = static_cast<const uint16_t*>(w_up.raw());
+    u->shared_down = static_cast<const uint16_t*>(d.raw());
+  }
+  if (u->known + k > cuda::kGemvMaxUnits) return false;
+  u->count = u->known + static_cast<int>(k);
+  // Placeholders that pass the support check; the caller sets the real device pointers.
+  static const int32_t kIds = 0;
+  static const float kWeights = 0.0f;
+  u->ids = &kIds;
+  u->weights = &kWeights;
+  return cuda::gemv_moe_units_supported(*u, H);
+}
+
 // The CUDA kernels' routing parameters.
 cuda::MoeRouteParams route_params(const RoutingParams& p) {
   cuda::MoeRouteParams rp;
@@ -272,8 +321,10 @@ Tensor CudaBackend::norm_moe_route(const Tensor& h, const Tensor& norm, float ep
   // The permutation moe_experts_residual would run for these ids: its tile size for x and these experts.
   cuda::StackedWeights gate, up, down;
   Tensor perm;
+  cuda::GemvMoeUnits units;  // one token's experts as units launches: no permutation to make
   if (dispatch && static_cast<int64_t>(experts.size()) == E && uniform_stride(experts, gate_of, &gate) &&
-      uniform_stride(experts, up_of, &up) && uniform_stride(experts, down_of, &down)) {
+      uniform_stride(experts, up_of, &up) && uniform_stride(experts, down_of, &down) &&
+      !moe_units_for(options_, T, H, K, experts, nullptr, &units)) {
     const int64_t I = experts[0].gate.out_features();
     const MoeKernelPlan plan = plan_moe_kernels(options_, T, K, E, H, I, a.x, gate, up, down);
     const int64_t pairs = T * K;
@@ -324,6 +375,20 @@ void CudaBackend::run_moe_experts(const Tensor& x, const Tensor& ids, const Tens
   const int64_t I = experts[0].gate.out_features(), pairs = T * K;
   if (pairs == 0) {
     if (shared) norm_mlp_residual(*residual, shared->norm, shared->eps, *shared->mlp);
+    return;
+  }
+  // One token: the shared and routed experts as two persistent GEMV launches over units (no permutation, no
+  // combine; the routed experts' ids and weights are read on the device).
+  cuda::GemvMoeUnits one_token;
+  if (moe_units_for(options_, T, H, K, experts, shared ? shared->mlp : nullptr, &one_token)) {
+    DSI_CHECK(weights.device() == Device::kCuda && weights.dtype() == DType::F32,
+              "moe_experts: weights must be F32 on the GPU");
+    one_token.ids = ids.data<int32_t>();
+    one_token.weights = weights.data<float>();
+    Tensor act = Tensor::empty_on(Device::kCuda, DType::F32, {one_token.count * one_token.len});  // [units I]
+    cuda::launch_gemv_moe_gate_up(dev_f32(x, "moe_experts", "x"), H, one_token, act.data<float>(),
+                                  experts[0].swiglu_limit);
+    cuda::launch_gemv_moe_down(act.data<float>(), H, one_token, out, accumulate);
     return;
   }
   // Experts not laid out at a fixed stride (not through prepare_experts) are stacked for this call.

@@ -22,6 +22,28 @@ struct MatDesc {
   int64_t first_block;
 };
 
+// One token's MoE experts as a persistent launch (gemv_persistent.cuh's UNITS instances): `count` units of
+// `len` rows (kRowUnits: the SwiGLU gate/up rows [u len, (u + 1) len) of the launch, row stride K) or columns
+// (kColumnUnits: down's columns [u len, (u + 1) len) of K). Unit u < known is slice u of the shared experts'
+// matrices, whose addresses the host knows; unit u >= known is routed expert ids[u - known] of the stacked
+// matrices, read after the PDL wait (an id outside [0, experts) reads expert 0 and its unit's outputs are
+// zeros, as the permutation drops such pairs). Column units' row stride: known * len (shared), len (routed).
+inline constexpr int kRowUnits = 1;
+inline constexpr int64_t kGemvUnitTableBytes = kGemvMaxUnits * (2 * sizeof(void*) + sizeof(int64_t));
+inline constexpr int kColumnUnits = 2;
+struct UnitParams {
+  int count;
+  int known;
+  int64_t len;
+  const uint16_t*
+      shared[2];  // row units: the shared gate and up [known len, K]; column units: down [N, known len]
+  const uint16_t* routed[2];  // the stacked experts: expert e's matrix i at routed[i] + e * stride[i]
+  int64_t stride[2];
+  const int32_t* ids;  // [count - known] routed experts (device); ids outside [0, experts) add nothing
+  const float* scale;  // row units: [count - known] factors of the routed units' outputs (device)
+  int experts;         // experts in the stacked matrices
+};
+
 struct Params {
   MatDesc mats[kGemvMaxMatrices];  // SwiGLU: [0] gate (y = out), [1] up
   int count;                       // matrices that own blocks (SwiGLU: 1)
@@ -38,6 +60,7 @@ struct Params {
   int32_t* counters;  // split > 1: [tiles], zero between launches
   int64_t tiles;      // row tiles of all matrices (the persistent kernel walks them)
   uint64_t* stamps;   // the persistent kernel's STAMPS instances: [gridDim.x][kGemvStampFields]
+  UnitParams units;   // the UNITS instances of the persistent kernel only
 };
 
 // Floats of one (tile, split) partial: TILES x 4 x 32 lane values and 32 for the sums of squares.
@@ -101,10 +124,11 @@ __device__ __forceinline__ MatDesc block_matrix(const Params& p, int64_t b, int6
 
 // Writes one output value: v is the dot product (up: the up projection's, SwiGLU only) before the norm
 // scale `inv`. Explicitly rounded operations (never contracted into FMAs by the compiler or ptxas), so that
-// every kernel calling this rounds the same way whatever code surrounds it.
-template <bool SWIGLU>
+// every kernel calling this rounds the same way whatever code surrounds it. SCALE: the value times `scale`
+// last (the units launches' routing weights).
+template <bool SWIGLU, bool SCALE = false>
 __device__ __forceinline__ void store_output(const Params& p, const MatDesc& d, int m, int64_t n, float v,
-                                             float up, float inv) {
+                                             float up, float inv, float scale = 1.0f) {
   float r = __fmul_rn(v, inv);
   if (d.bias) r = __fadd_rn(r, bf16_to_f32(d.bias[n]));
   if (SWIGLU) {
@@ -116,6 +140,7 @@ __device__ __forceinline__ void store_output(const Params& p, const MatDesc& d, 
     }
     r = __fmul_rn(__fdiv_rn(r, __fadd_rn(1.0f, expf(-r))), u);
   }
+  if constexpr (SCALE) r = __fmul_rn(r, scale);
   float* dst = d.y + static_cast<int64_t>(m) * d.N + n;
   *dst = p.accumulate ? __fadd_rn(*dst, r) : r;
 }

@@ -261,21 +261,23 @@ struct MmaKernel {
 
 // gemv_mma_kernel, or (PERSIST) gemv_persistent_kernel (gemv_persistent.cuh) of the same shape, its STAMPS
 // instance recording block timelines (gemv_stamps.h).
-template <int W, int TILES, int U, int S, int SPLITS, bool SWIGLU, bool PERSIST, bool STAMPS>
+template <int W, int TILES, int U, int S, int SPLITS, bool SWIGLU, bool PERSIST, bool STAMPS, int UNITS = 0>
 constexpr void (*mma_kernel_fn())(const Params) {
   if constexpr (PERSIST) {
-    return gemv_persistent_kernel<W, TILES, U, S, SPLITS, SWIGLU, STAMPS>;
+    return gemv_persistent_kernel<W, TILES, U, S, SPLITS, SWIGLU, STAMPS, UNITS>;
   } else {
-    static_assert(!STAMPS, "only the persistent kernel records stamps");
+    static_assert(!STAMPS && UNITS == 0, "only the persistent kernel records stamps or takes units");
     return gemv_mma_kernel<W, TILES, U, S, SPLITS, SWIGLU>;
   }
 }
 
-template <int W, int TILES, int U, int S, int SPLITS, bool SWIGLU, bool PERSIST = false, bool STAMPS = false>
+template <int W, int TILES, int U, int S, int SPLITS, bool SWIGLU, bool PERSIST = false, bool STAMPS = false,
+          int UNITS = 0>
 const MmaKernel& mma_kernel() {
   static const MmaKernel k = [] {
-    constexpr int bytes = static_cast<int>(gemv_pipeline_smem(W, TILES, U, S));
-    auto* fn = mma_kernel_fn<W, TILES, U, S, SPLITS, SWIGLU, PERSIST, STAMPS>();
+    constexpr int bytes =
+        static_cast<int>(gemv_pipeline_smem(W, TILES, U, S) + (UNITS != 0 ? kGemvUnitTableBytes : 0));
+    auto* fn = mma_kernel_fn<W, TILES, U, S, SPLITS, SWIGLU, PERSIST, STAMPS, UNITS>();
     // More than the default 48 KiB of dynamic shared memory must be asked for (once per kernel).
     if (cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) != cudaSuccess) {
       cudaGetLastError();
@@ -288,12 +290,12 @@ const MmaKernel& mma_kernel() {
     }
     MmaKernel out;
     out.launch = [](const Params& p, dim3 grid, int pad) {
-      launch_pdl(mma_kernel_fn<W, TILES, U, S, SPLITS, SWIGLU, PERSIST, STAMPS>(), grid, dim3(W * 32),
+      launch_pdl(mma_kernel_fn<W, TILES, U, S, SPLITS, SWIGLU, PERSIST, STAMPS, UNITS>(), grid, dim3(W * 32),
                  bytes + pad, p);
     };
     out.blocks_per_sm = per_sm < 1 ? 1 : per_sm;
     out.padded_occupancy = [](int pad, int max_pad) {
-      auto* f = mma_kernel_fn<W, TILES, U, S, SPLITS, SWIGLU, PERSIST, STAMPS>();
+      auto* f = mma_kernel_fn<W, TILES, U, S, SPLITS, SWIGLU, PERSIST, STAMPS, UNITS>();
       int n = 0;
       if (cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes + max_pad) !=
               cudaSuccess ||
@@ -344,6 +346,39 @@ const MmaKernel& find_persistent(int key, bool swiglu) {
   }
   fail("gemv: no persistent kernel for warps ", key / 10000, ", tiles ", key / 100 % 10, ", unroll ",
        key / 10 % 10, ", stages ", key % 10, ", splits ", key / 1000 % 10);
+}
+
+// The persistent kernel's units instances (GemvMoeUnits): row units in every SwiGLU persistent shape, column
+// units in the shapes resolve gives down-sized launches (K >= 8192; the one-tile capped shape; the 8B-qkv and
+// LM-head-sized ones). Null: not compiled.
+const MmaKernel* find_units(GemvConfig c, bool swiglu) {
+  const int key = c.warps * 10000 + c.splits * 1000 + (swiglu ? 2 : c.tiles) * 100 + c.unroll * 10 + c.stages;
+  if (swiglu) {
+    switch (key) {
+      case 82214:
+        return &mma_kernel<8, 2, 1, 4, 2, true, true, false, kRowUnits>();
+      case 82223:
+        return &mma_kernel<8, 2, 2, 3, 2, true, true, false, kRowUnits>();
+      case 42214:
+        return &mma_kernel<4, 2, 1, 4, 2, true, true, false, kRowUnits>();
+      case 42223:
+        return &mma_kernel<4, 2, 2, 3, 2, true, true, false, kRowUnits>();
+      case 162223:
+        return &mma_kernel<16, 2, 2, 3, 2, true, true, false, kRowUnits>();
+    }
+  } else {
+    switch (key) {
+      case 82143:
+        return &mma_kernel<8, 1, 4, 3, 2, false, true, false, kColumnUnits>();
+      case 42143:
+        return &mma_kernel<4, 1, 4, 3, 2, false, true, false, kColumnUnits>();
+      case 82223:
+        return &mma_kernel<8, 2, 2, 3, 2, false, true, false, kColumnUnits>();
+      case 42124:
+        return &mma_kernel<4, 1, 2, 4, 2, false, true, false, kColumnUnits>();
+    }
+  }
+  return nullptr;
 }
 
 // The kernel shapes that are compiled (see gemv_configs).
@@ -690,6 +725,85 @@ void launch_gemv_swiglu(const float* x, int64_t M, int64_t K, const uint16_t* ga
   p.eps = norm.eps;
   p.limit = limit;
   launch<true>(p, config, "gemv_swiglu");
+}
+
+namespace {
+
+// A units launch's shape: what resolve gives a plain launch of the same rows and K.
+GemvConfig units_config(int64_t rows, int64_t K, bool swiglu) {
+  return resolve(1, K, &rows, 1, swiglu, GemvConfig{});
+}
+
+bool aligned_units_base(const uint16_t* w, int64_t stride) {
+  return w != nullptr && aligned16(w) && stride % 8 == 0;
+}
+
+// Launches units instance k (shape c) over `rows` output rows.
+void launch_units(Params& p, GemvConfig c, const MmaKernel& k, int64_t rows, bool swiglu, const char* what) {
+  const int64_t rows_per_block = swiglu ? 16 : 16 * c.tiles;
+  p.tiles = (rows + rows_per_block - 1) / rows_per_block;
+  p.mats[0].first_block = 0;
+  p.count = 1;
+  p.M = 1;
+  p.ksplit = 1;
+  p.kcols = p.K;
+  p.stamps = nullptr;
+  const int64_t per_sm = std::min(c.persist, k.blocks_per_sm);
+  const int64_t grid = std::min<int64_t>(p.tiles, num_sms() * per_sm);
+  k.launch(p, dim3(static_cast<unsigned>(grid)),
+           c.cap_per_sm ? cap_padding(k, c, swiglu, static_cast<int>(per_sm)) : 0);
+  check_launch(what);
+}
+
+}  // namespace
+
+bool gemv_moe_units_supported(const GemvMoeUnits& u, int64_t H) {
+  if (u.count < 1 || u.count > kGemvMaxUnits || u.known < 0 || u.known > u.count || u.len < 128 ||
+      u.len % 32 != 0 || H < 16 || H % 8 != 0 || u.count * u.len >= (int64_t{1} << 31))
+    return false;
+  if (u.known > 0 && !(aligned_units_base(u.shared_gate, H) && aligned_units_base(u.shared_up, H) &&
+                       aligned_units_base(u.shared_down, u.known * u.len)))
+    return false;
+  if (u.count > u.known &&
+      !(aligned_units_base(u.gate, u.gate_stride) && aligned_units_base(u.up, u.up_stride) &&
+        aligned_units_base(u.down, u.down_stride) && u.ids && u.weights && u.experts > 0))
+    return false;
+  const GemvConfig gu = units_config(u.count * u.len, H, true), dn = units_config(H, u.count * u.len, false);
+  return gu.persist > 0 && dn.persist > 0 && find_units(gu, true) && find_units(dn, false);
+}
+
+void launch_gemv_moe_gate_up(const float* x, int64_t H, const GemvMoeUnits& u, float* act, float limit) {
+  DSI_CHECK(gemv_moe_units_supported(u, H) && aligned16(x) && aligned16(act),
+            "gemv_moe_gate_up: units not supported here (gemv_moe_units_supported)");
+  const int64_t rows = u.count * u.len;
+  const GemvConfig c = units_config(rows, H, true);
+  Params p{};
+  p.mats[0] = {nullptr, nullptr, act, rows, 0};
+  p.mats[1] = {nullptr, nullptr, act, rows, 0};
+  p.x = x;
+  p.K = H;
+  p.limit = limit;
+  p.units = {u.count,        u.known,
+             u.len,          {u.shared_gate, u.shared_up},
+             {u.gate, u.up}, {u.gate_stride, u.up_stride},
+             u.ids,          u.weights,
+             u.experts};
+  launch_units(p, c, *find_units(c, true), rows, true, "gemv_moe_gate_up");
+}
+
+void launch_gemv_moe_down(const float* act, int64_t H, const GemvMoeUnits& u, float* out, bool accumulate) {
+  DSI_CHECK(gemv_moe_units_supported(u, H) && aligned16(act),
+            "gemv_moe_down: units not supported here (gemv_moe_units_supported)");
+  const int64_t K = u.count * u.len;
+  const GemvConfig c = units_config(H, K, false);
+  Params p{};
+  p.mats[0] = {nullptr, nullptr, out, H, 0};
+  p.x = act;
+  p.K = K;
+  p.accumulate = accumulate;
+  p.units = {u.count, u.known, u.len,    {u.shared_down, nullptr}, {u.down, nullptr}, {u.down_stride, 0},
+             u.ids,   nullptr, u.experts};
+  launch_units(p, c, *find_units(c, false), H, false, "gemv_moe_down");
 }
 
 }  // namespace dsinfer::cuda

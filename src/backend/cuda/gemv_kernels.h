@@ -20,6 +20,7 @@ namespace dsinfer::cuda {
 
 constexpr int64_t kGemvMaxRows = 8;  // the largest M the GEMV kernels take
 constexpr int kGemvMaxMatrices = 4;  // matrices per launch_gemv call
+constexpr int kGemvMaxUnits = 16;    // units per launch_gemv_moe_* call (shared slices + routed experts)
 
 // One weight matrix of a launch: y [M, N] (row stride N) = or += x w^T (+ bias).
 struct GemvMatrix {
@@ -72,5 +73,38 @@ void launch_gemv(const float* x, int64_t M, int64_t K, const GemvMatrix* mats, i
 void launch_gemv_swiglu(const float* x, int64_t M, int64_t K, const uint16_t* gate, const uint16_t* gate_bias,
                         const uint16_t* up, const uint16_t* up_bias, float* out, int64_t N, GemvNorm norm,
                         float limit, GemvConfig config = {});
+
+// One token's DeepSeekMoE experts (decode at T = 1) as two persistent launches over `count` units of `len`
+// intermediate rows each, with no permutation and no combine: units [0, known) are slices of the shared
+// experts (their gate/up rows and down columns [u len, (u + 1) len)), units [known, count) the routed experts
+// ids[0 .. count - known) of the stacked matrices, whose outputs are scaled by their routing weights. The
+// routed experts' weights are read after the launch's PDL wait, the shared ones' before it.
+struct GemvMoeUnits {
+  int count = 0;
+  int known = 0;
+  int64_t len = 0;
+  const uint16_t* shared_gate = nullptr;  // [known len, H] bf16
+  const uint16_t* shared_up = nullptr;    // [known len, H]
+  const uint16_t* shared_down = nullptr;  // [H, known len]
+  const uint16_t* gate = nullptr;         // expert e's [len, H] at gate + e * gate_stride
+  const uint16_t* up = nullptr;
+  const uint16_t* down = nullptr;  // expert e's [H, len] at down + e * down_stride
+  int64_t gate_stride = 0, up_stride = 0, down_stride = 0;
+  const int32_t* ids = nullptr;    // [count - known] routed experts (device)
+  const float* weights = nullptr;  // [count - known] their routing weights (device)
+  int experts = 0;                 // experts stacked; ids outside [0, experts) add nothing
+};
+
+// Whether the two launches take these units at hidden size H here: 1 <= count <= kGemvMaxUnits, len a
+// multiple of 32 and >= 128, H a multiple of 8, 16-byte aligned weights and strides, the persistent GEMV on
+// and its units instance compiled for the shapes the launches resolve to.
+bool gemv_moe_units_supported(const GemvMoeUnits& u, int64_t H);
+
+// act [count len] = per unit silu(x gate^T) * (x up^T) (limit > 0 clamps as launch_gemv_swiglu), the routed
+// units' times their weights. x [H] float32 device.
+void launch_gemv_moe_gate_up(const float* x, int64_t H, const GemvMoeUnits& u, float* act, float limit);
+
+// out [H] = (or += with accumulate) sum over the units of act_u down_u^T, one pass over K = count len.
+void launch_gemv_moe_down(const float* act, int64_t H, const GemvMoeUnits& u, float* out, bool accumulate);
 
 }  // namespace dsinfer::cuda

@@ -37,18 +37,48 @@ __device__ __forceinline__ void stamp_now(const Params& p, int point) {
   if constexpr (STAMPS) stamp<STAMPS>(p, point, global_ns());
 }
 
+// Unit u's weight base of matrix i (row units: gate 0, up 1; column units: down 0) and its row stride, into
+// the block's table: the shared experts' slices (u < known) need nothing from earlier kernels, the routed
+// experts' ids are read after the PDL wait.
+template <int UNITS>
+__device__ __forceinline__ void resolve_unit(const Params& p, int u, const uint16_t* (*w)[2], int64_t* ld) {
+  const UnitParams& q = p.units;
+  constexpr int kMats = UNITS == kRowUnits ? 2 : 1;
+  int64_t e = u < q.known ? 0 : q.ids[u - q.known];
+  if (e < 0 || e >= q.experts) e = 0;  // its outputs are zeroed (row units' epilogue)
+#pragma unroll
+  for (int i = 0; i < kMats; ++i) {
+    if (u < q.known)
+      w[u][i] = q.shared[i] + (UNITS == kRowUnits ? u * q.len * p.K : u * q.len);
+    else
+      w[u][i] = q.routed[i] + e * q.stride[i];
+  }
+  ld[u] = UNITS == kRowUnits ? p.K : (u < q.known ? q.known * q.len : q.len);
+}
+
 // Block = W warps; a tile is 16 * TILES weight rows (SwiGLU: 16 gate rows and the same 16 up rows) over all
 // of K, warp w taking the 32 * U-column slices w, w + W, ... of it; p.tiles tiles in all (the matrices'
 // tiles back to back, p.mats[i].first_block the first of matrix i). Needs K % 8 == 0 and 16-byte aligned
-// pointers; no split-K. STAMPS: p.stamps receives the block's timeline.
-template <int W, int TILES, int U, int S, int SPLITS, bool SWIGLU, bool STAMPS>
+// pointers; no split-K. STAMPS: p.stamps receives the block's timeline. UNITS (kRowUnits with SWIGLU,
+// kColumnUnits without; p.units): the weights of unit u come from the block's unit table instead of
+// p.mats[*].w; stages of routed units are issued only after the wait; row units scale the routed outputs.
+template <int W, int TILES, int U, int S, int SPLITS, bool SWIGLU, bool STAMPS, int UNITS = 0>
 __global__ void __launch_bounds__(W * 32, 16 / W) gemv_persistent_kernel(const Params p) {
+  static_assert(UNITS == 0 || (UNITS == kRowUnits) == SWIGLU, "row units are SwiGLU's, column units not");
   extern __shared__ uint4 pipe[];                      // [W][S][U][TILES][2][32]
   constexpr int64_t kRows = SWIGLU ? 16 : 16 * TILES;  // output rows of a tile
   constexpr int kStage = U * TILES * 2 * 32;           // uint4 of one warp's stage
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int64_t K = p.K;
   uint4* mine = pipe + static_cast<int64_t>(warp) * S * kStage + lane;
+  // Units: the table after the pipeline (kGemvUnitTableBytes more dynamic shared memory): each unit's
+  // weight bases [kGemvMaxUnits][2], then its row strides [kGemvMaxUnits].
+  auto* unit_w = reinterpret_cast<const uint16_t*(*)[2]>(pipe + static_cast<int64_t>(W) * S * kStage);
+  auto* unit_ld = reinterpret_cast<int64_t*>(unit_w + kGemvMaxUnits);
+  if constexpr (UNITS != 0) {
+    if (threadIdx.x < p.units.known) resolve_unit<UNITS>(p, threadIdx.x, unit_w, unit_ld);
+    __syncthreads();
+  }
 
   // This block's tiles and this warp's iterations per tile (the same for every tile: all share K).
   const int64_t stride = gridDim.x;
@@ -61,7 +91,21 @@ __global__ void __launch_bounds__(W * 32, 16 / W) gemv_persistent_kernel(const P
   // MMA tiles (out-of-range rows read as zeros).
   const uint16_t* wrow[TILES][2];
   bool wok[TILES][2];
+  int64_t nrow[TILES][2];  // column units: the rows (their address depends on the column's unit)
   auto aim = [&](int64_t tile) {
+    if constexpr (UNITS == kRowUnits) {
+      const int64_t tpu = p.units.len / 16;  // tiles per unit
+      const int unit = static_cast<int>(tile / tpu);
+      const int64_t row0 = (tile - unit * tpu) * 16;
+#pragma unroll
+      for (int j = 0; j < TILES; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          wok[j][h] = true;
+          wrow[j][h] = unit_w[unit][j] + (row0 + g + 8 * h) * K;
+        }
+      return;
+    }
     int64_t local = 0;
     const MatDesc d = block_matrix(p, tile, local);
     const int64_t row0 = local * kRows;
@@ -73,12 +117,19 @@ __global__ void __launch_bounds__(W * 32, 16 / W) gemv_persistent_kernel(const P
         const uint16_t* base = SWIGLU ? p.mats[j].w : d.w;
         wok[j][h] = n < d.N;
         wrow[j][h] = base + (wok[j][h] ? n : 0) * K;
+        nrow[j][h] = wok[j][h] ? n : 0;
       }
     }
   };
   int64_t issued = 0, issue_i = 0, issue_tile = blockIdx.x;
   int issue_stage = 0;
-  if (total > 0) aim(issue_tile);
+  // Column units: the unit and unit-local column of the issue cursor's first column, first + issue_i * step.
+  const int64_t ulen = UNITS == kColumnUnits ? p.units.len : 1;
+  const int first_unit = static_cast<int>(first / ulen);
+  const int64_t first_local = first - first_unit * ulen;
+  int cur_unit = first_unit;
+  int64_t cur_local = first_local;
+  if (total > 0) aim(issue_tile);  // row units: aimed again after the wait (routed units' bases)
   // Copies the next stage (if any is left) and commits a group either way, as gemv_mma_kernel does.
   auto issue_next = [&] {
     if (issued < total) {
@@ -87,18 +138,48 @@ __global__ void __launch_bounds__(W * 32, 16 / W) gemv_persistent_kernel(const P
       for (int u = 0; u < U; ++u) {
         const int64_t k0 = first + issue_i * step + 32 * u + 8 * t;
         const bool kin = k0 < K;
+        if constexpr (UNITS == kColumnUnits) {
+          // A 32-column chunk lies in one unit (len % 32 == 0, len >= 32 U).
+          int cu = cur_unit;
+          int64_t lc = cur_local + 32 * u;
+          if (lc >= ulen) {
+            lc -= ulen;
+            ++cu;
+          }
+          if (!kin) {
+            cu = 0;
+            lc = 0;
+          }
+          const uint16_t* ubase = unit_w[cu][0] + lc + 8 * t;
+          const int64_t ld = unit_ld[cu];
 #pragma unroll
-        for (int j = 0; j < TILES; ++j)
+          for (int j = 0; j < TILES; ++j)
 #pragma unroll
-          for (int h = 0; h < 2; ++h)
-            copy_async16(stage + ((u * TILES + j) * 2 + h) * 32, wrow[j][h] + (kin ? k0 : 0),
-                         kin && wok[j][h]);
+            for (int h = 0; h < 2; ++h)
+              copy_async16(stage + ((u * TILES + j) * 2 + h) * 32, ubase + nrow[j][h] * ld, kin && wok[j][h]);
+        } else {
+#pragma unroll
+          for (int j = 0; j < TILES; ++j)
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+              copy_async16(stage + ((u * TILES + j) * 2 + h) * 32, wrow[j][h] + (kin ? k0 : 0),
+                           kin && wok[j][h]);
+        }
       }
       ++issued;
       if (issued == total) stamp_now<STAMPS>(p, kStampLastIssue);
       issue_stage = issue_stage + 1 == S ? 0 : issue_stage + 1;
+      if constexpr (UNITS == kColumnUnits) {
+        cur_local += step;
+        while (cur_local >= ulen) {
+          cur_local -= ulen;
+          ++cur_unit;
+        }
+      }
       if (++issue_i == iters) {
         issue_i = 0;
+        cur_unit = first_unit;
+        cur_local = first_local;
         issue_tile += stride;
         if (issued < total) aim(issue_tile);
       }
@@ -108,12 +189,31 @@ __global__ void __launch_bounds__(W * 32, 16 / W) gemv_persistent_kernel(const P
   stamp_now<STAMPS>(p, kStampStart);
   pdl_trigger();
   // The weights do not depend on earlier kernels: the first tile's first stages are in flight before the
-  // wait for the kernel that wrote x (programmatic dependent launch; a no-op without it).
+  // wait for the kernel that wrote x (programmatic dependent launch; a no-op without it). Units: only the
+  // stages of the shared experts' units (the routed experts are known after the wait).
+  auto known_stage = [&] {
+    if constexpr (UNITS == kRowUnits) return issue_tile / (p.units.len / 16) < p.units.known;
+    if constexpr (UNITS == kColumnUnits)
+      return first + issue_i * step + 32 * U <= static_cast<int64_t>(p.units.known) * p.units.len;
+    return true;
+  };
+  int pre = 0;
 #pragma unroll
-  for (int s = 0; s < S - 1; ++s) issue_next();
+  for (int s = 0; s < S - 1; ++s)
+    if (pre == s && known_stage()) {
+      issue_next();
+      ++pre;
+    }
   stamp_now<STAMPS>(p, kStampIssued);
   pdl_wait();
   stamp_now<STAMPS>(p, kStampWaited);
+  if constexpr (UNITS != 0) {
+    if (threadIdx.x >= p.units.known && threadIdx.x < p.units.count)
+      resolve_unit<UNITS>(p, threadIdx.x, unit_w, unit_ld);
+    __syncthreads();
+    if (issued < total) aim(issue_tile);
+    for (; pre < S - 1; ++pre) issue_next();
+  }
 
   const bool xok = g < p.M;
   const float* xrow = p.x + (xok ? g : 0) * K;
@@ -157,7 +257,19 @@ __global__ void __launch_bounds__(W * 32, 16 / W) gemv_persistent_kernel(const P
     // g + 8, activation row m = 2t + (i & 1)) on warp o % W; the sums in gemv_mma_kernel's order.
     int64_t local = 0;
     const MatDesc d = block_matrix(p, blockIdx.x + k * stride, local);
-    const int64_t row0 = local * kRows;
+    int64_t row0 = local * kRows;
+    float unit_scale = 1.0f;  // row units: the routed unit's factor (0: an id outside the experts)
+    if constexpr (UNITS == kRowUnits) {
+      const int64_t tpu = p.units.len / 16;
+      const int unit = static_cast<int>(local / tpu);
+      row0 = unit * p.units.len + (local - unit * tpu) * 16;
+      if (unit >= p.units.known) {
+        const int e = p.units.ids[unit - p.units.known];
+        unit_scale = e < 0 || e >= p.units.experts ? 0.0f
+                     : p.units.scale               ? p.units.scale[unit - p.units.known]
+                                                   : 1.0f;
+      }
+    }
     constexpr int kOut = SWIGLU ? 4 : TILES * 4;
     for (int o = warp; o < kOut; o += W) {
       const int j = o / 4, i = o % 4;
@@ -174,7 +286,7 @@ __global__ void __launch_bounds__(W * 32, 16 / W) gemv_persistent_kernel(const P
         inv = norm_scale(s, K, p.eps);
       }
       const int64_t n = row0 + (SWIGLU ? 0 : 16 * j) + g + 8 * (i >> 1);
-      if (m < p.M && n < d.N) store_output<SWIGLU>(p, d, m, n, v, up, inv);
+      if (m < p.M && n < d.N) store_output<SWIGLU, UNITS == kRowUnits>(p, d, m, n, v, up, inv, unit_scale);
     }
   }
   copy_async_wait<0>();

@@ -1,0 +1,138 @@
+// One token's DeepSeekMoE experts as the two units GEMV launches (CudaBackendOptions::moe_units,
+// cuda::GemvMoeUnits: the shared experts' slices and the routed experts in one gate/up + SwiGLU launch, then
+// one down launch over every unit's columns into the residual; no permutation, no combine) against the CPU
+// reference and the weight-streaming path. Runs where a GPU is visible; CI compiles it and skips.
+#include "cuda_deepseek_test_util.h"
+
+namespace dsinfer {
+namespace {
+
+#ifdef DSINFER_HAVE_CUDA
+
+using namespace deepseek_ops_test;
+
+// True when any element of two host tensors of one shape differs in its bits.
+int64_t differing(const Tensor& a, const Tensor& b) {
+  int64_t n = 0;
+  for (int64_t i = 0; i < a.numel(); ++i)
+    n += static_cast<const uint32_t*>(a.raw())[i] != static_cast<const uint32_t*>(b.raw())[i];
+  return n;
+}
+
+CudaBackendOptions units_on() {
+  CudaBackendOptions o;
+  o.moe_units = true;
+  return o;
+}
+
+// As the model calls it (norm_moe_route's x, ids, weights and dispatch, then moe_experts_residual with the
+// shared experts): 0, 1 and 2 shared units, top 6 of 64 and top 8 of 16 experts, intermediate 128 and 256
+// (the units launches take multiples of 32 from 128). What the units path adds to the residual is within the
+// expert tests' tolerance of the CPU's and of the streaming path's, and not bit-equal to the streaming path's
+// (so it ran: its sums run in another order).
+TEST_F(CudaDeepseekOpsTest, MoeUnitsOneTokenMatchCpuAndStreaming) {
+  CudaBackend units(units_on()), streaming;
+  const float eps = 1e-6f;
+  RoutingParams rp;
+  rp.scoring = "softmax";
+  rp.method = "greedy";
+  for (auto [E, H, I, K] :
+       {std::tuple<int64_t, int64_t, int64_t, int64_t>{64, 256, 128, 6}, {16, 512, 256, 8}}) {
+    ExpertSet experts = make_experts(this, units, E, H, I);
+    units.prepare_experts(experts.gpu);
+    const Tensor router = units.prepare_weight(random_bf16_values({E, H}, 0.5f));
+    rp.top_k = K;
+    for (int64_t shared_units : {0, 1, 2}) {
+      const SharedMlp shared = make_shared_mlp(this, units, std::max<int64_t>(shared_units, 1), H, I);
+      const Tensor norm_c = norm_weight(this, H), norm_g = device_bf16(norm_c);
+      const MoeSharedExperts sc{&shared.cpu, norm_c, eps}, sg{&shared.gpu, norm_g, eps};
+      const MoeSharedExperts* shared_c = shared_units > 0 ? &sc : nullptr;
+      const MoeSharedExperts* shared_g = shared_units > 0 ? &sg : nullptr;
+      for (int trial = 0; trial < 3; ++trial) {
+        const std::string what = "E=" + std::to_string(E) + " I=" + std::to_string(I) +
+                                 " shared=" + std::to_string(shared_units) + " trial " +
+                                 std::to_string(trial);
+        const Tensor h = random_bf16_values({1, H}, 4.0f);
+        const Tensor dh = cuda::to_device(h);
+        Tensor ids, weights;
+        MoeDispatch dispatch;
+        const Tensor x = units.norm_moe_route(dh, norm_g, eps, router, Tensor(), rp, experts.gpu, &ids,
+                                              &weights, &dispatch);
+        const Tensor ids_h = cuda::to_host(ids), weights_h = cuda::to_host(weights);
+        Tensor by_units = cuda::to_device(h), by_streaming = cuda::to_device(h);
+        units.moe_experts_residual(by_units, x, ids, weights, experts.gpu, &dispatch, shared_g);
+        streaming.moe_experts_residual(by_streaming, x, ids, weights, experts.gpu, nullptr, shared_g);
+        Tensor ref = h.clone();
+        cpu.moe_experts_residual(ref, cpu.rms_norm(h, norm_c, eps), ids_h, weights_h, experts.cpu, nullptr,
+                                 shared_c);
+        const Tensor a = units.to_host(by_units), b = streaming.to_host(by_streaming);
+        const Tensor want = added_part(ref, h);
+        EXPECT_LT(rel_err(added_part(a, h), want), 1e-4) << "units vs CPU, " << what;
+        EXPECT_LT(rel_err(added_part(b, h), want), 1e-4) << "streaming vs CPU, " << what;
+        EXPECT_GT(differing(a, b), 0) << "the units path did not run? " << what;
+        // The routing outputs are the launches' inputs: unchanged.
+        const Tensor ids_after = cuda::to_host(ids);
+        EXPECT_EQ(std::memcmp(ids_after.raw(), ids_h.raw(), ids_h.nbytes()), 0) << what;
+      }
+    }
+  }
+}
+
+// moe_experts (a new tensor, no residual) of one token through the units launches against the CPU, with ids
+// outside [0, E) in some slots: they add nothing, as the streaming path's permutation drops them.
+TEST_F(CudaDeepseekOpsTest, MoeUnitsDropIdsOutsideTheExperts) {
+  CudaBackend units(units_on()), streaming;
+  const int64_t E = 32, H = 256, I = 128, K = 6;
+  ExpertSet experts = make_experts(this, units, E, H, I);
+  units.prepare_experts(experts.gpu);
+  for (int trial = 0; trial < 4; ++trial) {
+    Tensor ids = distinct_expert_ids(rng, 1, K, E);
+    const Tensor weights = random_bf16_values({1, K}), x = random_bf16_values({1, H});
+    // The CPU reference on the valid slots only (weight 0 where the id is out of range).
+    Tensor valid_ids = ids.clone(), valid_weights = weights.clone();
+    if (trial > 0) {
+      ids.data<int32_t>()[trial] = trial % 2 ? static_cast<int32_t>(E) : -1;
+      valid_weights.f32()[trial] = 0.0f;
+    }
+    const Tensor want = cpu.moe_experts(x, valid_ids, valid_weights, experts.cpu);
+    const Tensor dx = cuda::to_device(x), dids = cuda::to_device(ids), dw = cuda::to_device(weights);
+    const Tensor a = units.to_host(units.moe_experts(dx, dids, dw, experts.gpu));
+    const Tensor b = streaming.to_host(streaming.moe_experts(dx, dids, dw, experts.gpu));
+    EXPECT_LT(rel_err(a, want), 1e-4) << "units, trial " << trial;
+    EXPECT_LT(rel_err(b, want), 1e-4) << "streaming, trial " << trial;
+    EXPECT_GT(differing(a, b), 0) << "the units path did not run? trial " << trial;
+  }
+}
+
+// Where the units launches do not apply (more than one token; an intermediate size that is not a multiple of
+// 32 or below 128; more units than kGemvMaxUnits) moe_units changes nothing: the streaming path's bits.
+TEST_F(CudaDeepseekOpsTest, MoeUnitsFallBackToStreamingBitForBit) {
+  CudaBackend units(units_on()), streaming;
+  for (auto [E, H, I, K, T] : {std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>{64, 256, 128, 6, 2},
+                               {64, 256, 96, 6, 1},
+                               {64, 256, 64, 6, 1},
+                               {64, 256, 128, 17, 1}}) {
+    ExpertSet experts = make_experts(this, units, E, H, I);
+    units.prepare_experts(experts.gpu);
+    const Tensor ids = distinct_expert_ids(rng, T, K, E);
+    const Tensor weights = random_bf16_values({T, K}), x = random_bf16_values({T, H});
+    const Tensor h = random_bf16_values({T, H}, 4.0f);
+    const Tensor dx = cuda::to_device(x), dids = cuda::to_device(ids), dw = cuda::to_device(weights);
+    Tensor a = cuda::to_device(h), b = cuda::to_device(h);
+    units.moe_experts_residual(a, dx, dids, dw, experts.gpu);
+    streaming.moe_experts_residual(b, dx, dids, dw, experts.gpu);
+    EXPECT_EQ(differing(units.to_host(a), streaming.to_host(b)), 0)
+        << "E=" << E << " I=" << I << " K=" << K << " T=" << T;
+  }
+}
+
+#else
+
+TEST(CudaMoeUnitsTest, NotBuilt) {
+  GTEST_SKIP() << "built without CUDA";
+}
+
+#endif
+
+}  // namespace
+}  // namespace dsinfer
