@@ -163,7 +163,7 @@ bool fused_shared_units(const CudaBackendOptions& o, const MoeKernelPlan& plan, 
   return cuda::moe_stream_shared_supported(H, *gate_up) && cuda::moe_stream_shared_supported(I, *down);
 }
 
-// One token's experts as the two units launches (cuda::GemvMoeUnits; ids and weights left for the caller):
+// One token's experts as the two units launches (cuda::GemvMoeUnits; ids and weights left to the caller):
 // when moe_units is on, T == 1, the k routed experts lie at a fixed stride without biases, and the shared
 // MLP (if any) is n_shared units of the routed intermediate size with the same swiglu_limit.
 bool moe_units_for(const CudaBackendOptions& o, int64_t T, int64_t H, int64_t k,
@@ -203,11 +203,6 @@ bool moe_units_for(const CudaBackendOptions& o, int64_t T, int64_t H, int64_t k,
   }
   if (u->known + k > cuda::kGemvMaxUnits) return false;
   u->count = u->known + static_cast<int>(k);
-  // Placeholders that pass the support check; the caller sets the real device pointers.
-  static const int32_t kIds = 0;
-  static const float kWeights = 0.0f;
-  u->ids = &kIds;
-  u->weights = &kWeights;
   return cuda::gemv_moe_units_supported(*u, H);
 }
 

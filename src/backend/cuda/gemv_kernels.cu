@@ -766,7 +766,7 @@ bool gemv_moe_units_supported(const GemvMoeUnits& u, int64_t H) {
     return false;
   if (u.count > u.known &&
       !(aligned_units_base(u.gate, u.gate_stride) && aligned_units_base(u.up, u.up_stride) &&
-        aligned_units_base(u.down, u.down_stride) && u.ids && u.weights && u.experts > 0))
+        aligned_units_base(u.down, u.down_stride) && u.experts > 0))
     return false;
   const GemvConfig gu = units_config(u.count * u.len, H, true), dn = units_config(H, u.count * u.len, false);
   return gu.persist > 0 && dn.persist > 0 && find_units(gu, true) && find_units(dn, false);
@@ -775,6 +775,8 @@ bool gemv_moe_units_supported(const GemvMoeUnits& u, int64_t H) {
 void launch_gemv_moe_gate_up(const float* x, int64_t H, const GemvMoeUnits& u, float* act, float limit) {
   DSI_CHECK(gemv_moe_units_supported(u, H) && aligned16(x) && aligned16(act),
             "gemv_moe_gate_up: units not supported here (gemv_moe_units_supported)");
+  DSI_CHECK(u.count == u.known || (u.ids && u.weights),
+            "gemv_moe_gate_up: routed units without ids or weights");
   const int64_t rows = u.count * u.len;
   const GemvConfig c = units_config(rows, H, true);
   Params p{};
@@ -794,6 +796,7 @@ void launch_gemv_moe_gate_up(const float* x, int64_t H, const GemvMoeUnits& u, f
 void launch_gemv_moe_down(const float* act, int64_t H, const GemvMoeUnits& u, float* out, bool accumulate) {
   DSI_CHECK(gemv_moe_units_supported(u, H) && aligned16(act),
             "gemv_moe_down: units not supported here (gemv_moe_units_supported)");
+  DSI_CHECK(u.count == u.known || u.ids, "gemv_moe_down: routed units without ids");
   const int64_t K = u.count * u.len;
   const GemvConfig c = units_config(H, K, false);
   Params p{};

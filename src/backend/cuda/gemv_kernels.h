@@ -95,9 +95,9 @@ struct GemvMoeUnits {
   int experts = 0;                 // experts stacked; ids outside [0, experts) add nothing
 };
 
-// Whether the two launches take these units at hidden size H here: 1 <= count <= kGemvMaxUnits, len a
-// multiple of 32 and >= 128, H a multiple of 8, 16-byte aligned weights and strides, the persistent GEMV on
-// and its units instance compiled for the shapes the launches resolve to.
+// Whether the two launches take these units at hidden size H here (ids and weights aside): 1 <= count <=
+// kGemvMaxUnits, len a multiple of 32 and >= 128, H a multiple of 8, 16-byte aligned weights and strides,
+// the persistent GEMV on and its units instance compiled for the shapes the launches resolve to.
 bool gemv_moe_units_supported(const GemvMoeUnits& u, int64_t H);
 
 // act [count len] = per unit silu(x gate^T) * (x up^T) (limit > 0 clamps as launch_gemv_swiglu), the routed
