@@ -6,6 +6,7 @@
 // launches as extra experts of every token), and the load-time hooks that keep the router bias in float32
 // and stack each layer's experts into one gate/up and one down tensor.
 #include <algorithm>
+#include <cstdint>
 
 #include "backend/cuda/attention_kernels.h"
 #include "backend/cuda/batch_bucket.h"
@@ -166,9 +167,9 @@ bool fused_shared_units(const CudaBackendOptions& o, const MoeKernelPlan& plan, 
 // One token's experts as the two units launches (cuda::GemvMoeUnits; ids and weights left to the caller):
 // when moe_units is on, T == 1, the k routed experts lie at a fixed stride without biases, and the shared
 // MLP (if any) is n_shared units of the routed intermediate size with the same swiglu_limit.
-bool moe_units_for(const CudaBackendOptions& o, int64_t T, int64_t H, int64_t k,
+bool moe_units_for(const CudaBackendOptions& o, int64_t T, int64_t H, int64_t k, const float* x,
                    const std::vector<MlpWeights>& experts, const MlpWeights* shared, cuda::GemvMoeUnits* u) {
-  if (!o.moe_units || T != 1 || experts.empty()) return false;
+  if (!o.moe_units || T != 1 || experts.empty() || reinterpret_cast<uintptr_t>(x) % 16 != 0) return false;
   cuda::StackedWeights gate, up, down;
   if (!uniform_stride(experts, gate_of, &gate) || !uniform_stride(experts, up_of, &up) ||
       !uniform_stride(experts, down_of, &down))
@@ -319,7 +320,7 @@ Tensor CudaBackend::norm_moe_route(const Tensor& h, const Tensor& norm, float ep
   cuda::GemvMoeUnits units;  // one token's experts as units launches: no permutation to make
   if (dispatch && static_cast<int64_t>(experts.size()) == E && uniform_stride(experts, gate_of, &gate) &&
       uniform_stride(experts, up_of, &up) && uniform_stride(experts, down_of, &down) &&
-      !moe_units_for(options_, T, H, K, experts, nullptr, &units)) {
+      !moe_units_for(options_, T, H, K, a.x, experts, nullptr, &units)) {
     const int64_t I = experts[0].gate.out_features();
     const MoeKernelPlan plan = plan_moe_kernels(options_, T, K, E, H, I, a.x, gate, up, down);
     const int64_t pairs = T * K;
@@ -375,14 +376,14 @@ void CudaBackend::run_moe_experts(const Tensor& x, const Tensor& ids, const Tens
   // One token: the shared and routed experts as two persistent GEMV launches over units (no permutation, no
   // combine; the routed experts' ids and weights are read on the device).
   cuda::GemvMoeUnits one_token;
-  if (moe_units_for(options_, T, H, K, experts, shared ? shared->mlp : nullptr, &one_token)) {
+  const float* xd = dev_f32(x, "moe_experts", "x");
+  if (moe_units_for(options_, T, H, K, xd, experts, shared ? shared->mlp : nullptr, &one_token)) {
     DSI_CHECK(weights.device() == Device::kCuda && weights.dtype() == DType::F32,
               "moe_experts: weights must be F32 on the GPU");
     one_token.ids = ids.data<int32_t>();
     one_token.weights = weights.data<float>();
     Tensor act = Tensor::empty_on(Device::kCuda, DType::F32, {one_token.count * one_token.len});  // [units I]
-    cuda::launch_gemv_moe_gate_up(dev_f32(x, "moe_experts", "x"), H, one_token, act.data<float>(),
-                                  experts[0].swiglu_limit);
+    cuda::launch_gemv_moe_gate_up(xd, H, one_token, act.data<float>(), experts[0].swiglu_limit);
     cuda::launch_gemv_moe_down(act.data<float>(), H, one_token, out, accumulate);
     return;
   }
@@ -401,7 +402,6 @@ void CudaBackend::run_moe_experts(const Tensor& x, const Tensor& ids, const Tens
     down_tmp = stack_matrices(experts, down_of);
     down = {down_tmp.data<uint16_t>(), H * I};
   }
-  const float* xd = dev_f32(x, "moe_experts", "x");
   const MoeKernelPlan plan = plan_moe_kernels(options_, T, K, E, H, I, xd, gate, up, down);
   const bool grouped = plan.grouped, stream = plan.stream, mma = plan.mma;
   const int grouped_variant = plan.grouped_variant, tile_rows = plan.tile_rows;
