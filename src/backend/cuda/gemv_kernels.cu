@@ -730,7 +730,22 @@ void launch_gemv_swiglu(const float* x, int64_t M, int64_t K, const uint16_t* ga
 namespace {
 
 // A units launch's shape: what resolve gives a plain launch of the same rows and K.
+// DSINFER_GEMV_UNITS_GATE_UP_WARPS=16 (experiment, to be measured): the units gate/up launch in the 16-warp
+// one-block-per-SM shape that balances Llama-8B's gate_up (choose_persistent_shape takes it from K 4096 only;
+// V2-Lite's units launch has K 2048: 704 row tiles, 5 or 6 per SM); 0 (unset): the shape resolve gives.
+int units_gate_up_warps() {
+  static const int w = env_int("DSINFER_GEMV_UNITS_GATE_UP_WARPS", 0, 16, 16);
+  return w;
+}
+
 GemvConfig units_config(int64_t rows, int64_t K, bool swiglu) {
+  if (swiglu && units_gate_up_warps() == 16) {
+    GemvConfig c{2, 2, 3, 2, false, 16};
+    if (gemv_shape_fits(c, true, smem_limit())) {
+      c.persist = 1;
+      return c;
+    }
+  }
   return resolve(1, K, &rows, 1, swiglu, GemvConfig{});
 }
 
