@@ -12,6 +12,7 @@
 
 #include "backend/cuda/gemv_device.cuh"
 #include "backend/cuda/gemv_stamps.h"
+#include "backend/cuda/gemv_units.h"
 #include "backend/cuda/pdl.cuh"
 
 namespace dsinfer::cuda::gemv_detail {
@@ -94,15 +95,13 @@ __global__ void __launch_bounds__(W * 32, 16 / W) gemv_persistent_kernel(const P
   int64_t nrow[TILES][2];  // column units: the rows (their address depends on the column's unit)
   auto aim = [&](int64_t tile) {
     if constexpr (UNITS == kRowUnits) {
-      const int64_t tpu = p.units.len / 16;  // tiles per unit
-      const int unit = static_cast<int>(tile / tpu);
-      const int64_t row0 = (tile - unit * tpu) * 16;
+      const UnitRowTile ut = unit_row_tile(tile, p.units.len);
 #pragma unroll
       for (int j = 0; j < TILES; ++j)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           wok[j][h] = true;
-          wrow[j][h] = unit_w[unit][j] + (row0 + g + 8 * h) * K;
+          wrow[j][h] = unit_w[ut.unit][j] + (ut.row + g + 8 * h) * K;
         }
       return;
     }
@@ -125,10 +124,8 @@ __global__ void __launch_bounds__(W * 32, 16 / W) gemv_persistent_kernel(const P
   int issue_stage = 0;
   // Column units: the unit and unit-local column of the issue cursor's first column, first + issue_i * step.
   const int64_t ulen = UNITS == kColumnUnits ? p.units.len : 1;
-  const int first_unit = static_cast<int>(first / ulen);
-  const int64_t first_local = first - first_unit * ulen;
-  int cur_unit = first_unit;
-  int64_t cur_local = first_local;
+  const UnitColumnCursor first_cursor = UnitColumnCursor::at(first, ulen);
+  UnitColumnCursor cursor = first_cursor;
   if (total > 0) aim(issue_tile);  // row units: aimed again after the wait (routed units' bases)
   // Copies the next stage (if any is left) and commits a group either way, as gemv_mma_kernel does.
   auto issue_next = [&] {
@@ -140,16 +137,9 @@ __global__ void __launch_bounds__(W * 32, 16 / W) gemv_persistent_kernel(const P
         const bool kin = k0 < K;
         if constexpr (UNITS == kColumnUnits) {
           // A 32-column chunk lies in one unit (len % 32 == 0, len >= 32 U).
-          int cu = cur_unit;
-          int64_t lc = cur_local + 32 * u;
-          if (lc >= ulen) {
-            lc -= ulen;
-            ++cu;
-          }
-          if (!kin) {
-            cu = 0;
-            lc = 0;
-          }
+          const UnitColumnCursor c = cursor.plus(32 * u, ulen);
+          const int cu = kin ? c.unit : 0;
+          const int64_t lc = kin ? c.local : 0;
           const uint16_t* ubase = unit_w[cu][0] + lc + 8 * t;
           const int64_t ld = unit_ld[cu];
 #pragma unroll
@@ -169,17 +159,10 @@ __global__ void __launch_bounds__(W * 32, 16 / W) gemv_persistent_kernel(const P
       ++issued;
       if (issued == total) stamp_now<STAMPS>(p, kStampLastIssue);
       issue_stage = issue_stage + 1 == S ? 0 : issue_stage + 1;
-      if constexpr (UNITS == kColumnUnits) {
-        cur_local += step;
-        while (cur_local >= ulen) {
-          cur_local -= ulen;
-          ++cur_unit;
-        }
-      }
+      if constexpr (UNITS == kColumnUnits) cursor.advance(step, ulen);
       if (++issue_i == iters) {
         issue_i = 0;
-        cur_unit = first_unit;
-        cur_local = first_local;
+        cursor = first_cursor;
         issue_tile += stride;
         if (issued < total) aim(issue_tile);
       }
@@ -192,7 +175,7 @@ __global__ void __launch_bounds__(W * 32, 16 / W) gemv_persistent_kernel(const P
   // wait for the kernel that wrote x (programmatic dependent launch; a no-op without it). Units: only the
   // stages of the shared experts' units (the routed experts are known after the wait).
   auto known_stage = [&] {
-    if constexpr (UNITS == kRowUnits) return issue_tile / (p.units.len / 16) < p.units.known;
+    if constexpr (UNITS == kRowUnits) return unit_row_tile(issue_tile, p.units.len).unit < p.units.known;
     if constexpr (UNITS == kColumnUnits)
       return first + issue_i * step + 32 * U <= static_cast<int64_t>(p.units.known) * p.units.len;
     return true;
@@ -260,9 +243,9 @@ __global__ void __launch_bounds__(W * 32, 16 / W) gemv_persistent_kernel(const P
     int64_t row0 = local * kRows;
     float unit_scale = 1.0f;  // row units: the routed unit's factor (0: an id outside the experts)
     if constexpr (UNITS == kRowUnits) {
-      const int64_t tpu = p.units.len / 16;
-      const int unit = static_cast<int>(local / tpu);
-      row0 = unit * p.units.len + (local - unit * tpu) * 16;
+      const UnitRowTile ut = unit_row_tile(local, p.units.len);
+      const int unit = ut.unit;
+      row0 = unit * p.units.len + ut.row;
       if (unit >= p.units.known) {
         const int e = p.units.ids[unit - p.units.known];
         unit_scale = e < 0 || e >= p.units.experts ? 0.0f
