@@ -51,7 +51,7 @@ std::unique_ptr<Backend> make_cuda_backend(const std::string& cuda_arch) {
   // kernel off / on (on by default, cuda_backend.h).
   options.rope_attention_fused =
       env_switch("DSINFER_CUDA_ROPE_ATTENTION_FUSED", options.rope_attention_fused);
-  // DSINFER_CUDA_MOE_UNITS=0 / 1: one token's experts as the two units GEMV launches off / on (off by
+  // DSINFER_CUDA_MOE_UNITS=0 / 1: one token's experts as the two units GEMV launches off / on (on by
   // default, cuda_backend.h).
   options.moe_units = env_switch("DSINFER_CUDA_MOE_UNITS", options.moe_units);
   return std::make_unique<CudaBackend>(options);

@@ -25,13 +25,19 @@ CudaBackendOptions units_on() {
   return o;
 }
 
+CudaBackendOptions units_off() {  // the weight-streaming path (DSINFER_CUDA_MOE_UNITS=0)
+  CudaBackendOptions o;
+  o.moe_units = false;
+  return o;
+}
+
 // As the model calls it (norm_moe_route's x, ids, weights and dispatch, then moe_experts_residual with the
 // shared experts): 0, 1 and 2 shared units, top 6 of 64 and top 8 of 16 experts, intermediate 128 and 256
 // (the units launches take multiples of 32 from 128). What the units path adds to the residual is within the
 // expert tests' tolerance of the CPU's and of the streaming path's, and not bit-equal to the streaming path's
 // (so it ran: its sums run in another order).
 TEST_F(CudaDeepseekOpsTest, MoeUnitsOneTokenMatchCpuAndStreaming) {
-  CudaBackend units(units_on()), streaming;
+  CudaBackend units(units_on()), streaming(units_off());
   const float eps = 1e-6f;
   RoutingParams rp;
   rp.scoring = "softmax";
@@ -81,7 +87,7 @@ TEST_F(CudaDeepseekOpsTest, MoeUnitsOneTokenMatchCpuAndStreaming) {
 // moe_experts (a new tensor, no residual) of one token through the units launches against the CPU, with ids
 // outside [0, E) in some slots: they add nothing, as the streaming path's permutation drops them.
 TEST_F(CudaDeepseekOpsTest, MoeUnitsDropIdsOutsideTheExperts) {
-  CudaBackend units(units_on()), streaming;
+  CudaBackend units(units_on()), streaming(units_off());
   const int64_t E = 32, H = 256, I = 128, K = 6;
   ExpertSet experts = make_experts(this, units, E, H, I);
   units.prepare_experts(experts.gpu);
@@ -107,7 +113,7 @@ TEST_F(CudaDeepseekOpsTest, MoeUnitsDropIdsOutsideTheExperts) {
 // Where the units launches do not apply (more than one token; an intermediate size that is not a multiple of
 // 32 or below 128; more units than kGemvMaxUnits) moe_units changes nothing: the streaming path's bits.
 TEST_F(CudaDeepseekOpsTest, MoeUnitsFallBackToStreamingBitForBit) {
-  CudaBackend units(units_on()), streaming;
+  CudaBackend units(units_on()), streaming(units_off());
   for (auto [E, H, I, K, T] : {std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>{64, 256, 128, 6, 2},
                                {64, 256, 96, 6, 1},
                                {64, 256, 64, 6, 1},

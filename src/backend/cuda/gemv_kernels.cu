@@ -350,7 +350,7 @@ const MmaKernel& find_persistent(int key, bool swiglu) {
 
 // The persistent kernel's units instances (GemvMoeUnits): row units in every SwiGLU persistent shape, column
 // units in the shapes resolve gives down-sized launches (K >= 8192; the one-tile capped shape; the 8B-qkv and
-// LM-head-sized ones). Null: not compiled.
+// LM-head-sized ones) and the 16-warp shape of units_config. Null: not compiled.
 const MmaKernel* find_units(GemvConfig c, bool swiglu) {
   const int key = c.warps * 10000 + c.splits * 1000 + (swiglu ? 2 : c.tiles) * 100 + c.unroll * 10 + c.stages;
   if (swiglu) {
@@ -376,6 +376,8 @@ const MmaKernel* find_units(GemvConfig c, bool swiglu) {
         return &mma_kernel<8, 2, 2, 3, 2, false, true, false, kColumnUnits>();
       case 42124:
         return &mma_kernel<4, 1, 2, 4, 2, false, true, false, kColumnUnits>();
+      case 162143:
+        return &mma_kernel<16, 1, 4, 3, 2, false, true, false, kColumnUnits>();
     }
   }
   return nullptr;
@@ -729,19 +731,22 @@ void launch_gemv_swiglu(const float* x, int64_t M, int64_t K, const uint16_t* ga
 
 namespace {
 
-// A units launch's shape: what resolve gives a plain launch of the same rows and K.
-// DSINFER_GEMV_UNITS_GATE_UP_WARPS=16 (experiment, to be measured): the units gate/up launch in the 16-warp
-// one-block-per-SM shape that balances Llama-8B's gate_up (choose_persistent_shape takes it from K 4096 only;
-// V2-Lite's units launch has K 2048: 704 row tiles, 5 or 6 per SM); 0 (unset): the shape resolve gives.
-int units_gate_up_warps() {
-  static const int w = env_int("DSINFER_GEMV_UNITS_GATE_UP_WARPS", 0, 16, 16);
-  return w;
+// Whether the units launches run their 16-warp shapes (DSINFER_GEMV_UNITS_WIDE=0: resolve's; on by default).
+bool units_wide() {
+  static const bool on = env_switch("DSINFER_GEMV_UNITS_WIDE", true);
+  return on;
 }
 
+// A units launch's shape: one 16-warp block per SM where it fits (Hopper), else what resolve gives a plain
+// launch of the same rows and K. V2-Lite's down has only 128 row tiles (H 2048), so resolve's 8-warp 3-stage
+// block, one per SM, keeps 64 KiB of weights in flight per SM and took 22 us for 46 MB; 16 warps keep 128
+// KiB. gate/up takes the 16-warp shape of Llama-8B's gate_up (704 row tiles, 5 or 6 per SM). H200, V2-Lite
+// batch 1 (eighteenth session): 2.152 ms/token against 2.367 with resolve's shapes (2.291 with a 6-stage
+// 8-warp down, 2.204 with the 16-warp down alone).
 GemvConfig units_config(int64_t rows, int64_t K, bool swiglu) {
-  if (swiglu && units_gate_up_warps() == 16) {
-    GemvConfig c{2, 2, 3, 2, false, 16};
-    if (gemv_shape_fits(c, true, smem_limit())) {
+  if (units_wide()) {
+    GemvConfig c = swiglu ? GemvConfig{2, 2, 3, 2, false, 16} : GemvConfig{1, 4, 3, 2, false, 16};
+    if (gemv_shape_fits(c, swiglu, smem_limit())) {
       c.persist = 1;
       return c;
     }
