@@ -740,9 +740,9 @@ bool units_wide() {
 // A units launch's shape: one 16-warp block per SM where it fits (Hopper), else what resolve gives a plain
 // launch of the same rows and K. V2-Lite's down has only 128 row tiles (H 2048), so resolve's 8-warp 3-stage
 // block, one per SM, keeps 64 KiB of weights in flight per SM and took 22 us for 46 MB; 16 warps keep 128
-// KiB. gate/up takes the 16-warp shape of Llama-8B's gate_up (704 row tiles, 5 or 6 per SM). H200, V2-Lite
-// batch 1 (eighteenth session): 2.152 ms/token against 2.367 with resolve's shapes (2.291 with a 6-stage
-// 8-warp down, 2.204 with the 16-warp down alone).
+// KiB. gate/up takes the 16-warp shape Llama-8B's gate_up runs (V2-Lite: 704 row tiles, 5 or 6 per SM). H200,
+// V2-Lite batch 1 (eighteenth session, one run): 2.152 ms/token against 2.367 with resolve's shapes (2.291
+// with a 6-stage 8-warp down, 2.204 with the 16-warp down alone); with the landed binary 2.173 against 2.329.
 GemvConfig units_config(int64_t rows, int64_t K, bool swiglu) {
   if (units_wide()) {
     GemvConfig c = swiglu ? GemvConfig{2, 2, 3, 2, false, 16} : GemvConfig{1, 4, 3, 2, false, 16};
