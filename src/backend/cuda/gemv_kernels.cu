@@ -348,11 +348,16 @@ const MmaKernel& find_persistent(int key, bool swiglu) {
        key / 10 % 10, ", stages ", key % 10, ", splits ", key / 1000 % 10);
 }
 
+// A compiled shape's key in the switches below: warps, splits, tiles (SwiGLU: 2), unroll, stages as digits.
+int shape_key(const GemvConfig& c, bool swiglu) {
+  return c.warps * 10000 + c.splits * 1000 + (swiglu ? 2 : c.tiles) * 100 + c.unroll * 10 + c.stages;
+}
+
 // The persistent kernel's units instances (GemvMoeUnits): row units in every SwiGLU persistent shape, column
 // units in the shapes resolve gives down-sized launches (K >= 8192; the one-tile capped shape; the 8B-qkv and
 // LM-head-sized ones) and the 16-warp shape of units_config. Null: not compiled.
 const MmaKernel* find_units(GemvConfig c, bool swiglu) {
-  const int key = c.warps * 10000 + c.splits * 1000 + (swiglu ? 2 : c.tiles) * 100 + c.unroll * 10 + c.stages;
+  const int key = shape_key(c, swiglu);
   if (swiglu) {
     switch (key) {
       case 82214:
@@ -385,7 +390,7 @@ const MmaKernel* find_units(GemvConfig c, bool swiglu) {
 
 // The kernel shapes that are compiled (see gemv_configs).
 const MmaKernel& find_mma(GemvConfig c, bool swiglu, bool stamps = false) {
-  const int key = c.warps * 10000 + c.splits * 1000 + (swiglu ? 2 : c.tiles) * 100 + c.unroll * 10 + c.stages;
+  const int key = shape_key(c, swiglu);
   if (c.persist > 0) return stamps ? find_persistent<true>(key, swiglu) : find_persistent<false>(key, swiglu);
   if (swiglu) {
     switch (key) {
