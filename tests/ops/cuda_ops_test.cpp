@@ -364,6 +364,7 @@ TEST_F(CudaAttentionTest, DecodeResultDoesNotDependOnMaxContext) {
 // list, launched repeatedly and replayed from a captured CUDA graph (the counters must come back to zero).
 TEST_F(CudaAttentionTest, FusedCombineMatchesUnfusedBitForBit) {
   CudaBackend gpu;
+  const bool cluster_default = cuda::decode_cluster_merge();
   const std::vector<GqaCase> cases = {{8, 8, 64, 64},    {32, 8, 128, 128}, {64, 8, 256, 256},
                                       {16, 2, 128, 128}, {16, 1, 128, 128}, {4, 4, 96, 96},
                                       {8, 2, 128, 64}};
@@ -416,24 +417,30 @@ TEST_F(CudaAttentionTest, FusedCombineMatchesUnfusedBitForBit) {
                                         max_context, partials.data<float>(), nullptr);
           const Tensor unfused = cuda::to_host(out);
           EXPECT_LT(rel_err(unfused, ref), 1e-5) << what;
-          for (int rep = 0; rep < 3; ++rep) {
-            Tensor fused = Tensor::empty_on(Device::kCuda, DType::F32, {n, c.Hq * c.Dv});
-            cuda::launch_attention_decode(dq.data<float>(), cv, view, tokens, n, fused.data<float>(), shape,
+          // The last arrival merges, or (Hopper, 2..8 splits) the splits merge as one cluster.
+          for (bool cluster : {false, true}) {
+            cuda::decode_set_cluster_merge(cluster);
+            const std::string merge = cluster ? " cluster merge" : " arrival merge";
+            for (int rep = 0; rep < 3; ++rep) {
+              Tensor fused = Tensor::empty_on(Device::kCuda, DType::F32, {n, c.Hq * c.Dv});
+              cuda::launch_attention_decode(dq.data<float>(), cv, view, tokens, n, fused.data<float>(), shape,
+                                            max_context, partials.data<float>(), arrivals);
+              EXPECT_TRUE(same_bits(cuda::to_host(fused), unfused)) << what << merge << " launch " << rep;
+            }
+            // Captured once, replayed three times into a zeroed output.
+            Tensor graphed = Tensor::empty_on(Device::kCuda, DType::F32, {n, c.Hq * c.Dv});
+            cuda::begin_capture();
+            cuda::launch_attention_decode(dq.data<float>(), cv, view, tokens, n, graphed.data<float>(), shape,
                                           max_context, partials.data<float>(), arrivals);
-            EXPECT_TRUE(same_bits(cuda::to_host(fused), unfused)) << what << " launch " << rep;
+            cuda::GraphHandle graph = cuda::end_capture(true);
+            for (int rep = 0; rep < 3; ++rep) {
+              cuda::copy_to_device(graphed.raw(), zeros.raw(), zeros.nbytes());
+              cuda::launch_graph(graph);
+              EXPECT_TRUE(same_bits(cuda::to_host(graphed), unfused)) << what << merge << " replay " << rep;
+            }
+            cuda::destroy_graph(graph);
           }
-          // Captured once, replayed three times into a zeroed output.
-          Tensor graphed = Tensor::empty_on(Device::kCuda, DType::F32, {n, c.Hq * c.Dv});
-          cuda::begin_capture();
-          cuda::launch_attention_decode(dq.data<float>(), cv, view, tokens, n, graphed.data<float>(), shape,
-                                        max_context, partials.data<float>(), arrivals);
-          cuda::GraphHandle graph = cuda::end_capture(true);
-          for (int rep = 0; rep < 3; ++rep) {
-            cuda::copy_to_device(graphed.raw(), zeros.raw(), zeros.nbytes());
-            cuda::launch_graph(graph);
-            EXPECT_TRUE(same_bits(cuda::to_host(graphed), unfused)) << what << " replay " << rep;
-          }
-          cuda::destroy_graph(graph);
+          cuda::decode_set_cluster_merge(cluster_default);
           if (slots > 0) {
             std::vector<int32_t> counters(static_cast<size_t>(slots), -1);
             cuda::copy_to_host(counters.data(), arrivals, counters.size() * sizeof(int32_t));

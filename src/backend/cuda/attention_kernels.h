@@ -58,6 +58,13 @@ int64_t decode_splits(int64_t num_queries, const GqaShape& shape, int64_t max_co
 int64_t decode_partial_floats(int64_t num_queries, const GqaShape& shape, int64_t max_context);
 int64_t decode_arrival_slots(int64_t num_queries, const GqaShape& shape, int64_t max_context);
 struct DecodeRopeArgs;
+// With `arrivals`, 2..8 splits, a warp-kernel shape and the Hopper path, the splits of each (query, head
+// group) run as one thread block cluster and merge through distributed shared memory instead of the last
+// arrival (the same merge, the same bits; `arrivals` are then not touched). DSINFER_CUDA_DECODE_CLUSTER (read
+// once; "1" default, "0" off); decode_cluster_merge() is that switch (the launch also needs the Hopper path).
+// The setter is for tests and benchmarks (between steps, never while CUDA graphs of the model are captured).
+bool decode_cluster_merge();
+void decode_set_cluster_merge(bool on);
 void launch_attention_decode(const float* q, const DeviceCacheView& cache, const DevicePlanView& plan,
                              const int32_t* tokens, int64_t num_queries, float* out, const GqaShape& shape,
                              int64_t max_context, float* partials, int32_t* arrivals = nullptr,

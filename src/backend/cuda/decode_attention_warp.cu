@@ -5,7 +5,9 @@
 // each lane has U rows of K and V in flight. No barriers until the end, where the rows of a warp merge by
 // shuffles and the 4 warps through shared memory. Launch geometry comes from the caller (split plan of
 // decode_attention_kernels.cu), so it depends on max_context only. With arrival counters the last split CTA
-// of a (query, head chunk) merges the splits itself (decode_merge.cuh) instead of the combine kernel.
+// of a (query, head chunk) merges the splits itself (decode_merge.cuh) instead of the combine kernel; on the
+// Hopper path, with at most 8 splits, the splits of a (query, head chunk) run as one thread block cluster and
+// merge through distributed shared memory instead (decode_cluster_merge.cuh: same bits, no arrival).
 // The ROPE instantiations also do the step's rope + cache write (DecodeRopeArgs): the cache rows of earlier
 // positions are loaded and the angles computed (once per CTA, in shared memory) before the PDL wait, then q
 // is rotated in registers and the new token's K/V row is built, used and stored (rope_device.cuh's
@@ -15,12 +17,15 @@
 
 #include <algorithm>
 
+#include "backend/cuda/arch_path.h"
 #include "backend/cuda/attention_common.cuh"
 #include "backend/cuda/decode_attention_warp.h"
+#include "backend/cuda/decode_cluster_merge.cuh"
 #include "backend/cuda/decode_merge.cuh"
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda/rope_device.cuh"
 #include "backend/cuda/stream.h"
+#include "core/env_choice.h"
 #include "core/error.h"
 
 namespace dsinfer::cuda::detail {
@@ -100,7 +105,7 @@ __global__ void __launch_bounds__(kThreads)
     decode_warp_kernel(const float* __restrict__ q, const __nv_bfloat16* __restrict__ cache, int64_t width,
                        DevicePlanView plan, const int32_t* tokens, int num_queries, float* out,
                        float* partials, int32_t* arrivals, int Hq, int Hkv, float scale_log2, int splits,
-                       int chunk, DecodeRopeArgs rope) {
+                       int chunk, DecodeRopeArgs rope, int cluster) {
   // Without the fused rope, the new rows were written by the kernel before: wait for it first. With it, the
   // plan (uploaded before the step's first kernel) and the rows of earlier steps are read before the wait.
   if constexpr (!ROPE) {
@@ -115,6 +120,9 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ float m_sh[kWarps][GMAX], l_sh[kWarps][GMAX];
   __shared__ MergeSmem merge_s;
   __shared__ float2 rope_cs[ROPE ? D / 2 : 1];  // the fused rope's (cos, sin) per frequency index
+  // cluster != 0 (the splits are one cluster): this split's outputs and lse values, read by the others.
+  __shared__ float cpart[GMAX][D];
+  __shared__ float clse[GMAX];
 
   const int G = Hq / Hkv;
   const int nhc = (G + GMAX - 1) / GMAX;
@@ -126,9 +134,13 @@ __global__ void __launch_bounds__(kThreads)
   const int ctx = plan.positions[t] + 1;
   const int begin = sp * chunk, end = min(ctx, begin + chunk);
   float* lse = partials + static_cast<int64_t>(num_queries) * Hq * splits * D;
-  // Fused combine (splits > 1): the last split CTA of the (query, head chunk) merges all splits.
+  // Fused combine (splits > 1): the cluster's CTAs merge together, or the last split CTA of the (query, head
+  // chunk) to arrive merges all splits.
   auto finish = [&] {
-    if (arrivals && arrive_last(arrivals + static_cast<int64_t>(i) * gridDim.y + blockIdx.y, splits, merge_s))
+    if (cluster) {
+      cluster_merge<GMAX, D>(cpart, clse, gc, h0, out + static_cast<int64_t>(t) * Hq * D);
+    } else if (arrivals &&
+               arrive_last(arrivals + static_cast<int64_t>(i) * gridDim.y + blockIdx.y, splits, merge_s))
       merge_heads(partials, lse, i, Hq, h0, gc, D, splits, out + static_cast<int64_t>(t) * Hq * D, merge_s);
   };
   if (begin >= end) {  // a split past this query's context
@@ -136,8 +148,12 @@ __global__ void __launch_bounds__(kThreads)
       pdl_wait();
       pdl_trigger();
     }
-    for (int g = threadIdx.x; g < gc; g += kThreads)
-      lse[(static_cast<int64_t>(i) * Hq + h0 + g) * splits + sp] = -INFINITY;
+    for (int g = threadIdx.x; g < gc; g += kThreads) {
+      if (cluster)
+        clse[g] = -INFINITY;
+      else
+        lse[(static_cast<int64_t>(i) * Hq + h0 + g) * splits + sp] = -INFINITY;
+    }
     finish();
     return;
   }
@@ -326,6 +342,9 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t h = h0 + g;
     if (splits == 1) {
       out[(static_cast<int64_t>(t) * Hq + h) * D + d] = o / total;
+    } else if (cluster) {
+      cpart[g][d] = o / total;
+      if (d == 0) clse[g] = mx + log2f(total);
     } else {
       partials[((static_cast<int64_t>(i) * Hq + h) * splits + sp) * D + d] = o / total;
       if (d == 0) lse[(static_cast<int64_t>(i) * Hq + h) * splits + sp] = mx + log2f(total);
@@ -340,6 +359,7 @@ struct WarpLaunch {
   float* partials;
   int32_t* arrivals;
   const DecodeRopeArgs* rope;
+  bool cluster;  // the splits of a (query, head chunk) as one cluster (decode_cluster_merge.cuh)
 };
 
 template <int D, int GMAX, bool ROPE>
@@ -350,11 +370,12 @@ void launch_typed(const float* q, const DeviceCacheView& cache, const DevicePlan
   const dim3 grid(static_cast<unsigned>(num_queries), static_cast<unsigned>(shape.Hkv * nhc),
                   static_cast<unsigned>(a.splits));
   const DecodeRopeArgs rope = ROPE ? *a.rope : DecodeRopeArgs{};
-  launch_pdl(decode_warp_kernel<D, GMAX, ROPE>, grid, kThreads, 0, q,
-             static_cast<const __nv_bfloat16*>(cache.data), cache.width, plan, tokens,
-             static_cast<int>(num_queries), out, a.partials, a.arrivals, static_cast<int>(shape.Hq),
-             static_cast<int>(shape.Hkv), shape.scale * 1.4426950408889634f, static_cast<int>(a.splits),
-             static_cast<int>(a.chunk), rope);
+  const dim3 cluster(1, 1, a.cluster ? static_cast<unsigned>(a.splits) : 1u);
+  launch_pdl_cluster(decode_warp_kernel<D, GMAX, ROPE>, grid, kThreads, 0, cluster, q,
+                     static_cast<const __nv_bfloat16*>(cache.data), cache.width, plan, tokens,
+                     static_cast<int>(num_queries), out, a.partials, a.arrivals, static_cast<int>(shape.Hq),
+                     static_cast<int>(shape.Hkv), shape.scale * 1.4426950408889634f,
+                     static_cast<int>(a.splits), static_cast<int>(a.chunk), rope, a.cluster ? 1 : 0);
   attn::check_launch(ROPE ? "attention_decode (warp kernel, fused rope)" : "attention_decode (warp kernel)");
 }
 
@@ -387,6 +408,26 @@ void launch_for_dim(const float* q, const DeviceCacheView& cache, const DevicePl
 
 }  // namespace
 
+namespace {
+bool& cluster_merge_switch() {
+  static bool on = env_switch("DSINFER_CUDA_DECODE_CLUSTER", true);
+  return on;
+}
+}  // namespace
+
+bool decode_cluster_merge_setting() {
+  return cluster_merge_switch();
+}
+
+bool decode_cluster_merge_enabled() {
+  // The Hopper path runs only on compute capability 9.x (arch_path.h), which has clusters.
+  return cluster_merge_switch() && arch_path() == ArchPath::kHopper;
+}
+
+void set_decode_cluster_merge(bool on) {
+  cluster_merge_switch() = on;
+}
+
 bool decode_warp_supported(const GqaShape& s, bool bf16_cache) {
   if (!bf16_cache || s.Hkv <= 0 || s.Hq % s.Hkv != 0 || s.D != s.Dv) return false;
   if (s.D != 64 && s.D != 128 && s.D != 256) return false;
@@ -403,7 +444,9 @@ void launch_decode_warp(const float* q, const DeviceCacheView& cache, const Devi
   DSI_CHECK(max_heads >= 1, "attention decode: max_heads ", max_heads);
   // (launch_attention_decode checked the fused rope's shape)
   DSI_CHECK(!rope || !tokens, "attention decode: the fused rope takes every token of the step in order");
-  const WarpLaunch a{splits, chunk, partials, arrivals, rope};
+  const bool cluster =
+      arrivals != nullptr && splits > 1 && splits <= kMaxClusterSplits && decode_cluster_merge_enabled();
+  const WarpLaunch a{splits, chunk, partials, arrivals, rope, cluster};
   if (shape.D == 64) {
     launch_for_dim<64>(q, cache, plan, tokens, num_queries, out, shape, a, max_heads);
   } else if (shape.D == 128) {

@@ -32,20 +32,39 @@ __device__ __forceinline__ void pdl_trigger() {
 #endif
 }
 
-// kernel<<<grid, block, smem, stream()>>>(args...), with programmatic serialization when pdl_enabled().
+// kernel<<<grid, block, smem, stream()>>>(args...) in thread block clusters of `cluster` CTAs (1 x 1 x 1: no
+// clusters; others need compute capability 9.0), with programmatic serialization when pdl_enabled().
 template <typename... Params, typename... Args>
-cudaError_t launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, Args&&... args) {
+cudaError_t launch_pdl_cluster(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, dim3 cluster,
+                               Args&&... args) {
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
   config.blockDim = block;
   config.dynamicSmemBytes = smem;
   config.stream = stream();
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchAttribute attribute[2];
+  unsigned n = 0;
+  if (pdl_enabled()) {
+    attribute[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute[n].val.programmaticStreamSerializationAllowed = 1;
+    ++n;
+  }
+  if (cluster.x * cluster.y * cluster.z > 1) {
+    attribute[n].id = cudaLaunchAttributeClusterDimension;
+    attribute[n].val.clusterDim.x = cluster.x;
+    attribute[n].val.clusterDim.y = cluster.y;
+    attribute[n].val.clusterDim.z = cluster.z;
+    ++n;
+  }
   config.attrs = attribute;
-  config.numAttrs = pdl_enabled() ? 1 : 0;
+  config.numAttrs = n;
   return cudaLaunchKernelEx(&config, kernel, static_cast<Params>(std::forward<Args>(args))...);
+}
+
+// kernel<<<grid, block, smem, stream()>>>(args...), with programmatic serialization when pdl_enabled().
+template <typename... Params, typename... Args>
+cudaError_t launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, Args&&... args) {
+  return launch_pdl_cluster(kernel, grid, block, smem, dim3(1, 1, 1), std::forward<Args>(args)...);
 }
 
 }  // namespace dsinfer::cuda
