@@ -37,10 +37,11 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kTile = 32;         // positions per shared-memory tile (one per lane in the softmax)
 constexpr int kMaxSplits = 32;    // context splits of one query (kMaxDecodeSplits when few pairs)
 constexpr int kMinSplitLen = 64;  // positions a split covers at least (kTile when few pairs)
-// Q heads per warp-kernel CTA: few pairs (batch-1 decode) take at most 2 of a group's heads, for more CTAs
-// (8B batch 1 on the H200: 4.433 / 4.467 ms/token against 4.459-4.492 over eight runs with 4, within the
-// run-to-run spread; docs/benchmarks.md, eleventh session); otherwise up to the kernel's 8.
-constexpr int kFewPairsMaxHeads = 2;
+// Q heads per warp-kernel CTA: few pairs (batch-1 decode) take one head each, for more CTAs with less work
+// after their wait (8B batch 1 on the H200 with the cluster merge: 4.202 / 4.203 ms/token against 4.212 /
+// 4.211 with 2 heads and 4.306 with 4; docs/benchmarks.md, twentieth session); otherwise up to the
+// kernel's 8.
+constexpr int kFewPairsMaxHeads = 1;
 constexpr int kMaxHeads = 8;
 constexpr int kMaxSmem = 160 << 10;  // dynamic shared memory the kernel may ask for (sm_80: 163 KiB)
 
