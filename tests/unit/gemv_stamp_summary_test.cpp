@@ -83,5 +83,34 @@ TEST(GemvStampSummaryTest, BlocksThatNeverRanAreLeftOut) {
   EXPECT_TRUE(summarize_gemv_stamps({}).empty());
 }
 
+// Handoffs: launches ordered by their first wait return (not by their order in the record), one median per
+// (from shape, to shape) pair, pairs further apart than the bound left out.
+TEST(GemvStampSummaryTest, HandoffsBetweenConsecutiveLaunchesPerShapePair) {
+  // Two steps of qkv (6144) -> o (4096) -> gate_up (SwiGLU 14336), recorded out of order; 1000 us apart.
+  const std::vector<GemvStampLaunch> launches = {
+      launch(4096, 4096, false, {block(20, 1, 5, 8, 0), block(21, 1, 5, 9, 1)}),  // o: wait 20, ends 28, 30
+      launch(6144, 4096, false, {block(0, 1, 10, 14, 0)}),                        // qkv: ends 14
+      launch(14336, 4096, true, {block(29, 1, 40, 60, 0)}),    // gate_up: wait 29 (before o ends)
+      launch(6144, 4096, false, {block(1000, 1, 10, 12, 0)}),  // qkv: ends 1012
+      launch(4096, 4096, false, {block(1016, 1, 5, 8, 0)}),    // o: wait 1016
+      launch(14336, 4096, true, {block(1025, 1, 40, 60, 0)}),  // gate_up: wait 1025
+  };
+  const std::vector<GemvStampHandoff> h = summarize_gemv_handoffs(launches);
+  ASSERT_EQ(h.size(), 2u);  // gate_up (end 89) -> qkv (wait 1000) is 911 us: not a handoff
+  EXPECT_EQ(h[0].from_rows, 6144);
+  EXPECT_EQ(h[0].to_rows, 4096);
+  EXPECT_FALSE(h[0].to_swiglu);
+  EXPECT_EQ(h[0].count, 2);
+  EXPECT_NEAR(h[0].median_us, 6.0, 1e-9);  // gaps 20 - 14 = 6 and 1016 - 1012 = 4: the upper one
+  EXPECT_EQ(h[1].from_rows, 4096);
+  EXPECT_EQ(h[1].to_rows, 14336);
+  EXPECT_TRUE(h[1].to_swiglu);
+  EXPECT_EQ(h[1].count, 2);
+  EXPECT_NEAR(h[1].median_us, 1.0, 1e-9);  // gaps 29 - 30 = -1 and 1025 - 1024 = 1
+  // With a larger bound the step boundary counts too.
+  EXPECT_EQ(summarize_gemv_handoffs(launches, 1e4).size(), 3u);
+  EXPECT_TRUE(summarize_gemv_handoffs({}).empty());
+}
+
 }  // namespace
 }  // namespace dsinfer::cuda

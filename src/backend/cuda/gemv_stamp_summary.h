@@ -1,8 +1,10 @@
 // The per-shape summary of recorded GEMV block stamps (gemv_stamps.h): for every launch shape, medians over
 // its launches of where a launch's time goes after its PDL wait: the wait to the first consumed stage (the
 // block median), the wait to the last block's end, how far the last block ends after the median block (the
-// tail), and the last weight issue to the end (the pipeline drain and the epilogue). Header-only host code
-// (no CUDA), so the arithmetic is unit-tested without a GPU (tests/unit/gemv_stamp_summary_test.cpp).
+// tail), and the last weight issue to the end (the pipeline drain and the epilogue); and for every pair of
+// shapes that follow each other, the median handoff from one launch's last block end to the next launch's
+// first PDL wait return (what the kernels between two GEMVs, and the handoff itself, take). Header-only host
+// code (no CUDA), so the arithmetic is unit-tested without a GPU (tests/unit/gemv_stamp_summary_test.cpp).
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -37,7 +39,75 @@ inline double us(uint64_t later, uint64_t earlier) {
                           : -static_cast<double>(earlier - later) / 1e3;
 }
 
+// A launch's first PDL wait return and last block end (ns), over the blocks that ran; false when none did.
+inline bool launch_span(const GemvStampLaunch& l, uint64_t& first_wait, uint64_t& last_end) {
+  first_wait = UINT64_MAX;
+  last_end = 0;
+  for (const GemvStampBlock& b : l.blocks) {
+    if (b.t[kStampStart] == 0) continue;
+    first_wait = std::min(first_wait, b.t[kStampWaited]);
+    last_end = std::max(last_end, b.t[kStampEnd]);
+  }
+  return last_end != 0;
+}
+
 }  // namespace gemv_stamp_detail
+
+// The handoffs between consecutive stamped launches: launches in the order of their first wait return; for
+// each pair (from, to) of shapes that follow each other, the median over such pairs of the time from `from`'s
+// last block end to `to`'s first wait return (negative when `to` was let in before `from` ended). Pairs
+// further apart than max_gap_us (the host between steps, launches of other steps) are left out.
+struct GemvStampHandoff {
+  int64_t from_rows = 0, from_K = 0, to_rows = 0, to_K = 0;
+  bool from_swiglu = false, to_swiglu = false;
+  int count = 0;
+  double median_us = 0;
+};
+inline std::vector<GemvStampHandoff> summarize_gemv_handoffs(const std::vector<GemvStampLaunch>& launches,
+                                                             double max_gap_us = 100.0) {
+  using gemv_stamp_detail::launch_span;
+  using gemv_stamp_detail::median;
+  using gemv_stamp_detail::us;
+  struct Span {
+    uint64_t wait, end;
+    const GemvStampLaunch* launch;
+  };
+  std::vector<Span> spans;
+  for (const GemvStampLaunch& l : launches) {
+    Span s{0, 0, &l};
+    if (launch_span(l, s.wait, s.end)) spans.push_back(s);
+  }
+  std::stable_sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.wait < b.wait; });
+  struct Acc {
+    GemvStampHandoff h;
+    std::vector<double> gaps;
+  };
+  std::vector<Acc> accs;
+  for (size_t i = 1; i < spans.size(); ++i) {
+    const GemvStampLaunch& a = *spans[i - 1].launch;
+    const GemvStampLaunch& b = *spans[i].launch;
+    const double gap = us(spans[i].wait, spans[i - 1].end);
+    if (gap > max_gap_us) continue;
+    auto it = std::find_if(accs.begin(), accs.end(), [&](const Acc& x) {
+      return x.h.from_rows == a.rows && x.h.from_K == a.K && x.h.from_swiglu == a.swiglu &&
+             x.h.to_rows == b.rows && x.h.to_K == b.K && x.h.to_swiglu == b.swiglu;
+    });
+    if (it == accs.end()) {
+      Acc x;
+      x.h = GemvStampHandoff{a.rows, a.K, b.rows, b.K, a.swiglu, b.swiglu, 0, 0.0};
+      accs.push_back(x);
+      it = accs.end() - 1;
+    }
+    it->gaps.push_back(gap);
+  }
+  std::vector<GemvStampHandoff> out;
+  for (Acc& x : accs) {
+    x.h.count = static_cast<int>(x.gaps.size());
+    x.h.median_us = median(x.gaps);
+    out.push_back(x.h);
+  }
+  return out;
+}
 
 // One row per launch shape, in the order the shapes first appear.
 inline std::vector<GemvStampShape> summarize_gemv_stamps(const std::vector<GemvStampLaunch>& launches) {

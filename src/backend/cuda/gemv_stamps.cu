@@ -153,6 +153,14 @@ bool write_gemv_stamps(const char* path, const std::vector<GemvStampLaunch>& lau
                  static_cast<long long>(s.grid), static_cast<double>(s.weight_bytes) / 1e6,
                  s.wait_to_first_us, s.wait_to_end_us, s.end_tail_us, s.last_issue_to_end_us, s.sms_min,
                  s.sms_max);
+  std::fprintf(
+      f,
+      "# handoffs between consecutive launches (medians, us): from_rows from_K from_swiglu to_rows to_K "
+      "to_swiglu pairs last_end_to_next_first_wait\n");
+  for (const GemvStampHandoff& h : summarize_gemv_handoffs(launches))
+    std::fprintf(f, "# handoff %lld %lld %d %lld %lld %d %d %.2f\n", static_cast<long long>(h.from_rows),
+                 static_cast<long long>(h.from_K), h.from_swiglu ? 1 : 0, static_cast<long long>(h.to_rows),
+                 static_cast<long long>(h.to_K), h.to_swiglu ? 1 : 0, h.count, h.median_us);
   for (size_t i = 0; i < launches.size(); ++i) {
     const GemvStampLaunch& l = launches[i];
     std::fprintf(f, "launch %zu rows %lld K %lld swiglu %d grid %lld tiles %lld\n", i,
