@@ -344,16 +344,39 @@ TEST(AsyncSchedulingApi, CancelWhileStepsAreInFlight) {
     alone_tokens = alone_rec.get(id).tokens;
     engine->shutdown();
   }
-  auto engine = tiny_engine(config);
+  // The engine thread holds in the event of decoding's third token until the three cancels are queued, so
+  // that however the threads are scheduled no request can end on its own before them (prefill still has most
+  // of its 150-token prompt to run, waiting has no batch slot until keep's 40 tokens are done). Declared
+  // before the engine and the recorder, which outlive no callback that uses them.
+  std::mutex gate_mutex;
+  std::condition_variable gate_cv;
+  bool cancels_queued = false;
   Recorder rec;
+  auto engine = tiny_engine(config);
+  GenerationRequest decoding_request = greedy_request(6, 200, rec);
+  decoding_request.on_event = [&, record = decoding_request.on_event, seen = size_t{0},
+                               held = false](const RequestEvent& e) mutable {
+    record(e);
+    seen += e.token_ids.size();
+    if (seen >= 3 && !held) {
+      held = true;
+      std::unique_lock<std::mutex> lock(gate_mutex);
+      gate_cv.wait_for(lock, std::chrono::seconds(60), [&] { return cancels_queued; });
+    }
+  };
   const uint64_t keep = engine->submit(greedy_request(7, 40, rec, 3));
-  const uint64_t decoding = engine->submit(greedy_request(6, 200, rec));
+  const uint64_t decoding = engine->submit(std::move(decoding_request));
   const uint64_t prefill = engine->submit(greedy_request(150, 4, rec, 1));
   const uint64_t waiting = engine->submit(greedy_request(5, 10, rec, 2));
   rec.wait_tokens(decoding, 3);
   engine->cancel(decoding);
   engine->cancel(prefill);
   engine->cancel(waiting);
+  {
+    std::lock_guard<std::mutex> lock(gate_mutex);
+    cancels_queued = true;
+  }
+  gate_cv.notify_all();
   rec.wait_finished({keep, decoding, prefill, waiting});
   for (uint64_t id : {decoding, prefill, waiting}) {
     EXPECT_EQ(rec.get(id).reason, FinishReason::kAbort);
