@@ -392,10 +392,31 @@ TEST(AsyncSchedulingApi, CancelWhileStepsAreInFlight) {
 
 // Shutdown with a step in flight: its results are dropped, the request ends once, the pool is free.
 TEST(AsyncSchedulingApi, ShutdownWithAStepInFlight) {
-  auto engine = tiny_engine({});
+  // The engine thread holds in the second token's event until the test is about to shut down, so that the
+  // request cannot run to its 240 tokens first however the threads are scheduled.
+  std::mutex gate_mutex;
+  std::condition_variable gate_cv;
+  bool shutting_down = false;
   Recorder rec;
-  const uint64_t id = engine->submit(greedy_request(10, 240, rec));
+  auto engine = tiny_engine({});
+  GenerationRequest request = greedy_request(10, 240, rec);
+  request.on_event = [&, record = request.on_event, seen = size_t{0},
+                      held = false](const RequestEvent& e) mutable {
+    record(e);
+    seen += e.token_ids.size();
+    if (seen >= 2 && !held) {
+      held = true;
+      std::unique_lock<std::mutex> lock(gate_mutex);
+      gate_cv.wait_for(lock, std::chrono::seconds(60), [&] { return shutting_down; });
+    }
+  };
+  const uint64_t id = engine->submit(std::move(request));
   rec.wait_tokens(id, 2);
+  {
+    std::lock_guard<std::mutex> lock(gate_mutex);
+    shutting_down = true;
+  }
+  gate_cv.notify_all();
   engine->shutdown(std::chrono::milliseconds(0));
   const Recorder::Result r = rec.get(id);
   EXPECT_TRUE(r.finished);
