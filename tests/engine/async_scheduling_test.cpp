@@ -13,6 +13,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "engine/engine_impl.h"
+#include "event_gate.h"
 #include "model/model.h"
 #include "model/model_config.h"
 #include "tiny_code_requests.h"
@@ -345,25 +346,13 @@ TEST(AsyncSchedulingApi, CancelWhileStepsAreInFlight) {
     engine->shutdown();
   }
   // The engine thread holds in the event of decoding's third token until the three cancels are queued, so
-  // that however the threads are scheduled no request can end on its own before them (prefill still has most
-  // of its 150-token prompt to run, waiting has no batch slot until keep's 40 tokens are done). Declared
-  // before the engine and the recorder, which outlive no callback that uses them.
-  std::mutex gate_mutex;
-  std::condition_variable gate_cv;
-  bool cancels_queued = false;
+  // that no request can end on its own before them (prefill still has most of its 150-token prompt to run,
+  // waiting has no batch slot until keep's 40 tokens are done). Declared before the engine.
+  EventGate gate;
   Recorder rec;
   auto engine = tiny_engine(config);
   GenerationRequest decoding_request = greedy_request(6, 200, rec);
-  decoding_request.on_event = [&, record = decoding_request.on_event, seen = size_t{0},
-                               held = false](const RequestEvent& e) mutable {
-    record(e);
-    seen += e.token_ids.size();
-    if (seen >= 3 && !held) {
-      held = true;
-      std::unique_lock<std::mutex> lock(gate_mutex);
-      gate_cv.wait_for(lock, std::chrono::seconds(60), [&] { return cancels_queued; });
-    }
-  };
+  decoding_request.on_event = gate.wrap(decoding_request.on_event, 3);
   const uint64_t keep = engine->submit(greedy_request(7, 40, rec, 3));
   const uint64_t decoding = engine->submit(std::move(decoding_request));
   const uint64_t prefill = engine->submit(greedy_request(150, 4, rec, 1));
@@ -372,11 +361,7 @@ TEST(AsyncSchedulingApi, CancelWhileStepsAreInFlight) {
   engine->cancel(decoding);
   engine->cancel(prefill);
   engine->cancel(waiting);
-  {
-    std::lock_guard<std::mutex> lock(gate_mutex);
-    cancels_queued = true;
-  }
-  gate_cv.notify_all();
+  gate.release();
   rec.wait_finished({keep, decoding, prefill, waiting});
   for (uint64_t id : {decoding, prefill, waiting}) {
     EXPECT_EQ(rec.get(id).reason, FinishReason::kAbort);
@@ -393,30 +378,15 @@ TEST(AsyncSchedulingApi, CancelWhileStepsAreInFlight) {
 // Shutdown with a step in flight: its results are dropped, the request ends once, the pool is free.
 TEST(AsyncSchedulingApi, ShutdownWithAStepInFlight) {
   // The engine thread holds in the second token's event until the test is about to shut down, so that the
-  // request cannot run to its 240 tokens first however the threads are scheduled.
-  std::mutex gate_mutex;
-  std::condition_variable gate_cv;
-  bool shutting_down = false;
+  // request cannot run to its 240 tokens first.
+  EventGate gate;
   Recorder rec;
   auto engine = tiny_engine({});
   GenerationRequest request = greedy_request(10, 240, rec);
-  request.on_event = [&, record = request.on_event, seen = size_t{0},
-                      held = false](const RequestEvent& e) mutable {
-    record(e);
-    seen += e.token_ids.size();
-    if (seen >= 2 && !held) {
-      held = true;
-      std::unique_lock<std::mutex> lock(gate_mutex);
-      gate_cv.wait_for(lock, std::chrono::seconds(60), [&] { return shutting_down; });
-    }
-  };
+  request.on_event = gate.wrap(request.on_event, 2);
   const uint64_t id = engine->submit(std::move(request));
   rec.wait_tokens(id, 2);
-  {
-    std::lock_guard<std::mutex> lock(gate_mutex);
-    shutting_down = true;
-  }
-  gate_cv.notify_all();
+  gate.release();
   engine->shutdown(std::chrono::milliseconds(0));
   const Recorder::Result r = rec.get(id);
   EXPECT_TRUE(r.finished);

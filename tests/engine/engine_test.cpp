@@ -17,6 +17,7 @@
 #include "engine/generator.h"
 #include "engine/sampler.h"
 #include "engine/sequence_runner.h"
+#include "event_gate.h"
 #include "model/model.h"
 #include "tiny_code_requests.h"
 
@@ -327,15 +328,21 @@ TEST_F(EngineApiTest, CancelInEveryState) {
   config.max_num_tokens = 8;  // the long prompt prefills in several chunks
   config.kv_block_size = 4;
   config.context_chunk_size = 4;
-  auto engine = make(config);
+  // The engine thread holds in running's third-token event until both cancels are queued (EventGate), so
+  // that neither request can end on its own first. Declared before the engine.
+  EventGate gate;
   Collector c;
+  auto engine = make(config);
   // Running (decoding): cancel after a few tokens.
-  const uint64_t running = engine->submit(request(6, 200, c));
+  GenerationRequest running_request = request(6, 200, c);
+  running_request.on_event = gate.wrap(running_request.on_event, 3);
+  const uint64_t running = engine->submit(std::move(running_request));
   // Waiting behind it.
   const uint64_t waiting = engine->submit(request(5, 10, c));
   c.wait_tokens(running, 3);
   engine->cancel(waiting);
   engine->cancel(running);
+  gate.release();
   c.wait_finished({running, waiting});
   EXPECT_EQ(c.get(running).reason, FinishReason::kAbort);
   EXPECT_EQ(c.get(running).error, "cancelled");
@@ -441,10 +448,14 @@ TEST_F(EngineApiTest, HigherPriorityRunsFirstFcfsWithin) {
 }
 
 TEST_F(EngineApiTest, ShutdownCancelsWhatRemains) {
-  auto engine = make();
+  EventGate gate;  // holds the engine thread after the first token until the shutdown is next
   Collector c;
-  const uint64_t id = engine->submit(request(10, 240, c));
+  auto engine = make();
+  GenerationRequest r240 = request(10, 240, c);
+  r240.on_event = gate.wrap(r240.on_event, 1);
+  const uint64_t id = engine->submit(std::move(r240));
   c.wait_tokens(id, 1);
+  gate.release();
   engine->shutdown(std::chrono::milliseconds(0));
   Collector::Result r = c.get(id);
   EXPECT_TRUE(r.finished);
