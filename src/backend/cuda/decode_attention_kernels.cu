@@ -338,14 +338,6 @@ bool decode_rope_supported(const GqaShape& s, bool bf16_cache, int64_t rope_dim,
          rope_dim <= s.D && (interleaved || (rope_dim / 2) % 8 == 0);
 }
 
-bool decode_cluster_merge() {
-  return detail::decode_cluster_merge_setting();
-}
-
-void decode_set_cluster_merge(bool on) {
-  detail::set_decode_cluster_merge(on);
-}
-
 int64_t decode_splits(int64_t num_queries, const GqaShape& shape, int64_t max_context) {
   return split_plan(num_queries, shape, max_context).splits;
 }

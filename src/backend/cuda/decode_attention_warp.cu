@@ -415,17 +415,9 @@ bool& cluster_merge_switch() {
 }
 }  // namespace
 
-bool decode_cluster_merge_setting() {
-  return cluster_merge_switch();
-}
-
 bool decode_cluster_merge_enabled() {
   // The Hopper path runs only on compute capability 9.x (arch_path.h), which has clusters.
   return cluster_merge_switch() && arch_path() == ArchPath::kHopper;
-}
-
-void set_decode_cluster_merge(bool on) {
-  cluster_merge_switch() = on;
 }
 
 bool decode_warp_supported(const GqaShape& s, bool bf16_cache) {
@@ -457,3 +449,15 @@ void launch_decode_warp(const float* q, const DeviceCacheView& cache, const Devi
 }
 
 }  // namespace dsinfer::cuda::detail
+
+namespace dsinfer::cuda {
+
+bool decode_cluster_merge() {
+  return detail::cluster_merge_switch();
+}
+
+void decode_set_cluster_merge(bool on) {
+  detail::cluster_merge_switch() = on;
+}
+
+}  // namespace dsinfer::cuda

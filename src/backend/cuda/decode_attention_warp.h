@@ -11,9 +11,8 @@ namespace dsinfer::cuda::detail {
 bool decode_warp_supported(const GqaShape& shape, bool bf16_cache);
 // Whether launches with arrival counters and 2..8 splits merge inside a thread block cluster instead
 // (decode_cluster_merge.cuh; the same bits): the Hopper path, unless DSINFER_CUDA_DECODE_CLUSTER=0.
+// (The switch itself: decode_cluster_merge / decode_set_cluster_merge, attention_kernels.h.)
 bool decode_cluster_merge_enabled();
-bool decode_cluster_merge_setting();  // the switch alone
-void set_decode_cluster_merge(bool on);
 // One CTA per (query, kv head x chunk of up to max_heads (1, 2, 4 or 8) of its q heads, split); split sp
 // covers positions [sp * chunk, (sp + 1) * chunk). partials as in decode_attention_kernels.cu (splits > 1
 // only); arrivals (splits > 1, or null): num_queries * Hkv * ceil(G / max_heads) <= num_queries * Hq zeros,

@@ -136,12 +136,11 @@ inline std::vector<GemvStampShape> summarize_gemv_stamps(const std::vector<GemvS
       accs.push_back(a);
       it = accs.end() - 1;
     }
-    uint64_t wait = UINT64_MAX, last_end = 0;
+    uint64_t wait = 0, last_end = 0;
+    gemv_stamp_detail::launch_span(l, wait, last_end);
     std::vector<double> first, ends, drain;
     std::set<uint32_t> sms;
     for (const GemvStampBlock* b : ran) {
-      wait = std::min(wait, b->t[kStampWaited]);
-      last_end = std::max(last_end, b->t[kStampEnd]);
       first.push_back(us(b->t[kStampConsumed], b->t[kStampWaited]));
       drain.push_back(us(b->t[kStampEnd], b->t[kStampLastIssue]));
       sms.insert(b->sm);
