@@ -90,6 +90,12 @@ class Backend {
   // The backend's storage form of a weight read as host float32 (WeightLoader::get calls it for every
   // weight): identity on the CPU; the CUDA backend returns a bf16 device copy.
   virtual Tensor prepare_weight(Tensor host_f32) { return host_f32; }
+  // The same for the weight the checkpoint names `name` (WeightLoader::get passes it): a backend may also
+  // keep a second layout of some weights (the CUDA backend packs the dense MLP's gate/up and the LM head for
+  // its decode GEMV). Default: prepare_weight.
+  virtual Tensor prepare_named_weight(Tensor host_f32, const std::string& /*name*/) {
+    return prepare_weight(std::move(host_f32));
+  }
   // A small float32 weight whose precision matters more than its size (the router's selection bias), in
   // the backend's storage: identity on the CPU, a float32 device copy on the GPU.
   virtual Tensor prepare_weight_f32(Tensor host_f32) { return host_f32; }

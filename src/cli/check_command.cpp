@@ -4,6 +4,7 @@
 // Works without a GPU for a named target (sm_90, sm_80 or a GPU model) and on a directory holding only
 // config.json.
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 
@@ -169,6 +170,8 @@ int run_check(CheckArgs& a) {
   }
   a.plan.precision = precision;
   a.plan.kv_element_bytes = a.kv_dtype == "fp32" ? 4 : 2;
+  const char* packed_env = std::getenv("DSINFER_GEMV_PACKED");
+  a.plan.gemv_packed_copies = target.arch_path == "sm_90" && !(packed_env && std::string(packed_env) == "0");
 
   // Scheduler settings that hurt.
   const int32_t block = a.plan.kv_block_size;
@@ -253,6 +256,7 @@ int run_check(CheckArgs& a) {
                      {"kv_cache_free_gpu_mem_fraction", a.plan.kv_cache_free_gpu_mem_fraction},
                      {"max_tokens_in_paged_kv_cache", a.plan.max_tokens_in_paged_kv_cache}};
   out["memory_plan"] = {{"weight_bytes", plan.weight_bytes},
+                        {"gemv_packed_bytes", plan.packed_weight_bytes},
                         {"workspace_bytes", plan.workspace_bytes},
                         {"kv_bytes", plan.kv_bytes},
                         {"kv_tokens", plan.kv_tokens},
@@ -286,8 +290,9 @@ int run_check(CheckArgs& a) {
                 target.name.c_str(), target.device_name.c_str(), target.major, target.minor,
                 target.arch_path.c_str(), gib(target.memory).c_str(), target.memory_source.c_str(),
                 precision.c_str());
-    std::printf("memory plan  weights %s + workspace %s + KV %s = %lld tokens%s\n",
-                gib(plan.weight_bytes).c_str(), gib(plan.workspace_bytes).c_str(), gib(plan.kv_bytes).c_str(),
+    std::printf("memory plan  weights %s + packed GEMV copies %s + workspace %s + KV %s = %lld tokens%s\n",
+                gib(plan.weight_bytes).c_str(), gib(plan.packed_weight_bytes).c_str(),
+                gib(plan.workspace_bytes).c_str(), gib(plan.kv_bytes).c_str(),
                 static_cast<long long>(plan.kv_tokens), plan.fits ? "" : " (DOES NOT FIT)");
     std::printf("kernels      compiled for %s; %zu of %zu ops covered on the %s path\n",
                 compiled.empty() ? "nothing (no CUDA)" : "sm_90a, sm_80", with.size(),

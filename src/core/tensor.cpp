@@ -88,9 +88,11 @@ Tensor Tensor::from_f32(const std::vector<float>& values, Shape shape) {
   return t;
 }
 
-Tensor Tensor::borrow(const void* data, DType dtype, Shape shape, std::shared_ptr<const void> owner) {
+Tensor Tensor::borrow(const void* data, DType dtype, Shape shape, std::shared_ptr<const void> owner,
+                      Device device) {
   Tensor t;
   t.dtype_ = dtype;
+  t.device_ = device;
   t.shape_ = std::move(shape);
   t.storage_ = std::move(owner);
   t.data_ = const_cast<void*>(data);

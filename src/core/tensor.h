@@ -38,8 +38,10 @@ class Tensor {
   static Tensor zeros(DType dtype, Shape shape);
   // Float32 tensor holding a copy of the values.
   static Tensor from_f32(const std::vector<float>& values, Shape shape);
-  // Borrows memory kept alive by `owner` (e.g. a memory-mapped file).
-  static Tensor borrow(const void* data, DType dtype, Shape shape, std::shared_ptr<const void> owner);
+  // Borrows memory kept alive by `owner` (e.g. a memory-mapped file; on `device`, memory its allocator
+  // handed out).
+  static Tensor borrow(const void* data, DType dtype, Shape shape, std::shared_ptr<const void> owner,
+                       Device device = Device::kCpu);
 
   explicit operator bool() const { return storage_ != nullptr; }
   DType dtype() const { return dtype_; }

@@ -11,6 +11,14 @@ namespace dsinfer {
 MemoryPlan plan_memory(const ModelConfig& c, const ModelSize& size, const MemoryPlanInput& in) {
   MemoryPlan p;
   p.weight_bytes = in.precision == "fp8" ? size.checkpoint_weight_bytes : size.bf16_weight_bytes;
+  if (in.gemv_packed_copies && in.precision != "fp8") {
+    const int64_t dense_layers =
+        c.n_routed_experts > 0 ? std::min(c.first_k_dense_replace, c.num_layers) : c.num_layers;
+    int64_t bytes = dense_layers * 2 * c.intermediate_size * c.hidden_size * 2;  // gate and up, bf16
+    if (!c.tie_word_embeddings) bytes += c.vocab_size * c.hidden_size * 2;       // the LM head
+    const double free_after = static_cast<double>(in.gpu_memory_bytes - p.weight_bytes - bytes);
+    if (free_after >= 0.3 * static_cast<double>(in.gpu_memory_bytes)) p.packed_weight_bytes = bytes;
+  }
   // Workspace: bf16 activations of one step (residual, normed input, the widest projection output, MLP
   // gate/up/act), fp32 logits for every sequence of the step, and 64 MiB for cuBLASLt and split-K partials.
   const int64_t widest =
@@ -20,7 +28,7 @@ MemoryPlan plan_memory(const ModelConfig& c, const ModelSize& size, const Memory
   const int64_t logits = static_cast<int64_t>(in.max_batch_size) * c.vocab_size * 4;
   p.workspace_bytes = activations + logits + (int64_t{64} << 20);
   p.kv_bytes_per_token = size.kv_bytes_per_token_bf16 * in.kv_element_bytes / 2.0;
-  const int64_t left = in.gpu_memory_bytes - p.weight_bytes - p.workspace_bytes;
+  const int64_t left = in.gpu_memory_bytes - p.weight_bytes - p.packed_weight_bytes - p.workspace_bytes;
   if (left <= 0) {
     p.why_not = str_cat("weights (", p.weight_bytes >> 20, " MiB) and workspace (", p.workspace_bytes >> 20,
                         " MiB) exceed the GPU's ", in.gpu_memory_bytes >> 20, " MiB");

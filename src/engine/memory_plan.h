@@ -20,10 +20,15 @@ struct MemoryPlanInput {
   int32_t kv_block_size = 64;
   std::string precision = "bf16";  // weight precision on the GPU: bf16 | fp8
   int32_t kv_element_bytes = 2;    // the KV cache's element size: 2 (bf16) or 4 (fp32)
+  // The Hopper path's packed copies of the dense MLP's gate/up and the LM head for the decode GEMV
+  // (backend/cuda/gemv_packed.h, DSINFER_GEMV_PACKED): planned where made, that is while 30% of the GPU's
+  // memory stays free after them.
+  bool gemv_packed_copies = false;
 };
 
 struct MemoryPlan {
   int64_t weight_bytes = 0;
+  int64_t packed_weight_bytes = 0;  // the GEMV's packed copies (MemoryPlanInput::gemv_packed_copies)
   int64_t workspace_bytes = 0;
   int64_t kv_bytes = 0;
   int64_t kv_tokens = 0;  // tokens of KV that fit (rounded down to whole blocks)

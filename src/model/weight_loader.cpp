@@ -117,7 +117,7 @@ Tensor WeightLoader::dequantize_fp8(const std::string& name, const Tensor& w8) {
 
 Tensor WeightLoader::get(const std::string& name, const Shape& shape) {
   Tensor host = read_f32(name, shape);
-  return backend_ ? backend_->prepare_weight(std::move(host)) : host;
+  return backend_ ? backend_->prepare_named_weight(std::move(host), name) : host;
 }
 
 Tensor WeightLoader::read_f32(const std::string& name, const Shape& shape) {

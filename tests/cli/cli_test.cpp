@@ -263,6 +263,26 @@ TEST(CheckCli, MemoryPlanAndWarnings) {
   EXPECT_EQ(j["model"]["checkpoint"]["tensors"].get<int64_t>() > 0, true);
 }
 
+// The Hopper path's packed GEMV copies (the dense MLP's gate/up and the LM head) are planned on sm_90 when
+// 30% of the GPU stays free after them, never on sm_80, and the KV cache gets what is left.
+TEST(CheckCli, PlansThePackedGemvCopiesOnHopper) {
+  const std::string llama8b = std::string(DSINFER_SOURCE_DIR) + "/bench/configs/llama-3.1-8b";
+  auto plan_of = [&](const std::string& args) {
+    CliRun r = run("check --model " + llama8b + " " + args + " --json");
+    EXPECT_EQ(r.status, 0) << r.err;
+    return nlohmann::json::parse(r.out)["memory_plan"];
+  };
+  const int64_t packed = int64_t{32} * 2 * 14336 * 4096 * 2 + int64_t{128256} * 4096 * 2;  // ~8.6 GB
+  const auto hopper = plan_of("--gpu sm_90 --gpu-memory-gib 141");
+  EXPECT_EQ(hopper["gemv_packed_bytes"].get<int64_t>(), packed);
+  const auto ampere = plan_of("--gpu sm_80 --gpu-memory-gib 141");
+  EXPECT_EQ(ampere["gemv_packed_bytes"].get<int64_t>(), 0);
+  EXPECT_EQ(ampere["weight_bytes"], hopper["weight_bytes"]);
+  EXPECT_GT(ampere["kv_bytes"].get<int64_t>(), hopper["kv_bytes"].get<int64_t>());
+  // 32 GiB: 16 GB of weights and 8.6 GB of copies would leave less than 30% free, so no copies.
+  EXPECT_EQ(plan_of("--gpu sm_90 --gpu-memory-gib 32")["gemv_packed_bytes"].get<int64_t>(), 0);
+}
+
 TEST(CheckCli, KernelsFromTheOpRegistryPerArchitecture) {
   const std::string data = std::string(DSINFER_TEST_DATA) + "/models/";
   CliRun r = run("check --model " + data + "tiny-llama --gpu sm_80 --max-num-tokens 32 --json");

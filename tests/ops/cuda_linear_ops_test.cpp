@@ -404,6 +404,118 @@ TEST_F(CudaLinearTest, GemvPersistentIsBitIdenticalToPerLaunch) {
   }
 }
 
+// The packed weights (gemv_packed.h): every persistent shape reading the packed copies by bulk copies gives
+// the bits of the same shape reading the row-major matrices, also where K is not a whole number of warp
+// iterations (the last stages' fragments past K zeroed by the lanes) or of 32 columns, and where N is not a
+// whole number of tiles; packing pads with zeros.
+TEST_F(CudaLinearTest, GemvPackedWeightsGiveTheSameBits) {
+  CudaBackend gpu;  // registers the device allocator
+  if (cuda::arch_path() != cuda::ArchPath::kHopper) GTEST_SKIP() << "packed weights need the Hopper path";
+  std::vector<GemvSweepShape> shapes = gemv_sweep_shapes();
+  shapes.push_back({"v2l dense down", {2048}, 10944, GemvKind::kResidual});
+  shapes.push_back({"odd rows and K", {200, 72}, 1064, GemvKind::kNorm});
+  shapes.push_back({"odd swiglu", {136, 136}, 1064, GemvKind::kSwiglu});
+  for (const GemvSweepShape& sh : shapes) {
+    const bool swiglu = sh.kind == GemvKind::kSwiglu;
+    int64_t n_total = 0;
+    for (int64_t n : sh.N) n_total += n;
+    const Tensor w = cuda::to_device(as_bf16(random_f32({n_total, sh.K})).first);
+    const Tensor bias = cuda::to_device(as_bf16(random_f32({n_total})).first);
+    const Tensor norm_w = cuda::to_device(as_bf16(random_f32({sh.K})).first);
+    const int64_t out_cols = swiglu ? sh.N[0] : n_total;
+    const int count = swiglu ? 1 : static_cast<int>(sh.N.size());
+    // Each matrix's packed copy, registered only for the packed runs.
+    std::vector<Tensor> packed;
+    std::vector<const uint16_t*> views;
+    int64_t row = 0;
+    for (int64_t n : sh.N) {
+      views.push_back(w.data<uint16_t>() + row * sh.K);
+      packed.push_back(Tensor::empty_on(Device::kCuda, DType::BF16, {cuda::gemv_packed_bytes(n, sh.K) / 2}));
+      cuda::pack_gemv_weight(views.back(), n, sh.K, packed.back().data<uint16_t>());
+      row += n;
+    }
+    for (int64_t M : {1, 3, 8}) {
+      const bool with_bias = M % 2 == 1;
+      const float limit = swiglu && M == 3 ? 3.0f : 0.0f;
+      const Tensor x = cuda::to_device(random_f32({M, sh.K}));
+      const Tensor y0 = random_f32({M, out_cols});
+      Tensor y = cuda::to_device(y0);
+      auto run = [&](cuda::GemvConfig cfg, bool use_packed) {
+        for (size_t i = 0; i < views.size(); ++i) {
+          if (use_packed)
+            cuda::gemv_register_packed(views[i], packed[i].data<uint16_t>(), sh.N[i], sh.K);
+          else
+            cuda::gemv_unregister_packed(views[i]);
+        }
+        cuda::copy_to_device(y.raw(), y0.raw(), y0.nbytes());
+        const uint16_t* b = with_bias ? bias.data<uint16_t>() : nullptr;
+        const cuda::GemvNorm nrm{sh.kind == GemvKind::kResidual ? nullptr : norm_w.data<uint16_t>(), 1e-5f};
+        if (swiglu) {
+          cuda::launch_gemv_swiglu(x.data<float>(), M, sh.K, views[0], b, views[1], b ? b + sh.N[0] : nullptr,
+                                   y.data<float>(), sh.N[0], nrm, limit, cfg);
+        } else {
+          cuda::GemvMatrix mats[cuda::kGemvMaxMatrices];
+          int64_t r = 0, col = 0;
+          for (size_t i = 0; i < sh.N.size(); ++i) {
+            mats[i] = {views[i], b ? b + r : nullptr, y.data<float>() + col, sh.N[i]};
+            r += sh.N[i];
+            col += M * sh.N[i];
+          }
+          cuda::launch_gemv(x.data<float>(), M, sh.K, mats, count, nrm, sh.kind == GemvKind::kResidual, cfg);
+        }
+        return cuda::to_host(y);
+      };
+      for (cuda::GemvConfig c : cuda::gemv_configs(swiglu)) {
+        if (c.persist == 0) continue;
+        const Tensor want = run(c, false), got = run(c, true);
+        ASSERT_EQ(got.nbytes(), want.nbytes());
+        EXPECT_EQ(std::memcmp(got.raw(), want.raw(), want.nbytes()), 0)
+            << sh.name << " M " << M << " " << gemv_config_name(c);
+      }
+    }
+    for (const uint16_t* v : views) cuda::gemv_unregister_packed(v);
+  }
+}
+
+// Which weights get a packed copy (gemv_wants_packed_copy): the dense MLP's gate and up projections and the
+// LM head, not the attention, down or experts' matrices; the copy lives exactly as long as the weight, and a
+// weight with a copy holds the same values as one without.
+TEST_F(CudaLinearTest, NamedWeightsGetPackedCopiesByRole) {
+  CudaBackend gpu;
+  if (cuda::arch_path() != cuda::ArchPath::kHopper) GTEST_SKIP() << "packed weights need the Hopper path";
+  const char* env = std::getenv("DSINFER_GEMV_PACKED");
+  if (env && std::string(env) == "0") GTEST_SKIP() << "DSINFER_GEMV_PACKED=0";
+  const Tensor host = random_f32({256, 512});
+  const struct {
+    const char* name;
+    bool packed;
+  } cases[] = {
+      {"model.layers.3.mlp.gate_proj.weight", true},
+      {"model.layers.3.mlp.up_proj.weight", true},
+      {"lm_head.weight", true},
+      {"model.layers.3.mlp.down_proj.weight", false},
+      {"model.layers.3.self_attn.q_proj.weight", false},
+      {"model.layers.3.mlp.shared_experts.gate_proj.weight", false},
+      {"model.layers.3.mlp.experts.7.up_proj.weight", false},
+  };
+  const Tensor plain = gpu.prepare_weight(host.clone());
+  for (const auto& c : cases) {
+    const uint16_t* w = nullptr;
+    {
+      const Tensor t = gpu.prepare_named_weight(host.clone(), c.name);
+      w = t.data<uint16_t>();
+      EXPECT_EQ(t.device(), Device::kCuda) << c.name;
+      EXPECT_EQ(cuda::gemv_packed_for(w, 256, 512) != nullptr, c.packed) << c.name;
+      const Tensor a = cuda::to_host(t), b = cuda::to_host(plain);
+      EXPECT_EQ(std::memcmp(a.raw(), b.raw(), a.nbytes()), 0) << c.name;
+    }
+    EXPECT_EQ(cuda::gemv_packed_for(w, 256, 512), nullptr) << c.name << ": registered after the weight died";
+  }
+  // A shape the GEMV does not pack (K not a multiple of 32) stays plain whatever its name.
+  const Tensor odd = gpu.prepare_named_weight(random_f32({256, 200}), "lm_head.weight");
+  EXPECT_EQ(cuda::gemv_packed_for(odd.data<uint16_t>(), 256, 200), nullptr);
+}
+
 // The stamped persistent kernels (gemv_stamps.h): the same bits as the plain ones, every block of the launch
 // recorded once with its points in time order, its SM and the row tiles it walked (the launch's tiles in
 // all); slots go round robin and keep the latest launches; the text file has a line per launch and block.

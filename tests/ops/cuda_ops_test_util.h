@@ -22,6 +22,7 @@
 
 #ifdef DSINFER_HAVE_CUDA
 #include "backend/backend_factory.h"
+#include "backend/cuda/arch_path.h"
 #include "backend/cuda/attention_kernels.h"
 #include "backend/cuda/batch_bucket.h"
 #include "backend/cuda/cuda_backend.h"
@@ -29,6 +30,7 @@
 #include "backend/cuda/elementwise_kernels.h"
 #include "backend/cuda/gemm_cublaslt.h"
 #include "backend/cuda/gemv_kernels.h"
+#include "backend/cuda/gemv_packed.h"
 #include "backend/cuda/gemv_stamps.h"
 #include "backend/cuda/runtime.h"
 #include "backend/cuda/timing.h"

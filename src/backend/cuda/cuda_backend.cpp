@@ -7,6 +7,7 @@
 #include "backend/cuda/device_args.h"
 #include "backend/cuda/device_query.h"
 #include "backend/cuda/elementwise_kernels.h"
+#include "backend/cuda/gemv_packed.h"
 #include "backend/cuda/gemv_stamps.h"
 #include "backend/cuda/kernel_trace.h"
 #include "core/dtype.h"
@@ -23,6 +24,39 @@ Tensor device_empty(Shape shape) {
   return Tensor::empty_on(Device::kCuda, DType::F32, std::move(shape));
 }
 
+// The bf16 rounding of a host float32 weight, on the host.
+Tensor host_bf16(const Tensor& host_f32) {
+  DSI_CHECK(host_f32.is_cpu() && host_f32.dtype() == DType::F32,
+            "prepare_weight: expected a host float32 tensor");
+  Tensor bits = Tensor::empty(DType::BF16, host_f32.shape());
+  const float* src = host_f32.f32();
+  uint16_t* dst = bits.data<uint16_t>();
+  const int64_t n = host_f32.numel();
+#pragma omp parallel for schedule(static) if (n > (int64_t{1} << 20))
+  for (int64_t i = 0; i < n; ++i) dst[i] = f32_to_bf16(src[i]);
+  return bits;
+}
+
+// A device copy of the bf16 matrix `bits` [N, K] followed, in the same allocation, by its packed copy for the
+// decode GEMV (gemv_packed.h), registered while the allocation lives.
+Tensor device_weight_with_packed_copy(const Tensor& bits) {
+  const int64_t N = bits.dim(0), K = bits.dim(1);
+  const size_t row_major = (bits.nbytes() + 255) / 256 * 256;
+  const size_t bytes = row_major + static_cast<size_t>(cuda::gemv_packed_bytes(N, K));
+  void* p = cuda::device_alloc(bytes);
+  if (!p) fail("out of GPU memory allocating ", bytes, " bytes for a weight ", shape_str(bits.shape()));
+  auto* w = static_cast<uint16_t*>(p);
+  std::shared_ptr<void> owner(p, [w](void* q) {
+    cuda::gemv_unregister_packed(w);
+    cuda::device_free(q);
+  });
+  cuda::copy_to_device(p, bits.raw(), bits.nbytes());
+  auto* packed = reinterpret_cast<uint16_t*>(static_cast<char*>(p) + row_major);
+  cuda::pack_gemv_weight(w, N, K, packed);
+  cuda::gemv_register_packed(w, packed, N, K);
+  return Tensor::borrow(p, DType::BF16, bits.shape(), std::move(owner), Device::kCuda);
+}
+
 }  // namespace
 
 CudaBackend::CudaBackend(CudaBackendOptions options) : options_(options) {
@@ -32,15 +66,13 @@ CudaBackend::CudaBackend(CudaBackendOptions options) : options_(options) {
 }
 
 Tensor CudaBackend::prepare_weight(Tensor host_f32) {
-  DSI_CHECK(host_f32.is_cpu() && host_f32.dtype() == DType::F32,
-            "prepare_weight: expected a host float32 tensor");
-  Tensor bits = Tensor::empty(DType::BF16, host_f32.shape());
-  const float* src = host_f32.f32();
-  uint16_t* dst = bits.data<uint16_t>();
-  const int64_t n = host_f32.numel();
-#pragma omp parallel for schedule(static) if (n > (int64_t{1} << 20))
-  for (int64_t i = 0; i < n; ++i) dst[i] = f32_to_bf16(src[i]);
-  return cuda::to_device(bits);
+  return cuda::to_device(host_bf16(host_f32));
+}
+
+Tensor CudaBackend::prepare_named_weight(Tensor host_f32, const std::string& name) {
+  if (host_f32.ndim() != 2 || !cuda::gemv_wants_packed_copy(name.c_str(), host_f32.dim(0), host_f32.dim(1)))
+    return prepare_weight(std::move(host_f32));
+  return device_weight_with_packed_copy(host_bf16(host_f32));
 }
 
 Tensor CudaBackend::to_host(const Tensor& t) {

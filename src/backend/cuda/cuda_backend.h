@@ -74,6 +74,9 @@ class CudaBackend : public Backend {
   DType kv_dtype() const override { return DType::BF16; }
   int64_t free_memory_bytes() const override;
   Tensor prepare_weight(Tensor host_f32) override;
+  // prepare_weight, plus a packed copy for the decode GEMV (gemv_packed.h) of the dense MLP's gate and up
+  // projections and the LM head, while the GPU keeps enough memory free (DSINFER_GEMV_PACKED).
+  Tensor prepare_named_weight(Tensor host_f32, const std::string& name) override;
   Tensor to_host(const Tensor& t) override;
   // Uploads the step plan; then patches the tokens it feeds from the last sample_async (prev_sample_rows)
   // into the plan's device token ids, unless a CUDA graph is being captured.

@@ -20,6 +20,7 @@ struct MatDesc {
   float* y;
   int64_t N;
   int64_t first_block;
+  const uint16_t* packed;  // the kPackedWeights instances: w's copy in gemv_packed.h's layout
 };
 
 // One token's MoE experts as a persistent launch (gemv_persistent.cuh's UNITS instances): `count` units of
@@ -31,6 +32,7 @@ struct MatDesc {
 inline constexpr int kRowUnits = 1;
 inline constexpr int64_t kGemvUnitTableBytes = kGemvMaxUnits * (2 * sizeof(void*) + sizeof(int64_t));
 inline constexpr int kColumnUnits = 2;
+inline constexpr int kPackedWeights = 3;  // not units: the persistent kernel reading packed weights
 struct UnitParams {
   int count;
   int known;
@@ -61,6 +63,7 @@ struct Params {
   int64_t tiles;      // row tiles of all matrices (the persistent kernel walks them)
   uint64_t* stamps;   // the persistent kernel's STAMPS instances: [gridDim.x][kGemvStampFields]
   UnitParams units;   // the UNITS instances of the persistent kernel only
+  int64_t kchunks;    // the kPackedWeights instances: 32-column chunks of a packed row group, ceil(K / 32)
 };
 
 // Floats of one (tile, split) partial: TILES x 4 x 32 lane values and 32 for the sums of squares.
@@ -70,6 +73,17 @@ __host__ __device__ constexpr int slot_floats(int tiles) {
 
 __device__ __forceinline__ float bf16_to_f32(uint16_t bits) {
   return __uint_as_float(static_cast<uint32_t>(bits) << 16);
+}
+
+// bytes (a multiple of 16) global -> shared by the copy engine, completing on the mbarrier at shared address
+// bar (sm_90; elsewhere nothing: the host packs weights only on the Hopper path).
+__device__ __forceinline__ void bulk_copy(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+      "l"(src), "r"(bytes), "r"(bar)
+      : "memory");
+#endif
 }
 
 // 16 bytes global -> shared without registers, L2 only (weights are read once); bytes = 0 writes zeros.
@@ -169,8 +183,8 @@ __device__ __forceinline__ void load_activations(const Params& p, const float* x
 
 // One warp iteration's MMAs: the activations (times the norm weights, their squares summed into sumsq;
 // explicitly rounded, as store_output) split into SPLITS bf16 parts against the landed weight stage `stage`
-// ([U][TILES][2][32] uint4, this lane's entries at offset 0).
-template <int TILES, int U, int SPLITS>
+// ([U][TILES][2][32] uint4, or [TILES][U][2][32] with TILE_MAJOR; this lane's entries at offset 0).
+template <int TILES, int U, int SPLITS, bool TILE_MAJOR = false>
 __device__ __forceinline__ void mma_stage(const float4 (&xv)[U][2], const uint4 (&nv)[U], bool has_norm,
                                           const uint4* stage, float (&acc)[TILES][SPLITS][4], float& sumsq) {
 #pragma unroll
@@ -191,7 +205,8 @@ __device__ __forceinline__ void mma_stage(const float4 (&xv)[U][2], const uint4 
     for (int e = 0; e < 4; ++e) split_bf16<SPLITS>(xs[2 * e], xs[2 * e + 1], bp[e]);
 #pragma unroll
     for (int j = 0; j < TILES; ++j) {
-      const uint4 a = stage[((u * TILES + j) * 2 + 0) * 32], b = stage[((u * TILES + j) * 2 + 1) * 32];
+      const int f = TILE_MAJOR ? j * U + u : u * TILES + j;  // the (chunk, tile) fragment
+      const uint4 a = stage[(f * 2 + 0) * 32], b = stage[(f * 2 + 1) * 32];
 #pragma unroll
       for (int l = 0; l < SPLITS; ++l) {
         mma(acc[j][l], a.x, b.x, a.y, b.y, bp[0][l], bp[1][l]);

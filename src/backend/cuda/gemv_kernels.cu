@@ -19,9 +19,11 @@
 #include <string_view>
 #include <vector>
 
+#include "backend/cuda/arch_path.h"
 #include "backend/cuda/batch_bucket.h"
 #include "backend/cuda/gemv_device.cuh"
 #include "backend/cuda/gemv_kernels.h"
+#include "backend/cuda/gemv_packed.h"
 #include "backend/cuda/gemv_persistent.cuh"
 #include "backend/cuda/gemv_plan.h"
 #include "backend/cuda/gemv_stamps.h"
@@ -276,7 +278,8 @@ template <int W, int TILES, int U, int S, int SPLITS, bool SWIGLU, bool PERSIST 
 const MmaKernel& mma_kernel() {
   static const MmaKernel k = [] {
     constexpr int bytes =
-        static_cast<int>(gemv_pipeline_smem(W, TILES, U, S) + (UNITS != 0 ? kGemvUnitTableBytes : 0));
+        static_cast<int>(gemv_pipeline_smem(W, TILES, U, S) +
+                         (UNITS == kRowUnits || UNITS == kColumnUnits ? kGemvUnitTableBytes : 0));
     auto* fn = mma_kernel_fn<W, TILES, U, S, SPLITS, SWIGLU, PERSIST, STAMPS, UNITS>();
     // More than the default 48 KiB of dynamic shared memory must be asked for (once per kernel).
     if (cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) != cudaSuccess) {
@@ -310,38 +313,39 @@ const MmaKernel& mma_kernel() {
   return k;
 }
 
-// The persistent kernel shapes: every two-part shape of find_mma (STAMPS: the instances recording stamps).
-template <bool STAMPS>
+// The persistent kernel shapes: every two-part shape of find_mma (STAMPS: the instances recording stamps;
+// UNITS kPackedWeights: the instances reading packed weights).
+template <bool STAMPS, int UNITS = 0>
 const MmaKernel& find_persistent(int key, bool swiglu) {
   if (swiglu) {
     switch (key) {
       case 82214:
-        return mma_kernel<8, 2, 1, 4, 2, true, true, STAMPS>();
+        return mma_kernel<8, 2, 1, 4, 2, true, true, STAMPS, UNITS>();
       case 82223:
-        return mma_kernel<8, 2, 2, 3, 2, true, true, STAMPS>();
+        return mma_kernel<8, 2, 2, 3, 2, true, true, STAMPS, UNITS>();
       case 42214:
-        return mma_kernel<4, 2, 1, 4, 2, true, true, STAMPS>();
+        return mma_kernel<4, 2, 1, 4, 2, true, true, STAMPS, UNITS>();
       case 42223:
-        return mma_kernel<4, 2, 2, 3, 2, true, true, STAMPS>();
+        return mma_kernel<4, 2, 2, 3, 2, true, true, STAMPS, UNITS>();
       case 162223:
-        return mma_kernel<16, 2, 2, 3, 2, true, true, STAMPS>();
+        return mma_kernel<16, 2, 2, 3, 2, true, true, STAMPS, UNITS>();
     }
   } else {
     switch (key) {
       case 82124:
-        return mma_kernel<8, 1, 2, 4, 2, false, true, STAMPS>();
+        return mma_kernel<8, 1, 2, 4, 2, false, true, STAMPS, UNITS>();
       case 82143:
-        return mma_kernel<8, 1, 4, 3, 2, false, true, STAMPS>();
+        return mma_kernel<8, 1, 4, 3, 2, false, true, STAMPS, UNITS>();
       case 82214:
-        return mma_kernel<8, 2, 1, 4, 2, false, true, STAMPS>();
+        return mma_kernel<8, 2, 1, 4, 2, false, true, STAMPS, UNITS>();
       case 82223:
-        return mma_kernel<8, 2, 2, 3, 2, false, true, STAMPS>();
+        return mma_kernel<8, 2, 2, 3, 2, false, true, STAMPS, UNITS>();
       case 42124:
-        return mma_kernel<4, 1, 2, 4, 2, false, true, STAMPS>();
+        return mma_kernel<4, 1, 2, 4, 2, false, true, STAMPS, UNITS>();
       case 42143:
-        return mma_kernel<4, 1, 4, 3, 2, false, true, STAMPS>();
+        return mma_kernel<4, 1, 4, 3, 2, false, true, STAMPS, UNITS>();
       case 42214:
-        return mma_kernel<4, 2, 1, 4, 2, false, true, STAMPS>();
+        return mma_kernel<4, 2, 1, 4, 2, false, true, STAMPS, UNITS>();
     }
   }
   fail("gemv: no persistent kernel for warps ", key / 10000, ", tiles ", key / 100 % 10, ", unroll ",
@@ -389,8 +393,11 @@ const MmaKernel* find_units(GemvConfig c, bool swiglu) {
 }
 
 // The kernel shapes that are compiled (see gemv_configs).
-const MmaKernel& find_mma(GemvConfig c, bool swiglu, bool stamps = false) {
+const MmaKernel& find_mma(GemvConfig c, bool swiglu, bool stamps = false, bool packed = false) {
   const int key = shape_key(c, swiglu);
+  if (c.persist > 0 && packed)
+    return stamps ? find_persistent<true, kPackedWeights>(key, swiglu)
+                  : find_persistent<false, kPackedWeights>(key, swiglu);
   if (c.persist > 0) return stamps ? find_persistent<true>(key, swiglu) : find_persistent<false>(key, swiglu);
   if (swiglu) {
     switch (key) {
@@ -612,16 +619,24 @@ void launch(Params& p, GemvConfig c, const char* what) {
   }
   DSI_CHECK(blocks < (int64_t{1} << 31), what, ": too many rows");
   if (fast && c.persist > 0) {
+    // The packed copies (gemv_packed.h) when every matrix of the launch has one; bulk copies need sm_90 (the
+    // Ampere path may be forced there).
+    int64_t rows = 0;
+    for (int i = 0; i < mats; ++i) rows += p.mats[i].N;
+    bool packed = arch_path() == ArchPath::kHopper;
+    p.kchunks = (p.K + 31) / 32;
+    for (int i = 0; i < (SWIGLU ? 2 : mats); ++i) {
+      p.mats[i].packed = gemv_packed_for(p.mats[i].w, p.mats[i].N, p.K);
+      packed = packed && p.mats[i].packed != nullptr;
+    }
     // Persistent: at most persist blocks per SM (and the kernel's occupancy), each walking row tiles.
-    const int64_t per_sm = std::min(c.persist, find_mma(c, SWIGLU).blocks_per_sm);
+    const int64_t per_sm = std::min(c.persist, find_mma(c, SWIGLU, false, packed).blocks_per_sm);
     const int64_t grid = std::min<int64_t>(blocks, num_sms() * per_sm);
     p.tiles = blocks;
     p.ksplit = 1;
     p.kcols = p.K;
-    int64_t rows = 0;
-    for (int i = 0; i < mats; ++i) rows += p.mats[i].N;
     p.stamps = next_gemv_stamp_slot(rows, p.K, SWIGLU, grid, blocks);  // null unless stamps are on
-    const MmaKernel& k = find_mma(c, SWIGLU, p.stamps != nullptr);
+    const MmaKernel& k = find_mma(c, SWIGLU, p.stamps != nullptr, packed);
     k.launch(p, dim3(static_cast<unsigned>(grid)),
              c.cap_per_sm ? cap_padding(k, c, SWIGLU, static_cast<int>(per_sm)) : 0);
   } else if (fast) {

@@ -14,6 +14,7 @@
 #include "backend/cuda/gemv_stamps.h"
 #include "backend/cuda/gemv_units.h"
 #include "backend/cuda/pdl.cuh"
+#include "backend/cuda/tma_common.cuh"
 
 namespace dsinfer::cuda::gemv_detail {
 
@@ -63,20 +64,38 @@ __device__ __forceinline__ void resolve_unit(const Params& p, int u, const uint1
 // pointers; no split-K. STAMPS: p.stamps receives the block's timeline. UNITS (kRowUnits with SWIGLU,
 // kColumnUnits without; p.units): the weights of unit u come from the block's unit table instead of
 // p.mats[*].w; stages of routed units are issued only after the wait; row units scale the routed outputs.
+// UNITS == kPackedWeights: the weights come from the packed copies (p.mats[*].packed, gemv_packed.h), a stage
+// being TILES bulk copies of U fragments (1 KB each; fragments past K are zeroed by the lanes) that complete
+// on the warp's mbarrier of that stage, the stage tile-major ([TILES][U][2][32]) so that each tile's
+// fragments land in one piece; the same bits as the 16-byte copies.
 template <int W, int TILES, int U, int S, int SPLITS, bool SWIGLU, bool STAMPS, int UNITS = 0>
 __global__ void __launch_bounds__(W * 32, 16 / W) gemv_persistent_kernel(const Params p) {
-  static_assert(UNITS == 0 || (UNITS == kRowUnits) == SWIGLU, "row units are SwiGLU's, column units not");
+  constexpr bool kPacked = UNITS == kPackedWeights;
+  constexpr bool kUnits = UNITS == kRowUnits || UNITS == kColumnUnits;
+  static_assert(!kUnits || (UNITS == kRowUnits) == SWIGLU, "row units are SwiGLU's, column units not");
   extern __shared__ uint4 pipe[];                      // [W][S][U][TILES][2][32]
   constexpr int64_t kRows = SWIGLU ? 16 : 16 * TILES;  // output rows of a tile
   constexpr int kStage = U * TILES * 2 * 32;           // uint4 of one warp's stage
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int64_t K = p.K;
   uint4* mine = pipe + static_cast<int64_t>(warp) * S * kStage + lane;
+  // The stage's fragment (chunk u, tile j).
+  auto frag = [](int u, int j) { return kPacked ? j * U + u : u * TILES + j; };
+  uint32_t bars = 0;  // packed: this warp's mbarrier of stage 0 (shared address; stage s at + 8 s)
+  const uint32_t mine_s = static_cast<uint32_t>(__cvta_generic_to_shared(mine - lane));
+  if constexpr (kPacked) {
+    __shared__ __align__(8) uint64_t stage_bars[W][S];
+    bars = static_cast<uint32_t>(__cvta_generic_to_shared(&stage_bars[warp][0]));
+    if (lane == 0)
+      for (int s = 0; s < S; ++s) tma::mbar_init(bars + 8 * s, 1);
+    tma::mbar_init_fence();
+    __syncwarp();
+  }
   // Units: the table after the pipeline (kGemvUnitTableBytes more dynamic shared memory): each unit's
   // weight bases [kGemvMaxUnits][2], then its row strides [kGemvMaxUnits].
   auto* unit_w = reinterpret_cast<const uint16_t*(*)[2]>(pipe + static_cast<int64_t>(W) * S * kStage);
   auto* unit_ld = reinterpret_cast<int64_t*>(unit_w + kGemvMaxUnits);
-  if constexpr (UNITS != 0) {
+  if constexpr (kUnits) {
     if (threadIdx.x < p.units.known) resolve_unit<UNITS>(p, threadIdx.x, unit_w, unit_ld);
     __syncthreads();
   }
@@ -91,6 +110,7 @@ __global__ void __launch_bounds__(W * 32, 16 / W) gemv_persistent_kernel(const P
   // The issue cursor: the tile and iteration the next stage copies, rows g and g + 8 of each of the tile's
   // MMA tiles (out-of-range rows read as zeros).
   const uint16_t* wrow[TILES][2];
+  const uint16_t* prow[TILES] = {};  // packed: each tile's row group (its chunk 0)
   bool wok[TILES][2];
   int64_t nrow[TILES][2];  // column units: the rows (their address depends on the column's unit)
   auto aim = [&](int64_t tile) {
@@ -108,15 +128,23 @@ __global__ void __launch_bounds__(W * 32, 16 / W) gemv_persistent_kernel(const P
     int64_t local = 0;
     const MatDesc d = block_matrix(p, tile, local);
     const int64_t row0 = local * kRows;
+    if constexpr (kPacked) {
 #pragma unroll
-    for (int j = 0; j < TILES; ++j) {
+      for (int j = 0; j < TILES; ++j) {
+        const int64_t group = row0 / 16 + (SWIGLU ? 0 : j);
+        prow[j] = (SWIGLU ? p.mats[j].packed : d.packed) + group * p.kchunks * 512;
+      }
+    } else {
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int64_t n = row0 + (SWIGLU ? 0 : 16 * j) + g + 8 * h;
-        const uint16_t* base = SWIGLU ? p.mats[j].w : d.w;
-        wok[j][h] = n < d.N;
-        wrow[j][h] = base + (wok[j][h] ? n : 0) * K;
-        nrow[j][h] = wok[j][h] ? n : 0;
+      for (int j = 0; j < TILES; ++j) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int64_t n = row0 + (SWIGLU ? 0 : 16 * j) + g + 8 * h;
+          const uint16_t* base = SWIGLU ? p.mats[j].w : d.w;
+          wok[j][h] = n < d.N;
+          wrow[j][h] = base + (wok[j][h] ? n : 0) * K;
+          nrow[j][h] = wok[j][h] ? n : 0;
+        }
       }
     }
   };
@@ -127,9 +155,52 @@ __global__ void __launch_bounds__(W * 32, 16 / W) gemv_persistent_kernel(const P
   const UnitColumnCursor first_cursor = UnitColumnCursor::at(first, ulen);
   UnitColumnCursor cursor = first_cursor;
   if (total > 0) aim(issue_tile);  // row units: aimed again after the wait (routed units' bases)
+  // Moves the issue cursor past the stage just issued.
+  auto advance = [&] {
+    ++issued;
+    if (issued == total) stamp_now<STAMPS>(p, kStampLastIssue);
+    issue_stage = issue_stage + 1 == S ? 0 : issue_stage + 1;
+    if constexpr (UNITS == kColumnUnits) cursor.advance(step, ulen);
+    if (++issue_i == iters) {
+      issue_i = 0;
+      cursor = first_cursor;
+      issue_tile += stride;
+      if (issued < total) aim(issue_tile);
+    }
+  };
   // Copies the next stage (if any is left) and commits a group either way, as gemv_mma_kernel does.
   auto issue_next = [&] {
-    if (issued < total) {
+    if constexpr (kPacked) {
+      if (issued < total) {
+        // Every lane is past its reads of this stage (consumed two iterations ago) before the copy engine
+        // overwrites it.
+        __syncwarp();
+        const int64_t c0 = (first + issue_i * step) / 32;  // the stage's first 32-column chunk
+        const int64_t left = p.kchunks - c0;
+        const int valid = left <= 0 ? 0 : left >= U ? U : static_cast<int>(left);
+        const uint32_t bar = bars + 8 * issue_stage;
+        if (lane == 0) {
+          if (valid > 0)
+            tma::mbar_arrive_expect_tx(bar, static_cast<uint32_t>(TILES * valid * 1024));
+          else
+            tma::mbar_arrive(bar);
+        }
+        const uint16_t* from = prow[0];  // lane j < TILES copies tile j's fragments
+#pragma unroll
+        for (int j = 1; j < TILES; ++j)
+          if (lane == j) from = prow[j];
+        if (lane < TILES && valid > 0)
+          bulk_copy(mine_s + static_cast<uint32_t>((issue_stage * kStage + lane * U * 64) * 16),
+                    from + c0 * 512, static_cast<uint32_t>(valid * 1024), bar);
+        uint4* stage = mine + issue_stage * kStage;
+        for (int u = valid; u < U; ++u)
+#pragma unroll
+          for (int j = 0; j < TILES; ++j)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) stage[(frag(u, j) * 2 + h) * 32] = make_uint4(0, 0, 0, 0);
+        advance();
+      }
+    } else if (issued < total) {
       uint4* stage = mine + issue_stage * kStage;
 #pragma unroll
       for (int u = 0; u < U; ++u) {
@@ -146,26 +217,16 @@ __global__ void __launch_bounds__(W * 32, 16 / W) gemv_persistent_kernel(const P
           for (int j = 0; j < TILES; ++j)
 #pragma unroll
             for (int h = 0; h < 2; ++h)
-              copy_async16(stage + ((u * TILES + j) * 2 + h) * 32, ubase + nrow[j][h] * ld, kin && wok[j][h]);
+              copy_async16(stage + (frag(u, j) * 2 + h) * 32, ubase + nrow[j][h] * ld, kin && wok[j][h]);
         } else {
 #pragma unroll
           for (int j = 0; j < TILES; ++j)
 #pragma unroll
             for (int h = 0; h < 2; ++h)
-              copy_async16(stage + ((u * TILES + j) * 2 + h) * 32, wrow[j][h] + (kin ? k0 : 0),
-                           kin && wok[j][h]);
+              copy_async16(stage + (frag(u, j) * 2 + h) * 32, wrow[j][h] + (kin ? k0 : 0), kin && wok[j][h]);
         }
       }
-      ++issued;
-      if (issued == total) stamp_now<STAMPS>(p, kStampLastIssue);
-      issue_stage = issue_stage + 1 == S ? 0 : issue_stage + 1;
-      if constexpr (UNITS == kColumnUnits) cursor.advance(step, ulen);
-      if (++issue_i == iters) {
-        issue_i = 0;
-        cursor = first_cursor;
-        issue_tile += stride;
-        if (issued < total) aim(issue_tile);
-      }
+      advance();
     }
     copy_async_commit();
   };
@@ -190,7 +251,7 @@ __global__ void __launch_bounds__(W * 32, 16 / W) gemv_persistent_kernel(const P
   stamp_now<STAMPS>(p, kStampIssued);
   pdl_wait();
   stamp_now<STAMPS>(p, kStampWaited);
-  if constexpr (UNITS != 0) {
+  if constexpr (kUnits) {
     if (threadIdx.x >= p.units.known && threadIdx.x < p.units.count)
       resolve_unit<UNITS>(p, threadIdx.x, unit_w, unit_ld);
     __syncthreads();
@@ -205,6 +266,7 @@ __global__ void __launch_bounds__(W * 32, 16 / W) gemv_persistent_kernel(const P
   __shared__ float red[W][TILES * 4][32];
   __shared__ float ssq[W][32];
   int use_stage = 0;
+  uint32_t use_phase = 0;  // packed: the parity of the stage's next completion
   for (int64_t k = 0; k < my_tiles; ++k) {
     // One accumulator per tile and activation part: independent MMA chains.
     float acc[TILES][SPLITS][4];
@@ -220,9 +282,13 @@ __global__ void __launch_bounds__(W * 32, 16 / W) gemv_persistent_kernel(const P
       uint4 nv[U];
       load_activations<U>(p, xrow, xok, first + i * step, K, t, xv, nv);
       issue_next();  // past this tile's last stage: the next tile's
-      copy_async_wait<S - 1>();
-      mma_stage<TILES, U, SPLITS>(xv, nv, has_norm, mine + use_stage * kStage, acc, sumsq);
+      if constexpr (kPacked)
+        tma::mbar_wait(bars + 8 * use_stage, use_phase);
+      else
+        copy_async_wait<S - 1>();
+      mma_stage<TILES, U, SPLITS, kPacked>(xv, nv, has_norm, mine + use_stage * kStage, acc, sumsq);
       use_stage = use_stage + 1 == S ? 0 : use_stage + 1;
+      use_phase ^= use_stage == 0 ? 1u : 0u;
       if (k == 0 && i == 0) stamp_now<STAMPS>(p, kStampConsumed);
     }
 
