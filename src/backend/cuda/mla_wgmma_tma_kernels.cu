@@ -34,8 +34,6 @@
 // Measured on the H200 (docs/benchmarks.md, tenth session), batch 64 x 4096 x 16 heads: 84.8-87.7 us per
 // kernel (ncu), 82% of the copy bandwidth; 90.1-90.6 us per call replayed back to back in a CUDA graph (79%;
 // the second design 104.3, this design's earlier cp.async instances 101.7); 128 heads 502 us (667).
-#include <cuda.h>
-#include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -48,6 +46,7 @@
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda/runtime.h"
 #include "backend/cuda/stream.h"
+#include "backend/cuda/tensor_map_encoder.h"
 #include "backend/cuda/tma_common.cuh"
 #include "backend/cuda/wgmma_common.cuh"
 #include "core/env_choice.h"
@@ -371,21 +370,6 @@ __global__ void __launch_bounds__(kThreads, 1)
                 reinterpret_cast<int*>(gbase + kFlagOff));
 }
 
-PFN_cuTensorMapEncodeTiled_v12000 encode_function() {
-  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-    void* p = nullptr;
-    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &found) !=
-            cudaSuccess ||
-        found != cudaDriverEntryPointSuccess) {
-      cudaGetLastError();
-      p = nullptr;
-    }
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
-  }();
-  return fn;
-}
-
 template <bool kSplitO>
 bool configure_instance() {
   const bool set =
@@ -424,7 +408,7 @@ bool mla_wgmma_tma_usable(const MlaPlanView& plan, uintptr_t cache) {
   const int64_t bs = plan.block_size;
   const bool shape = bs >= 8 && bs % 8 == 0 && (bs % kRows == 0 || kRows % bs == 0) && plan.cache_rows > 0 &&
                      plan.cache_rows < (int64_t{1} << 31) && cache % 16 == 0;
-  return shape && mla_wgmma_supported() && encode_function() != nullptr;
+  return shape && mla_wgmma_supported() && tensor_map_encoder() != nullptr;
 }
 
 void launch_attention_mla_wgmma_tma(const float* q_lat, const float* q_pe, const uint16_t* cache,
@@ -442,7 +426,7 @@ void launch_attention_mla_wgmma_tma(const float* q_lat, const float* q_pe, const
   const cuuint64_t strides[1] = {static_cast<cuuint64_t>(kD) * 2};
   const cuuint32_t box[2] = {64, static_cast<cuuint32_t>(box_rows)};
   const cuuint32_t element_strides[2] = {1, 1};
-  const CUresult made = encode_function()(
+  const CUresult made = tensor_map_encoder()(
       &map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<uint16_t*>(cache), dims, strides, box,
       element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
       CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);

@@ -1,8 +1,6 @@
 // The weight-streaming probe's kernels (see stream_probe.h). Every kernel sums the 32-bit words of its
 // block's span with wrap-around adds, so that the host can check that every byte was read exactly once, and
 // asks for ~200 KB of shared memory so that one block lands on each SM.
-#include <cuda.h>
-#include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -10,6 +8,7 @@
 #include "backend/cuda/kernel_common.cuh"
 #include "backend/cuda/stream.h"
 #include "backend/cuda/stream_probe.h"
+#include "backend/cuda/tensor_map_encoder.h"
 #include "backend/cuda/tma_common.cuh"
 #include "core/error.h"
 
@@ -274,30 +273,15 @@ void launch_cp_async(int blocks, const void* src, int64_t tiles, uint32_t* sums)
       <<<blocks, kWarps * 32, kOneBlockPerSm, stream()>>>(static_cast<const uint4*>(src), tiles, sums);
 }
 
-PFN_cuTensorMapEncodeTiled_v12000 encode_function() {
-  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-    void* p = nullptr;
-    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &found) !=
-            cudaSuccess ||
-        found != cudaDriverEntryPointSuccess) {
-      cudaGetLastError();
-      p = nullptr;
-    }
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
-  }();
-  return fn;
-}
-
 // The blocks' spans as one [rows, 4096] bf16 matrix; boxes of `box_cols` x 32 rows.
 CUtensorMap span_map(const void* src, int64_t rows, int box_cols) {
   CUtensorMap map;
-  DSI_CHECK(encode_function() != nullptr, "stream probe: no cuTensorMapEncodeTiled");
+  DSI_CHECK(tensor_map_encoder() != nullptr, "stream probe: no cuTensorMapEncodeTiled");
   const cuuint64_t dims[2] = {kRowBytes / 2, static_cast<cuuint64_t>(rows)};
   const cuuint64_t strides[1] = {kRowBytes};
   const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_cols), kTileRows};
   const cuuint32_t element_strides[2] = {1, 1};
-  const CUresult made = encode_function()(
+  const CUresult made = tensor_map_encoder()(
       &map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(src), dims, strides, box, element_strides,
       CU_TENSOR_MAP_INTERLEAVE_NONE, box_cols == 64 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE,
       CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
