@@ -44,13 +44,14 @@ struct Entry {
   int64_t N, K;
 };
 
+// Never destroyed: a weight freed during static destruction still unregisters safely.
 std::mutex& registry_mutex() {
-  static std::mutex m;
-  return m;
+  static auto* m = new std::mutex;
+  return *m;
 }
 std::unordered_map<const uint16_t*, Entry>& registry() {
-  static std::unordered_map<const uint16_t*, Entry> r;
-  return r;
+  static auto* r = new std::unordered_map<const uint16_t*, Entry>;
+  return *r;
 }
 
 }  // namespace
