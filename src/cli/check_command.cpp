@@ -4,11 +4,11 @@
 // Works without a GPU for a named target (sm_90, sm_80 or a GPU model) and on a directory holding only
 // config.json.
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 
 #include "cli/commands.h"
+#include "core/env_choice.h"
 #include "core/error.h"
 #include "engine/memory_plan.h"
 #include "model/model_config.h"
@@ -170,8 +170,9 @@ int run_check(CheckArgs& a) {
   }
   a.plan.precision = precision;
   a.plan.kv_element_bytes = a.kv_dtype == "fp32" ? 4 : 2;
-  const char* packed_env = std::getenv("DSINFER_GEMV_PACKED");
-  a.plan.gemv_packed_copies = target.arch_path == "sm_90" && !(packed_env && std::string(packed_env) == "0");
+  // DSINFER_GEMV_PACKED as the CUDA backend reads it (gemv_packed.h): 0 never, 1 or auto (default) on sm_90.
+  a.plan.gemv_packed_copies =
+      target.arch_path == "sm_90" && env_choice("DSINFER_GEMV_PACKED", {"0", "1", "auto"}, 2) != 0;
 
   // Scheduler settings that hurt.
   const int32_t block = a.plan.kv_block_size;

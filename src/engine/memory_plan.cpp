@@ -17,6 +17,7 @@ MemoryPlan plan_memory(const ModelConfig& c, const ModelSize& size, const Memory
     int64_t bytes = dense_layers * 2 * c.intermediate_size * c.hidden_size * 2;  // gate and up, bf16
     if (!c.tie_word_embeddings) bytes += c.vocab_size * c.hidden_size * 2;       // the LM head
     const double free_after = static_cast<double>(in.gpu_memory_bytes - p.weight_bytes - bytes);
+    // 0.3: gemv_packed.h's kGemvPackedFreeFraction (the engine does not include the CUDA backend's headers).
     if (free_after >= 0.3 * static_cast<double>(in.gpu_memory_bytes)) p.packed_weight_bytes = bytes;
   }
   // Workspace: bf16 activations of one step (residual, normed input, the widest projection output, MLP

@@ -625,9 +625,9 @@ void launch(Params& p, GemvConfig c, const char* what) {
     for (int i = 0; i < mats; ++i) rows += p.mats[i].N;
     bool packed = arch_path() == ArchPath::kHopper;
     p.kchunks = (p.K + 31) / 32;
-    for (int i = 0; i < (SWIGLU ? 2 : mats); ++i) {
+    for (int i = 0; packed && i < (SWIGLU ? 2 : mats); ++i) {
       p.mats[i].packed = gemv_packed_for(p.mats[i].w, p.mats[i].N, p.K);
-      packed = packed && p.mats[i].packed != nullptr;
+      packed = p.mats[i].packed != nullptr;
     }
     // Persistent: at most persist blocks per SM (and the kernel's occupancy), each walking row tiles.
     const int64_t per_sm = std::min(c.persist, find_mma(c, SWIGLU, false, packed).blocks_per_sm);
