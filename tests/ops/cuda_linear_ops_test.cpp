@@ -404,6 +404,22 @@ TEST_F(CudaLinearTest, GemvPersistentIsBitIdenticalToPerLaunch) {
   }
 }
 
+// A capped persistent launch (GemvConfig::cap_per_sm: the qkv-sized launches, at most 3 one-tile blocks per
+// SM) holds at most its cap on an SM, whether its kernel reads row-major or packed weights, and exactly the
+// cap (so the padding does not leave the SM emptier than planned). The padding range must count the packed
+// instance's static mbarriers: counted from gemv_block_smem alone, every padding read as no occupancy there,
+// no cap was set, and Llama-8B's 384 qkv blocks landed four to an SM on 96 SMs.
+TEST_F(CudaLinearTest, CappedLaunchesHoldTheirCapPerSmPackedOrNot) {
+  CudaBackend gpu;
+  const int64_t qkv[3] = {4096, 1024, 1024};  // Llama-8B: 384 16-row tiles, K 4096
+  const cuda::GemvConfig c = cuda::resolve_gemv_config(1, 4096, qkv, 3, false);
+  if (!c.cap_per_sm) GTEST_SKIP() << "no capped shape for the 8B qkv on this device (" << c.persist << ")";
+  EXPECT_EQ(cuda::gemv_resident_blocks_per_sm(4096, qkv, 3, false, false), c.persist);
+  if (cuda::arch_path() == cuda::ArchPath::kHopper) {
+    EXPECT_EQ(cuda::gemv_resident_blocks_per_sm(4096, qkv, 3, false, true), c.persist);
+  }
+}
+
 // The packed weights (gemv_packed.h): every persistent shape reading the packed copies by bulk copies gives
 // the bits of the same shape reading the row-major matrices, also where K is not a whole number of warp
 // iterations (the last stages' fragments past K zeroed by the lanes) or of 32 columns, and where N is not a

@@ -253,11 +253,13 @@ bool aligned16(const void* ptr) {
 }
 
 // One compiled MMA kernel: its launch (pad: extra dynamic shared memory, GemvConfig::cap_per_sm), its
-// resident blocks per SM (occupancy, queried once) and the occupancy with a padding (which first allows the
-// kernel the device's whole per-block shared memory).
+// resident blocks per SM (occupancy, queried once), the shared memory one block takes unpadded (dynamic +
+// static, as compiled: the packed instances' mbarriers and the units' table included) and the occupancy with
+// a padding (which first allows the kernel max_pad more dynamic bytes).
 struct MmaKernel {
   void (*launch)(const Params& p, dim3 grid, int pad);
   int blocks_per_sm;
+  int64_t smem_bytes;
   int (*padded_occupancy)(int pad, int max_pad);
 };
 
@@ -291,7 +293,13 @@ const MmaKernel& mma_kernel() {
       cudaGetLastError();
       per_sm = 1;
     }
+    cudaFuncAttributes attrs{};
+    if (cudaFuncGetAttributes(&attrs, fn) != cudaSuccess) {
+      cudaGetLastError();
+      attrs.sharedSizeBytes = 0;
+    }
     MmaKernel out;
+    out.smem_bytes = bytes + static_cast<int64_t>(attrs.sharedSizeBytes);
     out.launch = [](const Params& p, dim3 grid, int pad) {
       launch_pdl(mma_kernel_fn<W, TILES, U, S, SPLITS, SWIGLU, PERSIST, STAMPS, UNITS>(), grid, dim3(W * 32),
                  bytes + pad, p);
@@ -473,16 +481,18 @@ int64_t smem_limit() {
   return device_smem_per_block(227 * 1024);
 }
 
-// The padding that keeps kernel k (of shape c) at `cap` resident blocks per SM (gemv_cap_padding; 0 when
-// none does), found once per (kernel, cap).
-int cap_padding(const MmaKernel& k, GemvConfig c, bool swiglu, int cap) {
+// The padding that keeps kernel k at `cap` resident blocks per SM (gemv_cap_padding; 0 when none does),
+// found once per (kernel, cap). The pads tried stop where the block would pass the device's per-block limit:
+// counted from the kernel's own bytes, since a padding the limit refuses reads as no occupancy (an instance
+// with 96 bytes of static mbarriers over gemv_block_smem's count got no cap at all, and its qkv blocks piled
+// four to an SM).
+int cap_padding(const MmaKernel& k, int cap) {
   static std::mutex mutex;
   static std::map<std::pair<const MmaKernel*, int>, int> pads;
   std::lock_guard<std::mutex> lock(mutex);
   const auto key = std::make_pair(&k, cap);
   if (auto it = pads.find(key); it != pads.end()) return it->second;
-  const int max_pad =
-      static_cast<int>(smem_limit() - gemv_block_smem(c.warps, swiglu ? 2 : c.tiles, c.unroll, c.stages));
+  const int max_pad = static_cast<int>(smem_limit() - k.smem_bytes);
   const int64_t pad =
       max_pad <= 0
           ? 0
@@ -638,7 +648,7 @@ void launch(Params& p, GemvConfig c, const char* what) {
     p.stamps = next_gemv_stamp_slot(rows, p.K, SWIGLU, grid, blocks);  // null unless stamps are on
     const MmaKernel& k = find_mma(c, SWIGLU, p.stamps != nullptr, packed);
     k.launch(p, dim3(static_cast<unsigned>(grid)),
-             c.cap_per_sm ? cap_padding(k, c, SWIGLU, static_cast<int>(per_sm)) : 0);
+             c.cap_per_sm ? cap_padding(k, static_cast<int>(per_sm)) : 0);
   } else if (fast) {
     const MmaKernel& k = find_mma(c, SWIGLU);
     GemvSplitLayout split = gemv_split_layout(p.K, c.warps, c.unroll, c.ksplit);
@@ -717,6 +727,16 @@ GemvConfig resolve_gemv_config(int64_t M, int64_t K, const int64_t* N, int count
   return resolve(M, K, N, count, swiglu, requested);
 }
 
+int gemv_resident_blocks_per_sm(int64_t K, const int64_t* N, int count, bool swiglu, bool packed) {
+  const GemvConfig c = resolve(1, K, N, count, swiglu, GemvConfig{});
+  if (c.generic || c.persist <= 0) return 0;
+  const MmaKernel& k = find_mma(c, swiglu, false, packed);
+  if (!c.cap_per_sm) return k.blocks_per_sm;
+  const int per_sm = static_cast<int>(std::min<int64_t>(c.persist, k.blocks_per_sm));
+  const int max_pad = static_cast<int>(smem_limit() - k.smem_bytes);
+  return k.padded_occupancy(cap_padding(k, per_sm), std::max(max_pad, 0));
+}
+
 void launch_gemv(const float* x, int64_t M, int64_t K, const GemvMatrix* mats, int count, GemvNorm norm,
                  bool accumulate, GemvConfig config) {
   DSI_CHECK(count >= 1 && count <= kGemvMaxMatrices, "gemv: ", count, " matrices, at most ",
@@ -790,8 +810,7 @@ void launch_units(Params& p, GemvConfig c, const MmaKernel& k, int64_t rows, boo
   p.stamps = nullptr;
   const int64_t per_sm = std::min(c.persist, k.blocks_per_sm);
   const int64_t grid = std::min<int64_t>(p.tiles, num_sms() * per_sm);
-  k.launch(p, dim3(static_cast<unsigned>(grid)),
-           c.cap_per_sm ? cap_padding(k, c, swiglu, static_cast<int>(per_sm)) : 0);
+  k.launch(p, dim3(static_cast<unsigned>(grid)), c.cap_per_sm ? cap_padding(k, static_cast<int>(per_sm)) : 0);
   check_launch(what);
 }
 

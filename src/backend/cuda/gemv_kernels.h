@@ -62,6 +62,12 @@ std::vector<GemvConfig> gemv_configs(bool swiglu);
 GemvConfig resolve_gemv_config(int64_t M, int64_t K, const int64_t* N, int count, bool swiglu,
                                GemvConfig requested = {});
 
+// How many blocks of the kernel a decode launch (M 1, the auto choice) of these matrices runs one SM can hold
+// at once: its occupancy with the padding that caps it (GemvConfig::cap_per_sm), i.e. the most the block
+// scheduler can stack on one SM however the blocks land. packed: the instance reading packed copies
+// (gemv_packed.h; sm_90 only). Needs a CUDA device; 0 when the launch would not run a persistent MMA kernel.
+int gemv_resident_blocks_per_sm(int64_t K, const int64_t* N, int count, bool swiglu, bool packed);
+
 // For each of `count` matrices (<= kGemvMaxMatrices, same K): y_i = (or += with accumulate)
 // norm(x) w_i^T + b_i. x [M, K] float32 device, 1 <= M <= kGemvMaxRows.
 void launch_gemv(const float* x, int64_t M, int64_t K, const GemvMatrix* mats, int count, GemvNorm norm,
