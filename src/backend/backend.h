@@ -163,7 +163,8 @@ class Backend {
   // sum_k weights[t, k] * expert_{ids[t, k]}(x[t]) -> [T, H].
   virtual Tensor moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
                              const std::vector<MlpWeights>& experts) = 0;
-  // Selected rows of x [T, H] -> [rows, H].
+  // Selected rows of x [T, H] -> [rows, H]. When rows is every row of x in order, a backend may return x
+  // itself (the CUDA one does): callers only read the result.
   virtual Tensor gather_rows(const Tensor& x, const std::vector<int32_t>& rows) = 0;
 
   // ---- Fused ops (backend_fused_ops.cpp): each default composes the primitives above in the order the

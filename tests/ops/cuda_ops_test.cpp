@@ -97,6 +97,56 @@ TEST_F(CudaOpsTest, BackendEmbedRmsNormAddGather) {
   EXPECT_THROW(gpu.gather_rows(cuda::to_device(a), {6}), Error);
 }
 
+// The embedding and row gathers at widths that take the vector paths (several rounds of pieces: 8200 = 1025
+// pieces of 8, one more than a round) and the scalar ones (H not a multiple of 8 or 4), equal to the CPU's to
+// the bit; a gather of every row in order gives x's values (the CUDA backend hands back x itself).
+TEST_F(CudaOpsTest, EmbedAndGatherAtEveryRowWidth) {
+  CudaBackend gpu;
+  for (int64_t H : {96, 100, 4098, 8200, 16416}) {
+    SCOPED_TRACE("H " + std::to_string(H));
+    auto [tab_bits, tab] = as_bf16(random_f32({40, H}));
+    const std::vector<int32_t> ids = {3, 39, 0, 17, 17};
+    EXPECT_EQ(rel_err(gpu.to_host(gpu.embed(gpu.prepare_weight(tab), ids)), cpu.embed(tab, ids)), 0.0);
+    const Tensor a = random_f32({5, H});
+    const Tensor da = cuda::to_device(a);
+    const std::vector<int32_t> rows = {4, 0, 4, 2};
+    EXPECT_EQ(rel_err(gpu.to_host(gpu.gather_rows(da, rows)), cpu.gather_rows(a, rows)), 0.0);
+    EXPECT_EQ(rel_err(gpu.to_host(gpu.gather_rows(da, {0, 1, 2, 3, 4})), a), 0.0);
+  }
+}
+
+// The kernel that reads page-locked host memory (the small per-step uploads, host_reads.h) copies every byte:
+// sizes around its 16-byte pieces and rounds, an unaligned source or destination (the byte path), up to its
+// limit; bytes past the end stay untouched; larger transfers are refused.
+TEST_F(CudaOpsTest, CopyFromHostByKernelCopiesEveryByte) {
+  CudaBackend gpu;
+  const size_t cap = cuda::kHostReadMaxBytes + 64;
+  char* pinned = static_cast<char*>(cuda::host_alloc_pinned(cap));
+  ASSERT_NE(pinned, nullptr);
+  Tensor dev = Tensor::empty_on(Device::kCuda, DType::U8, {static_cast<int64_t>(cap)});
+  std::vector<char> sentinel(cap, 0x5a), back(cap);
+  for (size_t bytes : {size_t{1}, size_t{15}, size_t{16}, size_t{17}, size_t{4099}, size_t{16400},
+                       cuda::kHostReadMaxBytes - 7}) {
+    for (size_t src_off : {size_t{0}, size_t{3}}) {
+      for (size_t dst_off : {size_t{0}, size_t{16}, size_t{5}}) {
+        for (size_t i = 0; i < bytes; ++i) pinned[src_off + i] = static_cast<char>(rng() & 0xff);
+        cuda::copy_to_device(dev.raw(), sentinel.data(), cap);
+        cuda::copy_from_host_by_kernel(static_cast<char*>(dev.raw()) + dst_off, pinned + src_off, bytes);
+        cuda::copy_to_host(back.data(), dev.raw(), cap);
+        const std::string what = std::to_string(bytes) + " bytes from +" + std::to_string(src_off) + " to +" +
+                                 std::to_string(dst_off);
+        EXPECT_EQ(std::memcmp(back.data() + dst_off, pinned + src_off, bytes), 0) << what;
+        EXPECT_EQ(back[dst_off + bytes], 0x5a) << what;
+        if (dst_off > 0) {
+          EXPECT_EQ(back[dst_off - 1], 0x5a) << what;
+        }
+      }
+    }
+  }
+  EXPECT_THROW(cuda::copy_from_host_by_kernel(dev.raw(), pinned, cuda::kHostReadMaxBytes + 1), Error);
+  cuda::host_free_pinned(pinned);
+}
+
 TEST_F(CudaOpsTest, LinearMatchesCpu) {
   CudaBackend split(CudaBackendOptions{true});
   CudaBackend plain;

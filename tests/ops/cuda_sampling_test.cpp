@@ -29,6 +29,7 @@
 #ifdef DSINFER_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_tensor.h"
+#include "backend/cuda/sampling_kernels.h"
 #endif
 
 namespace dsinfer {
@@ -372,6 +373,38 @@ TEST_F(CudaSamplingTest, BadRowsReportErrorsAlone) {
   EXPECT_NE(got[1].error.find("NaN"), std::string::npos) << got[1].error;
   EXPECT_NE(got[2].error.find("-inf"), std::string::npos) << got[2].error;
   EXPECT_NE(got[3].error.find("outside the vocabulary"), std::string::npos) << got[3].error;
+}
+
+// On a large vocabulary the row max is split over several blocks per row (sample_row_parts): a NaN or +inf
+// in any block's range, or -inf everywhere, still fails the row alone; the max in the last element (the last
+// range's tail) is found; and the arrival counters are left ready, so repeated calls (with fewer and more
+// rows) give the same answers.
+TEST_F(CudaSamplingTest, SplitRowMaxReportsErrorsAndResetsItsCounters) {
+  const int64_t V = 128256;
+  ASSERT_GT(cuda::sample_row_parts(V), 1);
+  Tensor logits = random_logits(5, V, 1.0f);
+  logits.f32()[1 * V + V - 2] = NAN;  // the last range
+  for (int64_t i = 0; i < V; ++i) logits.f32()[2 * V + i] = -INFINITY;
+  logits.f32()[3 * V + V / 2] = INFINITY;  // a middle range
+  logits.f32()[4 * V + V - 1] = 40.0f;     // the max in the tail
+  Tensor first_two = Tensor::empty(DType::F32, {2, V});
+  std::copy(logits.f32(), logits.f32() + 2 * V, first_two.f32());
+  const Tensor dev = cuda::to_device(logits), dev_two = cuda::to_device(first_two);
+  for (int64_t R : {5, 2, 5, 5}) {
+    const Tensor& rows_logits = R == 5 ? dev : dev_two;
+    const std::vector<SampledToken> got =
+        gpu.sample(rows_logits, std::vector<SamplingRow>(static_cast<size_t>(R), row_with(0.0f)));
+    HostSampler host;
+    std::mt19937_64 unused;
+    EXPECT_TRUE(got[0].error.empty());
+    EXPECT_EQ(got[0].token, host.sample(logits.f32(), static_cast<int32_t>(V), row_with(0.0f), unused));
+    EXPECT_NE(got[1].error.find("NaN"), std::string::npos) << got[1].error;
+    if (R < 5) continue;
+    EXPECT_NE(got[2].error.find("-inf"), std::string::npos) << got[2].error;
+    EXPECT_NE(got[3].error.find("NaN"), std::string::npos) << got[3].error;
+    EXPECT_TRUE(got[4].error.empty());
+    EXPECT_EQ(got[4].token, V - 1);
+  }
 }
 
 TEST_F(CudaSamplingTest, HostLogitsUseTheHostSampler) {

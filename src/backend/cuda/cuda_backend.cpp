@@ -128,6 +128,11 @@ void CudaBackend::add_inplace(Tensor& a, const Tensor& b) {
 Tensor CudaBackend::gather_rows(const Tensor& x, const std::vector<int32_t>& rows) {
   const int64_t H = x.dim(0) ? x.numel() / x.dim(0) : 0;
   for (int32_t r : rows) DSI_CHECK(r >= 0 && r < x.dim(0), "gather_rows: row ", r, " out of range");
+  // Every row in order (a decode step: one logits row per sequence): x itself, no copy and no kernel between
+  // the last layer and the LM head. Callers only read the result.
+  bool identity = static_cast<int64_t>(rows.size()) == x.dim(0);
+  for (size_t i = 0; identity && i < rows.size(); ++i) identity = rows[i] == static_cast<int32_t>(i);
+  if (identity) return x;
   Shape shape = x.shape();
   shape[0] = static_cast<int64_t>(rows.size());
   Tensor out = device_empty(shape);

@@ -245,7 +245,9 @@ class CudaBackend : public Backend {
   cuda::DeviceMirror ids_, rows_, positions_, slot_mapping_, inv_freq_, decode_tokens_, flash_tiles_;
   SampleCall sample_;
   cuda::PinnedBuffer sample_inputs_, sample_outputs_;  // staging of the sampling inputs and results
-  void* sample_inputs_copied_ = nullptr;               // events (cuda::EventHandle) after those copies
+  Tensor sample_row_counters_;  // [rows] I32 (used as uint32) arrival counters of the split row max (zeroed
+                                // once, kept zero)
+  void* sample_inputs_copied_ = nullptr;  // events (cuda::EventHandle) after those copies
   void* sample_outputs_copied_ = nullptr;
   // Host scratch of attention_gqa: the tokens of decode sequences and the flash query tiles.
   std::vector<int32_t> decode_tokens_host_, flash_tiles_host_;

@@ -6,6 +6,8 @@
 #include <cstring>
 
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/host_reads.h"
+#include "backend/cuda/runtime.h"
 #include "backend/cuda/sampling_kernels.h"
 #include "core/dtype.h"
 #include "core/error.h"
@@ -107,8 +109,9 @@ void CudaBackend::sample_async(const Tensor& logits, const std::vector<SamplingR
     p.work_row = work_rows++;
   }
 
-  // Inputs: one buffer, one asynchronous copy from pinned memory (a synchronous copy would wait for the
-  // forward pass queued before it).
+  // Inputs: one buffer in pinned memory, which the kernel reads over the bus (host_reads.h), or (host reads
+  // off) one asynchronous copy of it (a synchronous copy would wait for the forward pass queued before it).
+  const bool host_reads = cuda::host_reads_enabled();
   std::vector<char> packed;
   const size_t params_at = append_aligned(packed, params);
   const size_t seen_at = append_aligned(packed, seen);
@@ -117,29 +120,55 @@ void CudaBackend::sample_async(const Tensor& logits, const std::vector<SamplingR
   if (sample_inputs_copied_) cuda::event_wait_host(sample_inputs_copied_);  // the staging is free again
   char* staging = sample_inputs_.reserve(packed.size(), sample_inputs_copied_);
   std::memcpy(staging, packed.data(), packed.size());
-  Tensor inputs = Tensor::empty_on(Device::kCuda, DType::U8, {static_cast<int64_t>(packed.size())});
-  char* in = static_cast<char*>(inputs.raw());
-  cuda::copy_to_device_async(in, staging, packed.size());
+  Tensor inputs;
+  const char* in = staging;
+  if (!host_reads) {
+    inputs = Tensor::empty_on(Device::kCuda, DType::U8, {static_cast<int64_t>(packed.size())});
+    cuda::copy_to_device_async(inputs.raw(), staging, packed.size());
+    in = static_cast<const char*>(inputs.raw());
+  }
   if (!sample_inputs_copied_) sample_inputs_copied_ = cuda::event_create();
-  cuda::event_record(sample_inputs_copied_);
+  if (!host_reads) cuda::event_record(sample_inputs_copied_);
 
   const int64_t capacity = cuda::sample_candidate_capacity(V);
   Tensor work;  // [rows with penalties, V]: the penalised logits
   if (work_rows > 0) work = Tensor::empty_on(Device::kCuda, DType::F32, {work_rows, V});
   Tensor cand_ids = Tensor::empty_on(Device::kCuda, DType::I32, {R, capacity});     // [R, capacity]
   Tensor cand_values = Tensor::empty_on(Device::kCuda, DType::F32, {R, capacity});  // [R, capacity]
+  // The split row max (sampling_kernels.h): per-call parts, counters kept zero from call to call (grown, and
+  // zeroed on the stream, when a call has more rows than any before).
+  cuda::SampleRowWork parts;
+  parts.parts = cuda::sample_row_parts(V);
+  Tensor part_keys, part_bad;
+  if (parts.parts > 1) {
+    if (!sample_row_counters_ || sample_row_counters_.numel() < R) {
+      sample_row_counters_ = Tensor::empty_on(Device::kCuda, DType::I32, {std::max<int64_t>(R, 64)});
+      cuda::memset_async(sample_row_counters_.raw(), 0, sample_row_counters_.nbytes());
+    }
+    part_keys = Tensor::empty_on(Device::kCuda, DType::U8, {R * parts.parts * 8});  // [R, parts] u64
+    part_bad = Tensor::empty_on(Device::kCuda, DType::I32, {R, parts.parts});
+    parts.part_keys = static_cast<uint64_t*>(part_keys.raw());
+    parts.part_bad = part_bad.data<int32_t>();
+    parts.counters = static_cast<uint32_t*>(sample_row_counters_.raw());
+  }
   const int64_t result_bytes = R * static_cast<int64_t>(sizeof(cuda::SampleRowResult));
   call.results = Tensor::empty_on(Device::kCuda, DType::U8, {result_bytes});  // [R] SampleRowResult
+  // Results: the kernel also writes them into pinned memory (host reads on), or one copy queued after it;
+  // sample_wait waits for the event.
+  char* out = sample_outputs_.reserve(static_cast<size_t>(result_bytes), sample_outputs_copied_);
   cuda::launch_sample_rows(
       logits.data<float>(), R, V, reinterpret_cast<const cuda::SampleRowParams*>(in + params_at),
       seen.empty() ? nullptr : reinterpret_cast<const int32_t*>(in + seen_at),
       gen_ids.empty() ? nullptr : reinterpret_cast<const int32_t*>(in + gen_ids_at),
       gen_counts.empty() ? nullptr : reinterpret_cast<const int32_t*>(in + gen_counts_at),
-      work ? work.data<float>() : nullptr, cand_ids.data<int32_t>(), cand_values.data<float>(),
-      static_cast<cuda::SampleRowResult*>(call.results.raw()));
-  // Results: queued into pinned memory; sample_wait waits for the event.
-  char* out = sample_outputs_.reserve(static_cast<size_t>(result_bytes), sample_outputs_copied_);
-  cuda::copy_to_host_async(out, call.results.raw(), static_cast<size_t>(result_bytes));
+      work ? work.data<float>() : nullptr, cand_ids.data<int32_t>(), cand_values.data<float>(), parts,
+      static_cast<cuda::SampleRowResult*>(call.results.raw()),
+      host_reads ? reinterpret_cast<cuda::SampleRowResult*>(out) : nullptr);
+  if (host_reads) {
+    cuda::event_record(sample_inputs_copied_);  // the kernel has read the staging
+  } else {
+    cuda::copy_to_host_async(out, call.results.raw(), static_cast<size_t>(result_bytes));
+  }
   if (!sample_outputs_copied_) sample_outputs_copied_ = cuda::event_create();
   cuda::event_record(sample_outputs_copied_);
   call.pending = true;

@@ -17,13 +17,35 @@ __device__ __forceinline__ float bf16_bits_to_float(uint16_t bits) {
   return __uint_as_float(static_cast<uint32_t>(bits) << 16);
 }
 
-__global__ void embed_kernel(const uint16_t* table, const int32_t* ids, float* out, int64_t H, int64_t V) {
+// One row of H values per block; each thread moves up to kRowVectors pieces of 8 (bf16 in, float out) per
+// round, all loaded before any is stored, so a thread has its loads in flight together (a row is one DRAM
+// round trip per round, not one per element). Needs H % 8 == 0 and 16-byte aligned table and out (vec8);
+// else one element per thread and round.
+constexpr int kRowThreads = 256;
+constexpr int kRowVectors = 4;
+
+__global__ void embed_kernel(const uint16_t* __restrict__ table, const int32_t* ids, float* __restrict__ out,
+                             int64_t H, int64_t V, bool vec8) {
   pdl_wait();
   pdl_trigger();
   const int64_t t = blockIdx.x;
   const int32_t id = min(max(ids[t], 0), static_cast<int32_t>(V - 1));
-  for (int64_t i = threadIdx.x; i < H; i += blockDim.x)
-    out[t * H + i] = bf16_bits_to_float(table[id * H + i]);
+  const uint16_t* src = table + id * H;  // [H] bf16
+  float* dst = out + t * H;              // [H]
+  if (!vec8) {
+    for (int64_t i = threadIdx.x; i < H; i += blockDim.x) dst[i] = bf16_bits_to_float(src[i]);
+    return;
+  }
+  move_pieces<kRowThreads, kRowVectors>(
+      H / 8, [&](int64_t c) { return reinterpret_cast<const uint4*>(src)[c]; },
+      [&](int64_t c, const uint4& v) {
+        const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+        float4* d = reinterpret_cast<float4*>(dst + 8 * c);
+        d[0] = make_float4(__uint_as_float(w[0] << 16), __uint_as_float(w[0] & 0xffff0000u),
+                           __uint_as_float(w[1] << 16), __uint_as_float(w[1] & 0xffff0000u));
+        d[1] = make_float4(__uint_as_float(w[2] << 16), __uint_as_float(w[2] & 0xffff0000u),
+                           __uint_as_float(w[3] << 16), __uint_as_float(w[3] & 0xffff0000u));
+      });
 }
 
 __global__ void rms_norm_kernel(const float* x, const uint16_t* w, float* out, int64_t H, float eps) {
@@ -57,12 +79,26 @@ __global__ void add_kernel(float* a, const float* b, int64_t n) {
   if (i < n) a[i] += b[i];
 }
 
-__global__ void gather_rows_kernel(const float* x, const int32_t* rows, float* out, int64_t H) {
+// Row rows[r] of x into row r of out; vec4 (H % 4 == 0, 16-byte aligned x and out): pieces of 4 floats,
+// kRowVectors per thread and round loaded before any is stored.
+__global__ void gather_rows_kernel(const float* __restrict__ x, const int32_t* rows, float* __restrict__ out,
+                                   int64_t H, bool vec4) {
   pdl_wait();
   pdl_trigger();
   const int64_t r = blockIdx.x;
-  const float* src = x + static_cast<int64_t>(rows[r]) * H;
-  for (int64_t i = threadIdx.x; i < H; i += blockDim.x) out[r * H + i] = src[i];
+  const float* src = x + static_cast<int64_t>(rows[r]) * H;  // [H]
+  float* dst = out + r * H;                                  // [H]
+  if (!vec4) {
+    for (int64_t i = threadIdx.x; i < H; i += blockDim.x) dst[i] = src[i];
+    return;
+  }
+  move_pieces<kRowThreads, kRowVectors>(
+      H / 4, [&](int64_t c) { return reinterpret_cast<const float4*>(src)[c]; },
+      [&](int64_t c, const float4& v) { reinterpret_cast<float4*>(dst)[c] = v; });
+}
+
+bool aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
 }  // namespace
@@ -70,7 +106,8 @@ __global__ void gather_rows_kernel(const float* x, const int32_t* rows, float* o
 void launch_embed(const uint16_t* table, const int32_t* ids, float* out, int64_t T, int64_t H, int64_t V) {
   if (T == 0) return;
   // The caller checked the ids on the host; the kernel still clamps (no host sync here).
-  launch_pdl(embed_kernel, static_cast<unsigned>(T), 256, 0, table, ids, out, H, V);
+  const bool vec8 = H % 8 == 0 && aligned16(table) && aligned16(out);
+  launch_pdl(embed_kernel, static_cast<unsigned>(T), kRowThreads, 0, table, ids, out, H, V, vec8);
   check_launch("embed");
 }
 
@@ -97,7 +134,8 @@ void launch_add_inplace(float* a, const float* b, int64_t n) {
 
 void launch_gather_rows(const float* x, const int32_t* rows, float* out, int64_t R, int64_t H) {
   if (R == 0 || H == 0) return;
-  launch_pdl(gather_rows_kernel, static_cast<unsigned>(R), 256, 0, x, rows, out, H);
+  const bool vec4 = H % 4 == 0 && aligned16(x) && aligned16(out);
+  launch_pdl(gather_rows_kernel, static_cast<unsigned>(R), kRowThreads, 0, x, rows, out, H, vec4);
   check_launch("gather_rows");
 }
 

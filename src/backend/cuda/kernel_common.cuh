@@ -1,5 +1,6 @@
-// Helpers every kernel file shares (.cu only): the runtime-call and launch checks and the bf16 tensor-core
-// MMA (mma.sync m16n8k16, bf16 inputs, fp32 accumulate; sm_80 and newer).
+// Helpers every kernel file shares (.cu only): the runtime-call and launch checks, a block's piecewise copy
+// loop (move_pieces) and the bf16 tensor-core MMA (mma.sync m16n8k16, bf16 inputs, fp32 accumulate; sm_80 and
+// newer).
 #pragma once
 #include <cuda_runtime.h>
 
@@ -18,6 +19,28 @@ inline void check_cuda(cudaError_t err, const char* what) {
 inline void check_launch(const char* what) {
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) fail("CUDA kernel ", what, " failed to launch: ", cudaGetErrorString(err));
+}
+
+// Moves pieces 0..n-1 with one block of kBlock threads: piece c is load(c), then store(c, value). A thread
+// takes pieces threadIdx.x + j kBlock of each round of kBlock kPer pieces and issues all its loads of a round
+// before its stores, so a round costs one memory round trip (a loop of load + store per piece waits for each
+// load: the stores may alias the loads).
+template <int kBlock, int kPer, typename Load, typename Store>
+__device__ __forceinline__ void move_pieces(int64_t n, Load load, Store store) {
+  using Piece = decltype(load(int64_t{0}));
+  for (int64_t base = 0; base < n; base += int64_t{kBlock} * kPer) {
+    Piece v[kPer];
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      const int64_t c = base + j * kBlock + threadIdx.x;
+      if (c < n) v[j] = load(c);
+    }
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      const int64_t c = base + j * kBlock + threadIdx.x;
+      if (c < n) store(c, v[j]);
+    }
+  }
 }
 
 // c[4] += A (16x16 bf16, row-major fragments a[4]) * B (16x8 bf16, column fragments b[2]).

@@ -1,6 +1,6 @@
-// Kernel trace through CUPTI's activity API (see kernel_trace.h). CUPTI hands back buffers of kernel
-// records (start/end on the GPU's clock); they are summed per kernel name, kept (up to kMaxSpans) for the
-// timeline attribution (kernel_timeline.h), and written at process exit.
+// Kernel trace through CUPTI's activity API (see kernel_trace.h). CUPTI hands back buffers of kernel (and
+// copy) records (start/end on the GPU's clock); they are summed per kernel name, kept (up to kMaxSpans) for
+// the timeline attribution (kernel_timeline.h), and written at process exit.
 #include "backend/cuda/kernel_trace.h"
 
 #include <cupti_activity.h>
@@ -65,27 +65,42 @@ void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_recor
   *max_records = 0;
 }
 
+// One kernel, copy or memset: into the per-name totals and (up to kMaxSpans) the timeline.
+void add_span(TraceState& t, const std::string& name, uint64_t start, uint64_t end) {
+  KernelTotal& total = t.totals[name];
+  total.ns += end - start;
+  total.count += 1;
+  if (t.spans.size() < kMaxSpans) {
+    const auto id = t.ids.emplace(name, static_cast<uint32_t>(t.ids.size())).first->second;
+    t.spans.push_back({start, end, id});
+  } else {
+    ++t.dropped;
+  }
+  t.first_start = std::min<uint64_t>(t.first_start, start);
+  t.last_end = std::max<uint64_t>(t.last_end, end);
+}
+
 void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid) {
   TraceState* t = g_trace;
   if (t != nullptr) {
     std::lock_guard<std::mutex> lock(t->mu);
     CUpti_Activity* record = nullptr;
     while (t->next(buffer, valid, &record) == CUPTI_SUCCESS) {
-      if (record->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && record->kind != CUPTI_ACTIVITY_KIND_KERNEL)
-        continue;
-      const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
-      const std::string name = demangle(k->name);
-      KernelTotal& total = t->totals[name];
-      total.ns += k->end - k->start;
-      total.count += 1;
-      if (t->spans.size() < kMaxSpans) {
-        const auto id = t->ids.emplace(name, static_cast<uint32_t>(t->ids.size())).first->second;
-        t->spans.push_back({k->start, k->end, id});
-      } else {
-        ++t->dropped;
+      if (record->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL ||
+          record->kind == CUPTI_ACTIVITY_KIND_KERNEL) {
+        const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
+        add_span(*t, demangle(k->name), k->start, k->end);
+      } else if (record->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {
+        const auto* c = reinterpret_cast<const CUpti_ActivityMemcpy6*>(record);
+        const char* kind = c->copyKind == CUPTI_ACTIVITY_MEMCPY_KIND_HTOD   ? "host to device"
+                           : c->copyKind == CUPTI_ACTIVITY_MEMCPY_KIND_DTOH ? "device to host"
+                           : c->copyKind == CUPTI_ACTIVITY_MEMCPY_KIND_DTOD ? "device to device"
+                                                                            : "other";
+        add_span(*t, std::string("[copy ") + kind + "]", c->start, c->end);
+      } else if (record->kind == CUPTI_ACTIVITY_KIND_MEMSET) {
+        const auto* m = reinterpret_cast<const CUpti_ActivityMemset4*>(record);
+        add_span(*t, "[memset]", m->start, m->end);
       }
-      t->first_start = std::min<uint64_t>(t->first_start, k->start);
-      t->last_end = std::max<uint64_t>(t->last_end, k->end);
     }
   }
   std::free(buffer);
@@ -190,6 +205,10 @@ void start_kernel_trace_from_env() {
       g_trace = nullptr;
       return;
     }
+    // Copies and memsets sit on the same stream between kernels: the timeline shows them too (optional).
+    if (enable(CUPTI_ACTIVITY_KIND_MEMCPY) != CUPTI_SUCCESS ||
+        enable(CUPTI_ACTIVITY_KIND_MEMSET) != CUPTI_SUCCESS)
+      log_warn("DSINFER_KERNEL_TRACE: CUPTI refused the copy activity; kernels only");
     std::atexit(write_trace);
   });
 }

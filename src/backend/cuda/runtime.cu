@@ -182,6 +182,10 @@ void copy_to_host_async(void* pinned_dst, const void* src, size_t bytes) {
              "device-to-host copy");
 }
 
+void memset_async(void* dst, int value, size_t bytes) {
+  check_cuda(cudaMemsetAsync(dst, value, bytes, stream()), "device memset");
+}
+
 bool capturing() {
   return g_capturing;
 }

@@ -26,6 +26,8 @@ void host_free_pinned(void* ptr);
 // Queued on the stream; the host buffers must stay untouched until the stream passes the copy.
 void copy_to_device_async(void* dst, const void* pinned_src, size_t bytes);
 void copy_to_host_async(void* pinned_dst, const void* src, size_t bytes);
+// Sets `bytes` device bytes at dst to `value`, queued on the stream.
+void memset_async(void* dst, int value, size_t bytes);
 
 // Events on the stream: the host can wait until the stream has passed a point.
 using EventHandle = void*;  // a cudaEvent_t (never destroyed: few, process-wide)

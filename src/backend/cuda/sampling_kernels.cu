@@ -21,6 +21,8 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kNT = 15;  // thresholds per counting pass (16-way search)
 constexpr int64_t kMaxCandidates = 16384;
 constexpr uint64_t kNoThreshold = ~uint64_t{0};
+constexpr int64_t kRowPartElems = 4096;  // logits per block of a split row max (2 float4 loads a thread)
+constexpr int kMaxRowParts = 64;
 
 __device__ __forceinline__ uint64_t umax64(uint64_t a, uint64_t b) {
   return a > b ? a : b;
@@ -87,6 +89,7 @@ struct Shared {
   uint64_t top_keys[kSampleMaxTopLogprobs];
   int top_n;
   int32_t token;
+  int last_part;  // row_max_parts: this block arrived last
   double scan[kThreads];
 };
 
@@ -427,11 +430,13 @@ struct RowMax {
   int32_t error;
 };
 
-// Max (lowest id on ties) of x[0, V) and whether some value is NaN / +inf or all are -inf.
-// Each thread visits its elements in increasing index order (an unaligned head, then 16-byte loads, then
-// the tail), keeping the first of its largest ordered values: the key of (value, lowest id) as keys.make
-// orders them, with several loads in flight per thread (a single 512-thread block streams the whole row).
-__device__ RowMax row_max(const float* x, const Keys& keys, int32_t V, Shared& sm) {
+// The block's max key (keys.make's order: the value, then the lowest id) of x[begin, end), 0 when the range
+// is empty, and in *bad whether some value there is NaN or +inf. Each thread visits its elements in
+// increasing index order (an unaligned head, then 16-byte loads, then the tail), keeping the first of its
+// largest ordered values, with several loads in flight per thread. Max over keys is order-free, so any split
+// of a row into ranges gives the whole row's key.
+__device__ uint64_t range_max_key(const float* x, int32_t begin, int32_t end, const Keys& keys, Shared& sm,
+                                  int32_t* bad_out) {
   uint32_t best_bits = 0;
   int32_t best_i = -1;
   int32_t bad = 0;
@@ -443,30 +448,74 @@ __device__ RowMax row_max(const float* x, const Keys& keys, int32_t V, Shared& s
       best_i = i;
     }
   };
-  const int32_t head = min(V, static_cast<int32_t>(((16 - (reinterpret_cast<uintptr_t>(x) & 15)) & 15) / 4));
-  for (int32_t i = threadIdx.x; i < head; i += kThreads) visit(x[i], i);
-  const int32_t nvec = (V - head) / 4;
-  const float4* xv = reinterpret_cast<const float4*>(x + head);  // [nvec] 16-byte aligned
+  const float* y = x + begin;  // [n]
+  const int32_t n = end - begin;
+  const int32_t head = min(n, static_cast<int32_t>(((16 - (reinterpret_cast<uintptr_t>(y) & 15)) & 15) / 4));
+  for (int32_t i = threadIdx.x; i < head; i += kThreads) visit(y[i], begin + i);
+  const int32_t nvec = (n - head) / 4;
+  const float4* yv = reinterpret_cast<const float4*>(y + head);  // [nvec] 16-byte aligned
 #pragma unroll 4
   for (int32_t c = threadIdx.x; c < nvec; c += kThreads) {
-    const float4 v = xv[c];
-    const int32_t i = head + 4 * c;
+    const float4 v = yv[c];
+    const int32_t i = begin + head + 4 * c;
     visit(v.x, i);
     visit(v.y, i + 1);
     visit(v.z, i + 2);
     visit(v.w, i + 3);
   }
-  for (int32_t i = head + 4 * nvec + threadIdx.x; i < V; i += kThreads) visit(x[i], i);
-  uint64_t best =
-      best_i < 0 ? 0
-                 : (static_cast<uint64_t>(best_bits) << keys.idbits) | static_cast<uint64_t>(V - 1 - best_i);
-  bad = block_or_i32(bad, sm);
-  best = block_max_u64(best, sm);
+  for (int32_t i = head + 4 * nvec + threadIdx.x; i < n; i += kThreads) visit(y[i], begin + i);
+  const uint64_t best = best_i < 0 ? 0
+                                   : (static_cast<uint64_t>(best_bits) << keys.idbits) |
+                                         static_cast<uint64_t>(keys.vocab - 1 - best_i);
+  *bad_out = block_or_i32(bad, sm);
+  return block_max_u64(best, sm);
+}
+
+__device__ RowMax row_max_of_key(uint64_t best, int32_t bad, const Keys& keys) {
   RowMax r;
   r.value = from_ordered_bits(static_cast<uint32_t>(best >> keys.idbits));
   r.id = keys.id_of(best);
   r.error = bad ? kSampleBadLogit : (r.value == -INFINITY ? kSampleAllMasked : kSampleOk);
   return r;
+}
+
+// Max (lowest id on ties) of x[0, V) and whether some value is NaN / +inf or all are -inf, by one block.
+__device__ RowMax row_max(const float* x, const Keys& keys, int32_t V, Shared& sm) {
+  int32_t bad = 0;
+  const uint64_t best = range_max_key(x, 0, V, keys, sm, &bad);
+  return row_max_of_key(best, bad, keys);
+}
+
+// The row max of the raw logits split over the row's gridDim.x blocks (SampleRowWork): each block takes its
+// range's key, the last to arrive (counted on the row's counter, which it resets for the next launch) gathers
+// the parts and returns true with *mx, the others return false and are done. The same RowMax as row_max.
+__device__ bool row_max_parts(const float* x, const Keys& keys, int32_t V, const SampleRowWork& ws, int64_t r,
+                              Shared& sm, RowMax* mx) {
+  const int parts = static_cast<int>(gridDim.x), part = static_cast<int>(blockIdx.x);
+  const int32_t per = static_cast<int32_t>(((static_cast<int64_t>(V) + parts - 1) / parts + 3) / 4 * 4);
+  const int32_t begin = min(V, part * per), end = min(V, begin + per);
+  int32_t bad = 0;
+  const uint64_t key = range_max_key(x, begin, end, keys, sm, &bad);
+  if (threadIdx.x == 0) {
+    ws.part_keys[r * parts + part] = key;
+    ws.part_bad[r * parts + part] = bad;
+    __threadfence();  // the part is visible before the arrival that counts it
+    sm.last_part = atomicAdd(&ws.counters[r], 1u) == static_cast<unsigned>(parts - 1) ? 1 : 0;
+  }
+  __syncthreads();
+  if (!sm.last_part) return false;  // the whole block leaves together
+  __threadfence();                  // every counted part is visible to this block's reads below
+  uint64_t best = 0;
+  int32_t any_bad = 0;
+  for (int i = threadIdx.x; i < parts; i += kThreads) {
+    best = umax64(best, __ldcg(&ws.part_keys[r * parts + i]));
+    any_bad |= __ldcg(&ws.part_bad[r * parts + i]);
+  }
+  if (threadIdx.x == 0) ws.counters[r] = 0u;
+  any_bad = block_or_i32(any_bad, sm);
+  best = block_max_u64(best, sm);
+  *mx = row_max_of_key(best, any_bad, keys);
+  return true;
 }
 
 // Chooses the token of a row with temperature > 0 from its penalised logits x.
@@ -546,19 +595,44 @@ __device__ int32_t sample_token(const float* x, const RowMax& mx, const SampleRo
   return token;
 }
 
+// Row r's finished result (written to `out` by the block's threads) copied into host_results[r] (page-locked
+// host memory the kernel writes over the bus, so that no copy-engine transfer follows the kernel); nothing
+// when host_results is null. Every thread of the block calls it.
+__device__ void publish_result(const SampleRowResult& out, SampleRowResult* host_results, int64_t r) {
+  if (host_results == nullptr) return;
+  __syncthreads();  // the block's writes to `out` are visible to its threads
+  constexpr int kWords = static_cast<int>(sizeof(SampleRowResult) / 4);
+  const int32_t* from = reinterpret_cast<const int32_t*>(&out);
+  int32_t* to = reinterpret_cast<int32_t*>(host_results + r);
+  for (int i = threadIdx.x; i < kWords; i += kThreads) to[i] = from[i];
+}
+
 __global__ void __launch_bounds__(kThreads, 1)
     sample_rows_kernel(const float* logits, int32_t V, int idbits, const SampleRowParams* params,
                        const int32_t* seen, const int32_t* gen_ids, const int32_t* gen_counts, float* work,
                        int32_t* cand_ids_all, float* cand_values_all, int64_t capacity,
-                       SampleRowResult* results) {
+                       SampleRowWork parts_ws, SampleRowResult* results, SampleRowResult* host_results) {
   __shared__ Shared sm;
-  const int64_t r = blockIdx.x;
+  const int64_t r = blockIdx.y;
   const SampleRowParams p = params[r];
   const Keys keys{idbits, V};
   const float* raw = logits + r * V;
   int32_t* cand_ids = cand_ids_all + r * capacity;
   float* cand_values = cand_values_all + r * capacity;
   SampleRowResult& out = results[r];
+
+  // A row split over several blocks (gridDim.x > 1): without penalties its max is taken by all of them and
+  // the last one goes on alone; with penalties the first block does the whole row as with one.
+  RowMax mx;
+  bool have_max = false;
+  if (gridDim.x > 1) {
+    if (p.work_row >= 0) {
+      if (blockIdx.x != 0) return;
+    } else {
+      if (!row_max_parts(raw, keys, V, parts_ws, r, sm, &mx)) return;
+      have_max = true;
+    }
+  }
 
   // Penalised logits: a copy of the row with the penalties applied in the host's order.
   const float* x = raw;
@@ -583,7 +657,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     __syncthreads();
     x = w;
   }
-  const RowMax mx = row_max(x, keys, V, sm);
+  if (!have_max) mx = row_max(x, keys, V, sm);
   if (mx.error != kSampleOk) {
     if (threadIdx.x == 0) {
       out.token = -1;
@@ -591,6 +665,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       out.logprob = 0.0f;
       out.num_top = 0;
     }
+    publish_result(out, host_results, r);
     return;
   }
   const int32_t token =
@@ -649,6 +724,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     out.logprob = logprob;
     out.num_top = num_top;
   }
+  publish_result(out, host_results, r);
 }
 
 }  // namespace
@@ -657,16 +733,26 @@ int64_t sample_candidate_capacity(int64_t vocab) {
   return vocab < kMaxCandidates ? vocab : kMaxCandidates;
 }
 
+int sample_row_parts(int64_t vocab) {
+  const int64_t parts = (vocab + kRowPartElems - 1) / kRowPartElems;
+  return static_cast<int>(parts < 2 ? 1 : parts > kMaxRowParts ? kMaxRowParts : parts);
+}
+
 void launch_sample_rows(const float* logits, int64_t R, int64_t V, const SampleRowParams* params,
                         const int32_t* seen, const int32_t* gen_ids, const int32_t* gen_counts, float* work,
-                        int32_t* cand_ids, float* cand_values, SampleRowResult* results) {
+                        int32_t* cand_ids, float* cand_values, const SampleRowWork& parts,
+                        SampleRowResult* results, SampleRowResult* host_results) {
   if (R == 0) return;
   DSI_CHECK(V > 0 && V < (int64_t{1} << 31), "sample: vocabulary of ", V, " tokens");
+  DSI_CHECK(R <= 65535, "sample: ", R, " rows in one call, at most 65535");
+  const bool split = parts.parts > 1 && parts.part_keys && parts.part_bad && parts.counters;
+  DSI_CHECK(parts.parts <= kMaxRowParts, "sample: ", parts.parts, " blocks per row, at most ", kMaxRowParts);
   int idbits = 1;
   while ((int64_t{1} << idbits) < V) ++idbits;
-  sample_rows_kernel<<<static_cast<unsigned>(R), kThreads, 0, stream()>>>(
+  const dim3 grid(split ? static_cast<unsigned>(parts.parts) : 1u, static_cast<unsigned>(R));
+  sample_rows_kernel<<<grid, kThreads, 0, stream()>>>(
       logits, static_cast<int32_t>(V), idbits, params, seen, gen_ids, gen_counts, work, cand_ids, cand_values,
-      sample_candidate_capacity(V), results);
+      sample_candidate_capacity(V), parts, results, host_results);
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) fail("CUDA kernel sample_rows failed to launch: ", cudaGetErrorString(err));
 }

@@ -57,11 +57,29 @@ struct SampleRowResult {
 // Candidates kept per row in the compacted workspace (cand_ids / cand_values hold rows * this entries).
 int64_t sample_candidate_capacity(int64_t vocab);
 
-// Samples rows [R] of logits [R, V] (not modified). work [rows with penalties, V] is scratch for the
-// penalised logits; cand_ids / cand_values [R, sample_candidate_capacity(V)] are scratch; results [R].
+// Scratch of a row max split over `parts` blocks per row (rows without penalties: their max is the latency
+// of one block streaming the whole row otherwise; 18 us for Llama's 128256 logits on the H200): part_keys and
+// part_bad [R, parts]; counters [R], zero before the first launch (each launch leaves them zero). parts <= 1
+// or a null pointer: one block per row.
+struct SampleRowWork {
+  uint64_t* part_keys = nullptr;
+  int32_t* part_bad = nullptr;
+  uint32_t* counters = nullptr;
+  int parts = 1;
+};
+
+// The blocks per row launch_sample_rows splits a row of `vocab` logits over (1 for small vocabularies).
+int sample_row_parts(int64_t vocab);
+
+// Samples rows [R] (R <= 65535) of logits [R, V] (not modified). work [rows with penalties, V] is scratch for
+// the penalised logits; cand_ids / cand_values [R, sample_candidate_capacity(V)] are scratch; results [R].
+// The same results whatever parts.parts is. params, seen, gen_ids and gen_counts may be page-locked host
+// memory (read over the bus); host_results [R], when not null, is page-locked host memory that also receives
+// the results (the host may read it once the stream has passed the kernel).
 void launch_sample_rows(const float* logits, int64_t R, int64_t V, const SampleRowParams* params,
                         const int32_t* seen, const int32_t* gen_ids, const int32_t* gen_counts, float* work,
-                        int32_t* cand_ids, float* cand_values, SampleRowResult* results);
+                        int32_t* cand_ids, float* cand_values, const SampleRowWork& parts,
+                        SampleRowResult* results, SampleRowResult* host_results);
 
 // Async scheduling: token_ids[t] = results[prev_rows[t]].token for every t < T with 0 <= prev_rows[t] < R
 // (the tokens of the previous sampling call fed into the next forward pass without a host round trip); a

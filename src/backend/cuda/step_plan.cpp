@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "backend/cuda/host_reads.h"
 #include "backend/cuda/mla_kernels.h"
 #include "backend/cuda/runtime.h"
 #include "core/error.h"
@@ -90,7 +91,10 @@ const DevicePlan& StepPlan::upload(const BatchPlan& plan, int32_t context_bound)
     DSI_CHECK(!capturing(), "a CUDA graph capture needs its plan uploaded before the capture");
     if (copy_done_) event_wait_host(copy_done_);  // the previous copy has left the staging buffer
     std::memcpy(pinned_, packed.data(), packed.size());
-    copy_to_device_async(dev_, pinned_, packed.size());
+    if (host_reads_enabled() && packed.size() <= kHostReadMaxBytes)
+      copy_from_host_by_kernel(dev_, pinned_, packed.size());  // no copy engine between two kernels
+    else
+      copy_to_device_async(dev_, pinned_, packed.size());
     if (!copy_done_) copy_done_ = event_create();
     event_record(copy_done_);
     packed_ = std::move(packed);

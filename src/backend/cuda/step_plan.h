@@ -1,5 +1,6 @@
 // StepPlan: uploads a BatchPlan's arrays (and the per-token sequence index) into one device buffer with one
-// asynchronous copy from pinned memory per step. The buffer only grows; a growth changes the addresses,
+// asynchronous transfer from pinned memory per step (a kernel reading the pinned bytes when they are small,
+// host_reads.h; else the copy engine). The buffer only grows; a growth changes the addresses,
 // which generation() reports so that captured CUDA graphs can be dropped. Uploading a plan whose contents
 // equal the last upload copies nothing (that is how a graph capture sees the plan its replay will use).
 #pragma once
