@@ -49,8 +49,7 @@ void copy_from_host_by_kernel(void* dst, const void* pinned_src, size_t bytes) {
       reinterpret_cast<uintptr_t>(dst) % 16 == 0 && reinterpret_cast<uintptr_t>(pinned_src) % 16 == 0;
   copy_from_host_kernel<<<1, kCopyThreads, 0, stream()>>>(
       static_cast<char*>(dst), static_cast<const char*>(pinned_src), static_cast<int64_t>(bytes), vec16);
-  const cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess) fail("CUDA kernel copy_from_host failed to launch: ", cudaGetErrorString(err));
+  check_launch("copy_from_host");
 }
 
 }  // namespace dsinfer::cuda
