@@ -1,8 +1,8 @@
 // Small host-to-device transfers done by kernels that read page-locked host memory over the bus (mapped under
 // unified addressing) instead of by the copy engine. Between two kernels on the stream, each copy-engine
-// transfer costs far more than its bytes: on the H200 a decode step's boundary (sampling inputs in, results
-// out, the next step's plan in) showed 6-9 us of idle stream around each of its three ~1-2 us copies
-// (twenty-seventh session's trace). A kernel's reads wait only for the bus round trip.
+// transfer costs far more than its bytes: on the H200 a decode step's boundary showed 7-9 us of idle stream
+// on each side of the results' and the next plan's 1.6-2.4 us copies (twenty-seventh session's trace,
+// docs/benchmarks.md). A kernel's reads wait only for the bus round trip.
 #include <cuda_runtime.h>
 
 #include <cstdint>
