@@ -97,10 +97,6 @@ __global__ void gather_rows_kernel(const float* __restrict__ x, const int32_t* r
       [&](int64_t c, const float4& v) { reinterpret_cast<float4*>(dst)[c] = v; });
 }
 
-bool aligned16(const void* p) {
-  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
-}
-
 }  // namespace
 
 void launch_embed(const uint16_t* table, const int32_t* ids, float* out, int64_t T, int64_t H, int64_t V) {

@@ -248,10 +248,6 @@ __global__ void __launch_bounds__(kThreads) gemv_generic_kernel(const Params p) 
   }
 }
 
-bool aligned16(const void* ptr) {
-  return reinterpret_cast<uintptr_t>(ptr) % 16 == 0;
-}
-
 // One compiled MMA kernel: its launch (pad: extra dynamic shared memory, GemvConfig::cap_per_sm), its
 // resident blocks per SM (occupancy, queried once), the shared memory one block takes unpadded (dynamic +
 // static, as compiled: the packed instances' mbarriers and the units' table included) and the occupancy with
@@ -481,6 +477,12 @@ int64_t smem_limit() {
   return device_smem_per_block(227 * 1024);
 }
 
+// The most dynamic shared memory a padding may add to one block of kernel k (the device's per-block limit
+// less the kernel's own bytes).
+int max_padding(const MmaKernel& k) {
+  return static_cast<int>(std::max<int64_t>(smem_limit() - k.smem_bytes, 0));
+}
+
 // The padding that keeps kernel k at `cap` resident blocks per SM (gemv_cap_padding; 0 when none does),
 // found once per (kernel, cap). The pads tried stop where the block would pass the device's per-block limit:
 // counted from the kernel's own bytes, since a padding the limit refuses reads as no occupancy (an instance
@@ -492,7 +494,7 @@ int cap_padding(const MmaKernel& k, int cap) {
   std::lock_guard<std::mutex> lock(mutex);
   const auto key = std::make_pair(&k, cap);
   if (auto it = pads.find(key); it != pads.end()) return it->second;
-  const int max_pad = static_cast<int>(smem_limit() - k.smem_bytes);
+  const int max_pad = max_padding(k);
   const int64_t pad =
       max_pad <= 0
           ? 0
@@ -733,8 +735,7 @@ int gemv_resident_blocks_per_sm(int64_t K, const int64_t* N, int count, bool swi
   const MmaKernel& k = find_mma(c, swiglu, false, packed);
   if (!c.cap_per_sm) return k.blocks_per_sm;
   const int per_sm = static_cast<int>(std::min<int64_t>(c.persist, k.blocks_per_sm));
-  const int max_pad = static_cast<int>(smem_limit() - k.smem_bytes);
-  return k.padded_occupancy(cap_padding(k, per_sm), std::max(max_pad, 0));
+  return k.padded_occupancy(cap_padding(k, per_sm), max_padding(k));
 }
 
 void launch_gemv(const float* x, int64_t M, int64_t K, const GemvMatrix* mats, int count, GemvNorm norm,

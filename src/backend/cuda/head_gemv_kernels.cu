@@ -142,10 +142,9 @@ int head_gemv_default_tile(bool transpose_w) {
 
 bool launch_head_gemv_tiled(const float* x, const uint16_t* w, float* y, int64_t T, int64_t H, int64_t A,
                             int64_t B, bool transpose_w, int tile) {
-  auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  if (T < 1 || next_pow2(T) > 8 || !aligned(w) || A > (int64_t{1} << 30) || B > (int64_t{1} << 30))
+  if (T < 1 || next_pow2(T) > 8 || !aligned16(w) || A > (int64_t{1} << 30) || B > (int64_t{1} << 30))
     return false;
-  if (transpose_w ? B % 8 != 0 : (A % 8 != 0 || !aligned(x))) return false;
+  if (transpose_w ? B % 8 != 0 : (A % 8 != 0 || !aligned16(x))) return false;
   if (tile == 0) tile = default_tile(transpose_w);
   switch (next_pow2(T)) {
     case 1:

@@ -45,8 +45,7 @@ void copy_from_host_by_kernel(void* dst, const void* pinned_src, size_t bytes) {
   if (bytes == 0) return;
   DSI_CHECK(bytes <= kHostReadMaxBytes, "copy_from_host_by_kernel: ", bytes, " bytes, at most ",
             kHostReadMaxBytes);
-  const bool vec16 =
-      reinterpret_cast<uintptr_t>(dst) % 16 == 0 && reinterpret_cast<uintptr_t>(pinned_src) % 16 == 0;
+  const bool vec16 = aligned16(dst) && aligned16(pinned_src);
   copy_from_host_kernel<<<1, kCopyThreads, 0, stream()>>>(
       static_cast<char*>(dst), static_cast<const char*>(pinned_src), static_cast<int64_t>(bytes), vec16);
   check_launch("copy_from_host");

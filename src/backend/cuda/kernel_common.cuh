@@ -21,6 +21,11 @@ inline void check_launch(const char* what) {
   if (err != cudaSuccess) fail("CUDA kernel ", what, " failed to launch: ", cudaGetErrorString(err));
 }
 
+// Whether a pointer allows 16-byte (uint4 / float4) accesses.
+inline bool aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
 // Moves pieces 0..n-1 with one block of kBlock threads: piece c is load(c), then store(c, value). A thread
 // takes pieces threadIdx.x + j kBlock of each round of kBlock kPer pieces and issues all its loads of a round
 // before its stores, so a round costs one memory round trip (a loop of load + store per piece waits for each

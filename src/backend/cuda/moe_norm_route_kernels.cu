@@ -239,12 +239,11 @@ __global__ void __launch_bounds__(kThreads)
 }  // namespace
 
 bool moe_norm_route_supported(const MoeNormRouteArgs& a, const MoeRouteParams& p) {
-  auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
   if (!(a.T >= 1 && a.T <= kMoeNormRouteMaxTokens && a.H >= 8 && a.H % 8 == 0 &&
         a.H / 8 <= kMaxNormChunks * kThreads && a.E >= 1 && a.E <= kMaxRoutedExperts && p.top_k >= 1 &&
         p.top_k <= a.E &&
         (p.method == MoeTopk::kGreedy || (p.n_group >= 1 && p.n_group <= a.E && p.topk_group >= 1)) &&
-        aligned(a.h) && aligned(a.norm) && aligned(a.router) && aligned(a.x)))
+        aligned16(a.h) && aligned16(a.norm) && aligned16(a.router) && aligned16(a.x)))
     return false;
   const int epb = experts_per_block(a.E, a.H);
   return epb * (a.H / 8) <= kMaxRouterChunks * kThreads && weights_smem(epb, a.H) <= kSmemLimit &&

@@ -112,8 +112,7 @@ void launch_moe_route(const float* x, const uint16_t* router, const float* bias,
   // [T, E] logits
   const dim3 lgrid(static_cast<unsigned>((E + kLogitWarps - 1) / kLogitWarps),
                    static_cast<unsigned>((T + kLogitTokens - 1) / kLogitTokens));
-  auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
-  if (H % 8 == 0 && aligned(router) && aligned(x)) {
+  if (H % 8 == 0 && aligned16(router) && aligned16(x)) {
     launch_pdl(moe_logits_kernel<true>, lgrid, kLogitWarps * 32, 0, x, router, logits, static_cast<int>(T),
                static_cast<int>(H), static_cast<int>(E));
   } else {
