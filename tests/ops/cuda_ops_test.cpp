@@ -3,6 +3,7 @@
 // float32, so elementwise results agree to float32 rounding and GEMMs to the activation rounding
 // (GEMV kernels, 2 or 3 bf16 parts per activation: ~5e-6 / ~1e-7; hi/lo split GEMMs: ~1e-5; plain bf16
 // activations: ~1e-3).
+#include "backend/cuda/gemv_stamps.h"
 #include "cuda_ops_test_util.h"
 
 namespace dsinfer {
@@ -500,6 +501,62 @@ TEST_F(CudaAttentionTest, FusedCombineMatchesUnfusedBitForBit) {
       }
     }
   }
+}
+
+// With GEMV stamps on, the decode warp kernel records every CTA's timeline in a stamp slot (a launch of 1
+// row and K = D, gemv_stamps.h) and computes the same bits: a batch-1 decode that runs its splits as one
+// cluster, including splits past the context.
+TEST_F(CudaAttentionTest, DecodeStampsRecordEveryCtaWithTheSameBits) {
+  CudaBackend gpu;
+  const GqaCase c{32, 8, 128, 128};
+  const SeqSpec seqs = {{150, 1}};
+  const int32_t bs = 16;
+  Filled f = fill(gpu, seqs, bs, c, DType::BF16);
+  const int64_t n = f.plan.num_tokens();
+  const Tensor q = random_f32({n, c.Hq, c.D});
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.D));
+  Tensor positions = device_i32(f.plan.positions), token_seq = device_i32(std::vector<int32_t>{0});
+  Tensor table = device_i32(f.plan.block_table), indptr = device_i32(f.plan.block_table_indptr);
+  cuda::DevicePlanView view{positions.data<int32_t>(), token_seq.data<int32_t>(), table.data<int32_t>(),
+                            indptr.data<int32_t>(), bs};
+  cuda::DeviceCacheView cv{const_cast<void*>(f.gpu_cache->storage(0).raw()), f.gpu_cache->width(0), true};
+  const cuda::GqaShape shape{c.Hq, c.Hkv, c.D, c.Dv, scale};
+  const int64_t max_context = 256;  // 8 splits of 32: the last three start past the 151 positions
+  const int64_t splits = cuda::decode_splits(n, shape, max_context);
+  ASSERT_GT(splits * 32, 151) << "some split should start past the context";
+  Tensor dq = cuda::to_device(q);
+  Tensor partials = Tensor::empty_on(
+      Device::kCuda, DType::F32, {std::max<int64_t>(cuda::decode_partial_floats(n, shape, max_context), 1)});
+  int32_t* arrivals = cuda::decode_arrivals(cuda::decode_arrival_slots(n, shape, max_context));
+  ASSERT_NE(arrivals, nullptr);
+  Tensor out = Tensor::empty_on(Device::kCuda, DType::F32, {n, c.Hq * c.Dv});
+  auto run = [&] {
+    cuda::launch_attention_decode(dq.data<float>(), cv, view, nullptr, n, out.data<float>(), shape,
+                                  max_context, partials.data<float>(), arrivals);
+    return cuda::to_host(out);
+  };
+  const Tensor want = run();
+  ASSERT_TRUE(cuda::enable_gemv_stamps(2));
+  const Tensor got = run();
+  const std::vector<cuda::GemvStampLaunch> launches = cuda::read_gemv_stamps();
+  cuda::disable_gemv_stamps();
+  EXPECT_EQ(std::memcmp(got.raw(), want.raw(), want.nbytes()), 0);
+  ASSERT_EQ(launches.size(), 1u);
+  const cuda::GemvStampLaunch& l = launches[0];
+  EXPECT_EQ(l.rows, 1);
+  EXPECT_EQ(l.K, c.D);
+  // One CTA per (query, head chunk, split): head chunks of 1 (batch 1) to G heads.
+  EXPECT_EQ(l.grid % splits, 0);
+  EXPECT_GE(l.grid, n * c.Hkv * splits);
+  EXPECT_LE(l.grid, n * c.Hq * splits);
+  ASSERT_EQ(static_cast<int64_t>(l.blocks.size()), l.grid);
+  for (size_t i = 0; i < l.blocks.size(); ++i) {
+    const cuda::GemvStampBlock& s = l.blocks[i];
+    ASSERT_GT(s.t[cuda::kStampStart], 0u) << "CTA " << i << " has no stamps";
+    for (int p = 1; p < cuda::kStampPoints; ++p)
+      EXPECT_LE(s.t[p - 1], s.t[p]) << "CTA " << i << " point " << p;
+  }
+  EXPECT_EQ(std::memcmp(run().raw(), want.raw(), want.nbytes()), 0);  // the plain instance again
 }
 
 // The split plan: batch 1 takes more, shorter splits (every SM streams K/V); the count depends on the query

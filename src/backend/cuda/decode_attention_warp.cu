@@ -22,6 +22,7 @@
 #include "backend/cuda/decode_attention_warp.h"
 #include "backend/cuda/decode_cluster_merge.cuh"
 #include "backend/cuda/decode_merge.cuh"
+#include "backend/cuda/gemv_stamps.h"
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda/rope_device.cuh"
 #include "backend/cuda/stream.h"
@@ -100,12 +101,26 @@ __device__ __forceinline__ void load_rotated(const float* x, int d0, const LaneR
     y[e] = e < L.rotated ? rope_math::rotate(own[e], par[e], L.c[e], L.s[e]) : own[e];
 }
 
-template <int D, int GMAX, bool ROPE>
+template <int D, int GMAX, bool ROPE, bool STAMPS>
 __global__ void __launch_bounds__(kThreads)
     decode_warp_kernel(const float* __restrict__ q, const __nv_bfloat16* __restrict__ cache, int64_t width,
                        DevicePlanView plan, const int32_t* tokens, int num_queries, float* out,
                        float* partials, int32_t* arrivals, int Hq, int Hkv, float scale_log2, int splits,
-                       int chunk, DecodeRopeArgs rope, int cluster) {
+                       int chunk, DecodeRopeArgs rope, bool cluster, uint64_t* stamps) {
+  // STAMPS: thread 0 records the GPU's clock at six points into the launch's stamp slot (gemv_stamps.h:
+  // start, rows issued before the wait, waited, rows scored, the CTA's warps merged, end).
+  auto st = [&](int point) {
+    if constexpr (STAMPS) {
+      if (threadIdx.x == 0) {
+        const int64_t cta =
+            blockIdx.x + static_cast<int64_t>(gridDim.x) * (blockIdx.y + gridDim.y * blockIdx.z);
+        uint64_t now;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+        stamps[cta * kGemvStampFields + point] = now;
+      }
+    }
+  };
+  st(kStampStart);
   // Without the fused rope, the new rows were written by the kernel before: wait for it first. With it, the
   // plan (uploaded before the step's first kernel) and the rows of earlier steps are read before the wait.
   if constexpr (!ROPE) {
@@ -120,9 +135,10 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ float m_sh[kWarps][GMAX], l_sh[kWarps][GMAX];
   __shared__ MergeSmem merge_s;
   __shared__ float2 rope_cs[ROPE ? D / 2 : 1];  // the fused rope's (cos, sin) per frequency index
-  // cluster != 0 (the splits are one cluster): this split's outputs and lse values, read by the others.
-  __shared__ float cpart[GMAX][D];
-  __shared__ float clse[GMAX];
+  // cluster (the splits are one cluster): the outputs this CTA merges and every split's lse values, stored
+  // here by the cluster's CTAs (decode_cluster_merge.cuh).
+  __shared__ ClusterInbox<GMAX, D> inbox;
+  if (cluster) cluster_arrive_relaxed();
 
   const int G = Hq / Hkv;
   const int nhc = (G + GMAX - 1) / GMAX;
@@ -138,7 +154,7 @@ __global__ void __launch_bounds__(kThreads)
   // chunk) to arrive merges all splits.
   auto finish = [&] {
     if (cluster) {
-      cluster_merge<GMAX, D>(cpart, clse, gc, h0, out + static_cast<int64_t>(t) * Hq * D);
+      cluster_push_merge<GMAX, D>(inbox, splits, gc, h0, out + static_cast<int64_t>(t) * Hq * D);
     } else if (arrivals &&
                arrive_last(arrivals + static_cast<int64_t>(i) * gridDim.y + blockIdx.y, splits, merge_s))
       merge_heads(partials, lse, i, Hq, h0, gc, D, splits, out + static_cast<int64_t>(t) * Hq * D, merge_s);
@@ -148,13 +164,19 @@ __global__ void __launch_bounds__(kThreads)
       pdl_wait();
       pdl_trigger();
     }
-    for (int g = threadIdx.x; g < gc; g += kThreads) {
-      if (cluster)
-        clse[g] = -INFINITY;
-      else
+    st(kStampIssued);
+    st(kStampWaited);
+    st(kStampConsumed);
+    st(kStampLastIssue);
+    if (cluster) {
+      cluster_wait_started();
+      cluster_push_empty<GMAX, D>(inbox, sp, splits, gc);
+    } else {
+      for (int g = threadIdx.x; g < gc; g += kThreads)
         lse[(static_cast<int64_t>(i) * Hq + h0 + g) * splits + sp] = -INFINITY;
     }
     finish();
+    st(kStampEnd);
     return;
   }
   const int32_t* blocks = plan.block_table + plan.block_table_indptr[plan.token_seq[t]];
@@ -195,10 +217,12 @@ __global__ void __launch_bounds__(kThreads)
     lr = lane_rope(half, rope.interleaved, li * 8, rope_cs);
   }
   load_rows(begin);
+  st(kStampIssued);
   if constexpr (ROPE) {
     pdl_wait();
     pdl_trigger();
   }
+  st(kStampWaited);
 
   float qr[GMAX][8];
 #pragma unroll
@@ -299,6 +323,7 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
 
+  st(kStampConsumed);
   // Merge the warp's rows (lanes li of different sub), then the warps.
 #pragma unroll
   for (int off = LPR; off < 32; off *= 2) {
@@ -327,6 +352,9 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
   __syncthreads();
+  st(kStampLastIssue);
+  if (cluster) cluster_wait_started();
+  const int per = cluster_push_per(gc, D, splits);
   for (int idx = threadIdx.x; idx < gc * D; idx += kThreads) {
     const int g = idx / D, d = idx % D;
     float mx = m_sh[0][g];
@@ -343,14 +371,14 @@ __global__ void __launch_bounds__(kThreads)
     if (splits == 1) {
       out[(static_cast<int64_t>(t) * Hq + h) * D + d] = o / total;
     } else if (cluster) {
-      cpart[g][d] = o / total;
-      if (d == 0) clse[g] = mx + log2f(total);
+      cluster_push<GMAX, D>(inbox, sp, splits, per, idx, o / total, d == 0 ? mx + log2f(total) : 0.0f);
     } else {
       partials[((static_cast<int64_t>(i) * Hq + h) * splits + sp) * D + d] = o / total;
       if (d == 0) lse[(static_cast<int64_t>(i) * Hq + h) * splits + sp] = mx + log2f(total);
     }
   }
   if (splits > 1) finish();
+  st(kStampEnd);
 }
 
 // The launch's arguments past the shape.
@@ -371,11 +399,20 @@ void launch_typed(const float* q, const DeviceCacheView& cache, const DevicePlan
                   static_cast<unsigned>(a.splits));
   const DecodeRopeArgs rope = ROPE ? *a.rope : DecodeRopeArgs{};
   const dim3 cluster(1, 1, a.cluster ? static_cast<unsigned>(a.splits) : 1u);
-  launch_pdl_cluster(decode_warp_kernel<D, GMAX, ROPE>, grid, kThreads, 0, cluster, q,
-                     static_cast<const __nv_bfloat16*>(cache.data), cache.width, plan, tokens,
-                     static_cast<int>(num_queries), out, a.partials, a.arrivals, static_cast<int>(shape.Hq),
-                     static_cast<int>(shape.Hkv), shape.scale * 1.4426950408889634f,
-                     static_cast<int>(a.splits), static_cast<int>(a.chunk), rope, a.cluster ? 1 : 0);
+  // With GEMV stamps on (gemv_stamps.h) the launch takes a stamp slot as a launch of 1 row and K = D.
+  uint64_t* stamps = next_gemv_stamp_slot(1, D, false, static_cast<int64_t>(grid.x) * grid.y * grid.z, 0);
+  auto launch = [&](auto kernel) {
+    launch_pdl_cluster(kernel, grid, kThreads, 0, cluster, q, static_cast<const __nv_bfloat16*>(cache.data),
+                       cache.width, plan, tokens, static_cast<int>(num_queries), out, a.partials, a.arrivals,
+                       static_cast<int>(shape.Hq), static_cast<int>(shape.Hkv),
+                       shape.scale * 1.4426950408889634f, static_cast<int>(a.splits),
+                       static_cast<int>(a.chunk), rope, a.cluster, stamps);
+  };
+  if (stamps) {
+    launch(decode_warp_kernel<D, GMAX, ROPE, true>);
+  } else {
+    launch(decode_warp_kernel<D, GMAX, ROPE, false>);
+  }
   attn::check_launch(ROPE ? "attention_decode (warp kernel, fused rope)" : "attention_decode (warp kernel)");
 }
 

@@ -4,7 +4,10 @@
 // tile count, into the launch's slot of a device buffer. Slots go to launches in launch order; a captured
 // CUDA graph keeps the slots of its capture, so each replay overwrites them and the buffer ends up holding
 // the last replay of every captured launch. With DSINFER_GEMV_STAMPS=FILE the CUDA backend turns stamps on at
-// start-up and FILE receives every stamped launch at process exit. CUDA-header free.
+// start-up and FILE receives every stamped launch at process exit. The GQA decode warp kernel
+// (decode_attention_warp.cu) takes slots too while stamps are on, as a launch of 1 row, K = head dim and 0
+// tiles, one "block" per CTA: start, cache rows issued before the wait, waited, rows scored, the CTA's
+// warps merged, end. CUDA-header free.
 #pragma once
 #include <cstdint>
 #include <vector>
