@@ -11,7 +11,8 @@
 // The ROPE instantiations also do the step's rope + cache write (DecodeRopeArgs): the cache rows of earlier
 // positions are loaded and the angles computed (once per CTA, in shared memory) before the PDL wait, then q
 // is rotated in registers and the new token's K/V row is built, used and stored (rope_device.cuh's
-// arithmetic, so the bits of rope_write_kv + attention).
+// arithmetic, so the bits of rope_write_kv + attention). While GEMV stamps are on (gemv_stamps.h) the launch
+// runs the STAMPS instance, whose CTAs record their timeline in a stamp slot (same bits).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
