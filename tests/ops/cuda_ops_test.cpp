@@ -325,6 +325,25 @@ class CudaAttentionTest : public CudaOpsTest {
     std::copy(v.begin(), v.end(), t.data<int32_t>());
     return cuda::to_device(t);
   }
+  // The device plan of f.plan (token i of sequence token_seq[i]) and its cache, as the decode kernels take
+  // them; the tensors live as long as this.
+  struct DeviceViews {
+    Tensor positions, token_seq, table, indptr;
+    cuda::DevicePlanView plan;
+    cuda::DeviceCacheView cache;
+  };
+  static DeviceViews device_views(const Filled& f, const std::vector<int32_t>& token_seq, int32_t bs) {
+    DeviceViews d{device_i32(f.plan.positions),
+                  device_i32(token_seq),
+                  device_i32(f.plan.block_table),
+                  device_i32(f.plan.block_table_indptr),
+                  {},
+                  {}};
+    d.plan = {d.positions.data<int32_t>(), d.token_seq.data<int32_t>(), d.table.data<int32_t>(),
+              d.indptr.data<int32_t>(), bs};
+    d.cache = {const_cast<void*>(f.gpu_cache->storage(0).raw()), f.gpu_cache->width(0), true};
+    return d;
+  }
 };
 
 // Head counts 1..32 with groups of 1, 2, 4, 7, 8 and 16 (the decode kernel splits groups above 8), head dims
@@ -388,12 +407,9 @@ TEST_F(CudaAttentionTest, DecodeResultDoesNotDependOnMaxContext) {
   Tensor q = random_f32({f.plan.num_tokens(), c.Hq, c.D});
   const float scale = 0.09f;
   const Tensor ref = cpu.attention_gqa(q, *f.cpu_cache, 0, f.plan, c.Hkv, c.D, c.Dv, scale);
-  std::vector<int32_t> seq_of = {0, 1, 2};
-  Tensor positions = device_i32(f.plan.positions), token_seq = device_i32(seq_of);
-  Tensor table = device_i32(f.plan.block_table), indptr = device_i32(f.plan.block_table_indptr);
-  cuda::DevicePlanView view{positions.data<int32_t>(), token_seq.data<int32_t>(), table.data<int32_t>(),
-                            indptr.data<int32_t>(), 16};
-  cuda::DeviceCacheView cv{const_cast<void*>(f.gpu_cache->storage(0).raw()), f.gpu_cache->width(0), true};
+  const DeviceViews dv = device_views(f, {0, 1, 2}, 16);
+  const cuda::DevicePlanView& view = dv.plan;
+  const cuda::DeviceCacheView& cv = dv.cache;
   const cuda::GqaShape shape{c.Hq, c.Hkv, c.D, c.Dv, scale};
   Tensor dq = cuda::to_device(q);
   std::set<int64_t> split_counts;
@@ -443,12 +459,10 @@ TEST_F(CudaAttentionTest, FusedCombineMatchesUnfusedBitForBit) {
         reversed[i] = static_cast<int32_t>(n) - 1 - i;
         longest = std::max(longest, f.plan.positions[i] + 1);
       }
-      Tensor positions = device_i32(f.plan.positions), token_seq = device_i32(seq_of);
-      Tensor table = device_i32(f.plan.block_table), indptr = device_i32(f.plan.block_table_indptr);
       Tensor dtokens = device_i32(reversed);
-      cuda::DevicePlanView view{positions.data<int32_t>(), token_seq.data<int32_t>(), table.data<int32_t>(),
-                                indptr.data<int32_t>(), bs};
-      cuda::DeviceCacheView cv{const_cast<void*>(f.gpu_cache->storage(0).raw()), f.gpu_cache->width(0), true};
+      const DeviceViews dv = device_views(f, seq_of, bs);
+      const cuda::DevicePlanView& view = dv.plan;
+      const cuda::DeviceCacheView& cv = dv.cache;
       const cuda::GqaShape shape{c.Hq, c.Hkv, c.D, c.Dv, scale};
       Tensor dq = cuda::to_device(q);
       const Tensor zeros = Tensor::zeros(DType::F32, {n, c.Hq * c.Dv});
@@ -515,11 +529,9 @@ TEST_F(CudaAttentionTest, DecodeStampsRecordEveryCtaWithTheSameBits) {
   const int64_t n = f.plan.num_tokens();
   const Tensor q = random_f32({n, c.Hq, c.D});
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.D));
-  Tensor positions = device_i32(f.plan.positions), token_seq = device_i32(std::vector<int32_t>{0});
-  Tensor table = device_i32(f.plan.block_table), indptr = device_i32(f.plan.block_table_indptr);
-  cuda::DevicePlanView view{positions.data<int32_t>(), token_seq.data<int32_t>(), table.data<int32_t>(),
-                            indptr.data<int32_t>(), bs};
-  cuda::DeviceCacheView cv{const_cast<void*>(f.gpu_cache->storage(0).raw()), f.gpu_cache->width(0), true};
+  const DeviceViews dv = device_views(f, {0}, bs);
+  const cuda::DevicePlanView& view = dv.plan;
+  const cuda::DeviceCacheView& cv = dv.cache;
   const cuda::GqaShape shape{c.Hq, c.Hkv, c.D, c.Dv, scale};
   const int64_t max_context = 256;  // 8 splits of 32: the last three start past the 151 positions
   const int64_t splits = cuda::decode_splits(n, shape, max_context);
