@@ -139,13 +139,13 @@ __global__ void __launch_bounds__(kThreads)
   // cluster (the splits are one cluster): the outputs this CTA merges and every split's lse values, stored
   // here by the cluster's CTAs (decode_cluster_merge.cuh).
   __shared__ ClusterInbox<GMAX, D> inbox;
-  if (cluster) cluster_arrive_relaxed();
 
   const int G = Hq / Hkv;
   const int nhc = (G + GMAX - 1) / GMAX;
   const int i = blockIdx.x, kvh = blockIdx.y / nhc, hc = blockIdx.y % nhc, sp = blockIdx.z;
   const int h0 = kvh * G + hc * GMAX;
   const int gc = min(GMAX, G - hc * GMAX);  // heads of this CTA
+  if (cluster) cluster_inbox_open<GMAX, D>(inbox, gc, splits);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, sub = lane / LPR, li = lane % LPR;
   const int t = tokens ? tokens[i] : i;
   const int ctx = plan.positions[t] + 1;

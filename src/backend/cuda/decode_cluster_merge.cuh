@@ -1,18 +1,20 @@
 // The merge of split-KV decode partials inside a thread block cluster (Hopper): when the splits of one
-// (query, head chunk) are the CTAs of one cluster, each CTA stores each of its split's outputs into the
-// shared memory of the CTA that merges that output (rank idx / per, per = ceil(gc * D / splits)) and its
-// log2-sum-exp values into every CTA's (distributed shared memory). After one cluster barrier (release /
-// acquire) every CTA merges its own slice from its own shared memory. No partials go to global memory, no
-// arrival atomic sits between the last split and the merged output, nothing is read remotely and no second
-// barrier is needed (every store into a CTA's shared memory is made before the barrier that CTA waits on).
-// The arithmetic is decode_merge.cuh's (the same weights, the same butterfly order of their sum, one fma per
-// split in split order), so both merges give the same bits. Included by the decode kernels only.
+// (query, head chunk) are the CTAs of one cluster, each CTA sends each of its split's outputs to the CTA that
+// merges that output (rank idx / per, per = ceil(gc * D / splits)) and its log2-sum-exp values to every CTA,
+// by asynchronous stores into their shared memory (st.async) that count their bytes on the receiver's inbox
+// mbarrier. A CTA merges its slice once its own inbox is full: no cluster barrier after the stores, no
+// acknowledgement waited for, nothing read remotely. The arithmetic is decode_merge.cuh's (the same weights,
+// the same butterfly order of their sum, one fma per split in split order), so both merges give the same
+// bits. Included by the decode kernels only.
 #pragma once
 
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <cstdint>
+
+#include "backend/cuda/tma_common.cuh"
 
 namespace dsinfer::cuda::detail {
 
@@ -41,12 +43,15 @@ __device__ __forceinline__ float split_weights_serial(const float (&l)[kMaxClust
   return 1.0f / v[0];
 }
 
-// A CTA's inbox. The kernel calls cluster_arrive_relaxed() at its start and cluster_wait_started() before its
-// first remote store, so that no store targets a CTA that has not started.
+// A CTA's inbox: the outputs it merges from every split, every split's lse values, and the mbarrier their
+// stores complete on. The kernel calls cluster_inbox_open() at its start and cluster_wait_started() before
+// its first remote store, so that no store targets a CTA that has not started or an mbarrier not yet
+// initialised.
 template <int GMAX, int D>
 struct ClusterInbox {
   float part[GMAX * D + kMaxClusterSplits];  // [split][per] (per * splits <= GMAX * D + splits - 1)
   float lse[kMaxClusterSplits][GMAX];
+  alignas(8) uint64_t bar;
 };
 
 __device__ __forceinline__ void cluster_arrive_relaxed() {
@@ -62,20 +67,60 @@ __device__ __forceinline__ void cluster_wait_started() {
 #endif
 }
 
-__device__ __forceinline__ void cluster_arrive_release() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void cluster_wait_acquire() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
-#endif
-}
-
 // The outputs each rank owns in the push form.
 __host__ __device__ __forceinline__ int cluster_push_per(int gc, int D, int splits) {
   return (gc * D + splits - 1) / splits;
+}
+
+// Outputs rank `rank` merges.
+__device__ __forceinline__ int cluster_owned(int gc, int D, int splits, int rank) {
+  const int per = cluster_push_per(gc, D, splits);
+  return max(0, min(per, gc * D - rank * per));
+}
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// The address in CTA `rank`'s shared memory of what sits at `local` in this CTA's.
+__device__ __forceinline__ uint32_t map_rank(uint32_t local, int rank) {
+  uint32_t remote = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
+#endif
+  return remote;
+}
+
+// An asynchronous 4-byte store into another CTA's shared memory that completes on its mbarrier.
+__device__ __forceinline__ void store_async(uint32_t remote, float v, uint32_t remote_bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(remote),
+               "r"(__float_as_uint(v)), "r"(remote_bar)
+               : "memory");
+#endif
+}
+
+__device__ __forceinline__ int cluster_rank() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  return static_cast<int>(cooperative_groups::this_cluster().block_rank());
+#else
+  return 0;
+#endif
+}
+
+// At the kernel's start, by every thread: the inbox's mbarrier set to complete when every split's stores have
+// landed (each split sends its part of the outputs this CTA merges, and its gc lse values), then the
+// cluster's first, relaxed arrival (cluster_wait_started() waits for it).
+template <int GMAX, int D>
+__device__ __forceinline__ void cluster_inbox_open(ClusterInbox<GMAX, D>& inbox, int gc, int splits) {
+  if (threadIdx.x == 0) {
+    const uint32_t bar = smem_addr(&inbox.bar);
+    tma::mbar_init(bar, 1);
+    tma::mbar_init_fence();
+    const int owned = cluster_owned(gc, D, splits, cluster_rank());
+    tma::mbar_arrive_expect_tx(bar, static_cast<uint32_t>(splits * (owned + gc) * 4));
+  }
+  cluster_arrive_relaxed();
 }
 
 // Sends output idx = g * D + d (value v) of split `split` to its owner, and, when d == 0, head g's lse value
@@ -83,46 +128,32 @@ __host__ __device__ __forceinline__ int cluster_push_per(int gc, int D, int spli
 template <int GMAX, int D>
 __device__ __forceinline__ void cluster_push(ClusterInbox<GMAX, D>& inbox, int split, int splits, int per,
                                              int idx, float v, float lse) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  namespace cg = cooperative_groups;
-  cg::cluster_group cluster = cg::this_cluster();
   const int owner = idx / per;
-  *cluster.map_shared_rank(&inbox.part[split * per + idx % per], owner) = v;
-  if (idx % D == 0)
-    for (int r = 0; r < splits; ++r) *cluster.map_shared_rank(&inbox.lse[split][idx / D], r) = lse;
-#else
-  (void)inbox, (void)split, (void)splits, (void)per, (void)idx, (void)v, (void)lse;
-  __trap();
-#endif
+  const uint32_t bar = smem_addr(&inbox.bar);
+  store_async(map_rank(smem_addr(&inbox.part[split * per + idx % per]), owner), v, map_rank(bar, owner));
+  if (idx % D == 0) {
+    const uint32_t at = smem_addr(&inbox.lse[split][idx / D]);
+    for (int r = 0; r < splits; ++r) store_async(map_rank(at, r), lse, map_rank(bar, r));
+  }
 }
 
-// Sends -inf lse values for the gc heads (a split past the context: its outputs are never weighted).
+// A split past the context: zeros for its outputs (never weighted) and -inf lse values, so that every inbox
+// receives the bytes it expects.
 template <int GMAX, int D>
 __device__ __forceinline__ void cluster_push_empty(ClusterInbox<GMAX, D>& inbox, int split, int splits,
                                                    int gc) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  namespace cg = cooperative_groups;
-  cg::cluster_group cluster = cg::this_cluster();
-  for (int i = threadIdx.x; i < gc * splits; i += blockDim.x)
-    *cluster.map_shared_rank(&inbox.lse[split][i / splits], i % splits) = -INFINITY;
-#else
-  (void)inbox, (void)split, (void)splits, (void)gc;
-  __trap();
-#endif
+  const int per = cluster_push_per(gc, D, splits);
+  for (int idx = threadIdx.x; idx < gc * D; idx += blockDim.x)
+    cluster_push<GMAX, D>(inbox, split, splits, per, idx, 0.0f, -INFINITY);
 }
 
-// After every push of this CTA: the barrier, then this rank's slice merged into out_row.
+// After this CTA's pushes: waits for its own inbox, then merges its slice into out_row.
 template <int GMAX, int D>
 __device__ __forceinline__ void cluster_push_merge(ClusterInbox<GMAX, D>& inbox, int splits, int gc, int h0,
                                                    float* out_row) {
-  cluster_arrive_release();
-  cluster_wait_acquire();
+  tma::mbar_wait(smem_addr(&inbox.bar), 0);
   const int per = cluster_push_per(gc, D, splits);
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  const int rank = static_cast<int>(cooperative_groups::this_cluster().block_rank());
-#else
-  const int rank = 0;
-#endif
+  const int rank = cluster_rank();
   for (int j = threadIdx.x; j < per && rank * per + j < gc * D; j += blockDim.x) {
     const int idx = rank * per + j, g = idx / D, d = idx % D;
     float l[kMaxClusterSplits], v[kMaxClusterSplits], w[kMaxClusterSplits];
