@@ -113,6 +113,9 @@ __device__ __forceinline__ int cluster_rank() {
 // cluster's first, relaxed arrival (cluster_wait_started() waits for it).
 template <int GMAX, int D>
 __device__ __forceinline__ void cluster_inbox_open(ClusterInbox<GMAX, D>& inbox, int gc, int splits) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  __trap();  // clusters are Hopper's (the launch takes this path there only); the helpers are no-ops below it
+#endif
   if (threadIdx.x == 0) {
     const uint32_t bar = smem_addr(&inbox.bar);
     tma::mbar_init(bar, 1);
