@@ -39,9 +39,10 @@ constexpr int kMaxSplits = 32;    // context splits of one query (kMaxDecodeSpli
 constexpr int kMinSplitLen = 64;  // positions a split covers at least (kTile when few pairs)
 // Q heads per warp-kernel CTA: few pairs (batch-1 decode) take two, so that the 8B's 128 CTAs (one an SM)
 // are resident, their K/V rows loaded, before qkv ends (with one head, 256 CTAs started only as qkv's blocks
-// left). With the st.async cluster merge, 8B batch 1 on the H200: 3.993 / 3.991 and 3.996 / 3.987 ms/token
-// against 3.998 / 4.000 and 4.003 / 4.003 with one head (thirtieth session; with the pull merge of the
-// twentieth, two heads were 10 us slower). Otherwise up to the kernel's 8.
+// left). With the st.async cluster merge, 8B batch 1 on the H200: 3.993 / 3.991 ms/token against 3.998 /
+// 4.000 with one head, and 3.996 / 3.987 against 4.003 / 4.003 in a build with an unlanded step-boundary
+// patch (thirtieth session, runs 1 and 2; with the pull merge of the twentieth, two heads were 10 us slower).
+// Otherwise up to the kernel's 8.
 constexpr int kFewPairsMaxHeads = 2;
 constexpr int kMaxHeads = 8;
 constexpr int kMaxSmem = 160 << 10;  // dynamic shared memory the kernel may ask for (sm_80: 163 KiB)
