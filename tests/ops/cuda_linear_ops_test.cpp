@@ -493,6 +493,107 @@ TEST_F(CudaLinearTest, GemvPackedWeightsGiveTheSameBits) {
   }
 }
 
+// The weights' L2 policy (gemv_set_weights_evict_first) is a cache hint only: every GEMV path (the per-launch
+// kernel, the persistent kernel reading row-major or, on Hopper, packed weights; several matrices, SwiGLU)
+// and the head GEMVs (w^T x and w x: the tiles MLA's W_UK and W_UV kernels run) give the same bits with
+// evict-first on and off, and the switch reads back as set.
+TEST_F(CudaLinearTest, WeightsEvictFirstChangesNoBits) {
+  CudaBackend gpu;  // registers the device allocator
+  struct Restore {
+    bool saved = cuda::gemv_weights_evict_first();
+    ~Restore() { cuda::gemv_set_weights_evict_first(saved); }
+  } restore;
+  for (bool on : {false, true}) {
+    cuda::gemv_set_weights_evict_first(on);
+    EXPECT_EQ(cuda::gemv_weights_evict_first(), on);
+  }
+  const bool hopper = cuda::arch_path() == cuda::ArchPath::kHopper;
+  const std::vector<GemvSweepShape> shapes = {{"l8b o", {4096}, 4096, GemvKind::kResidual},
+                                              {"odd rows and K", {200, 72}, 1064, GemvKind::kNorm},
+                                              {"odd swiglu", {136, 136}, 1064, GemvKind::kSwiglu}};
+  for (const GemvSweepShape& sh : shapes) {
+    const bool swiglu = sh.kind == GemvKind::kSwiglu;
+    int64_t n_total = 0;
+    for (int64_t n : sh.N) n_total += n;
+    const Tensor w = cuda::to_device(as_bf16(random_f32({n_total, sh.K})).first);  // [n_total, K]
+    const Tensor norm_w = cuda::to_device(as_bf16(random_f32({sh.K})).first);      // [K]
+    std::vector<const uint16_t*> views;
+    std::vector<Tensor> packed;
+    int64_t row = 0;
+    for (int64_t n : sh.N) {
+      views.push_back(w.data<uint16_t>() + row * sh.K);
+      packed.push_back(Tensor::empty_on(Device::kCuda, DType::BF16, {cuda::gemv_packed_bytes(n, sh.K) / 2}));
+      cuda::pack_gemv_weight(views.back(), n, sh.K, packed.back().data<uint16_t>());
+      row += n;
+    }
+    const int64_t out_cols = swiglu ? sh.N[0] : n_total;
+    for (int64_t M : {1, 3}) {
+      const Tensor x = cuda::to_device(random_f32({M, sh.K}));  // [M, K]
+      const Tensor y0 = random_f32({M, out_cols});              // [M, out_cols]
+      Tensor y = cuda::to_device(y0);
+      auto run = [&](cuda::GemvConfig cfg, bool use_packed, bool evict_first) {
+        cuda::gemv_set_weights_evict_first(evict_first);
+        for (size_t i = 0; i < views.size(); ++i) {
+          if (use_packed)
+            cuda::gemv_register_packed(views[i], packed[i].data<uint16_t>(), sh.N[i], sh.K);
+          else
+            cuda::gemv_unregister_packed(views[i]);
+        }
+        cuda::copy_to_device(y.raw(), y0.raw(), y0.nbytes());
+        const cuda::GemvNorm nrm{sh.kind == GemvKind::kResidual ? nullptr : norm_w.data<uint16_t>(), 1e-5f};
+        if (swiglu) {
+          cuda::launch_gemv_swiglu(x.data<float>(), M, sh.K, views[0], nullptr, views[1], nullptr,
+                                   y.data<float>(), sh.N[0], nrm, 0.0f, cfg);
+        } else {
+          cuda::GemvMatrix mats[cuda::kGemvMaxMatrices];
+          int64_t col = 0;
+          for (size_t i = 0; i < sh.N.size(); ++i) {
+            mats[i] = {views[i], nullptr, y.data<float>() + col, sh.N[i]};
+            col += M * sh.N[i];
+          }
+          cuda::launch_gemv(x.data<float>(), M, sh.K, mats, static_cast<int>(sh.N.size()), nrm,
+                            sh.kind == GemvKind::kResidual, cfg);
+        }
+        return cuda::to_host(y);
+      };
+      for (cuda::GemvConfig c : cuda::gemv_configs(swiglu)) {
+        for (bool persistent : {false, true}) {
+          if (persistent && c.persist == 0) continue;
+          cuda::GemvConfig cfg = c;
+          if (!persistent) cfg.persist = 0;
+          for (bool use_packed : {false, true}) {
+            if (use_packed && !(persistent && hopper)) continue;
+            const Tensor want = run(cfg, use_packed, false), got = run(cfg, use_packed, true);
+            ASSERT_EQ(got.nbytes(), want.nbytes());
+            EXPECT_EQ(std::memcmp(got.raw(), want.raw(), want.nbytes()), 0)
+                << sh.name << " M " << M << " " << gemv_config_name(cfg) << " persistent " << persistent
+                << " packed " << use_packed;
+          }
+        }
+      }
+    }
+    for (const uint16_t* v : views) cuda::gemv_unregister_packed(v);
+  }
+  // Head GEMVs, [T, H, A] -> [T, H, B]: w^T x (w [H, A, B]) and w x (w [H, B, A]).
+  for (bool transpose : {true, false}) {
+    const int64_t H = 16, A = transpose ? 128 : 512, B = transpose ? 512 : 128;
+    const Tensor w = cuda::to_device(as_bf16(random_f32({H * A * B})).first);
+    for (int64_t T : {1, 2}) {
+      const Tensor x = cuda::to_device(random_f32({T, H, A}));            // [T, H, A]
+      Tensor y = Tensor::empty_on(Device::kCuda, DType::F32, {T, H, B});  // [T, H, B]
+      auto run = [&](bool evict_first) {
+        cuda::gemv_set_weights_evict_first(evict_first);
+        EXPECT_TRUE(cuda::launch_head_gemv_tiled(x.data<float>(), w.data<uint16_t>(), y.data<float>(), T, H,
+                                                 A, B, transpose));
+        return cuda::to_host(y);
+      };
+      const Tensor want = run(false), got = run(true);
+      EXPECT_EQ(std::memcmp(got.raw(), want.raw(), want.nbytes()), 0)
+          << "head GEMV transpose " << transpose << " T " << T;
+    }
+  }
+}
+
 // Which weights get a packed copy (gemv_wants_packed_copy): the dense MLP's gate and up projections and the
 // LM head, not the attention, down or experts' matrices; the copy lives exactly as long as the weight, and a
 // weight with a copy holds the same values as one without.

@@ -32,6 +32,7 @@
 #include "backend/cuda/gemv_kernels.h"
 #include "backend/cuda/gemv_packed.h"
 #include "backend/cuda/gemv_stamps.h"
+#include "backend/cuda/head_matmul_kernels.h"
 #include "backend/cuda/host_reads.h"
 #include "backend/cuda/runtime.h"
 #include "backend/cuda/timing.h"

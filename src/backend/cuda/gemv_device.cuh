@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "backend/cuda/gemv_kernels.h"
+#include "backend/cuda/weight_l2_policy.cuh"
 
 namespace dsinfer::cuda::gemv_detail {
 
@@ -64,6 +65,7 @@ struct Params {
   uint64_t* stamps;   // the persistent kernel's STAMPS instances: [gridDim.x][kGemvStampFields]
   UnitParams units;   // the UNITS instances of the persistent kernel only
   int64_t kchunks;    // the kPackedWeights instances: 32-column chunks of a packed row group, ceil(K / 32)
+  bool weights_evict_first;  // the weight copies' L2 policy (weight_l2_policy.cuh)
 };
 
 // Floats of one (tile, split) partial: TILES x 4 x 32 lane values and 32 for the sums of squares.
@@ -77,21 +79,38 @@ __device__ __forceinline__ float bf16_to_f32(uint16_t bits) {
 
 // bytes (a multiple of 16) global -> shared by the copy engine, completing on the mbarrier at shared address
 // bar (sm_90; elsewhere nothing: the host packs weights only on the Hopper path).
-__device__ __forceinline__ void bulk_copy(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
+__device__ __forceinline__ void bulk_copy(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar,
+                                          const WeightL2& l2) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
-      "l"(src), "r"(bytes), "r"(bar)
-      : "memory");
+  if (l2.evict_first) {
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, "
+        "[%3], "
+        "%4;\n" ::"r"(dst),
+        "l"(src), "r"(bytes), "r"(bar), "l"(l2.policy)
+        : "memory");
+  } else {
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+            dst),
+        "l"(src), "r"(bytes), "r"(bar)
+        : "memory");
+  }
 #endif
 }
 
 // 16 bytes global -> shared without registers, L2 only (weights are read once); bytes = 0 writes zeros.
-__device__ __forceinline__ void copy_async16(uint4* dst, const void* src, bool valid) {
+__device__ __forceinline__ void copy_async16(uint4* dst, const void* src, bool valid, const WeightL2& l2) {
   const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
   const int bytes = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(bytes)
-               : "memory");
+  if (l2.evict_first) {
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint.L2::256B [%0], [%1], 16, %2, %3;\n" ::"r"(d),
+                 "l"(src), "r"(bytes), "l"(l2.policy)
+                 : "memory");
+  } else {
+    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(bytes)
+                 : "memory");
+  }
 }
 __device__ __forceinline__ void copy_async_commit() {
   asm volatile("cp.async.commit_group;\n" ::: "memory");

@@ -59,6 +59,7 @@ __global__ void __launch_bounds__(W * 32, 16 / W) gemv_mma_kernel(const Params p
   const int64_t K = p.K;
   const int64_t kbase = static_cast<int64_t>(blockIdx.y) * p.kcols;
   const int64_t kend = min(K, kbase + p.kcols);
+  const WeightL2 wl2 = weight_l2(p.weights_evict_first);
   uint4* mine = pipe + static_cast<int64_t>(warp) * S * U * TILES * 2 * 32 + lane;
   auto slot = [&](int s, int u, int j, int h) { return mine + (((s * U + u) * TILES + j) * 2 + h) * 32; };
 
@@ -92,7 +93,7 @@ __global__ void __launch_bounds__(W * 32, 16 / W) gemv_mma_kernel(const Params p
       for (int j = 0; j < TILES; ++j)
 #pragma unroll
         for (int h = 0; h < 2; ++h)
-          copy_async16(slot(s, u, j, h), wrow[j][h] + (kin ? k0 : 0), kin && wok[j][h]);
+          copy_async16(slot(s, u, j, h), wrow[j][h] + (kin ? k0 : 0), kin && wok[j][h], wl2);
     }
   };
   pdl_trigger();
@@ -504,6 +505,12 @@ int cap_padding(const MmaKernel& k, int cap) {
   return pads[key];
 }
 
+// The weight copies' L2 policy (DSINFER_GEMV_L2_EVICT_FIRST; gemv_set_weights_evict_first).
+bool& weights_evict_first_switch() {
+  static bool on = env_switch("DSINFER_GEMV_L2_EVICT_FIRST", true);
+  return on;
+}
+
 // The auto choice runs the persistent kernel (choose_persistent_shape) unless DSINFER_GEMV_PERSISTENT=0.
 bool persistent_by_default() {
   static const bool on = env_switch("DSINFER_GEMV_PERSISTENT", true);
@@ -609,6 +616,7 @@ GemvConfig resolve(int64_t M, int64_t K, const int64_t* N, int count, bool swigl
 template <bool SWIGLU>
 void launch(Params& p, GemvConfig c, const char* what) {
   if (p.M == 0) return;
+  p.weights_evict_first = weights_evict_first_switch();
   DSI_CHECK(p.M >= 1 && p.M <= kGemvMaxRows, what, ": M = ", p.M, " rows, the GEMV takes 1..", kGemvMaxRows);
   const int mats = p.count;  // SwiGLU: 1 (up shares gate's blocks)
   bool fast = !c.generic && p.K % 8 == 0 && aligned16(p.x) && aligned16(p.norm);
@@ -809,6 +817,7 @@ void launch_units(Params& p, GemvConfig c, const MmaKernel& k, int64_t rows, boo
   p.ksplit = 1;
   p.kcols = p.K;
   p.stamps = nullptr;
+  p.weights_evict_first = weights_evict_first_switch();
   const int64_t per_sm = std::min(c.persist, k.blocks_per_sm);
   const int64_t grid = std::min<int64_t>(p.tiles, num_sms() * per_sm);
   k.launch(p, dim3(static_cast<unsigned>(grid)), c.cap_per_sm ? cap_padding(k, static_cast<int>(per_sm)) : 0);
@@ -867,6 +876,14 @@ void launch_gemv_moe_down(const float* act, int64_t H, const GemvMoeUnits& u, fl
   p.units = {u.count, u.known, u.len,    {u.shared_down, nullptr}, {u.down, nullptr}, {u.down_stride, 0},
              u.ids,   nullptr, u.experts};
   launch_units(p, c, *find_units(c, false), H, false, "gemv_moe_down");
+}
+
+bool gemv_weights_evict_first() {
+  return weights_evict_first_switch();
+}
+
+void gemv_set_weights_evict_first(bool on) {
+  weights_evict_first_switch() = on;
 }
 
 }  // namespace dsinfer::cuda

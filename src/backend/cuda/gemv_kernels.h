@@ -113,4 +113,10 @@ void launch_gemv_moe_gate_up(const float* x, int64_t H, const GemvMoeUnits& u, f
 // out [H] = (or += with accumulate) sum over the units of act_u down_u^T, one pass over K = count len.
 void launch_gemv_moe_down(const float* act, int64_t H, const GemvMoeUnits& u, float* out, bool accumulate);
 
+// The L2 eviction priority of every GEMV launch's weight copies: evict-first (weights are read once a step,
+// so the KV cache rows, the step plan and the activations that latency-bound kernels read stay in L2) or
+// L2's default. DSINFER_GEMV_L2_EVICT_FIRST=0/1 sets it at start; the same bits either way.
+bool gemv_weights_evict_first();
+void gemv_set_weights_evict_first(bool on);
+
 }  // namespace dsinfer::cuda

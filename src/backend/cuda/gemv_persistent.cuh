@@ -78,6 +78,7 @@ __global__ void __launch_bounds__(W * 32, 16 / W) gemv_persistent_kernel(const P
   constexpr int kStage = U * TILES * 2 * 32;           // uint4 of one warp's stage
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int64_t K = p.K;
+  const WeightL2 wl2 = weight_l2(p.weights_evict_first);
   uint4* mine = pipe + static_cast<int64_t>(warp) * S * kStage + lane;
   // The stage's fragment (chunk u, tile j).
   auto frag = [](int u, int j) { return kPacked ? j * U + u : u * TILES + j; };
@@ -191,7 +192,7 @@ __global__ void __launch_bounds__(W * 32, 16 / W) gemv_persistent_kernel(const P
           if (lane == j) from = prow[j];
         if (lane < TILES && valid > 0)
           bulk_copy(mine_s + static_cast<uint32_t>((issue_stage * kStage + lane * U * 64) * 16),
-                    from + c0 * 512, static_cast<uint32_t>(valid * 1024), bar);
+                    from + c0 * 512, static_cast<uint32_t>(valid * 1024), bar, wl2);
         uint4* stage = mine + issue_stage * kStage;
         for (int u = valid; u < U; ++u)
 #pragma unroll
@@ -217,13 +218,14 @@ __global__ void __launch_bounds__(W * 32, 16 / W) gemv_persistent_kernel(const P
           for (int j = 0; j < TILES; ++j)
 #pragma unroll
             for (int h = 0; h < 2; ++h)
-              copy_async16(stage + (frag(u, j) * 2 + h) * 32, ubase + nrow[j][h] * ld, kin && wok[j][h]);
+              copy_async16(stage + (frag(u, j) * 2 + h) * 32, ubase + nrow[j][h] * ld, kin && wok[j][h], wl2);
         } else {
 #pragma unroll
           for (int j = 0; j < TILES; ++j)
 #pragma unroll
             for (int h = 0; h < 2; ++h)
-              copy_async16(stage + (frag(u, j) * 2 + h) * 32, wrow[j][h] + (kin ? k0 : 0), kin && wok[j][h]);
+              copy_async16(stage + (frag(u, j) * 2 + h) * 32, wrow[j][h] + (kin ? k0 : 0), kin && wok[j][h],
+                           wl2);
         }
       }
       advance();

@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "backend/cuda/pdl.cuh"
+#include "backend/cuda/weight_l2_policy.cuh"
 
 namespace dsinfer::cuda::head_gemv {
 
@@ -21,12 +22,18 @@ constexpr int kSmemFloats = 12288;  // 48 KiB: staged x plus the warps' partial 
 constexpr int kDefaultChunks = 8;   // w^T x: 64 outputs a block
 constexpr int kDefaultRows = 2;     // w x: 16 outputs a block
 
-// 16 bytes of weights, streamed (read-only path, not kept in L1).
-__device__ __forceinline__ uint4 load_weights16(const uint16_t* p) {
+// 16 bytes of weights, streamed (read-only path, not kept in L1; l2: weight_l2_policy.cuh).
+__device__ __forceinline__ uint4 load_weights16(const uint16_t* p, const WeightL2& l2) {
   uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
+  if (l2.evict_first) {
+    asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p), "l"(l2.policy));
+  } else {
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+  }
   return v;
 }
 
@@ -79,7 +86,8 @@ constexpr int64_t t_smem_floats(int64_t A) {
 // pass of A. Called by all kThreads threads of the block; calls pdl_wait and pdl_trigger.
 template <int NT, int CW>
 __device__ __forceinline__ void t_tile(const float* x, const uint16_t* w, float* y, int T, int H, int A,
-                                       int B, int tiles, int block, float* smem) {
+                                       int B, int tiles, int block, float* smem, bool evict_first) {
+  const WeightL2 l2 = weight_l2(evict_first);
   constexpr int kGroups = kThreads / CW;       // row groups
   constexpr int kLoads = kPassRows / kGroups;  // rows of a pass per thread
   constexpr int kCols = 8 * CW;                // outputs per block
@@ -93,7 +101,7 @@ __device__ __forceinline__ void t_tile(const float* x, const uint16_t* w, float*
 #pragma unroll
     for (int i = 0; i < kLoads; ++i) {
       const int a = a0 + r + kGroups * i;
-      wv[i] = col_ok && a < A ? load_weights16(wh + static_cast<int64_t>(a) * B) : make_uint4(0, 0, 0, 0);
+      wv[i] = col_ok && a < A ? load_weights16(wh + static_cast<int64_t>(a) * B, l2) : make_uint4(0, 0, 0, 0);
     }
   };
   load_pass(0);

@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "backend/cuda/batch_bucket.h"
+#include "backend/cuda/gemv_kernels.h"
 #include "backend/cuda/head_gemv_device.cuh"
 #include "backend/cuda/head_gemv_n.cuh"
 #include "backend/cuda/head_matmul_kernels.h"
@@ -39,10 +40,10 @@ using head_gemv::unpack8;
 template <int NT, int CW>
 __global__ void __launch_bounds__(kThreads)
     head_gemv_t_tile_kernel(const float* x, const uint16_t* w, float* y, int T, int H, int A, int B,
-                            int tiles) {
+                            int tiles, bool evict_first) {
   extern __shared__ float4 smem4[];
   head_gemv::t_tile<NT, CW>(x, w, y, T, H, A, B, tiles, static_cast<int>(blockIdx.x),
-                            reinterpret_cast<float*>(smem4));
+                            reinterpret_cast<float*>(smem4), evict_first);
 }
 
 // y = w x for up to NT tokens (T <= NT), A % 8 == 0, x and w 16-byte aligned. Block = (head, 8 * R rows):
@@ -50,9 +51,9 @@ __global__ void __launch_bounds__(kThreads)
 template <int NT, int R>
 __global__ void __launch_bounds__(kThreads)
     head_gemv_n_tile_kernel(const float* x, const uint16_t* w, float* y, int T, int H, int A, int B,
-                            int tiles) {
+                            int tiles, bool evict_first) {
   const int h = blockIdx.x / tiles, tile = blockIdx.x % tiles;
-  detail::HeadGemvN<NT, R> gemv(w, h, tile, A, B);  // first weights in flight before the wait
+  detail::HeadGemvN<NT, R> gemv(w, h, tile, A, B, evict_first);  // first weights in flight before the wait
   pdl_wait();
   pdl_trigger();
   extern __shared__ float4 smem4[];
@@ -69,7 +70,7 @@ bool launch_t(const float* x, const uint16_t* w, float* y, int64_t T, int64_t H,
   DSI_CHECK(H * tiles < (int64_t{1} << 31), "head_matmul: too many blocks");
   launch_pdl(head_gemv_t_tile_kernel<NT, CW>, dim3(static_cast<unsigned>(H * tiles)), kThreads, smem, x, w, y,
              static_cast<int>(T), static_cast<int>(H), static_cast<int>(A), static_cast<int>(B),
-             static_cast<int>(tiles));
+             static_cast<int>(tiles), gemv_weights_evict_first());
   check_launch("head_matmul (w^T x, tiled GEMV)");
   return true;
 }
@@ -81,7 +82,7 @@ bool launch_n(const float* x, const uint16_t* w, float* y, int64_t T, int64_t H,
   DSI_CHECK(H * tiles < (int64_t{1} << 31), "head_matmul: too many blocks");
   launch_pdl(head_gemv_n_tile_kernel<NT, R>, dim3(static_cast<unsigned>(H * tiles)), kThreads,
              static_cast<size_t>(NT * A) * sizeof(float), x, w, y, static_cast<int>(T), static_cast<int>(H),
-             static_cast<int>(A), static_cast<int>(B), static_cast<int>(tiles));
+             static_cast<int>(A), static_cast<int>(B), static_cast<int>(tiles), gemv_weights_evict_first());
   check_launch("head_matmul (w x, tiled GEMV)");
   return true;
 }

@@ -29,8 +29,10 @@ struct HeadGemvN {
   const uint16_t* wr[R];
   uint4 wv[R][kChunks];
   int lane, b0, A, B;
+  WeightL2 l2;
 
-  __device__ __forceinline__ HeadGemvN(const uint16_t* w, int h, int tile, int A_, int B_) : A(A_), B(B_) {
+  __device__ __forceinline__ HeadGemvN(const uint16_t* w, int h, int tile, int A_, int B_, bool evict_first)
+      : A(A_), B(B_), l2(weight_l2(evict_first)) {
     const int warp = threadIdx.x / 32;
     lane = threadIdx.x % 32;
     b0 = (tile * kHeadGemvWarps + warp) * R;
@@ -45,7 +47,7 @@ struct HeadGemvN {
 #pragma unroll
       for (int k = 0; k < kChunks; ++k) {
         const int kk = p0 + (k * 32 + lane) * 8;
-        dst[r][k] = b0 + r < B && kk < A ? load_weights16(wr[r] + kk) : make_uint4(0, 0, 0, 0);
+        dst[r][k] = b0 + r < B && kk < A ? load_weights16(wr[r] + kk, l2) : make_uint4(0, 0, 0, 0);
       }
   }
 

@@ -8,6 +8,7 @@
 #include <algorithm>
 
 #include "backend/cuda/batch_bucket.h"
+#include "backend/cuda/gemv_kernels.h"
 #include "backend/cuda/head_gemv_device.cuh"
 #include "backend/cuda/head_matmul_kernels.h"
 #include "backend/cuda/kernel_common.cuh"
@@ -31,6 +32,7 @@ struct PrepareParams {
   const uint16_t* w;
   float* y;
   int A, B, tiles, uk_blocks;
+  bool evict_first;  // W_UK's L2 policy (weight_l2_policy.cuh)
   MlaWriteArgs write;
 };
 
@@ -42,7 +44,7 @@ __global__ void __launch_bounds__(head_gemv::kThreads) mla_prepare_kernel(Prepar
   const MlaWriteArgs& a = p.write;
   if (block < p.uk_blocks) {
     head_gemv::t_tile<NT, kChunks>(p.x, p.w, p.y, static_cast<int>(a.T), static_cast<int>(a.H), p.A, p.B,
-                                   p.tiles, block, smem);
+                                   p.tiles, block, smem, p.evict_first);
     return;
   }
   mla_write::rope_write_row<KV>(a.q_pe, a.k_pe, a.latent, a.norm, a.eps, static_cast<KV*>(a.cache.data),
@@ -101,6 +103,7 @@ void launch_mla_prepare(const MlaPrepareArgs& a) {
                         static_cast<int>(a.B),
                         static_cast<int>(tiles),
                         static_cast<int>(uk_blocks),
+                        gemv_weights_evict_first(),
                         wr};
   const size_t smem =
       static_cast<size_t>(std::max<int64_t>(gemv_smem_floats(NT, a.A), mla_write::kSmemFloats)) *

@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "backend/cuda/batch_bucket.h"
+#include "backend/cuda/gemv_kernels.h"
 #include "backend/cuda/head_gemv_n.cuh"
 #include "backend/cuda/kernel_common.cuh"
 #include "backend/cuda/mla_kernels.h"
@@ -35,9 +36,10 @@ constexpr int64_t kSmemFloats = 12288;  // 48 KiB: the merged latents, the merge
 template <int NT>
 __global__ void __launch_bounds__(kThreads)
     mla_merge_uv_kernel(const float* ws_acc, const float* ws_ml, const uint16_t* w, float* y, int T, int H,
-                        int R, int V, int splits, int tiles) {
+                        int R, int V, int splits, int tiles, bool evict_first) {
   const int h = blockIdx.x / tiles, tile = blockIdx.x % tiles;
-  detail::HeadGemvN<NT, kRowsPerWarp> gemv(w, h, tile, R, V);  // W_UV rows in flight before the wait
+  detail::HeadGemvN<NT, kRowsPerWarp> gemv(w, h, tile, R, V,
+                                           evict_first);  // W_UV rows in flight before the wait
   pdl_wait();
   pdl_trigger();
   extern __shared__ float4 smem4[];
@@ -73,7 +75,7 @@ void launch_nt(const float* ws_acc, const float* ws_ml, const uint16_t* w, float
   const size_t smem = static_cast<size_t>(NT * (R + splits + 1)) * sizeof(float);
   launch_pdl(mla_merge_uv_kernel<NT>, dim3(static_cast<unsigned>(H * tiles)), kThreads, smem, ws_acc, ws_ml,
              w, y, static_cast<int>(T), static_cast<int>(H), static_cast<int>(R), static_cast<int>(V), splits,
-             static_cast<int>(tiles));
+             static_cast<int>(tiles), gemv_weights_evict_first());
   check_launch("attention_mla_uv (merge + W_UV)");
 }
 
