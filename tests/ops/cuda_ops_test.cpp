@@ -4,6 +4,7 @@
 // (GEMV kernels, 2 or 3 bf16 parts per activation: ~5e-6 / ~1e-7; hi/lo split GEMMs: ~1e-5; plain bf16
 // activations: ~1e-3).
 #include "backend/cuda/gemv_stamps.h"
+#include "backend/cuda/sampling_kernels.h"
 #include "cuda_ops_test_util.h"
 
 namespace dsinfer {
@@ -145,6 +146,56 @@ TEST_F(CudaOpsTest, CopyFromHostByKernelCopiesEveryByte) {
     }
   }
   EXPECT_THROW(cuda::copy_from_host_by_kernel(dev.raw(), pinned, cuda::kHostReadMaxBytes + 1), Error);
+  cuda::host_free_pinned(pinned);
+}
+
+// The upload kernel's feed (HostReadFeed): after the copy, each token whose previous-sampling row is one of
+// the call's rows takes that row's token (0 when the token is outside the vocabulary, an error row's -1
+// included); the other tokens keep their copied ids; more tokens than the block has threads.
+TEST_F(CudaOpsTest, CopyFromHostByKernelFeedsSampledTokens) {
+  CudaBackend gpu;
+  const int32_t T = 300, R = 4, vocab = 1000;
+  const size_t ids_at = 0, prev_at = 2048, bytes = prev_at + 4 * T;
+  char* pinned = static_cast<char*>(cuda::host_alloc_pinned(bytes));
+  ASSERT_NE(pinned, nullptr);
+  std::vector<int32_t> ids(T), prev(T);
+  for (int32_t t = 0; t < T; ++t) {
+    ids[t] = static_cast<int32_t>(rng() % vocab);
+    prev[t] = static_cast<int32_t>(rng() % (R + 3)) - 1;  // -1 .. R + 1: known tokens and rows out of range
+  }
+  std::memcpy(pinned + ids_at, ids.data(), 4 * T);
+  std::memcpy(pinned + prev_at, prev.data(), 4 * T);
+  std::vector<cuda::SampleRowResult> results(R);
+  const int32_t tokens[R] = {5, -1, 2000, 999};
+  for (int32_t r = 0; r < R; ++r) results[r].token = tokens[r];
+  Tensor dev_results =
+      Tensor::empty_on(Device::kCuda, DType::U8, {static_cast<int64_t>(R * sizeof(results[0]))});
+  cuda::copy_to_device(dev_results.raw(), results.data(), R * sizeof(results[0]));
+  Tensor dev = Tensor::empty_on(Device::kCuda, DType::U8, {static_cast<int64_t>(bytes)});
+  cuda::HostReadFeed feed;
+  feed.token_ids_at = ids_at;
+  feed.prev_rows_at = prev_at;
+  feed.tokens = T;
+  feed.results = static_cast<const cuda::SampleRowResult*>(dev_results.raw());
+  feed.rows = R;
+  feed.vocab = vocab;
+  cuda::copy_from_host_by_kernel(dev.raw(), pinned, bytes, &feed);
+  std::vector<int32_t> got(T), got_prev(T);
+  cuda::copy_to_host(got.data(), static_cast<char*>(dev.raw()) + ids_at, 4 * T);
+  cuda::copy_to_host(got_prev.data(), static_cast<char*>(dev.raw()) + prev_at, 4 * T);
+  EXPECT_EQ(got_prev, prev);
+  int fed = 0;
+  for (int32_t t = 0; t < T; ++t) {
+    const int32_t r = prev[t];
+    const bool row = r >= 0 && r < R;
+    const int32_t want = !row ? ids[t] : tokens[r] >= 0 && tokens[r] < vocab ? tokens[r] : 0;
+    EXPECT_EQ(got[t], want) << "token " << t << ", row " << r;
+    fed += row ? 1 : 0;
+  }
+  EXPECT_GT(fed, 100);
+  // The feed's arrays must lie inside the copied bytes.
+  feed.prev_rows_at = bytes - 8;
+  EXPECT_THROW(cuda::copy_from_host_by_kernel(dev.raw(), pinned, bytes, &feed), Error);
   cuda::host_free_pinned(pinned);
 }
 

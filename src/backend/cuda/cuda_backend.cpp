@@ -87,13 +87,11 @@ int64_t CudaBackend::free_memory_bytes() const {
 }
 
 void CudaBackend::begin_step(const BatchPlan& plan) {
-  step_.upload(plan, context_bound_);
-  feed_on_device(plan);
+  upload_and_feed(plan);
 }
 
 void CudaBackend::stage_plan(const BatchPlan& plan) {
-  step_.upload(plan, context_bound_);
-  feed_on_device(plan);
+  upload_and_feed(plan);
 }
 
 void CudaBackend::end_step() {

@@ -224,8 +224,9 @@ class CudaBackend : public Backend {
   // attention_mla, with w_uv (not null) attention_mla_uv: returns [T, H, R], or [T, H, V] with w_uv.
   Tensor run_attention_mla(const Tensor& q_lat, const Tensor& q_pe, const KvCache& cache, int64_t layer,
                            const BatchPlan& plan, float scale, const Tensor* w_uv);
-  // Patches the current step plan's device token ids fed from the last device sampling call.
-  void feed_on_device(const BatchPlan& plan);
+  // Makes `plan` the current step plan and patches its device token ids fed from the last device sampling
+  // call (by the upload's kernel when it can, else by a feed kernel).
+  void upload_and_feed(const BatchPlan& plan);
 
   // The last sample_async call (cuda_backend_sampling.cpp).
   struct SampleCall {

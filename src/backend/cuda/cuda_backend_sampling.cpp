@@ -209,15 +209,22 @@ void CudaBackend::feed_sampled_tokens(BatchPlan& plan) {
   if (!sample_.on_device) Backend::feed_sampled_tokens(plan);  // host ids; else begin_step patches the device
 }
 
-void CudaBackend::feed_on_device(const BatchPlan& plan) {
-  if (!sample_.on_device || cuda::capturing() || !plan.feeds_sampled_tokens()) return;
-  for (int32_t r : plan.prev_sample_rows) {
-    DSI_CHECK(r < sample_.rows, "feed_sampled_tokens: row ", r, " of a sampling call of ", sample_.rows,
-              " rows");
+void CudaBackend::upload_and_feed(const BatchPlan& plan) {
+  const bool feed = sample_.on_device && !cuda::capturing() && plan.feeds_sampled_tokens();
+  if (feed) {
+    for (int32_t r : plan.prev_sample_rows) {
+      DSI_CHECK(r < sample_.rows, "feed_sampled_tokens: row ", r, " of a sampling call of ", sample_.rows,
+                " rows");
+    }
   }
-  cuda::launch_feed_sampled_tokens(
-      step_.token_ids_for_feed(), step_.device().prev_sample_rows, plan.num_tokens(),
-      static_cast<const cuda::SampleRowResult*>(sample_.results.raw()), sample_.rows, sample_.vocab);
+  cuda::HostReadFeed f;
+  f.results = static_cast<const cuda::SampleRowResult*>(sample_.results.raw());
+  f.rows = sample_.rows;
+  f.vocab = sample_.vocab;
+  step_.upload(plan, context_bound_, feed ? &f : nullptr);  // the upload's kernel feeds when it can
+  if (!feed || step_.fed()) return;
+  cuda::launch_feed_sampled_tokens(step_.token_ids_for_feed(), step_.device().prev_sample_rows,
+                                   plan.num_tokens(), f.results, sample_.rows, sample_.vocab);
 }
 
 }  // namespace dsinfer

@@ -7,8 +7,10 @@
 
 #include <cstdint>
 
+#include "backend/cuda/feed_device.cuh"
 #include "backend/cuda/host_reads.h"
 #include "backend/cuda/kernel_common.cuh"
+#include "backend/cuda/pdl.cuh"
 #include "backend/cuda/stream.h"
 #include "core/env_choice.h"
 #include "core/error.h"
@@ -20,18 +22,38 @@ namespace {
 constexpr int kCopyThreads = 256;
 
 // dst[0, bytes) = src[0, bytes): 16-byte pieces when both are 16-byte aligned, else bytes; all of a
-// thread's loads before its stores.
+// thread's loads of a round before its stores; the first round's loads before the PDL wait (the host wrote
+// src before the launch), every store after it. Then the feed, if any (HostReadFeed).
 __global__ void copy_from_host_kernel(char* __restrict__ dst, const char* __restrict__ src, int64_t bytes,
-                                      bool vec16) {
+                                      bool vec16, HostReadFeed feed) {
+  bool waited = false;
+  auto wait_once = [&] {
+    if (!waited) {
+      pdl_wait();
+      pdl_trigger();
+      waited = true;
+    }
+  };
   if (vec16) {
     const int64_t n16 = bytes / 16;
     move_pieces<kCopyThreads, 4>(
         n16, [&](int64_t c) { return reinterpret_cast<const uint4*>(src)[c]; },
-        [&](int64_t c, const uint4& v) { reinterpret_cast<uint4*>(dst)[c] = v; });
+        [&](int64_t c, const uint4& v) {
+          wait_once();
+          reinterpret_cast<uint4*>(dst)[c] = v;
+        });
+    wait_once();
     for (int64_t i = n16 * 16 + threadIdx.x; i < bytes; i += kCopyThreads) dst[i] = src[i];
-    return;
+  } else {
+    wait_once();
+    for (int64_t i = threadIdx.x; i < bytes; i += kCopyThreads) dst[i] = src[i];
   }
-  for (int64_t i = threadIdx.x; i < bytes; i += kCopyThreads) dst[i] = src[i];
+  if (feed.tokens == 0) return;
+  __syncthreads();  // the copied prev rows are visible to every thread of the block
+  int32_t* token_ids = reinterpret_cast<int32_t*>(dst + feed.token_ids_at);
+  const int32_t* prev_rows = reinterpret_cast<const int32_t*>(dst + feed.prev_rows_at);
+  for (int32_t t = static_cast<int32_t>(threadIdx.x); t < feed.tokens; t += kCopyThreads)
+    feed_sampled_token(token_ids, prev_rows, t, feed.results, feed.rows, feed.vocab);
 }
 
 }  // namespace
@@ -41,13 +63,19 @@ bool host_reads_enabled() {
   return on;
 }
 
-void copy_from_host_by_kernel(void* dst, const void* pinned_src, size_t bytes) {
+void copy_from_host_by_kernel(void* dst, const void* pinned_src, size_t bytes, const HostReadFeed* feed) {
   if (bytes == 0) return;
   DSI_CHECK(bytes <= kHostReadMaxBytes, "copy_from_host_by_kernel: ", bytes, " bytes, at most ",
             kHostReadMaxBytes);
   const bool vec16 = aligned16(dst) && aligned16(pinned_src);
-  copy_from_host_kernel<<<1, kCopyThreads, 0, stream()>>>(
-      static_cast<char*>(dst), static_cast<const char*>(pinned_src), static_cast<int64_t>(bytes), vec16);
+  if (feed) {
+    DSI_CHECK(feed->token_ids_at + 4 * static_cast<size_t>(feed->tokens) <= bytes &&
+                  feed->prev_rows_at + 4 * static_cast<size_t>(feed->tokens) <= bytes,
+              "copy_from_host_by_kernel: the feed's arrays lie outside the ", bytes, " bytes copied");
+  }
+  launch_pdl(copy_from_host_kernel, 1, kCopyThreads, 0, static_cast<char*>(dst),
+             static_cast<const char*>(pinned_src), static_cast<int64_t>(bytes), vec16,
+             feed ? *feed : HostReadFeed{});
   check_launch("copy_from_host");
 }
 

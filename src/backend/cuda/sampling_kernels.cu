@@ -8,6 +8,7 @@
 #include <cfloat>
 #include <cstdint>
 
+#include "backend/cuda/feed_device.cuh"
 #include "backend/cuda/sampling_kernels.h"
 #include "backend/cuda/stream.h"
 #include "core/error.h"
@@ -762,11 +763,7 @@ namespace {
 __global__ void feed_sampled_tokens_kernel(int32_t* token_ids, const int32_t* prev_rows, int32_t T,
                                            const SampleRowResult* results, int32_t R, int32_t vocab) {
   const int32_t t = static_cast<int32_t>(blockIdx.x * blockDim.x + threadIdx.x);
-  if (t >= T) return;
-  const int32_t r = prev_rows[t];
-  if (r < 0 || r >= R) return;
-  const int32_t token = results[r].token;
-  token_ids[t] = token >= 0 && token < vocab ? token : 0;
+  if (t < T) feed_sampled_token(token_ids, prev_rows, t, results, R, vocab);
 }
 
 }  // namespace

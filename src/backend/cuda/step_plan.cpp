@@ -82,19 +82,30 @@ PackedPlan pack_plan(const BatchPlan& plan) {
   return p;
 }
 
-const DevicePlan& StepPlan::upload(const BatchPlan& plan, int32_t context_bound) {
+const DevicePlan& StepPlan::upload(const BatchPlan& plan, int32_t context_bound, const HostReadFeed* feed) {
   const int32_t S = plan.num_seqs(), T = plan.num_tokens();
   PackedPlan pp = pack_plan(plan);
   std::vector<char>& packed = pp.bytes;
   reserve(packed.size());
+  fed_ = false;
   if (packed != packed_) {
     DSI_CHECK(!capturing(), "a CUDA graph capture needs its plan uploaded before the capture");
     if (copy_done_) event_wait_host(copy_done_);  // the previous copy has left the staging buffer
     std::memcpy(pinned_, packed.data(), packed.size());
-    if (host_reads_enabled() && packed.size() <= kHostReadMaxBytes)
-      copy_from_host_by_kernel(dev_, pinned_, packed.size());  // no copy engine between two kernels
-    else
+    if (host_reads_enabled() && packed.size() <= kHostReadMaxBytes) {
+      HostReadFeed f;
+      if (feed) {
+        f = *feed;
+        f.token_ids_at = pp.token_ids;
+        f.prev_rows_at = pp.prev_sample_rows;
+        f.tokens = T;
+      }
+      copy_from_host_by_kernel(dev_, pinned_, packed.size(),
+                               feed ? &f : nullptr);  // no copy engine between kernels
+      fed_ = feed != nullptr;
+    } else {
       copy_to_device_async(dev_, pinned_, packed.size());
+    }
     if (!copy_done_) copy_done_ = event_create();
     event_record(copy_done_);
     packed_ = std::move(packed);

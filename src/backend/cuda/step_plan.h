@@ -10,6 +10,7 @@
 
 #include "backend/batch_plan.h"
 #include "backend/cuda/device_plan.h"
+#include "backend/cuda/host_reads.h"
 
 namespace dsinfer::cuda {
 
@@ -35,8 +36,12 @@ class StepPlan {
   ~StepPlan();
 
   // Makes `plan` current (uploading it unless it equals the current contents); max_context is raised to
-  // at least context_bound.
-  const DevicePlan& upload(const BatchPlan& plan, int32_t context_bound = 0);
+  // at least context_bound. With `feed` (its results, rows and vocab; the offsets and token count are
+  // filled in here) the upload's kernel also feeds the previous sampling call's tokens when the upload goes
+  // through a kernel reading host memory; fed() says whether it did.
+  const DevicePlan& upload(const BatchPlan& plan, int32_t context_bound = 0,
+                           const HostReadFeed* feed = nullptr);
+  bool fed() const { return fed_; }
   // The plan last uploaded and its host source (null when none is current).
   const DevicePlan& device() const { return device_; }
   const BatchPlan* host() const { return host_; }
@@ -61,6 +66,7 @@ class StepPlan {
   DevicePlan device_;
   const BatchPlan* host_ = nullptr;
   uint64_t generation_ = 0;
+  bool fed_ = false;  // the last upload's kernel fed the sampled tokens
 };
 
 }  // namespace dsinfer::cuda
