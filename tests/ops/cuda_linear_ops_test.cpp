@@ -420,6 +420,71 @@ TEST_F(CudaLinearTest, CappedLaunchesHoldTheirCapPerSmPackedOrNot) {
   }
 }
 
+// One GEMV sweep shape's operands on the device: the matrices row-major in one allocation (`views` into it)
+// with each matrix's packed copy (gemv_packed.h) beside it, registered only while a run asks for it; a bias
+// for every row and the RMSNorm weight.
+struct GemvOperands {
+  GemvSweepShape sh;
+  Tensor w, bias, norm_w;
+  std::vector<const uint16_t*> views;
+  std::vector<Tensor> packed;
+
+  GemvOperands(const GemvSweepShape& shape, const Tensor& w_host, const Tensor& bias_host,
+               const Tensor& norm_host)
+      : sh(shape),
+        w(cuda::to_device(w_host)),
+        bias(cuda::to_device(bias_host)),
+        norm_w(cuda::to_device(norm_host)) {
+    int64_t row = 0;
+    for (int64_t n : sh.N) {
+      views.push_back(w.data<uint16_t>() + row * sh.K);
+      packed.push_back(Tensor::empty_on(Device::kCuda, DType::BF16, {cuda::gemv_packed_bytes(n, sh.K) / 2}));
+      cuda::pack_gemv_weight(views.back(), n, sh.K, packed.back().data<uint16_t>());
+      row += n;
+    }
+  }
+  ~GemvOperands() {
+    for (const uint16_t* v : views) cuda::gemv_unregister_packed(v);
+  }
+  bool swiglu() const { return sh.kind == GemvKind::kSwiglu; }
+  int64_t out_cols() const {
+    int64_t n_total = 0;
+    for (int64_t n : sh.N) n_total += n;
+    return swiglu() ? sh.N[0] : n_total;
+  }
+
+  // y [M, out_cols] = the shape's launch on x [M, K] (device) starting from y0 (host), reading the packed
+  // copies when use_packed; with_bias adds the biases, limit > 0 clamps SwiGLU's inputs.
+  Tensor run(const Tensor& x, const Tensor& y0, cuda::GemvConfig cfg, bool use_packed, bool with_bias,
+             float limit) {
+    const int64_t M = x.shape()[0];
+    for (size_t i = 0; i < views.size(); ++i) {
+      if (use_packed)
+        cuda::gemv_register_packed(views[i], packed[i].data<uint16_t>(), sh.N[i], sh.K);
+      else
+        cuda::gemv_unregister_packed(views[i]);
+    }
+    Tensor y = cuda::to_device(y0);  // [M, out_cols]
+    const uint16_t* b = with_bias ? bias.data<uint16_t>() : nullptr;
+    const cuda::GemvNorm nrm{sh.kind == GemvKind::kResidual ? nullptr : norm_w.data<uint16_t>(), 1e-5f};
+    if (swiglu()) {
+      cuda::launch_gemv_swiglu(x.data<float>(), M, sh.K, views[0], b, views[1], b ? b + sh.N[0] : nullptr,
+                               y.data<float>(), sh.N[0], nrm, limit, cfg);
+    } else {
+      cuda::GemvMatrix mats[cuda::kGemvMaxMatrices];
+      int64_t r = 0, col = 0;
+      for (size_t i = 0; i < sh.N.size(); ++i) {
+        mats[i] = {views[i], b ? b + r : nullptr, y.data<float>() + col, sh.N[i]};
+        r += sh.N[i];
+        col += M * sh.N[i];
+      }
+      cuda::launch_gemv(x.data<float>(), M, sh.K, mats, static_cast<int>(sh.N.size()), nrm,
+                        sh.kind == GemvKind::kResidual, cfg);
+    }
+    return cuda::to_host(y);
+  }
+};
+
 // The packed weights (gemv_packed.h): every persistent shape reading the packed copies by bulk copies gives
 // the bits of the same shape reading the row-major matrices, also where K is not a whole number of warp
 // iterations (the last stages' fragments past K zeroed by the lanes) or of 32 columns, and where N is not a
@@ -432,64 +497,24 @@ TEST_F(CudaLinearTest, GemvPackedWeightsGiveTheSameBits) {
   shapes.push_back({"odd rows and K", {200, 72}, 1064, GemvKind::kNorm});
   shapes.push_back({"odd swiglu", {136, 136}, 1064, GemvKind::kSwiglu});
   for (const GemvSweepShape& sh : shapes) {
-    const bool swiglu = sh.kind == GemvKind::kSwiglu;
     int64_t n_total = 0;
     for (int64_t n : sh.N) n_total += n;
-    const Tensor w = cuda::to_device(as_bf16(random_f32({n_total, sh.K})).first);
-    const Tensor bias = cuda::to_device(as_bf16(random_f32({n_total})).first);
-    const Tensor norm_w = cuda::to_device(as_bf16(random_f32({sh.K})).first);
-    const int64_t out_cols = swiglu ? sh.N[0] : n_total;
-    const int count = swiglu ? 1 : static_cast<int>(sh.N.size());
-    // Each matrix's packed copy, registered only for the packed runs.
-    std::vector<Tensor> packed;
-    std::vector<const uint16_t*> views;
-    int64_t row = 0;
-    for (int64_t n : sh.N) {
-      views.push_back(w.data<uint16_t>() + row * sh.K);
-      packed.push_back(Tensor::empty_on(Device::kCuda, DType::BF16, {cuda::gemv_packed_bytes(n, sh.K) / 2}));
-      cuda::pack_gemv_weight(views.back(), n, sh.K, packed.back().data<uint16_t>());
-      row += n;
-    }
+    GemvOperands ops(sh, as_bf16(random_f32({n_total, sh.K})).first, as_bf16(random_f32({n_total})).first,
+                     as_bf16(random_f32({sh.K})).first);
     for (int64_t M : {1, 3, 8}) {
       const bool with_bias = M % 2 == 1;
-      const float limit = swiglu && M == 3 ? 3.0f : 0.0f;
-      const Tensor x = cuda::to_device(random_f32({M, sh.K}));
-      const Tensor y0 = random_f32({M, out_cols});
-      Tensor y = cuda::to_device(y0);
-      auto run = [&](cuda::GemvConfig cfg, bool use_packed) {
-        for (size_t i = 0; i < views.size(); ++i) {
-          if (use_packed)
-            cuda::gemv_register_packed(views[i], packed[i].data<uint16_t>(), sh.N[i], sh.K);
-          else
-            cuda::gemv_unregister_packed(views[i]);
-        }
-        cuda::copy_to_device(y.raw(), y0.raw(), y0.nbytes());
-        const uint16_t* b = with_bias ? bias.data<uint16_t>() : nullptr;
-        const cuda::GemvNorm nrm{sh.kind == GemvKind::kResidual ? nullptr : norm_w.data<uint16_t>(), 1e-5f};
-        if (swiglu) {
-          cuda::launch_gemv_swiglu(x.data<float>(), M, sh.K, views[0], b, views[1], b ? b + sh.N[0] : nullptr,
-                                   y.data<float>(), sh.N[0], nrm, limit, cfg);
-        } else {
-          cuda::GemvMatrix mats[cuda::kGemvMaxMatrices];
-          int64_t r = 0, col = 0;
-          for (size_t i = 0; i < sh.N.size(); ++i) {
-            mats[i] = {views[i], b ? b + r : nullptr, y.data<float>() + col, sh.N[i]};
-            r += sh.N[i];
-            col += M * sh.N[i];
-          }
-          cuda::launch_gemv(x.data<float>(), M, sh.K, mats, count, nrm, sh.kind == GemvKind::kResidual, cfg);
-        }
-        return cuda::to_host(y);
-      };
-      for (cuda::GemvConfig c : cuda::gemv_configs(swiglu)) {
+      const float limit = ops.swiglu() && M == 3 ? 3.0f : 0.0f;
+      const Tensor x = cuda::to_device(random_f32({M, sh.K}));  // [M, K]
+      const Tensor y0 = random_f32({M, ops.out_cols()});        // [M, out_cols]
+      for (cuda::GemvConfig c : cuda::gemv_configs(ops.swiglu())) {
         if (c.persist == 0) continue;
-        const Tensor want = run(c, false), got = run(c, true);
+        const Tensor want = ops.run(x, y0, c, false, with_bias, limit);
+        const Tensor got = ops.run(x, y0, c, true, with_bias, limit);
         ASSERT_EQ(got.nbytes(), want.nbytes());
         EXPECT_EQ(std::memcmp(got.raw(), want.raw(), want.nbytes()), 0)
             << sh.name << " M " << M << " " << gemv_config_name(c);
       }
     }
-    for (const uint16_t* v : views) cuda::gemv_unregister_packed(v);
   }
 }
 
@@ -508,62 +533,27 @@ TEST_F(CudaLinearTest, WeightsEvictFirstChangesNoBits) {
     EXPECT_EQ(cuda::gemv_weights_evict_first(), on);
   }
   const bool hopper = cuda::arch_path() == cuda::ArchPath::kHopper;
-  const std::vector<GemvSweepShape> shapes = {{"l8b o", {4096}, 4096, GemvKind::kResidual},
-                                              {"odd rows and K", {200, 72}, 1064, GemvKind::kNorm},
-                                              {"odd swiglu", {136, 136}, 1064, GemvKind::kSwiglu}};
-  for (const GemvSweepShape& sh : shapes) {
-    const bool swiglu = sh.kind == GemvKind::kSwiglu;
+  for (const GemvSweepShape& sh : {GemvSweepShape{"l8b o", {4096}, 4096, GemvKind::kResidual},
+                                   GemvSweepShape{"odd rows and K", {200, 72}, 1064, GemvKind::kNorm},
+                                   GemvSweepShape{"odd swiglu", {136, 136}, 1064, GemvKind::kSwiglu}}) {
     int64_t n_total = 0;
     for (int64_t n : sh.N) n_total += n;
-    const Tensor w = cuda::to_device(as_bf16(random_f32({n_total, sh.K})).first);  // [n_total, K]
-    const Tensor norm_w = cuda::to_device(as_bf16(random_f32({sh.K})).first);      // [K]
-    std::vector<const uint16_t*> views;
-    std::vector<Tensor> packed;
-    int64_t row = 0;
-    for (int64_t n : sh.N) {
-      views.push_back(w.data<uint16_t>() + row * sh.K);
-      packed.push_back(Tensor::empty_on(Device::kCuda, DType::BF16, {cuda::gemv_packed_bytes(n, sh.K) / 2}));
-      cuda::pack_gemv_weight(views.back(), n, sh.K, packed.back().data<uint16_t>());
-      row += n;
-    }
-    const int64_t out_cols = swiglu ? sh.N[0] : n_total;
+    GemvOperands ops(sh, as_bf16(random_f32({n_total, sh.K})).first, as_bf16(random_f32({n_total})).first,
+                     as_bf16(random_f32({sh.K})).first);
     for (int64_t M : {1, 3}) {
       const Tensor x = cuda::to_device(random_f32({M, sh.K}));  // [M, K]
-      const Tensor y0 = random_f32({M, out_cols});              // [M, out_cols]
-      Tensor y = cuda::to_device(y0);
-      auto run = [&](cuda::GemvConfig cfg, bool use_packed, bool evict_first) {
-        cuda::gemv_set_weights_evict_first(evict_first);
-        for (size_t i = 0; i < views.size(); ++i) {
-          if (use_packed)
-            cuda::gemv_register_packed(views[i], packed[i].data<uint16_t>(), sh.N[i], sh.K);
-          else
-            cuda::gemv_unregister_packed(views[i]);
-        }
-        cuda::copy_to_device(y.raw(), y0.raw(), y0.nbytes());
-        const cuda::GemvNorm nrm{sh.kind == GemvKind::kResidual ? nullptr : norm_w.data<uint16_t>(), 1e-5f};
-        if (swiglu) {
-          cuda::launch_gemv_swiglu(x.data<float>(), M, sh.K, views[0], nullptr, views[1], nullptr,
-                                   y.data<float>(), sh.N[0], nrm, 0.0f, cfg);
-        } else {
-          cuda::GemvMatrix mats[cuda::kGemvMaxMatrices];
-          int64_t col = 0;
-          for (size_t i = 0; i < sh.N.size(); ++i) {
-            mats[i] = {views[i], nullptr, y.data<float>() + col, sh.N[i]};
-            col += M * sh.N[i];
-          }
-          cuda::launch_gemv(x.data<float>(), M, sh.K, mats, static_cast<int>(sh.N.size()), nrm,
-                            sh.kind == GemvKind::kResidual, cfg);
-        }
-        return cuda::to_host(y);
-      };
-      for (cuda::GemvConfig c : cuda::gemv_configs(swiglu)) {
+      const Tensor y0 = random_f32({M, ops.out_cols()});        // [M, out_cols]
+      for (cuda::GemvConfig c : cuda::gemv_configs(ops.swiglu())) {
         for (bool persistent : {false, true}) {
           if (persistent && c.persist == 0) continue;
           cuda::GemvConfig cfg = c;
           if (!persistent) cfg.persist = 0;
           for (bool use_packed : {false, true}) {
             if (use_packed && !(persistent && hopper)) continue;
-            const Tensor want = run(cfg, use_packed, false), got = run(cfg, use_packed, true);
+            cuda::gemv_set_weights_evict_first(false);
+            const Tensor want = ops.run(x, y0, cfg, use_packed, M == 1, 0.0f);
+            cuda::gemv_set_weights_evict_first(true);
+            const Tensor got = ops.run(x, y0, cfg, use_packed, M == 1, 0.0f);
             ASSERT_EQ(got.nbytes(), want.nbytes());
             EXPECT_EQ(std::memcmp(got.raw(), want.raw(), want.nbytes()), 0)
                 << sh.name << " M " << M << " " << gemv_config_name(cfg) << " persistent " << persistent
@@ -572,7 +562,6 @@ TEST_F(CudaLinearTest, WeightsEvictFirstChangesNoBits) {
         }
       }
     }
-    for (const uint16_t* v : views) cuda::gemv_unregister_packed(v);
   }
   // Head GEMVs, [T, H, A] -> [T, H, B]: w^T x (w [H, A, B]) and w x (w [H, B, A]).
   for (bool transpose : {true, false}) {

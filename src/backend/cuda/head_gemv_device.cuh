@@ -83,7 +83,8 @@ constexpr int64_t t_smem_floats(int64_t A) {
 // Block `block` (of H * tiles) of y = w^T x for up to NT tokens (T <= NT), w [H, A, B], x [T, H, A], y [T, H,
 // B]; smem: t_smem_floats<NT, CW>(A) floats, 16-byte aligned. Block = (head, CW * 8 outputs); thread (c, r)
 // = (tid % CW, tid / CW) owns outputs 8c..8c+7 of the tile and rows r, r + 256 / CW, ... of each 128-row
-// pass of A. Called by all kThreads threads of the block; calls pdl_wait and pdl_trigger.
+// pass of A. Called by all kThreads threads of the block; calls pdl_wait and pdl_trigger. evict_first: the
+// weights' L2 policy (weight_l2_policy.cuh).
 template <int NT, int CW>
 __device__ __forceinline__ void t_tile(const float* x, const uint16_t* w, float* y, int T, int H, int A,
                                        int B, int tiles, int block, float* smem, bool evict_first) {

@@ -23,6 +23,7 @@ using head_gemv::unpack8;
 
 // One thread's part of the w x tile (tile `tile` of head h). Construct it (it puts the first pass's weights
 // in flight: they depend on no earlier kernel), stage x, then run(). A % 8 == 0, w 16-byte aligned.
+// evict_first: the weights' L2 policy (weight_l2_policy.cuh).
 template <int NT, int R>
 struct HeadGemvN {
   static constexpr int kChunks = kHeadGemvPassInputs / 256;  // 16-byte chunks per lane and row of a pass
