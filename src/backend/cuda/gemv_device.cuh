@@ -84,15 +84,14 @@ __device__ __forceinline__ void bulk_copy(uint32_t dst, const void* src, uint32_
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   if (l2.evict_first) {
     asm volatile(
-        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, "
-        "[%3], "
-        "%4;\n" ::"r"(dst),
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+        " [%0], [%1], %2, [%3], %4;\n" ::"r"(dst),
         "l"(src), "r"(bytes), "r"(bar), "l"(l2.policy)
         : "memory");
   } else {
     asm volatile(
-        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
-            dst),
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
+        " [%0], [%1], %2, [%3];\n" ::"r"(dst),
         "l"(src), "r"(bytes), "r"(bar)
         : "memory");
   }

@@ -113,9 +113,9 @@ void launch_gemv_moe_gate_up(const float* x, int64_t H, const GemvMoeUnits& u, f
 // out [H] = (or += with accumulate) sum over the units of act_u down_u^T, one pass over K = count len.
 void launch_gemv_moe_down(const float* act, int64_t H, const GemvMoeUnits& u, float* out, bool accumulate);
 
-// The L2 eviction priority of every GEMV launch's weight copies: evict-first (weights are read once a step,
-// so the KV cache rows, the step plan and the activations that latency-bound kernels read stay in L2) or
-// L2's default. DSINFER_GEMV_L2_EVICT_FIRST=0/1 sets it at start; the same bits either way.
+// The L2 eviction priority of the weight reads of every GEMV and head GEMV launch: evict-first (weights are
+// read once a step; weight_l2_policy.cuh) or L2's default. DSINFER_GEMV_L2_EVICT_FIRST=0/1 sets it at start
+// (on by default); the same bits either way.
 bool gemv_weights_evict_first();
 void gemv_set_weights_evict_first(bool on);
 

@@ -92,7 +92,7 @@ const DevicePlan& StepPlan::upload(const BatchPlan& plan, int32_t context_bound,
     DSI_CHECK(!capturing(), "a CUDA graph capture needs its plan uploaded before the capture");
     if (copy_done_) event_wait_host(copy_done_);  // the previous copy has left the staging buffer
     std::memcpy(pinned_, packed.data(), packed.size());
-    if (host_reads_enabled() && packed.size() <= kHostReadMaxBytes) {
+    if (host_reads_enabled() && packed.size() <= kHostReadMaxBytes) {  // no copy engine between kernels
       HostReadFeed f;
       if (feed) {
         f = *feed;
@@ -100,8 +100,7 @@ const DevicePlan& StepPlan::upload(const BatchPlan& plan, int32_t context_bound,
         f.prev_rows_at = pp.prev_sample_rows;
         f.tokens = T;
       }
-      copy_from_host_by_kernel(dev_, pinned_, packed.size(),
-                               feed ? &f : nullptr);  // no copy engine between kernels
+      copy_from_host_by_kernel(dev_, pinned_, packed.size(), feed ? &f : nullptr);
       fed_ = feed != nullptr;
     } else {
       copy_to_device_async(dev_, pinned_, packed.size());
