@@ -4,7 +4,8 @@
 // with the residual add, lm_head with the norm. For M in {1, 8} the GEMV kernels (every kernel shape) and
 // cuBLASLt; for larger M cuBLASLt with bf16 activations. Each row is a CUDA graph of launches over enough
 // weight copies to defeat the 50 MB L2, timed by events; GB/s counts weight bytes only.
-// Usage: cuda_linear_bench [--reps N] [--peak-gbs 4290] [--quick]
+// --l2-resident adds, for matrices that fit in L2, the default GEMV re-reading one copy (weights in L2).
+// Usage: cuda_linear_bench [--reps N] [--peak-gbs 4290] [--quick] [--l2-resident]
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -82,6 +83,7 @@ struct Options {
   int reps = 20;
   double peak_gbs = 4290.0;
   bool quick = false;
+  bool l2_resident = false;  // also time the default GEMV re-reading one copy (weights hit L2)
 };
 
 void print_row(const Shape& s, int64_t M, const std::string& kernel, double ms, double weight_bytes,
@@ -175,6 +177,21 @@ double bench_shape(const Shape& s, int64_t M, const Options& o) {
                                  o.reps) /
                              copies;
     print_row(s, M, "gemv default, no graph", ms_stream, weight_bytes, o);
+    // The same launches over one copy, without the evict-first hint, when the matrices fit in about half of
+    // L2: after the first launch every launch reads weights L2 holds (what a GEMV could take if its weights
+    // were brought into L2 while an earlier kernel ran).
+    if (o.l2_resident && weight_bytes <= 36e6) {
+      const bool evict_first = cuda::gemv_weights_evict_first();
+      cuda::gemv_set_weights_evict_first(false);
+      const double ms_l2 = cuda::time_graph_ms(
+                               [&] {
+                                 for (int c = 0; c < copies; ++c) gemv_call(0, cfgs[0].second);
+                               },
+                               o.reps) /
+                           copies;
+      cuda::gemv_set_weights_evict_first(evict_first);
+      print_row(s, M, "gemv default, L2 hits", ms_l2, weight_bytes, o);
+    }
   }
   const double ms = cuda::time_graph_ms(
                         [&] {
@@ -199,8 +216,11 @@ int main(int argc, char** argv) {
       o.peak_gbs = std::atof(argv[++i]);
     } else if (a == "--quick") {
       o.quick = true;
+    } else if (a == "--l2-resident") {
+      o.l2_resident = true;
     } else {
-      std::fprintf(stderr, "usage: cuda_linear_bench [--reps N] [--peak-gbs GB/s] [--quick]\n");
+      std::fprintf(stderr,
+                   "usage: cuda_linear_bench [--reps N] [--peak-gbs GB/s] [--quick] [--l2-resident]\n");
       return 2;
     }
   }

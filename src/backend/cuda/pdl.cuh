@@ -18,6 +18,15 @@ namespace dsinfer::cuda {
 // path, and DSINFER_CUDA_PDL not "0". Decided once.
 bool pdl_enabled();
 
+// Gives `kernel` the carveout preference DSINFER_CUDA_SMEM_CARVEOUT names, once per kernel (unset or
+// "driver": none, the driver's choice). An SM runs its resident blocks under one L1 / shared memory split,
+// chosen when an idle SM takes a block, from that kernel's needs and preference: a small-smem kernel left to
+// the driver gets a small split, and a GEMV block that needs ~100 KiB cannot join it until the SM drains. At
+// 100 (the most shared memory) the next kernel's blocks land beside the one before and put their weights in
+// flight during its tail; measured on the H200 (docs/benchmarks.md, thirty-second session) that slows the
+// latency-bound kernel they land beside by about what it saves, so it is not the default.
+void prefer_shared_carveout(const void* kernel);
+
 // Waits until the previous kernel on the stream has finished and its writes are visible.
 __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -37,6 +46,7 @@ __device__ __forceinline__ void pdl_trigger() {
 template <typename... Params, typename... Args>
 cudaError_t launch_pdl_cluster(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, dim3 cluster,
                                Args&&... args) {
+  prefer_shared_carveout(reinterpret_cast<const void*>(kernel));
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
   config.blockDim = block;
