@@ -80,6 +80,15 @@ bool cuda_runs(const ModelConfig& config) {
 #endif
 }
 
+bool picks_cuda(const std::string& device, const ModelConfig& config) {
+  if (device == "cuda") return true;
+#ifdef DSINFER_HAVE_CUDA
+  return device == "auto" && cuda::device_available() && cuda_runs(config);
+#else
+  return false;
+#endif
+}
+
 std::unique_ptr<Backend> make_backend(const std::string& device, const std::string& model_dir,
                                       const std::string& cuda_arch) {
   check_cuda_arch_value(cuda_arch);

@@ -19,4 +19,8 @@ std::unique_ptr<Backend> make_backend(const std::string& device, const std::stri
 // src/backend/cuda/cuda_op_registry.cpp; llama and qwen2 today). False in a build without CUDA.
 bool cuda_runs(const ModelConfig& config);
 
+// Whether make_backend(device, a model of this config) starts the CUDA backend ("cuda": always, its own
+// checks aside; "auto": a visible GPU with kernels for the architecture).
+bool picks_cuda(const std::string& device, const ModelConfig& config);
+
 }  // namespace dsinfer

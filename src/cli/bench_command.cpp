@@ -3,7 +3,9 @@
 // (EOS ignored), and reports throughput, TTFT, time per output token and end-to-end latency (mean, P50,
 // P90, P99), KV utilisation and preemptions; --json for machines. --long-fraction mixes in very long prompts
 // (TTFT reported per class), --request-rate spreads arrivals (Poisson) and --length-tiers turns the
-// scheduler's length tiers on (docs/benchmarks.md, "Length tiers").
+// scheduler's length tiers on (docs/benchmarks.md, "Length tiers"). On the GPU it also reports the batch-1
+// decode roofline: the weight bytes a single-token decode step reads over the copy bandwidth measured in the
+// same process, before the engine starts (GPU memory is free then), and the run's mean TPOT against it.
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -13,6 +15,7 @@
 #include <random>
 #include <thread>
 
+#include "backend/backend_factory.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "core/error.h"
@@ -21,7 +24,12 @@
 #include "engine/bench_metrics.h"
 #include "engine/prompt.h"
 #include "model/model_config.h"
+#include "model/model_size.h"
 #include "tokenizer/tokenizer.h"
+
+#ifdef DSINFER_HAVE_CUDA
+#include "backend/cuda/copy_bandwidth.h"
+#endif
 
 namespace dsinfer::cli {
 
@@ -148,6 +156,12 @@ int run_bench(const BenchArgs& a) {
   config.resilience.length_tiers.long_prompt_tokens = a.long_prompt_tokens;
   config.resilience.length_tiers.long_prefill_share = a.long_prefill_share;
   validate(config.resilience);
+  // The copy bandwidth of the roofline, measured while the GPU's memory is free: 1 GiB copied 10 times.
+  const ModelConfig model = load_model_config(a.model);
+  double copy_gbs = 0.0;
+#ifdef DSINFER_HAVE_CUDA
+  if (picks_cuda(a.device, model)) copy_gbs = cuda::measure_copy_gbs(int64_t{1} << 30, 10);
+#endif
   std::unique_ptr<Engine> engine = Engine::create(config);
   std::vector<BenchRequest> requests = make_requests(a, *engine);
 
@@ -236,6 +250,9 @@ int run_bench(const BenchArgs& a) {
   const double rps = static_cast<double>(requests.size() - errors) / seconds;
   const double in_tps = static_cast<double>(in_tokens) / seconds;
   const double out_tps = static_cast<double>(out_tokens) / seconds;
+  const int64_t decode_bytes = 2 * model_size(model).decode_params;  // bf16 weights
+  const bool roofline = copy_gbs > 0.0 && decode_bytes > 0;
+  const DecodeRoofline r = roofline ? decode_roofline(decode_bytes, copy_gbs, s_tpot.mean) : DecodeRoofline{};
   if (a.json) {
     nlohmann::json j = {
         {"date", now_utc()},
@@ -275,6 +292,7 @@ int run_bench(const BenchArgs& a) {
         {"short_ttft_ms", summarize(short_ttft).to_json()},
         {"long_ttft_ms", summarize(long_ttft).to_json()},
         {"long_e2e_latency_ms", summarize(long_e2e).to_json()},
+        {"decode_roofline_batch1", roofline ? r.to_json() : nlohmann::json(nullptr)},
     };
     std::cout << j.dump() << std::endl;
   } else {
@@ -290,6 +308,11 @@ int run_bench(const BenchArgs& a) {
     print_summary("time to first token", s_ttft, "ms");
     print_summary("time per output token", s_tpot, "ms");
     print_summary("end-to-end latency", s_e2e, "ms");
+    if (roofline)
+      std::printf(
+          "batch-1 decode roofline: %.2f GB of bf16 weights a token / %.0f GB/s copy bandwidth = %.3f ms "
+          "(%.1f%% of the mean TPOT)\n",
+          static_cast<double>(r.weight_bytes) / 1e9, r.copy_gbs, r.tpot_ms, 100.0 * r.tpot_fraction);
     if (a.long_fraction > 0) {
       std::printf("length mix: %zu short, %zu long; length tiers %s\n", short_ttft.size(), long_ttft.size(),
                   a.length_tiers ? "on" : "off");

@@ -238,6 +238,7 @@ int run_check(CheckArgs& a) {
                   {"max_position_embeddings", config.max_position_embeddings},
                   {"total_params", size.total_params},
                   {"active_params", size.active_params},
+                  {"decode_params", size.decode_params},
                   {"checkpoint_weight_bytes", size.checkpoint_weight_bytes},
                   {"bf16_weight_bytes", size.bf16_weight_bytes},
                   {"kv_bytes_per_token_bf16", size.kv_bytes_per_token_bf16},
@@ -278,8 +279,8 @@ int run_check(CheckArgs& a) {
                 config.model_type.c_str(), static_cast<long long>(config.num_layers),
                 static_cast<long long>(config.hidden_size), static_cast<long long>(config.vocab_size),
                 static_cast<long long>(config.max_position_embeddings));
-    std::printf("parameters   %.3fB total, %.3fB active per token\n", size.total_params / 1e9,
-                size.active_params / 1e9);
+    std::printf("parameters   %.3fB total, %.3fB active per token, %.3fB read per decode token\n",
+                size.total_params / 1e9, size.active_params / 1e9, size.decode_params / 1e9);
     std::printf("weights      %s as published, %s in bf16\n", gib(size.checkpoint_weight_bytes).c_str(),
                 gib(size.bf16_weight_bytes).c_str());
     std::printf("KV cache     %.0f bytes per token (%s)", plan.kv_bytes_per_token, a.kv_dtype.c_str());

@@ -10,7 +10,8 @@
 namespace dsinfer {
 
 nlohmann::json LatencySummary::to_json() const {
-  return {{"count", count}, {"min", min}, {"mean", mean}, {"p50", p50}, {"p90", p90}, {"p99", p99}, {"max", max}};
+  return {{"count", count}, {"min", min}, {"mean", mean}, {"p50", p50},
+          {"p90", p90},     {"p99", p99}, {"max", max}};
 }
 
 double percentile(std::vector<double> values, double q) {
@@ -63,6 +64,24 @@ LengthRange LengthRange::parse(const std::string& text, const std::string& what)
 int32_t LengthRange::sample(std::mt19937_64& rng) const {
   if (min == max) return min;
   return std::uniform_int_distribution<int32_t>(min, max)(rng);
+}
+
+DecodeRoofline decode_roofline(int64_t weight_bytes, double copy_gbs, double tpot_mean_ms) {
+  DSI_CHECK(weight_bytes > 0 && copy_gbs > 0.0, "decode roofline: ", weight_bytes, " bytes at ", copy_gbs,
+            " GB/s");
+  DecodeRoofline r;
+  r.weight_bytes = weight_bytes;
+  r.copy_gbs = copy_gbs;
+  r.tpot_ms = static_cast<double>(weight_bytes) / (copy_gbs * 1e9) * 1e3;
+  r.tpot_fraction = tpot_mean_ms > 0.0 ? r.tpot_ms / tpot_mean_ms : 0.0;
+  return r;
+}
+
+nlohmann::json DecodeRoofline::to_json() const {
+  return {{"decode_weight_bytes", weight_bytes},
+          {"copy_bandwidth_gbs", copy_gbs},
+          {"tpot_ms", tpot_ms},
+          {"tpot_fraction", tpot_fraction}};
 }
 
 }  // namespace dsinfer

@@ -34,6 +34,11 @@ struct Counter {
   }
 };
 
+// A decode step reads one embedding row; a tied embedding is the head as well, read whole.
+int64_t decode_params(int64_t active_params, const ModelConfig& c) {
+  return c.tie_word_embeddings ? active_params : active_params - c.vocab_size * c.hidden_size + c.hidden_size;
+}
+
 }  // namespace
 
 ModelSize model_size(const ModelConfig& c) {
@@ -48,6 +53,7 @@ ModelSize model_size(const ModelConfig& c) {
     s.kv_bytes_per_token_bf16 = r.kv_bytes_per_token_bf16;
     s.kv_bytes_per_token_fp32 = r.kv_bytes_per_token_fp32;
     s.kv_fixed_bytes_per_sequence_fp32 = r.kv_window_bytes_fp32;
+    s.decode_params = decode_params(s.active_params, c);
     return s;
   }
   Counter k{c, {}};
@@ -91,6 +97,7 @@ ModelSize model_size(const ModelConfig& c) {
   }
   k.plain(H);  // final norm
   if (!c.tie_word_embeddings) k.plain(c.vocab_size * H);
+  k.s.decode_params = decode_params(k.s.active_params, c);
   return k.s;
 }
 

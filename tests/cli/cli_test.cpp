@@ -283,6 +283,27 @@ TEST(CheckCli, PlansThePackedGemvCopiesOnHopper) {
   EXPECT_EQ(plan_of("--gpu sm_90 --gpu-memory-gib 32")["gemv_packed_bytes"].get<int64_t>(), 0);
 }
 
+// What one decode token reads (the batch-1 roofline's bytes): the active weights with the embedding as one
+// row. Llama-3.1-8B: 8,030,261,248 parameters, an untied 128256 x 4096 embedding; V2-Lite: 6 of 64 routed
+// experts a token.
+TEST(CheckCli, DecodeParamsCountTheEmbeddingAsOneRow) {
+  auto model_of = [](const std::string& dir) {
+    CliRun r = run("check --model " + std::string(DSINFER_SOURCE_DIR) + "/bench/configs/" + dir +
+                   " --gpu sm_90 --gpu-memory-gib 141 --json");
+    EXPECT_EQ(r.status, 0) << r.err;
+    return nlohmann::json::parse(r.out)["model"];
+  };
+  const auto llama = model_of("llama-3.1-8b");
+  EXPECT_EQ(llama["total_params"].get<int64_t>(), int64_t{8030261248});
+  EXPECT_EQ(llama["decode_params"].get<int64_t>(), int64_t{8030261248} - int64_t{128256} * 4096 + 4096);
+  const auto lite = model_of("deepseek-v2-lite");
+  const int64_t H = 2048, routed_unused = int64_t{26} * (64 - 6) * 3 * 1408 * H;
+  EXPECT_EQ(lite["active_params"].get<int64_t>(), lite["total_params"].get<int64_t>() - routed_unused);
+  EXPECT_EQ(lite["decode_params"].get<int64_t>(),
+            lite["active_params"].get<int64_t>() - int64_t{102400} * H + H);
+  EXPECT_NEAR(2.0 * lite["decode_params"].get<double>(), 4.9e9, 0.2e9);  // the issue's ~4.9 GB
+}
+
 TEST(CheckCli, KernelsFromTheOpRegistryPerArchitecture) {
   const std::string data = std::string(DSINFER_TEST_DATA) + "/models/";
   CliRun r = run("check --model " + data + "tiny-llama --gpu sm_80 --max-num-tokens 32 --json");

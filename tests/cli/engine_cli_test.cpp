@@ -91,6 +91,14 @@ TEST(EngineCli, BenchReportsFiguresWithDummyWeights) {
   }
   EXPECT_GT(j["kv_utilization_peak"].get<double>(), 0.0);
   EXPECT_EQ(j["preemptions"], 0);
+  // The batch-1 decode roofline is a GPU figure (copy bandwidth measured on the device).
+  EXPECT_TRUE(j.contains("decode_roofline_batch1"));
+  if (!j["decode_roofline_batch1"].is_null()) {
+    const nlohmann::json& r = j["decode_roofline_batch1"];
+    EXPECT_GT(r["copy_bandwidth_gbs"].get<double>(), 0.0);
+    EXPECT_NEAR(r["tpot_ms"].get<double>(),
+                r["decode_weight_bytes"].get<double>() / (r["copy_bandwidth_gbs"].get<double>() * 1e6), 1e-9);
+  }
   // Without --dummy-weights the same directory has no weights.
   run(std::string(DSINFER_BINARY) + " bench --model " + dir.string() + " --num-prompts 1 2>/dev/null",
       &status);
