@@ -17,18 +17,18 @@ nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu
 smi=$!
 trap 'kill $smi 2> /dev/null' EXIT
 for _ in $(seq "$runs"); do
-  start=$(date -u +%T)
+  start=$(date -u '+%Y/%m/%d %H:%M:%S')  # nvidia-smi's timestamp format, so that strings compare in time order
   line=$(timeout 300 "$bin" bench --model "$model" --dummy-weights --device cuda --json --num-prompts 3 --input-len 128 \
     --output-len 128 --max-batch-size 1 2> /dev/null | python3 -c '
 import json, sys
 d = json.load(sys.stdin)
 r = d["decode_roofline_batch1"]
 print(round(d["tpot_ms"]["mean"], 4), round(r["copy_bandwidth_gbs"]), round(r["tpot_fraction"], 4))')
-  end=$(date -u +%T)
-  # The samples whose time of day lies in [start, end]: mean temperatures, the most power, each clock and reason.
+  end=$(date -u '+%Y/%m/%d %H:%M:%S')
+  # The samples taken in [start, end]: mean temperatures, the most power, each clock and reason.
   samples=$(awk -F', ' -v s="$start" -v e="$end" '{
-      split($1, t, " "); split(t[2], hms, ".");
-      if (hms[1] >= s && hms[1] <= e) {
+      at = substr($1, 1, 19);
+      if (at >= s && at <= e) {
         n++; tg += $5; tm += $6; if ($4 + 0 > w) w = $4 + 0; clk[$2]++; why[$7]++
       }
     } END {
@@ -39,5 +39,5 @@ print(round(d["tpot_ms"]["mean"], 4), round(r["copy_bandwidth_gbs"]), round(r["t
       for (k in why) printf " %s x%d", k, why[k]
       print ""
     }' "$csv")
-  echo "$start ${line:-bench failed} | $samples"
+  echo "${start#* } ${line:-bench failed} | $samples"
 done
