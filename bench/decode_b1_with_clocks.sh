@@ -12,6 +12,9 @@ model=${2:-bench/configs/llama-3.1-8b}
 runs=${3:-4}
 csv=${OUT:-/tmp}/decode_b1_clocks.csv
 command -v nvidia-smi > /dev/null || { echo "no nvidia-smi here" >&2; exit 1; }
+# Which GPU this is (a machine lent later may be another one of the pool) and its limits.
+echo "gpu: $(nvidia-smi --query-gpu=name,uuid,serial,pci.bus_id,vbios_version,driver_version,power.limit,enforced.power.limit,clocks.max.sm,clocks.max.mem,ecc.mode.current \
+  --format=csv,noheader 2>&1 | head -1)"
 nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,temperature.memory,clocks_event_reasons.active \
   --format=csv,noheader -lms 500 > "$csv" 2>&1 &
 smi=$!

@@ -583,6 +583,58 @@ TEST_F(CudaLinearTest, WeightsEvictFirstChangesNoBits) {
   }
 }
 
+// Paced pre-issue (gemv_set_preissue_inflight) changes only when a warp issues its first weight stages: every
+// persistent GEMV path (row-major and, on Hopper, packed weights; several matrices, a norm, SwiGLU) gives the
+// same bits with 0, 1 and 2 stages in flight before the wait, the switch reads back as set, and an
+// out-of-range value is refused. K = 256 gives warps fewer iterations than pipeline stages
+// (small-deepseek-v3-fp8's packed MLP and LM head): a paced warp must not wait for a stage it never issued
+// (it hung on the GPU so).
+TEST_F(CudaLinearTest, PacedPreissueChangesNoBits) {
+  CudaBackend gpu;  // registers the device allocator
+  struct Restore {
+    int saved = cuda::gemv_preissue_inflight();
+    ~Restore() { cuda::gemv_set_preissue_inflight(saved); }
+  } restore;
+  for (int n : {0, 2, 1}) {
+    cuda::gemv_set_preissue_inflight(n);
+    EXPECT_EQ(cuda::gemv_preissue_inflight(), n);
+  }
+  EXPECT_THROW(cuda::gemv_set_preissue_inflight(3), Error);
+  EXPECT_THROW(cuda::gemv_set_preissue_inflight(-1), Error);
+  EXPECT_EQ(cuda::gemv_preissue_inflight(), 1);
+  const bool hopper = cuda::arch_path() == cuda::ArchPath::kHopper;
+  for (const GemvSweepShape& sh : {GemvSweepShape{"l8b o", {4096}, 4096, GemvKind::kResidual},
+                                   GemvSweepShape{"odd rows and K", {200, 72}, 1064, GemvKind::kNorm},
+                                   GemvSweepShape{"odd swiglu", {136, 136}, 1064, GemvKind::kSwiglu},
+                                   GemvSweepShape{"short K", {512}, 256, GemvKind::kNorm},
+                                   GemvSweepShape{"short K swiglu", {512, 512}, 256, GemvKind::kSwiglu}}) {
+    int64_t n_total = 0;
+    for (int64_t n : sh.N) n_total += n;
+    GemvOperands ops(sh, as_bf16(random_f32({n_total, sh.K})).first, as_bf16(random_f32({n_total})).first,
+                     as_bf16(random_f32({sh.K})).first);
+    for (int64_t M : {1, 3}) {
+      const Tensor x = cuda::to_device(random_f32({M, sh.K}));  // [M, K]
+      const Tensor y0 = random_f32({M, ops.out_cols()});        // [M, out_cols]
+      for (cuda::GemvConfig c : cuda::gemv_configs(ops.swiglu())) {
+        if (c.persist == 0) continue;
+        for (bool use_packed : {false, true}) {
+          if (use_packed && !hopper) continue;
+          cuda::gemv_set_preissue_inflight(0);
+          const Tensor want = ops.run(x, y0, c, use_packed, M == 1, 0.0f);
+          for (int n : {1, 2}) {
+            cuda::gemv_set_preissue_inflight(n);
+            const Tensor got = ops.run(x, y0, c, use_packed, M == 1, 0.0f);
+            ASSERT_EQ(got.nbytes(), want.nbytes());
+            EXPECT_EQ(std::memcmp(got.raw(), want.raw(), want.nbytes()), 0)
+                << sh.name << " M " << M << " " << gemv_config_name(c) << " packed " << use_packed
+                << " in flight " << n;
+          }
+        }
+      }
+    }
+  }
+}
+
 // Which weights get a packed copy (gemv_wants_packed_copy): the dense MLP's gate and up projections and the
 // LM head, not the attention, down or experts' matrices; the copy lives exactly as long as the weight, and a
 // weight with a copy holds the same values as one without.

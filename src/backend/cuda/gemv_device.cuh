@@ -66,6 +66,8 @@ struct Params {
   UnitParams units;   // the UNITS instances of the persistent kernel only
   int64_t kchunks;    // the kPackedWeights instances: 32-column chunks of a packed row group, ceil(K / 32)
   bool weights_evict_first;  // the weight copies' L2 policy (weight_l2_policy.cuh)
+  int preissue_inflight;     // persistent kernel: stages a warp keeps in flight while it issues its stages
+                             // before the PDL wait (0: all at once; DSINFER_GEMV_PREISSUE_INFLIGHT)
 };
 
 // Floats of one (tile, split) partial: TILES x 4 x 32 lane values and 32 for the sums of squares.

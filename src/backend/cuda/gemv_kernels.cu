@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -511,6 +512,27 @@ bool& weights_evict_first_switch() {
   return on;
 }
 
+// Paced pre-issue (DSINFER_GEMV_PREISSUE_INFLIGHT, gemv_set_preissue_inflight; 0-2, default 0): the stages a
+// persistent GEMV warp keeps in flight while it issues its first stages before the PDL wait, for the launch
+// roles DSINFER_GEMV_PREISSUE_ROLES names (letters; default "qasg"): q plain, a accumulating (residual), s
+// SwiGLU, g MoE units gate/up, d MoE units down (not paced by default: down's launch follows gate/up's
+// stream, not a latency-bound kernel, and paced it measured slower).
+int& preissue_inflight_switch() {
+  static int n = env_int("DSINFER_GEMV_PREISSUE_INFLIGHT", 0, 0, 2);
+  return n;
+}
+int preissue_inflight(char role) {
+  static const std::string roles = [] {
+    const char* v = std::getenv("DSINFER_GEMV_PREISSUE_ROLES");
+    const std::string r = v != nullptr ? v : "qasg";
+    DSI_CHECK(r.find_first_not_of("qasgd") == std::string::npos,
+              "DSINFER_GEMV_PREISSUE_ROLES must be letters of ",
+              "\"qasgd\" (q plain, a residual, s SwiGLU, g MoE gate/up, d MoE down), got \"", r, "\"");
+    return r;
+  }();
+  return roles.find(role) != std::string::npos ? preissue_inflight_switch() : 0;
+}
+
 // The auto choice runs the persistent kernel (choose_persistent_shape) unless DSINFER_GEMV_PERSISTENT=0.
 bool persistent_by_default() {
   static const bool on = env_switch("DSINFER_GEMV_PERSISTENT", true);
@@ -617,6 +639,7 @@ template <bool SWIGLU>
 void launch(Params& p, GemvConfig c, const char* what) {
   if (p.M == 0) return;
   p.weights_evict_first = weights_evict_first_switch();
+  p.preissue_inflight = preissue_inflight(SWIGLU ? 's' : p.accumulate ? 'a' : 'q');
   DSI_CHECK(p.M >= 1 && p.M <= kGemvMaxRows, what, ": M = ", p.M, " rows, the GEMV takes 1..", kGemvMaxRows);
   const int mats = p.count;  // SwiGLU: 1 (up shares gate's blocks)
   bool fast = !c.generic && p.K % 8 == 0 && aligned16(p.x) && aligned16(p.norm);
@@ -818,6 +841,7 @@ void launch_units(Params& p, GemvConfig c, const MmaKernel& k, int64_t rows, boo
   p.kcols = p.K;
   p.stamps = nullptr;
   p.weights_evict_first = weights_evict_first_switch();
+  p.preissue_inflight = preissue_inflight(swiglu ? 'g' : 'd');
   const int64_t per_sm = std::min(c.persist, k.blocks_per_sm);
   const int64_t grid = std::min<int64_t>(p.tiles, num_sms() * per_sm);
   k.launch(p, dim3(static_cast<unsigned>(grid)), c.cap_per_sm ? cap_padding(k, static_cast<int>(per_sm)) : 0);
@@ -876,6 +900,15 @@ void launch_gemv_moe_down(const float* act, int64_t H, const GemvMoeUnits& u, fl
   p.units = {u.count, u.known, u.len,    {u.shared_down, nullptr}, {u.down, nullptr}, {u.down_stride, 0},
              u.ids,   nullptr, u.experts};
   launch_units(p, c, *find_units(c, false), H, false, "gemv_moe_down");
+}
+
+int gemv_preissue_inflight() {
+  return preissue_inflight_switch();
+}
+
+void gemv_set_preissue_inflight(int n) {
+  DSI_CHECK(n >= 0 && n <= 2, "gemv_set_preissue_inflight: ", n, " stages, the GEMV takes 0..2");
+  preissue_inflight_switch() = n;
 }
 
 bool gemv_weights_evict_first() {

@@ -118,5 +118,14 @@ void launch_gemv_moe_down(const float* act, int64_t H, const GemvMoeUnits& u, fl
 // (on by default); the same bits either way.
 bool gemv_weights_evict_first();
 void gemv_set_weights_evict_first(bool on);
+// Paced pre-issue: before its PDL wait a persistent GEMV warp issues its first pipeline stages keeping at
+// most this many in flight (stage s waits for stage s - n to land; 0: all at once), so that a launch whose
+// blocks land beside a latency-bound kernel (attention, the MLA merge, MoE routing) streams its first weights
+// without queueing that kernel's memory round trips behind them. DSINFER_GEMV_PREISSUE_INFLIGHT=0/1/2 sets it
+// at start (0 by default until its fixed form has run the GPU checks: docs/benchmarks.md, thirty-fourth
+// session), DSINFER_GEMV_PREISSUE_ROLES the launches it applies to (gemv_kernels.cu); the same bits either
+// way.
+int gemv_preissue_inflight();
+void gemv_set_preissue_inflight(int n);  // 0..2
 
 }  // namespace dsinfer::cuda

@@ -243,10 +243,23 @@ __global__ void __launch_bounds__(W * 32, 16 / W) gemv_persistent_kernel(const P
       return first + issue_i * step + 32 * U <= static_cast<int64_t>(p.units.known) * p.units.len;
     return true;
   };
+  // Paced (p.preissue_inflight = n > 0): stage s waits for stage s - n to land before it is issued, so
+  // that the weights stream in beside the kernel before without queueing its memory round trips. Only a stage
+  // that was issued is waited for: a warp with fewer iterations than stages issues nothing more, and the
+  // mbarrier of a packed stage never issued would never complete.
   int pre = 0;
+  const int paced = p.preissue_inflight;
 #pragma unroll
   for (int s = 0; s < S - 1; ++s)
     if (pre == s && known_stage()) {
+      if (paced > 0 && s >= paced && issued > s - paced) {
+        if constexpr (kPacked)
+          tma::mbar_wait(bars + 8 * (s - paced), 0u);
+        else if (paced == 1)
+          copy_async_wait<0>();
+        else
+          copy_async_wait<1>();
+      }
       issue_next();
       ++pre;
     }
