@@ -29,6 +29,7 @@
 
 #ifdef DSINFER_HAVE_CUDA
 #include "backend/cuda/copy_bandwidth.h"
+#include "backend/cuda/device_query.h"
 #endif
 
 namespace dsinfer::cli {
@@ -159,8 +160,22 @@ int run_bench(const BenchArgs& a) {
   // The copy bandwidth of the roofline, measured while the GPU's memory is free: 1 GiB copied 10 times.
   const ModelConfig model = load_model_config(a.model);
   double copy_gbs = 0.0;
+  nlohmann::json gpu = nullptr;  // the GPU the engine runs on (device 0), named as nvidia-smi names it
 #ifdef DSINFER_HAVE_CUDA
-  if (picks_cuda(a.device, model)) copy_gbs = cuda::measure_copy_gbs(int64_t{1} << 30, 10);
+  if (picks_cuda(a.device, model)) {
+    copy_gbs = cuda::measure_copy_gbs(int64_t{1} << 30, 10);
+    const std::vector<cuda::DeviceInfo> gpus = cuda::query_devices();
+    if (!gpus.empty()) {
+      const cuda::DeviceInfo& d = gpus[0];
+      gpu = {{"index", d.index},
+             {"name", d.name},
+             {"uuid", d.uuid},
+             {"pci_bus_id", d.pci_bus_id},
+             {"compute_capability", std::to_string(d.major) + "." + std::to_string(d.minor)},
+             {"multiprocessors", d.multiprocessors},
+             {"memory_total_bytes", d.total_memory}};
+    }
+  }
 #endif
   std::unique_ptr<Engine> engine = Engine::create(config);
   std::vector<BenchRequest> requests = make_requests(a, *engine);
@@ -293,6 +308,7 @@ int run_bench(const BenchArgs& a) {
         {"long_ttft_ms", summarize(long_ttft).to_json()},
         {"long_e2e_latency_ms", summarize(long_e2e).to_json()},
         {"decode_roofline_batch1", roofline ? r.to_json() : nlohmann::json(nullptr)},
+        {"gpu", gpu},
     };
     std::cout << j.dump() << std::endl;
   } else {
@@ -308,6 +324,9 @@ int run_bench(const BenchArgs& a) {
     print_summary("time to first token", s_ttft, "ms");
     print_summary("time per output token", s_tpot, "ms");
     print_summary("end-to-end latency", s_e2e, "ms");
+    if (gpu.is_object())
+      std::printf("GPU: %s, %s, PCI %s\n", gpu["name"].get<std::string>().c_str(),
+                  gpu["uuid"].get<std::string>().c_str(), gpu["pci_bus_id"].get<std::string>().c_str());
     if (roofline)
       std::printf(
           "batch-1 decode roofline: %.2f GB of bf16 weights a token / %.0f GB/s copy bandwidth = %.3f ms "

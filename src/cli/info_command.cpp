@@ -28,9 +28,9 @@ int run_info() {
     } catch (const Error& e) {
       path = e.what();
     }
-    std::printf("GPU %d: %s, sm_%d%d, %d SMs, %.1f GiB total, %.1f GiB free, %s\n", d.index, d.name.c_str(),
-                d.major, d.minor, d.multiprocessors, d.total_memory / 1073741824.0,
-                d.free_memory / 1073741824.0, path.c_str());
+    std::printf("GPU %d: %s, sm_%d%d, %d SMs, %.1f GiB total, %.1f GiB free, %s, %s, PCI %s\n", d.index,
+                d.name.c_str(), d.major, d.minor, d.multiprocessors, d.total_memory / 1073741824.0,
+                d.free_memory / 1073741824.0, path.c_str(), d.uuid.c_str(), d.pci_bus_id.c_str());
   }
 #else
   std::printf("CUDA backend: not compiled (no nvcc at build time)\n");

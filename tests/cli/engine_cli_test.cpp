@@ -99,6 +99,13 @@ TEST(EngineCli, BenchReportsFiguresWithDummyWeights) {
     EXPECT_NEAR(r["tpot_ms"].get<double>(),
                 r["decode_weight_bytes"].get<double>() / (r["copy_bandwidth_gbs"].get<double>() * 1e6), 1e-9);
   }
+  // The GPU it ran on, named as nvidia-smi names it; null on the CPU backend.
+  ASSERT_TRUE(j.contains("gpu"));
+  if (!j["gpu"].is_null()) {
+    EXPECT_EQ(j["gpu"]["uuid"].get<std::string>().rfind("GPU-", 0), 0u);
+    EXPECT_EQ(j["gpu"]["pci_bus_id"].get<std::string>().size(), 16u);
+    EXPECT_GT(j["gpu"]["multiprocessors"].get<int>(), 0);
+  }
   // Without --dummy-weights the same directory has no weights.
   run(std::string(DSINFER_BINARY) + " bench --model " + dir.string() + " --num-prompts 1 2>/dev/null",
       &status);

@@ -2,6 +2,7 @@
 #include <cuda_runtime.h>
 
 #include "backend/cuda/device_query.h"
+#include "backend/cuda/gpu_identity.h"
 
 namespace dsinfer::cuda {
 
@@ -24,6 +25,8 @@ std::vector<DeviceInfo> query_devices(std::string* why_none) {
     info.minor = prop.minor;
     info.total_memory = prop.totalGlobalMem;
     info.multiprocessors = prop.multiProcessorCount;
+    info.uuid = format_gpu_uuid(reinterpret_cast<const uint8_t*>(prop.uuid.bytes));
+    info.pci_bus_id = format_pci_bus_id(prop.pciDomainID, prop.pciBusID, prop.pciDeviceID);
     size_t free_b = 0, total_b = 0;
     if (cudaSetDevice(i) == cudaSuccess && cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) {
       info.free_memory = free_b;

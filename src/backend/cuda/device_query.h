@@ -13,6 +13,8 @@ struct DeviceInfo {
   size_t total_memory = 0;
   size_t free_memory = 0;
   int multiprocessors = 0;
+  std::string uuid;        // "GPU-..." as nvidia-smi prints it (gpu_identity.h)
+  std::string pci_bus_id;  // "00000000:00:06.0" as nvidia-smi prints it
 };
 
 // Returns the visible CUDA devices; empty (never throws) when there is no driver or no GPU.
