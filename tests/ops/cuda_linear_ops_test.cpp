@@ -17,8 +17,13 @@ struct LinearPair {
   Linear cpu, gpu;
 };
 
+struct GemvSweepShape;
+struct GemvOperands;
+
 class CudaLinearTest : public CudaOpsTest {
  protected:
+  // Random bf16 weights, biases and norm weight of `sh` (drawn from the test's generator).
+  std::unique_ptr<GemvOperands> random_gemv_operands(const GemvSweepShape& sh);
   LinearPair make_linear(int64_t N, int64_t K, bool bias) {
     LinearPair l;
     auto [bits, w] = as_bf16(random_f32({N, K}));
@@ -485,6 +490,14 @@ struct GemvOperands {
   }
 };
 
+std::unique_ptr<GemvOperands> CudaLinearTest::random_gemv_operands(const GemvSweepShape& sh) {
+  int64_t n_total = 0;
+  for (int64_t n : sh.N) n_total += n;
+  return std::make_unique<GemvOperands>(sh, as_bf16(random_f32({n_total, sh.K})).first,
+                                        as_bf16(random_f32({n_total})).first,
+                                        as_bf16(random_f32({sh.K})).first);
+}
+
 // The packed weights (gemv_packed.h): every persistent shape reading the packed copies by bulk copies gives
 // the bits of the same shape reading the row-major matrices, also where K is not a whole number of warp
 // iterations (the last stages' fragments past K zeroed by the lanes) or of 32 columns, and where N is not a
@@ -497,10 +510,8 @@ TEST_F(CudaLinearTest, GemvPackedWeightsGiveTheSameBits) {
   shapes.push_back({"odd rows and K", {200, 72}, 1064, GemvKind::kNorm});
   shapes.push_back({"odd swiglu", {136, 136}, 1064, GemvKind::kSwiglu});
   for (const GemvSweepShape& sh : shapes) {
-    int64_t n_total = 0;
-    for (int64_t n : sh.N) n_total += n;
-    GemvOperands ops(sh, as_bf16(random_f32({n_total, sh.K})).first, as_bf16(random_f32({n_total})).first,
-                     as_bf16(random_f32({sh.K})).first);
+    const std::unique_ptr<GemvOperands> operands = random_gemv_operands(sh);
+    GemvOperands& ops = *operands;
     for (int64_t M : {1, 3, 8}) {
       const bool with_bias = M % 2 == 1;
       const float limit = ops.swiglu() && M == 3 ? 3.0f : 0.0f;
@@ -536,10 +547,8 @@ TEST_F(CudaLinearTest, WeightsEvictFirstChangesNoBits) {
   for (const GemvSweepShape& sh : {GemvSweepShape{"l8b o", {4096}, 4096, GemvKind::kResidual},
                                    GemvSweepShape{"odd rows and K", {200, 72}, 1064, GemvKind::kNorm},
                                    GemvSweepShape{"odd swiglu", {136, 136}, 1064, GemvKind::kSwiglu}}) {
-    int64_t n_total = 0;
-    for (int64_t n : sh.N) n_total += n;
-    GemvOperands ops(sh, as_bf16(random_f32({n_total, sh.K})).first, as_bf16(random_f32({n_total})).first,
-                     as_bf16(random_f32({sh.K})).first);
+    const std::unique_ptr<GemvOperands> operands = random_gemv_operands(sh);
+    GemvOperands& ops = *operands;
     for (int64_t M : {1, 3}) {
       const Tensor x = cuda::to_device(random_f32({M, sh.K}));  // [M, K]
       const Tensor y0 = random_f32({M, ops.out_cols()});        // [M, out_cols]
@@ -608,10 +617,8 @@ TEST_F(CudaLinearTest, PacedPreissueChangesNoBits) {
                                    GemvSweepShape{"odd swiglu", {136, 136}, 1064, GemvKind::kSwiglu},
                                    GemvSweepShape{"short K", {512}, 256, GemvKind::kNorm},
                                    GemvSweepShape{"short K swiglu", {512, 512}, 256, GemvKind::kSwiglu}}) {
-    int64_t n_total = 0;
-    for (int64_t n : sh.N) n_total += n;
-    GemvOperands ops(sh, as_bf16(random_f32({n_total, sh.K})).first, as_bf16(random_f32({n_total})).first,
-                     as_bf16(random_f32({sh.K})).first);
+    const std::unique_ptr<GemvOperands> operands = random_gemv_operands(sh);
+    GemvOperands& ops = *operands;
     for (int64_t M : {1, 3}) {
       const Tensor x = cuda::to_device(random_f32({M, sh.K}));  // [M, K]
       const Tensor y0 = random_f32({M, ops.out_cols()});        // [M, out_cols]

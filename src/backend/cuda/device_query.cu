@@ -15,6 +15,8 @@ std::vector<DeviceInfo> query_devices(std::string* why_none) {
     cudaGetLastError();
     return devices;
   }
+  int current = 0;  // the free-memory query selects each device: the caller's device is selected again after
+  if (cudaGetDevice(&current) != cudaSuccess) current = 0;
   for (int i = 0; i < count; ++i) {
     cudaDeviceProp prop{};
     if (cudaGetDeviceProperties(&prop, i) != cudaSuccess) continue;
@@ -33,6 +35,7 @@ std::vector<DeviceInfo> query_devices(std::string* why_none) {
     }
     devices.push_back(info);
   }
+  if (count > 0) cudaSetDevice(current);
   if (devices.empty() && why_none) *why_none = "no CUDA device visible";
   return devices;
 }
