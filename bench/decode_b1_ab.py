@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""Batch-1 decode A/B benches on the GPU machine: several arms (a dsinfer binary and environment settings each),
+interleaved round by round so that every arm sees the same moments of the machine, on one or more models.
+
+Each bench is `DSINFER bench --model MODEL --dummy-weights --device cuda --json --num-prompts 3 --input-len 128
+--output-len 128 --max-batch-size 1`; its line gives the UTC time, arm, model, mean and p99 TPOT (ms/token), the copy
+bandwidth the same process measured and the roofline over the mean TPOT. The GPU's identity (nvidia-smi, else the
+bench's `gpu` object) is printed first, since machines lent from a pool may be another GPU each time. Last, a table
+per model: each arm's mean TPOT over the rounds, its range, and its difference from the first arm.
+
+Usage:
+  bench/decode_b1_ab.py --arm main=/tmp/b/dsinfer_main \\
+      --arm paced=/tmp/b/dsinfer:DSINFER_GEMV_PREISSUE_INFLIGHT=1 \\
+      [--model bench/configs/llama-3.1-8b] [--model bench/configs/deepseek-v2-lite] [--rounds 2] [--out DIR]
+An arm is LABEL=BINARY[:VAR=VALUE[,VAR=VALUE...]]. Every bench's JSON is kept under --out (default $OUT, else
+/tmp/decode_b1_ab) as LABEL-MODEL-ROUND.json with its stderr beside it.
+"""
+import argparse
+import datetime
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+
+
+def parse_arm(text):
+    if "=" not in text:
+        raise argparse.ArgumentTypeError(f"arm {text!r}: expected LABEL=BINARY[:VAR=VALUE,...]")
+    label, rest = text.split("=", 1)
+    binary, _, settings = rest.partition(":")
+    env = {}
+    for item in filter(None, settings.split(",")):
+        if "=" not in item:
+            raise argparse.ArgumentTypeError(f"arm {label!r}: setting {item!r} is not VAR=VALUE")
+        var, value = item.split("=", 1)
+        env[var] = value
+    if not label or not binary:
+        raise argparse.ArgumentTypeError(f"arm {text!r}: empty label or binary")
+    return label, binary, env
+
+
+def gpu_identity():
+    if shutil.which("nvidia-smi") is None:
+        return None
+    query = "name,uuid,serial,pci.bus_id,power.limit,clocks.max.sm,clocks.max.mem,driver_version"
+    r = subprocess.run(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader"], capture_output=True,
+                       text=True)
+    return r.stdout.strip().splitlines()[0] if r.returncode == 0 and r.stdout.strip() else None
+
+
+def run_bench(binary, env, model, json_path, err_path, timeout):
+    cmd = [binary, "bench", "--model", model, "--dummy-weights", "--device", "cuda", "--json", "--num-prompts", "3",
+           "--input-len", "128", "--output-len", "128", "--max-batch-size", "1"]
+    with open(err_path, "w") as err:
+        try:
+            r = subprocess.run(cmd, env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=err, text=True,
+                               timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None, f"timed out after {timeout} s"
+    with open(json_path, "w") as f:
+        f.write(r.stdout)
+    if r.returncode != 0:
+        return None, f"exit status {r.returncode} (see {err_path})"
+    try:
+        return json.loads(r.stdout.strip().splitlines()[-1]), None
+    except (json.JSONDecodeError, IndexError):
+        return None, f"no JSON on stdout (see {json_path})"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--arm", action="append", type=parse_arm, required=True)
+    ap.add_argument("--model", action="append")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/decode_b1_ab"))
+    ap.add_argument("--timeout", type=int, default=300, help="seconds one bench may take")
+    a = ap.parse_args()
+    models = a.model or ["bench/configs/llama-3.1-8b"]
+    os.makedirs(a.out, exist_ok=True)
+    ident = gpu_identity()
+    if ident:
+        print(f"gpu: {ident}", flush=True)
+    results = {}  # (label, model) -> [tpot means]
+    for rnd in range(1, a.rounds + 1):
+        for model in models:
+            name = os.path.basename(os.path.normpath(model))
+            for label, binary, env in a.arm:
+                stem = os.path.join(a.out, f"{label}-{name}-{rnd}")
+                d, why = run_bench(binary, env, model, stem + ".json", stem + ".err", a.timeout)
+                at = datetime.datetime.now(datetime.timezone.utc).strftime("%H:%M:%S")
+                if d is None:
+                    print(f"{at} {label:>12} {name}: FAILED, {why}", flush=True)
+                    continue
+                if not ident and d.get("gpu"):
+                    ident = f"{d['gpu'].get('name')}, {d['gpu'].get('uuid')}, {d['gpu'].get('pci_bus_id')}"
+                    print(f"gpu: {ident}", flush=True)
+                tpot = d["tpot_ms"]
+                roof = d.get("decode_roofline_batch1") or {}
+                results.setdefault((label, name), []).append(tpot["mean"])
+                print(f"{at} {label:>12} {name}: TPOT {tpot['mean']:.4f} (p99 {tpot['p99']:.4f}) ms, copy "
+                      f"{roof.get('copy_bandwidth_gbs', 0):.0f} GB/s, roofline/TPOT "
+                      f"{100 * roof.get('tpot_fraction', 0):.2f}%", flush=True)
+    failed = False
+    for model in models:
+        name = os.path.basename(os.path.normpath(model))
+        print(f"\n{name}: arm, mean TPOT over rounds (ms/token), range, against {a.arm[0][0]}")
+        base = results.get((a.arm[0][0], name))
+        for label, _, _ in a.arm:
+            v = results.get((label, name))
+            if not v:
+                print(f"  {label:>12}  no result")
+                failed = True
+                continue
+            m = statistics.mean(v)
+            delta = ""
+            if base and label != a.arm[0][0]:
+                b = statistics.mean(base)
+                delta = f"  {1000 * (m - b):+.1f} us ({100 * (m - b) / b:+.2f}%)"
+            print(f"  {label:>12}  {m:.4f}  [{min(v):.4f}, {max(v):.4f}] n={len(v)}{delta}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
