@@ -1,6 +1,8 @@
 // CudaBackend's linear layers against the CPU reference on random inputs (runs where a GPU is visible; CI
 // compiles it and skips): the GEMV kernels (M <= 8: plain, several matrices, SwiGLU, split-K, persistent)
 // and the cuBLASLt path (M > 8), plus the GEMV shape sweep benchmark (disabled by default).
+#include <initializer_list>
+
 #include "cuda_ops_test_util.h"
 
 namespace dsinfer {
@@ -24,6 +26,12 @@ class CudaLinearTest : public CudaOpsTest {
  protected:
   // Random bf16 weights, biases and norm weight of `sh` (drawn from the test's generator).
   std::unique_ptr<GemvOperands> random_gemv_operands(const GemvSweepShape& sh);
+  // A GEMV switch that changes no bits: over the shapes below (incl. K = 256, fewer warp iterations than
+  // pipeline stages), M 1 and 3, every compiled kernel shape (persistent; also per-launch when
+  // with_per_launch) and both weight layouts where they run (row-major; packed on Hopper's persistent
+  // kernel), the outputs after set(v) for each v of `settings` equal those after set(settings[0]).
+  template <typename Set, typename Value>
+  void expect_same_bits_across(Set set, std::initializer_list<Value> settings, bool with_per_launch);
   LinearPair make_linear(int64_t N, int64_t K, bool bias) {
     LinearPair l;
     auto [bits, w] = as_bf16(random_f32({N, K}));
@@ -498,6 +506,44 @@ std::unique_ptr<GemvOperands> CudaLinearTest::random_gemv_operands(const GemvSwe
                                         as_bf16(random_f32({sh.K})).first);
 }
 
+template <typename Set, typename Value>
+void CudaLinearTest::expect_same_bits_across(Set set, std::initializer_list<Value> settings,
+                                             bool with_per_launch) {
+  const bool hopper = cuda::arch_path() == cuda::ArchPath::kHopper;
+  for (const GemvSweepShape& sh : {GemvSweepShape{"l8b o", {4096}, 4096, GemvKind::kResidual},
+                                   GemvSweepShape{"odd rows and K", {200, 72}, 1064, GemvKind::kNorm},
+                                   GemvSweepShape{"odd swiglu", {136, 136}, 1064, GemvKind::kSwiglu},
+                                   GemvSweepShape{"short K", {512}, 256, GemvKind::kNorm},
+                                   GemvSweepShape{"short K swiglu", {512, 512}, 256, GemvKind::kSwiglu}}) {
+    const std::unique_ptr<GemvOperands> operands = random_gemv_operands(sh);
+    GemvOperands& ops = *operands;
+    for (int64_t M : {1, 3}) {
+      const Tensor x = cuda::to_device(random_f32({M, sh.K}));  // [M, K]
+      const Tensor y0 = random_f32({M, ops.out_cols()});        // [M, out_cols]
+      for (cuda::GemvConfig c : cuda::gemv_configs(ops.swiglu())) {
+        for (bool persistent : {false, true}) {
+          if (persistent ? c.persist == 0 : !with_per_launch) continue;
+          cuda::GemvConfig cfg = c;
+          if (!persistent) cfg.persist = 0;
+          for (bool use_packed : {false, true}) {
+            if (use_packed && !(persistent && hopper)) continue;
+            set(*settings.begin());
+            const Tensor want = ops.run(x, y0, cfg, use_packed, M == 1, 0.0f);
+            for (const Value& v : settings) {
+              set(v);
+              const Tensor got = ops.run(x, y0, cfg, use_packed, M == 1, 0.0f);
+              ASSERT_EQ(got.nbytes(), want.nbytes());
+              EXPECT_EQ(std::memcmp(got.raw(), want.raw(), want.nbytes()), 0)
+                  << sh.name << " M " << M << " " << gemv_config_name(cfg) << " persistent " << persistent
+                  << " packed " << use_packed << " setting " << v;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // The packed weights (gemv_packed.h): every persistent shape reading the packed copies by bulk copies gives
 // the bits of the same shape reading the row-major matrices, also where K is not a whole number of warp
 // iterations (the last stages' fragments past K zeroed by the lanes) or of 32 columns, and where N is not a
@@ -543,35 +589,7 @@ TEST_F(CudaLinearTest, WeightsEvictFirstChangesNoBits) {
     cuda::gemv_set_weights_evict_first(on);
     EXPECT_EQ(cuda::gemv_weights_evict_first(), on);
   }
-  const bool hopper = cuda::arch_path() == cuda::ArchPath::kHopper;
-  for (const GemvSweepShape& sh : {GemvSweepShape{"l8b o", {4096}, 4096, GemvKind::kResidual},
-                                   GemvSweepShape{"odd rows and K", {200, 72}, 1064, GemvKind::kNorm},
-                                   GemvSweepShape{"odd swiglu", {136, 136}, 1064, GemvKind::kSwiglu}}) {
-    const std::unique_ptr<GemvOperands> operands = random_gemv_operands(sh);
-    GemvOperands& ops = *operands;
-    for (int64_t M : {1, 3}) {
-      const Tensor x = cuda::to_device(random_f32({M, sh.K}));  // [M, K]
-      const Tensor y0 = random_f32({M, ops.out_cols()});        // [M, out_cols]
-      for (cuda::GemvConfig c : cuda::gemv_configs(ops.swiglu())) {
-        for (bool persistent : {false, true}) {
-          if (persistent && c.persist == 0) continue;
-          cuda::GemvConfig cfg = c;
-          if (!persistent) cfg.persist = 0;
-          for (bool use_packed : {false, true}) {
-            if (use_packed && !(persistent && hopper)) continue;
-            cuda::gemv_set_weights_evict_first(false);
-            const Tensor want = ops.run(x, y0, cfg, use_packed, M == 1, 0.0f);
-            cuda::gemv_set_weights_evict_first(true);
-            const Tensor got = ops.run(x, y0, cfg, use_packed, M == 1, 0.0f);
-            ASSERT_EQ(got.nbytes(), want.nbytes());
-            EXPECT_EQ(std::memcmp(got.raw(), want.raw(), want.nbytes()), 0)
-                << sh.name << " M " << M << " " << gemv_config_name(cfg) << " persistent " << persistent
-                << " packed " << use_packed;
-          }
-        }
-      }
-    }
-  }
+  expect_same_bits_across([](bool on) { cuda::gemv_set_weights_evict_first(on); }, {false, true}, true);
   // Head GEMVs, [T, H, A] -> [T, H, B]: w^T x (w [H, A, B]) and w x (w [H, B, A]).
   for (bool transpose : {true, false}) {
     const int64_t H = 16, A = transpose ? 128 : 512, B = transpose ? 512 : 128;
@@ -611,35 +629,7 @@ TEST_F(CudaLinearTest, PacedPreissueChangesNoBits) {
   EXPECT_THROW(cuda::gemv_set_preissue_inflight(3), Error);
   EXPECT_THROW(cuda::gemv_set_preissue_inflight(-1), Error);
   EXPECT_EQ(cuda::gemv_preissue_inflight(), 1);
-  const bool hopper = cuda::arch_path() == cuda::ArchPath::kHopper;
-  for (const GemvSweepShape& sh : {GemvSweepShape{"l8b o", {4096}, 4096, GemvKind::kResidual},
-                                   GemvSweepShape{"odd rows and K", {200, 72}, 1064, GemvKind::kNorm},
-                                   GemvSweepShape{"odd swiglu", {136, 136}, 1064, GemvKind::kSwiglu},
-                                   GemvSweepShape{"short K", {512}, 256, GemvKind::kNorm},
-                                   GemvSweepShape{"short K swiglu", {512, 512}, 256, GemvKind::kSwiglu}}) {
-    const std::unique_ptr<GemvOperands> operands = random_gemv_operands(sh);
-    GemvOperands& ops = *operands;
-    for (int64_t M : {1, 3}) {
-      const Tensor x = cuda::to_device(random_f32({M, sh.K}));  // [M, K]
-      const Tensor y0 = random_f32({M, ops.out_cols()});        // [M, out_cols]
-      for (cuda::GemvConfig c : cuda::gemv_configs(ops.swiglu())) {
-        if (c.persist == 0) continue;
-        for (bool use_packed : {false, true}) {
-          if (use_packed && !hopper) continue;
-          cuda::gemv_set_preissue_inflight(0);
-          const Tensor want = ops.run(x, y0, c, use_packed, M == 1, 0.0f);
-          for (int n : {1, 2}) {
-            cuda::gemv_set_preissue_inflight(n);
-            const Tensor got = ops.run(x, y0, c, use_packed, M == 1, 0.0f);
-            ASSERT_EQ(got.nbytes(), want.nbytes());
-            EXPECT_EQ(std::memcmp(got.raw(), want.raw(), want.nbytes()), 0)
-                << sh.name << " M " << M << " " << gemv_config_name(c) << " packed " << use_packed
-                << " in flight " << n;
-          }
-        }
-      }
-    }
-  }
+  expect_same_bits_across([](int n) { cuda::gemv_set_preissue_inflight(n); }, {0, 1, 2}, false);
 }
 
 // Which weights get a packed copy (gemv_wants_packed_copy): the dense MLP's gate and up projections and the
