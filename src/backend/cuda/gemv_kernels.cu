@@ -518,7 +518,7 @@ bool& weights_evict_first_switch() {
 // SwiGLU, g MoE units gate/up, d MoE units down (not paced by default: down's launch follows gate/up's
 // stream, not a latency-bound kernel, and paced it measured slower).
 int& preissue_inflight_switch() {
-  static int n = env_int("DSINFER_GEMV_PREISSUE_INFLIGHT", 0, 0, 2);
+  static int n = env_int("DSINFER_GEMV_PREISSUE_INFLIGHT", 1, 0, 2);
   return n;
 }
 int preissue_inflight(char role) {

@@ -122,9 +122,8 @@ void gemv_set_weights_evict_first(bool on);
 // most this many in flight (stage s waits for stage s - n to land; 0: all at once), so that a launch whose
 // blocks land beside a latency-bound kernel (attention, the MLA merge, MoE routing) streams its first weights
 // without queueing that kernel's memory round trips behind them. DSINFER_GEMV_PREISSUE_INFLIGHT=0/1/2 sets it
-// at start (0 by default until its fixed form has run the GPU checks: docs/benchmarks.md, thirty-fourth
-// session), DSINFER_GEMV_PREISSUE_ROLES the launches it applies to (gemv_kernels.cu); the same bits either
-// way.
+// at start (1 by default: docs/benchmarks.md, thirty-fourth and thirty-fifth sessions),
+// DSINFER_GEMV_PREISSUE_ROLES the launches it applies to (gemv_kernels.cu); the same bits either way.
 int gemv_preissue_inflight();
 void gemv_set_preissue_inflight(int n);  // 0..2
 
