@@ -3,8 +3,10 @@
 interleaved round by round so that every arm sees the same moments of the machine, on one or more models.
 
 Each bench is `DSINFER bench --model MODEL --dummy-weights --device cuda --json --num-prompts 3 --input-len 128
---output-len 128 --max-batch-size 1`; its line gives the UTC time, arm, model, mean and p99 TPOT (ms/token), the copy
-bandwidth the same process measured and the roofline over the mean TPOT. The GPU's identity (nvidia-smi, else the
+--output-len 128 --max-batch-size 1` (--num-prompts and --output-len change those: 48 x 64 is a sustained decode of
+~12 s on the 8B, long enough for the GPU's power limit to lower its clock); its line gives the UTC time, arm, model,
+mean and p99 TPOT (ms/token), the copy bandwidth the same process measured, the roofline over the mean TPOT and,
+where the bench sampled them (its `gpu_power`), the mean power and SM clock and the share of samples power-capped. The GPU's identity (nvidia-smi, else the
 bench's `gpu` object) is printed first, since machines lent from a pool may be another GPU each time. Last, a table
 per model: each arm's mean TPOT over the rounds, its range, and its difference from the first arm.
 
@@ -50,9 +52,9 @@ def gpu_identity():
     return r.stdout.strip().splitlines()[0] if r.returncode == 0 and r.stdout.strip() else None
 
 
-def run_bench(binary, env, model, json_path, err_path, timeout):
-    cmd = [binary, "bench", "--model", model, "--dummy-weights", "--device", "cuda", "--json", "--num-prompts", "3",
-           "--input-len", "128", "--output-len", "128", "--max-batch-size", "1"]
+def run_bench(binary, env, model, json_path, err_path, timeout, prompts, output_len):
+    cmd = [binary, "bench", "--model", model, "--dummy-weights", "--device", "cuda", "--json", "--num-prompts",
+           str(prompts), "--input-len", "128", "--output-len", str(output_len), "--max-batch-size", "1"]
     with open(err_path, "w") as err:
         try:
             r = subprocess.run(cmd, env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=err, text=True,
@@ -69,6 +71,13 @@ def run_bench(binary, env, model, json_path, err_path, timeout):
         return None, f"no JSON on stdout (see {json_path})"
 
 
+def power_text(p):
+    if not p or not p.get("samples"):
+        return ""
+    return (f", {p['power_mean_w']:.0f} W (limit {p['power_limit_w']:.0f}), SM clock {p['sm_clock_mean_mhz']:.0f} MHz "
+            f"(min {p['sm_clock_min_mhz']}), power-capped {100 * p['power_capped_fraction']:.0f}%")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--arm", action="append", type=parse_arm, required=True)
@@ -76,6 +85,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/decode_b1_ab"))
     ap.add_argument("--timeout", type=int, default=300, help="seconds one bench may take")
+    ap.add_argument("--num-prompts", type=int, default=3, help="requests of each bench, one at a time (3)")
+    ap.add_argument("--output-len", type=int, default=128, help="tokens each request generates (128)")
     a = ap.parse_args()
     models = a.model or ["bench/configs/llama-3.1-8b"]
     os.makedirs(a.out, exist_ok=True)
@@ -88,7 +99,8 @@ def main():
             name = os.path.basename(os.path.normpath(model))
             for label, binary, env in a.arm:
                 stem = os.path.join(a.out, f"{label}-{name}-{rnd}")
-                d, why = run_bench(binary, env, model, stem + ".json", stem + ".err", a.timeout)
+                d, why = run_bench(binary, env, model, stem + ".json", stem + ".err", a.timeout, a.num_prompts,
+                                   a.output_len)
                 at = datetime.datetime.now(datetime.timezone.utc).strftime("%H:%M:%S")
                 if d is None:
                     print(f"{at} {label:>12} {name}: FAILED, {why}", flush=True)
@@ -101,7 +113,7 @@ def main():
                 results.setdefault((label, name), []).append(tpot["mean"])
                 print(f"{at} {label:>12} {name}: TPOT {tpot['mean']:.4f} (p99 {tpot['p99']:.4f}) ms, copy "
                       f"{roof.get('copy_bandwidth_gbs', 0):.0f} GB/s, roofline/TPOT "
-                      f"{100 * roof.get('tpot_fraction', 0):.2f}%", flush=True)
+                      f"{100 * roof.get('tpot_fraction', 0):.2f}%{power_text(d.get('gpu_power'))}", flush=True)
     failed = False
     for model in models:
         name = os.path.basename(os.path.normpath(model))

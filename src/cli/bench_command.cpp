@@ -5,7 +5,10 @@
 // (TTFT reported per class), --request-rate spreads arrivals (Poisson) and --length-tiers turns the
 // scheduler's length tiers on (docs/benchmarks.md, "Length tiers"). On the GPU it also reports the batch-1
 // decode roofline: the weight bytes a single-token decode step reads over the copy bandwidth measured in the
-// same process, before the engine starts (GPU memory is free then), and the run's mean TPOT against it.
+// same process, before the engine starts (GPU memory is free then), and the run's mean TPOT against it,
+// and the GPU's power, SM clock and clock-event reasons sampled while the requests run (backend/cuda/
+// gpu_power.h: a decode that streams weights at full bandwidth can sit at the GPU's power limit, where the SM
+// clock drops).
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -30,6 +33,7 @@
 #ifdef DSINFER_HAVE_CUDA
 #include "backend/cuda/copy_bandwidth.h"
 #include "backend/cuda/device_query.h"
+#include "backend/cuda/gpu_power.h"
 #endif
 
 namespace dsinfer::cli {
@@ -60,6 +64,7 @@ struct BenchArgs {
   bool length_tiers = false;
   int32_t long_prompt_tokens = 1024;
   double long_prefill_share = 0.25;
+  int32_t gpu_power_interval_ms = 100;  // 0: no power sampling
 };
 
 struct BenchRequest {
@@ -177,6 +182,19 @@ int run_bench(const BenchArgs& a) {
     }
   }
 #endif
+  DSI_CHECK(a.gpu_power_interval_ms >= 0, "--gpu-power-interval-ms must be 0 (off) or positive");
+  std::string power_note;  // why there are no power samples (when the GPU runs and there are none)
+#ifdef DSINFER_HAVE_CUDA
+  std::unique_ptr<cuda::GpuPowerMonitor> power;
+  if (gpu.is_object() && a.gpu_power_interval_ms > 0) {
+    if (std::unique_ptr<cuda::GpuPowerSource> source =
+            cuda::open_nvml_power_source(gpu["uuid"].get<std::string>(), &power_note))
+      power = std::make_unique<cuda::GpuPowerMonitor>(std::move(source),
+                                                      std::chrono::milliseconds(a.gpu_power_interval_ms));
+  } else if (gpu.is_object()) {
+    power_note = "off (--gpu-power-interval-ms 0)";
+  }
+#endif
   std::unique_ptr<Engine> engine = Engine::create(config);
   std::vector<BenchRequest> requests = make_requests(a, *engine);
 
@@ -185,6 +203,9 @@ int run_bench(const BenchArgs& a) {
   std::condition_variable all_done;
   size_t finished = 0;
   ProgressBar progress("bench", static_cast<int64_t>(requests.size()), !a.json && stderr_is_terminal());
+#ifdef DSINFER_HAVE_CUDA
+  if (power) power->start();  // the window of the timed run
+#endif
   const Clock::time_point start = Clock::now();
   std::mt19937_64 arrivals(a.seed + 1);
   std::exponential_distribution<double> gap(a.request_rate > 0 ? a.request_rate : 1.0);
@@ -239,6 +260,10 @@ int run_bench(const BenchArgs& a) {
     }
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  nlohmann::json gpu_power = nullptr;
+#ifdef DSINFER_HAVE_CUDA
+  if (power) gpu_power = power->stop().to_json();
+#endif
   progress.finish();
   engine->shutdown();
   const EngineStats stats = engine->stats();
@@ -309,7 +334,9 @@ int run_bench(const BenchArgs& a) {
         {"long_e2e_latency_ms", summarize(long_e2e).to_json()},
         {"decode_roofline_batch1", roofline ? r.to_json() : nlohmann::json(nullptr)},
         {"gpu", gpu},
+        {"gpu_power", gpu_power},
     };
+    if (!power_note.empty()) j["gpu_power_note"] = power_note;
     std::cout << j.dump() << std::endl;
   } else {
     std::printf(
@@ -327,6 +354,18 @@ int run_bench(const BenchArgs& a) {
     if (gpu.is_object())
       std::printf("GPU: %s, %s, PCI %s\n", gpu["name"].get<std::string>().c_str(),
                   gpu["uuid"].get<std::string>().c_str(), gpu["pci_bus_id"].get<std::string>().c_str());
+    if (gpu_power.is_object() && gpu_power["samples"].get<int64_t>() > 0) {
+      const nlohmann::json& p = gpu_power;
+      std::printf(
+          "GPU power: mean %.0f W, max %.0f W (limit %.0f W); SM clock mean %.0f MHz, min %d (max %d); "
+          "power-capped in %.0f%% of %lld samples\n",
+          p["power_mean_w"].get<double>(), p["power_max_w"].get<double>(), p["power_limit_w"].get<double>(),
+          p["sm_clock_mean_mhz"].get<double>(), p["sm_clock_min_mhz"].get<int>(),
+          p["sm_clock_max_mhz"].get<int>(), 100.0 * p["power_capped_fraction"].get<double>(),
+          static_cast<long long>(p["samples"].get<int64_t>()));
+    } else if (!power_note.empty()) {
+      std::printf("GPU power: not sampled (%s)\n", power_note.c_str());
+    }
     if (roofline)
       std::printf(
           "batch-1 decode roofline: %.2f GB of bf16 weights a token / %.0f GB/s copy bandwidth = %.3f ms "
@@ -373,6 +412,9 @@ void add_bench_command(CLI::App& app) {
   add_cuda_arch_option(cmd, a->cuda_arch);
   cmd->add_option("--seed", a->seed, "Seed of the synthetic prompts and lengths (0)");
   cmd->add_flag("--json", a->json, "Print one JSON object with every figure");
+  cmd->add_option("--gpu-power-interval-ms", a->gpu_power_interval_ms,
+                  "GPU runs: sample power, SM clock and clock-event reasons (NVML) this often during the run "
+                  "(100; 0: off)");
   cmd->add_option("--long-fraction", a->long_fraction,
                   "Share of requests with a --long-input-len prompt (0)");
   cmd->add_option("--long-input-len", a->long_input_len, "Long prompt tokens: N or A:B (1500:1800)");

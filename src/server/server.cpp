@@ -12,6 +12,7 @@
 #include "server/api_error.h"
 #include "server/api_handlers.h"
 #include "server/completion_job.h"
+#include "server/gpu_power_metrics.h"
 #include "server/http_listener.h"
 #include "server/resilience_http.h"
 #include "server/router.h"
@@ -162,6 +163,11 @@ Server::Server(ServeConfig config, MetricsRegistry* registry) : impl_(std::make_
     *out = engine->stats();
     return true;
   });
+#ifdef DSINFER_HAVE_CUDA
+  if (const std::string why = register_visible_gpu_power_metrics(*registry, ctx.config.engine.device);
+      !why.empty() && ctx.config.engine.device != "cpu")
+    log_info("serve: no GPU power metrics (", why, ")");
+#endif
   m.add_routes();
 }
 

@@ -1,0 +1,103 @@
+// The dsinfer_gpu_* gauges of `dsinfer serve` (server/gpu_power_metrics.h), fed by a stand-in power source:
+// values at each scrape, the power-cap and thermal flags from the clock-event reasons, a failed reading
+// counted with the last values kept; and, where a GPU is visible, registered from NVML (CI skips that one).
+#include <gtest/gtest.h>
+
+#include <optional>
+#include <vector>
+
+#ifdef DSINFER_HAVE_CUDA
+#include "backend/cuda/device_query.h"
+#include "server/gpu_power_metrics.h"
+#endif
+
+namespace dsinfer {
+namespace {
+
+#ifdef DSINFER_HAVE_CUDA
+
+// Plays back readings (nullopt: a failed one), then repeats the last.
+class Playback : public cuda::GpuPowerSource {
+ public:
+  explicit Playback(std::vector<std::optional<cuda::GpuPowerSample>> readings)
+      : readings_(std::move(readings)) {}
+  std::optional<cuda::GpuPowerSample> read() override {
+    const std::optional<cuda::GpuPowerSample> r = readings_[std::min(next_, readings_.size() - 1)];
+    ++next_;
+    return r;
+  }
+  double power_limit_w() const override { return 700.0; }
+  int sm_clock_max_mhz() const override { return 1980; }
+
+ private:
+  std::vector<std::optional<cuda::GpuPowerSample>> readings_;
+  size_t next_ = 0;
+};
+
+cuda::GpuPowerSample reading(double w, int mhz, uint64_t reasons, int c) {
+  cuda::GpuPowerSample s;
+  s.power_w = w;
+  s.sm_clock_mhz = mhz;
+  s.reasons = reasons;
+  s.temperature_c = c;
+  return s;
+}
+
+TEST(GpuPowerMetricsTest, GaugesFollowEachScrape) {
+  server::MetricsRegistry registry;
+  const server::Labels gpu = {{"gpu", "GPU-test"}};
+  server::register_gpu_power_metrics(
+      registry,
+      std::make_shared<Playback>(std::vector<std::optional<cuda::GpuPowerSample>>{
+          reading(640.0, 1980, 0, 39), reading(699.0, 1890, cuda::kClockReasonSwPowerCap, 41), std::nullopt,
+          reading(300.0, 1965, cuda::kClockReasonHwThermal, 85)}),
+      "GPU-test");
+  EXPECT_DOUBLE_EQ(registry.value("dsinfer_gpu_power_limit_watts", gpu), 700.0);
+  EXPECT_DOUBLE_EQ(registry.value("dsinfer_gpu_sm_clock_max_mhz", gpu), 1980.0);
+
+  std::string text = registry.prometheus_text();
+  EXPECT_NE(text.find("dsinfer_gpu_power_watts{gpu=\"GPU-test\"} 640"), std::string::npos) << text;
+  EXPECT_DOUBLE_EQ(registry.value("dsinfer_gpu_sm_clock_mhz", gpu), 1980.0);
+  EXPECT_DOUBLE_EQ(registry.value("dsinfer_gpu_power_capped", gpu), 0.0);
+
+  registry.prometheus_text();
+  EXPECT_DOUBLE_EQ(registry.value("dsinfer_gpu_power_watts", gpu), 699.0);
+  EXPECT_DOUBLE_EQ(registry.value("dsinfer_gpu_sm_clock_mhz", gpu), 1890.0);
+  EXPECT_DOUBLE_EQ(registry.value("dsinfer_gpu_power_capped", gpu), 1.0);
+  EXPECT_DOUBLE_EQ(registry.value("dsinfer_gpu_temperature_celsius", gpu), 41.0);
+
+  registry.prometheus_text();  // the failed reading: last values kept, counted
+  EXPECT_DOUBLE_EQ(registry.value("dsinfer_gpu_power_watts", gpu), 699.0);
+  EXPECT_DOUBLE_EQ(registry.value("dsinfer_gpu_metrics_read_errors_total", gpu), 1.0);
+
+  registry.prometheus_text();
+  EXPECT_DOUBLE_EQ(registry.value("dsinfer_gpu_power_capped", gpu), 0.0);
+  EXPECT_DOUBLE_EQ(registry.value("dsinfer_gpu_thermal_slowdown", gpu), 1.0);
+  EXPECT_DOUBLE_EQ(registry.value("dsinfer_gpu_temperature_celsius", gpu), 85.0);
+  EXPECT_DOUBLE_EQ(registry.value("dsinfer_gpu_metrics_read_errors_total", gpu), 1.0);
+}
+
+TEST(GpuPowerMetricsTest, CpuDeviceRegistersNothing) {
+  server::MetricsRegistry registry;
+  EXPECT_FALSE(server::register_visible_gpu_power_metrics(registry, "cpu").empty());
+  EXPECT_EQ(registry.prometheus_text().find("dsinfer_gpu_power_watts"), std::string::npos);
+}
+
+TEST(GpuPowerMetricsTest, VisibleGpuIsSampledFromNvml) {
+  const std::vector<cuda::DeviceInfo> gpus = cuda::query_devices();
+  if (gpus.empty()) GTEST_SKIP() << "no CUDA device";
+  server::MetricsRegistry registry;
+  const std::string why = server::register_visible_gpu_power_metrics(registry, "auto");
+  ASSERT_TRUE(why.empty()) << why;
+  registry.prometheus_text();
+  const server::Labels gpu = {{"gpu", gpus[0].uuid}};
+  EXPECT_GT(registry.value("dsinfer_gpu_power_watts", gpu), 0.0);
+  EXPECT_GT(registry.value("dsinfer_gpu_power_limit_watts", gpu), 0.0);
+  EXPECT_GT(registry.value("dsinfer_gpu_sm_clock_mhz", gpu), 0.0);
+  EXPECT_DOUBLE_EQ(registry.value("dsinfer_gpu_metrics_read_errors_total", gpu), 0.0);
+}
+
+#endif  // DSINFER_HAVE_CUDA
+
+}  // namespace
+}  // namespace dsinfer
