@@ -3,7 +3,6 @@
 
 #ifdef DSINFER_HAVE_CUDA
 #include <mutex>
-#include <vector>
 
 #include "backend/cuda/device_query.h"
 
@@ -47,11 +46,11 @@ void register_gpu_power_metrics(MetricsRegistry& registry, std::shared_ptr<cuda:
 std::string register_visible_gpu_power_metrics(MetricsRegistry& registry, const std::string& device) {
   if (device == "cpu") return "the CPU backend was asked for";
   std::string why;
-  const std::vector<cuda::DeviceInfo> gpus = cuda::query_devices(&why);
-  if (gpus.empty()) return why.empty() ? "no CUDA device" : why;
-  std::unique_ptr<cuda::GpuPowerSource> source = cuda::open_nvml_power_source(gpus[0].uuid, &why);
+  const std::string uuid = cuda::device_uuid(0, &why);  // the engine's GPU; no context made here
+  if (uuid.empty()) return why.empty() ? "no CUDA device" : why;
+  std::unique_ptr<cuda::GpuPowerSource> source = cuda::open_nvml_power_source(uuid, &why);
   if (!source) return why;
-  register_gpu_power_metrics(registry, std::move(source), gpus[0].uuid);
+  register_gpu_power_metrics(registry, std::move(source), uuid);
   return "";
 }
 

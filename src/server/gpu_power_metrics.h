@@ -18,8 +18,8 @@ namespace dsinfer::server {
 void register_gpu_power_metrics(MetricsRegistry& registry, std::shared_ptr<cuda::GpuPowerSource> source,
                                 const std::string& uuid);
 
-// The same for the machine's first visible GPU through NVML, unless `device` is "cpu". Returns why nothing
-// was registered ("" when registered).
+// The same for the first visible GPU (the engine's) through NVML, unless `device` is "cpu". Returns why
+// nothing was registered ("" when registered).
 std::string register_visible_gpu_power_metrics(MetricsRegistry& registry, const std::string& device);
 
 }  // namespace dsinfer::server

@@ -1,6 +1,7 @@
 // The dsinfer_gpu_* gauges of `dsinfer serve` (server/gpu_power_metrics.h), fed by a stand-in power source:
 // values at each scrape, the power-cap and thermal flags from the clock-event reasons, a failed reading
-// counted with the last values kept; and, where a GPU is visible, registered from NVML (CI skips that one).
+// counted with the last values kept; the UUID of the engine's GPU; and, where a GPU is visible, registered
+// from NVML (CI skips that one).
 #include <gtest/gtest.h>
 
 #include <optional>
@@ -34,23 +35,15 @@ class Playback : public cuda::GpuPowerSource {
   size_t next_ = 0;
 };
 
-cuda::GpuPowerSample reading(double w, int mhz, uint64_t reasons, int c) {
-  cuda::GpuPowerSample s;
-  s.power_w = w;
-  s.sm_clock_mhz = mhz;
-  s.reasons = reasons;
-  s.temperature_c = c;
-  return s;
-}
-
 TEST(GpuPowerMetricsTest, GaugesFollowEachScrape) {
   server::MetricsRegistry registry;
   const server::Labels gpu = {{"gpu", "GPU-test"}};
   server::register_gpu_power_metrics(
       registry,
       std::make_shared<Playback>(std::vector<std::optional<cuda::GpuPowerSample>>{
-          reading(640.0, 1980, 0, 39), reading(699.0, 1890, cuda::kClockReasonSwPowerCap, 41), std::nullopt,
-          reading(300.0, 1965, cuda::kClockReasonHwThermal, 85)}),
+          cuda::GpuPowerSample{640.0, 1980, 0, 39},
+          cuda::GpuPowerSample{699.0, 1890, cuda::kClockReasonSwPowerCap, 41}, std::nullopt,
+          cuda::GpuPowerSample{300.0, 1965, cuda::kClockReasonHwThermal, 85}}),
       "GPU-test");
   EXPECT_DOUBLE_EQ(registry.value("dsinfer_gpu_power_limit_watts", gpu), 700.0);
   EXPECT_DOUBLE_EQ(registry.value("dsinfer_gpu_sm_clock_max_mhz", gpu), 1980.0);
@@ -81,6 +74,18 @@ TEST(GpuPowerMetricsTest, CpuDeviceRegistersNothing) {
   server::MetricsRegistry registry;
   EXPECT_FALSE(server::register_visible_gpu_power_metrics(registry, "cpu").empty());
   EXPECT_EQ(registry.prometheus_text().find("dsinfer_gpu_power_watts"), std::string::npos);
+}
+
+TEST(GpuPowerMetricsTest, DeviceUuidIsTheOneQueryDevicesNames) {
+  const std::vector<cuda::DeviceInfo> gpus = cuda::query_devices();
+  std::string why;
+  const std::string uuid = cuda::device_uuid(0, &why);
+  if (gpus.empty()) {
+    EXPECT_TRUE(uuid.empty());
+    EXPECT_FALSE(why.empty());
+  } else {
+    EXPECT_EQ(uuid, gpus[0].uuid);
+  }
 }
 
 TEST(GpuPowerMetricsTest, VisibleGpuIsSampledFromNvml) {

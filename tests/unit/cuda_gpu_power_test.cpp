@@ -19,21 +19,12 @@ namespace {
 
 using cuda::GpuPowerSample;
 
-GpuPowerSample sample(double w, int mhz, uint64_t reasons, int c) {
-  GpuPowerSample s;
-  s.power_w = w;
-  s.sm_clock_mhz = mhz;
-  s.reasons = reasons;
-  s.temperature_c = c;
-  return s;
-}
-
 TEST(GpuPowerTest, SummaryOfAWindow) {
   const std::vector<GpuPowerSample> samples = {
-      sample(690.0, 1980, 0, 38),
-      sample(700.0, 1890, cuda::kClockReasonSwPowerCap, 40),
-      sample(698.0, 1605, cuda::kClockReasonSwPowerCap | cuda::kClockReasonHwThermal, 41),
-      sample(512.0, 1980, cuda::kClockReasonHwPowerBrake, 39),
+      GpuPowerSample{690.0, 1980, 0, 38},
+      GpuPowerSample{700.0, 1890, cuda::kClockReasonSwPowerCap, 40},
+      GpuPowerSample{698.0, 1605, cuda::kClockReasonSwPowerCap | cuda::kClockReasonHwThermal, 41},
+      GpuPowerSample{512.0, 1980, cuda::kClockReasonHwPowerBrake, 39},
   };
   const cuda::GpuPowerSummary s = cuda::summarize_gpu_power(samples, 100.0, 700.0, 1980);
   EXPECT_EQ(s.samples, 4);
@@ -56,7 +47,8 @@ TEST(GpuPowerTest, SummaryOfAWindow) {
 }
 
 TEST(GpuPowerTest, UnknownMaximumClockCountsNothingBelowIt) {
-  const cuda::GpuPowerSummary s = cuda::summarize_gpu_power({sample(100.0, 345, 0, 30)}, 50.0, 0.0, 0);
+  const cuda::GpuPowerSummary s =
+      cuda::summarize_gpu_power({GpuPowerSample{100.0, 345, 0, 30}}, 50.0, 0.0, 0);
   EXPECT_EQ(s.samples, 1);
   EXPECT_DOUBLE_EQ(s.below_max_clock_fraction, 0.0);
   EXPECT_EQ(s.sm_clock_min_mhz, 345);
@@ -78,7 +70,7 @@ class StandInSource : public cuda::GpuPowerSource {
   std::optional<GpuPowerSample> read() override {
     const int i = reads_->fetch_add(1);
     if (i % 2 == 1) return std::nullopt;
-    return sample(600.0 + i, 1980 - i, i == 0 ? cuda::kClockReasonSwPowerCap : 0, 40);
+    return GpuPowerSample{600.0 + i, 1980 - i, i == 0 ? cuda::kClockReasonSwPowerCap : 0, 40};
   }
   double power_limit_w() const override { return 700.0; }
   int sm_clock_max_mhz() const override { return 1980; }

@@ -40,4 +40,15 @@ std::vector<DeviceInfo> query_devices(std::string* why_none) {
   return devices;
 }
 
+std::string device_uuid(int index, std::string* why) {
+  cudaDeviceProp prop{};
+  const cudaError_t err = cudaGetDeviceProperties(&prop, index);
+  if (err != cudaSuccess) {
+    if (why) *why = cudaGetErrorString(err);
+    cudaGetLastError();
+    return "";
+  }
+  return format_gpu_uuid(reinterpret_cast<const uint8_t*>(prop.uuid.bytes));
+}
+
 }  // namespace dsinfer::cuda

@@ -20,4 +20,8 @@ struct DeviceInfo {
 // Returns the visible CUDA devices; empty (never throws) when there is no driver or no GPU.
 std::vector<DeviceInfo> query_devices(std::string* why_none = nullptr);
 
+// The UUID of device `index` ("GPU-..."), from its properties only: unlike query_devices (whose free-memory
+// query makes a context on every GPU), it touches no device. "" with *why set when there is none.
+std::string device_uuid(int index, std::string* why = nullptr);
+
 }  // namespace dsinfer::cuda
