@@ -1,6 +1,7 @@
 // Prometheus text exposition (format 0.0.4) of a MetricsRegistry.
+#include <charconv>
 #include <cmath>
-#include <cstdio>
+#include <string>
 
 #include "server/metrics.h"
 
@@ -12,9 +13,9 @@ std::string number(double v) {
   if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
   if (std::isnan(v)) return "NaN";
   if (v == std::floor(v) && std::fabs(v) < 1e15) return std::to_string(static_cast<long long>(v));
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.17g", v);
-  return buf;
+  char buf[64];  // the shortest form that reads back as v (121.469, not 121.46899999999999)
+  const std::to_chars_result r = std::to_chars(buf, buf + sizeof(buf), v);
+  return std::string(buf, r.ptr);
 }
 
 Labels with(Labels labels, const std::string& key, const std::string& value) {

@@ -41,7 +41,7 @@ TEST(GpuPowerMetricsTest, GaugesFollowEachScrape) {
   server::register_gpu_power_metrics(
       registry,
       std::make_shared<Playback>(std::vector<std::optional<cuda::GpuPowerSample>>{
-          cuda::GpuPowerSample{640.0, 1980, 0, 39},
+          cuda::GpuPowerSample{640.1, 1980, 0, 39},
           cuda::GpuPowerSample{699.0, 1890, cuda::kClockReasonSwPowerCap, 41}, std::nullopt,
           cuda::GpuPowerSample{300.0, 1965, cuda::kClockReasonHwThermal, 85}}),
       "GPU-test");
@@ -49,7 +49,7 @@ TEST(GpuPowerMetricsTest, GaugesFollowEachScrape) {
   EXPECT_DOUBLE_EQ(registry.value("dsinfer_gpu_sm_clock_max_mhz", gpu), 1980.0);
 
   std::string text = registry.prometheus_text();
-  EXPECT_NE(text.find("dsinfer_gpu_power_watts{gpu=\"GPU-test\"} 640"), std::string::npos) << text;
+  EXPECT_NE(text.find("dsinfer_gpu_power_watts{gpu=\"GPU-test\"} 640.1\n"), std::string::npos) << text;
   EXPECT_DOUBLE_EQ(registry.value("dsinfer_gpu_sm_clock_mhz", gpu), 1980.0);
   EXPECT_DOUBLE_EQ(registry.value("dsinfer_gpu_power_capped", gpu), 0.0);
 

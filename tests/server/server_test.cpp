@@ -540,6 +540,19 @@ TEST(ServerMetricsTest, LongTailCountsRequestsSlowerThanThreeTimesTheMean) {
   EXPECT_EQ(registry.histogram_snapshot("dsinfer_e2e_request_latency_seconds").count, 7u);
 }
 
+TEST(ServerMetricsTest, ExpositionWritesTheShortestNumberThatReadsBack) {
+  server::MetricsRegistry registry;
+  registry.gauge("test_fraction", "a fraction").set(121.469);
+  registry.gauge("test_whole", "a whole number").set(700.0);
+  registry.gauge("test_tiny", "a small number").set(1e-20);
+  registry.gauge("test_third", "no short form").set(1.0 / 3.0);
+  const std::string text = registry.prometheus_text();
+  EXPECT_NE(text.find("test_fraction 121.469\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("test_whole 700\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("test_tiny 1e-20\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("test_third 0.3333333333333333\n"), std::string::npos) << text;
+}
+
 TEST(ServerTest, DrainFinishesInFlightStreams) {
   FakeEngine::Options opts;
   opts.token_delay = 5ms;
