@@ -512,7 +512,7 @@ bool& weights_evict_first_switch() {
   return on;
 }
 
-// Paced pre-issue (DSINFER_GEMV_PREISSUE_INFLIGHT, gemv_set_preissue_inflight; 0-2, default 0): the stages a
+// Paced pre-issue (DSINFER_GEMV_PREISSUE_INFLIGHT, gemv_set_preissue_inflight; 0-2, default 1): the stages a
 // persistent GEMV warp keeps in flight while it issues its first stages before the PDL wait, for the launch
 // roles DSINFER_GEMV_PREISSUE_ROLES names (letters; default "qasg"): q plain, a accumulating (residual), s
 // SwiGLU, g MoE units gate/up, d MoE units down (not paced by default: down's launch follows gate/up's
