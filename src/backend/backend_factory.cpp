@@ -3,6 +3,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 
 #include "backend/cpu/cpu_backend.h"
 #include "core/env_choice.h"
@@ -23,12 +24,14 @@ namespace {
 #ifdef DSINFER_HAVE_CUDA
 // GEMMs over more than 8 rows round activations to bf16 (one GEMM); DSINFER_CUDA_GEMM=split keeps ~16 bits
 // of each activation (hi/lo halves, two GEMMs). Read once, when the backend is made. The kernel path
-// (cuda/arch_path.h) is chosen first: it throws below sm_80 or for a request the GPU cannot honour.
-std::unique_ptr<Backend> make_cuda_backend(const std::string& cuda_arch) {
+// (cuda/arch_path.h) is chosen first: it throws below sm_80 or for a request the GPU cannot honour. config:
+// the model's, when known.
+std::unique_ptr<Backend> make_cuda_backend(const std::string& cuda_arch, const ModelConfig* config) {
   const cuda::ArchPath path = cuda::init_arch_path(cuda_arch);
   log_info("CUDA backend: ", cuda::arch_path_name(path), " kernel path");
   CudaBackendOptions options;
   options.split_gemm_activations = env_choice("DSINFER_CUDA_GEMM", {"bf16", "split"}, 0) == 1;
+  options.gemv_activation_parts = gemv_activation_parts_for(config, options.split_gemm_activations);
   // DSINFER_MOE_GROUPED_MIN_ROWS=N: the grouped expert GEMMs from N (bucketed) rows per expert on
   // (benchmarks).
   if (const char* rows = std::getenv("DSINFER_MOE_GROUPED_MIN_ROWS"); rows && *rows) {
@@ -71,6 +74,11 @@ void check_cuda_arch_value(const std::string& cuda_arch) {
 
 }  // namespace
 
+int gemv_activation_parts_for(const ModelConfig* config, bool split_gemm) {
+  const bool moe = config != nullptr && config->n_routed_experts > 0;
+  return env_int("DSINFER_GEMV_ACT_PARTS", split_gemm || moe ? 2 : 1, 1, 2);
+}
+
 bool cuda_runs(const ModelConfig& config) {
 #ifdef DSINFER_HAVE_CUDA
   return cuda::ops_without_cuda_kernel(config.arch).empty();
@@ -97,7 +105,9 @@ std::unique_ptr<Backend> make_backend(const std::string& device, const std::stri
 #ifdef DSINFER_HAVE_CUDA
     // The GPU when there is one and it has kernels for this architecture; otherwise the CPU reference.
     if (cuda::device_available()) {
-      if (model_dir.empty() || cuda_runs(load_model_config(model_dir))) return make_cuda_backend(cuda_arch);
+      if (model_dir.empty()) return make_cuda_backend(cuda_arch, nullptr);
+      const ModelConfig config = load_model_config(model_dir);
+      if (cuda_runs(config)) return make_cuda_backend(cuda_arch, &config);
       log_info("--device auto: no CUDA kernels for this architecture yet, running on the CPU");
     }
 #endif
@@ -105,14 +115,15 @@ std::unique_ptr<Backend> make_backend(const std::string& device, const std::stri
   }
   if (device == "cuda") {
 #ifdef DSINFER_HAVE_CUDA
+    std::optional<ModelConfig> config;
     if (!model_dir.empty()) {
-      const ModelConfig config = load_model_config(model_dir);
-      const std::vector<std::string> missing = cuda::ops_without_cuda_kernel(config.arch);
+      config = load_model_config(model_dir);
+      const std::vector<std::string> missing = cuda::ops_without_cuda_kernel(config->arch);
       DSI_CHECK(missing.empty(), "--device cuda: the CUDA backend has no kernels yet for these ops of ",
-                config.model_type, ": ", joined(missing), " (use --device cpu; `dsinfer check` lists them)");
+                config->model_type, ": ", joined(missing), " (use --device cpu; `dsinfer check` lists them)");
     }
     DSI_CHECK(cuda::device_available(), "--device cuda: no CUDA device is visible");
-    return make_cuda_backend(cuda_arch);
+    return make_cuda_backend(cuda_arch, config ? &*config : nullptr);
 #else
     fail("--device cuda: this build has no CUDA backend (no CUDA compiler was found); use --device cpu");
 #endif

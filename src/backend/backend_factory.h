@@ -19,6 +19,14 @@ std::unique_ptr<Backend> make_backend(const std::string& device, const std::stri
 // src/backend/cuda/cuda_op_registry.cpp; llama and qwen2 today). False in a build without CUDA.
 bool cuda_runs(const ModelConfig& config);
 
+// The bf16 parts per activation of the CUDA backend's dense decode GEMVs (CudaBackendOptions::
+// gemv_activation_parts) for a model of `config` (null: unknown): DSINFER_GEMV_ACT_PARTS (1 or 2) when set,
+// else 2 with split GEMMs (split_gemm) or for a mixture-of-experts model, else 1. MoE models keep 2 because
+// their routing decisions follow the hidden state: with one part, tiny-deepseek-v3's batched vs one-at-a-time
+// agreement fell to 96.9% (two routing flips beyond the bf16-noise bound; thirty-sixth session), and
+// V2-Lite's decode gained only 0.4%; a dense model is 3-4% faster with 1 (Llama-8B on the H200).
+int gemv_activation_parts_for(const ModelConfig* config, bool split_gemm);
+
 // Whether make_backend(device, a model of this config) starts the CUDA backend ("cuda": always, its own
 // checks aside; "auto": a visible GPU with kernels for the architecture).
 bool picks_cuda(const std::string& device, const ModelConfig& config);

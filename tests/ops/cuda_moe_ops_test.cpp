@@ -627,6 +627,9 @@ TEST_F(CudaDeepseekOpsTest, MoeExpertsResidualMatchesCpuAndUnfused) {
 TEST_F(CudaDeepseekOpsTest, MoeSharedExpertsFusedMatchCpuAndUnfused) {
   CudaBackendOptions off;
   off.moe_shared_fused = false;
+  // The separate path's norm_mlp_residual at the experts' two activation parts, which the unfused
+  // moe_experts_residual runs its shared MLP with (the dense default is one).
+  off.gemv_activation_parts = 2;
   CudaBackend gpu, unfused(off);
   const float eps = 1e-6f;
   RoutingParams rp;

@@ -187,5 +187,31 @@ TEST(CudaDispatch, NoCudaBuildRunsNothingOnTheGpu) {
 
 #endif
 
+// The dense decode GEMVs' activation parts: one for a dense model, two with split GEMMs or for a mixture of
+// experts (routing follows the hidden state) or an unknown model's split setting; DSINFER_GEMV_ACT_PARTS
+// overrides all of them and refuses anything but 1 or 2.
+TEST(CudaDispatch, GemvActivationPartsFollowTheModelAndTheEnvironment) {
+  const char* saved = std::getenv("DSINFER_GEMV_ACT_PARTS");
+  const std::string saved_value = saved ? saved : "";
+  unsetenv("DSINFER_GEMV_ACT_PARTS");
+  ModelConfig dense, moe;
+  moe.n_routed_experts = 64;
+  EXPECT_EQ(gemv_activation_parts_for(&dense, false), 1);
+  EXPECT_EQ(gemv_activation_parts_for(&dense, true), 2);
+  EXPECT_EQ(gemv_activation_parts_for(&moe, false), 2);
+  EXPECT_EQ(gemv_activation_parts_for(nullptr, false), 1);
+  EXPECT_EQ(gemv_activation_parts_for(nullptr, true), 2);
+  setenv("DSINFER_GEMV_ACT_PARTS", "1", 1);
+  EXPECT_EQ(gemv_activation_parts_for(&moe, true), 1);
+  setenv("DSINFER_GEMV_ACT_PARTS", "2", 1);
+  EXPECT_EQ(gemv_activation_parts_for(&dense, false), 2);
+  setenv("DSINFER_GEMV_ACT_PARTS", "3", 1);
+  EXPECT_THROW(gemv_activation_parts_for(&dense, false), Error);
+  if (saved)
+    setenv("DSINFER_GEMV_ACT_PARTS", saved_value.c_str(), 1);
+  else
+    unsetenv("DSINFER_GEMV_ACT_PARTS");
+}
+
 }  // namespace
 }  // namespace dsinfer

@@ -17,8 +17,17 @@ namespace dsinfer {
 struct CudaBackendOptions {
   // Linear layers over more than 8 rows (prefill, large batches) keep ~16 bits of each activation (two
   // bf16 GEMMs, hi and lo halves) instead of rounding activations to bf16 (one GEMM, the default). See
-  // gemm_cublaslt.h. Up to 8 rows run the GEMV kernels, which keep fp32 activations either way.
+  // gemm_cublaslt.h. Up to 8 rows run the GEMV kernels at gemv_activation_parts.
   bool split_gemm_activations = false;
+  // bf16 parts per activation in the dense GEMV launches (up to 8 rows: linear, norm_linears,
+  // linear_residual, mlp, norm_mlp_residual; cuda::GemvConfig::splits): 1 rounds the activations to bf16 as
+  // the GEMMs over more rows do by default, 2 keeps ~16 bits as split_gemm_activations does; 0 (default):
+  // 2 with split_gemm_activations, else 1. make_backend sets it (gemv_activation_parts_for: 2 for
+  // mixture-of-experts models, DSINFER_GEMV_ACT_PARTS). The MoE experts' GEMV launches (and a shared MLP run
+  // beside them) keep 2 either way, the precision of the expert kernels for more tokens. H200, 8B batch 1
+  // (thirty-sixth session): 3.777 ms/token with 1 against 3.886 with 2 on a GPU under its power limit (-2.8%,
+  // 40 W less), 3.842 against 4.009 on one at it (-4.2%).
+  int gemv_activation_parts = 0;
   // moe_experts above 64 (bucketed) rows per expert runs the grouped bf16 GEMMs (cuda::moe_grouped_*) unless
   // split_gemm_activations: 0 picks the tile variant from the rows per expert, 1..cuda::kMoeGroupedVariants
   // forces one at any rows per expert (benchmarks, tests), -1 runs the older 64-row tensor-core tiles
@@ -221,6 +230,11 @@ class CudaBackend : public Backend {
                        const std::vector<MlpWeights>& experts, float* out, bool accumulate,
                        const MoeDispatch* dispatch = nullptr, const MoeSharedExperts* shared = nullptr,
                        Tensor* residual = nullptr);
+  // The dense GEMV launches' activation parts (options_.gemv_activation_parts resolved).
+  int gemv_parts() const;
+  // norm_mlp_residual with `parts` bf16 parts per activation in its GEMV launches (up to 8 rows).
+  void norm_mlp_residual_parts(Tensor& residual, const Tensor& norm, float eps, const MlpWeights& w,
+                               int parts);
   // attention_mla, with w_uv (not null) attention_mla_uv: returns [T, H, R], or [T, H, V] with w_uv.
   Tensor run_attention_mla(const Tensor& q_lat, const Tensor& q_pe, const KvCache& cache, int64_t layer,
                            const BatchPlan& plan, float scale, const Tensor* w_uv);

@@ -1,6 +1,7 @@
 // CudaBackend's linear layers: linear, mlp and the fused norm_linears / linear_residual / norm_mlp_residual.
-// Up to kGemvMaxRows rows (decode) run the GEMV kernels on fp32 activations, with the RMSNorm, the SwiGLU
-// and the residual add fused into them. More rows run cuBLASLt: activations rounded to bf16 by the kernel
+// Up to kGemvMaxRows rows (decode) run the GEMV kernels on fp32 activations split into gemv_parts() bf16
+// parts (1: rounded to bf16, as the GEMMs below do by default), with the RMSNorm, the SwiGLU and the residual
+// add fused into them. More rows run cuBLASLt: activations rounded to bf16 by the kernel
 // that produces them (RMSNorm, SiLU-mul), the residual add as the GEMM's beta = 1; with
 // split_gemm_activations the fp32 activations are split into bf16 hi/lo halves (two GEMMs) instead.
 #include "backend/cuda/bf16_activation_kernels.h"
@@ -57,19 +58,28 @@ Shape with_last(const Tensor& x, int64_t n) {
   return shape;
 }
 
-// y (=|+=) x w^T (+ b) for x [M, K] on the GEMV kernels (M <= kGemvMaxRows).
-void gemv(const float* x, int64_t M, int64_t K, const Linear& w, float* y, bool accumulate, const char* op) {
+// The auto GEMV shape with `parts` bf16 parts per activation.
+cuda::GemvConfig gemv_config(int parts) {
+  cuda::GemvConfig c;
+  c.splits = parts;
+  return c;
+}
+
+// y (=|+=) x w^T (+ b) for x [M, K] on the GEMV kernels (M <= kGemvMaxRows), `parts` bf16 parts per
+// activation.
+void gemv(const float* x, int64_t M, int64_t K, const Linear& w, float* y, bool accumulate, int parts,
+          const char* op) {
   const cuda::GemvMatrix mat{dev_bf16(w.weight, op, "the weight"), bias_of(w, op), y, w.out_features()};
-  cuda::launch_gemv(x, M, K, &mat, 1, {}, accumulate);
+  cuda::launch_gemv(x, M, K, &mat, 1, {}, accumulate, gemv_config(parts));
 }
 
 // act [M, I] = silu(gate) * up (clamped by w.swiglu_limit) for x [M, H] on the GEMV kernels, optionally
 // RMS-normalised first.
 void gemv_swiglu(const float* x, int64_t M, int64_t H, int64_t I, const MlpWeights& w, cuda::GemvNorm norm,
-                 float* act, const char* op) {
+                 float* act, int parts, const char* op) {
   cuda::launch_gemv_swiglu(x, M, H, dev_bf16(w.gate.weight, op, "the gate weight"), bias_of(w.gate, op),
                            dev_bf16(w.up.weight, op, "the up weight"), bias_of(w.up, op), act, I, norm,
-                           w.swiglu_limit);
+                           w.swiglu_limit, gemv_config(parts));
 }
 
 // y [M, H] (=|+=) down(silu(gate x) * up x) for rows x [M, H] on cuBLASLt (M > kGemvMaxRows): gate and up
@@ -100,7 +110,7 @@ Tensor CudaBackend::linear(const Tensor& x, const Linear& w) {
   Tensor out = f32_empty(with_last(x, N));  // [..., N]
   const float* xp = dev_f32(x, "linear", "x");
   if (M <= cuda::kGemvMaxRows) {
-    gemv(xp, M, K, w, out.data<float>(), false, "linear");
+    gemv(xp, M, K, w, out.data<float>(), false, gemv_parts(), "linear");
   } else {
     cuda::linear_bf16(xp, dev_bf16(w.weight, "linear", "the weight"), bias_of(w, "linear"), out.data<float>(),
                       M, N, K, options_.split_gemm_activations);
@@ -115,8 +125,8 @@ Tensor CudaBackend::mlp(const Tensor& x, const MlpWeights& w) {
   Tensor out = f32_empty(x.shape());  // [..., H]
   if (M <= cuda::kGemvMaxRows) {
     Tensor act = f32_empty({M, I});
-    gemv_swiglu(xp, M, H, I, w, {}, act.data<float>(), "mlp");
-    gemv(act.data<float>(), M, I, w.down, out.data<float>(), false, "mlp");
+    gemv_swiglu(xp, M, H, I, w, {}, act.data<float>(), gemv_parts(), "mlp");
+    gemv(act.data<float>(), M, I, w.down, out.data<float>(), false, gemv_parts(), "mlp");
     return out;
   }
   mlp_gemm(*this, options_.split_gemm_activations, x.reshape({M, H}), w, out.data<float>(), false);
@@ -145,7 +155,7 @@ std::vector<Tensor> CudaBackend::norm_linears(const Tensor& x, const Tensor& nor
         mats[j] = {dev_bf16(w.weight, "norm_linears", "the weight"), bias_of(w, "norm_linears"),
                    out[i + j].data<float>(), w.out_features()};
       }
-      cuda::launch_gemv(xp, M, H, mats, count, {nw, eps}, false);
+      cuda::launch_gemv(xp, M, H, mats, count, {nw, eps}, false, gemv_config(gemv_parts()));
     }
   } else if (options_.split_gemm_activations) {
     const Tensor normed = rms_norm(x, norm, eps);  // [..., H]
@@ -173,14 +183,24 @@ void CudaBackend::linear_residual(const Tensor& x, const Linear& w, Tensor& resi
   const float* xp = dev_f32(x, "linear_residual", "x");
   float* y = const_cast<float*>(dev_f32(residual, "linear_residual", "the residual"));
   if (M <= cuda::kGemvMaxRows) {
-    gemv(xp, M, K, w, y, true, "linear_residual");
+    gemv(xp, M, K, w, y, true, gemv_parts(), "linear_residual");
   } else {
     cuda::linear_bf16(xp, dev_bf16(w.weight, "linear_residual", "the weight"), bias_of(w, "linear_residual"),
                       y, M, N, K, options_.split_gemm_activations, true);
   }
 }
 
+int CudaBackend::gemv_parts() const {
+  if (options_.gemv_activation_parts > 0) return options_.gemv_activation_parts;
+  return options_.split_gemm_activations ? 2 : 1;
+}
+
 void CudaBackend::norm_mlp_residual(Tensor& residual, const Tensor& norm, float eps, const MlpWeights& w) {
+  norm_mlp_residual_parts(residual, norm, eps, w, gemv_parts());
+}
+
+void CudaBackend::norm_mlp_residual_parts(Tensor& residual, const Tensor& norm, float eps,
+                                          const MlpWeights& w, int parts) {
   const char* op = "norm_mlp_residual";
   const int64_t H = residual.dim(-1), M = H ? residual.numel() / H : 0;
   const int64_t I = check_mlp(w, H, op);
@@ -189,8 +209,8 @@ void CudaBackend::norm_mlp_residual(Tensor& residual, const Tensor& norm, float 
   const uint16_t* nw = dev_bf16(norm, op, "the norm weight");
   if (M <= cuda::kGemvMaxRows) {
     Tensor act = f32_empty({M, I});
-    gemv_swiglu(res, M, H, I, w, {nw, eps}, act.data<float>(), op);
-    gemv(act.data<float>(), M, I, w.down, res, true, op);
+    gemv_swiglu(res, M, H, I, w, {nw, eps}, act.data<float>(), parts, op);
+    gemv(act.data<float>(), M, I, w.down, res, true, parts, op);
     return;
   }
   if (options_.split_gemm_activations) {

@@ -25,6 +25,11 @@ using cuda::dev_f32;
 
 namespace {
 
+// The bf16 parts per activation of a shared MLP run apart from the experts' launches at decode sizes: the
+// experts' own (the units and streaming kernels split activations into hi and lo), whatever the dense GEMVs
+// use, so that the shared experts' sum is the same whether they run inside those launches or apart.
+constexpr int kExpertGemvParts = 2;
+
 cuda::MoeScoring scoring_of(const std::string& s) {
   if (s == "softmax") return cuda::MoeScoring::kSoftmax;
   if (s == "sigmoid") return cuda::MoeScoring::kSigmoid;
@@ -370,7 +375,7 @@ void CudaBackend::run_moe_experts(const Tensor& x, const Tensor& ids, const Tens
   check_experts(experts, H);
   const int64_t I = experts[0].gate.out_features(), pairs = T * K;
   if (pairs == 0) {
-    if (shared) norm_mlp_residual(*residual, shared->norm, shared->eps, *shared->mlp);
+    if (shared) norm_mlp_residual_parts(*residual, shared->norm, shared->eps, *shared->mlp, kExpertGemvParts);
     return;
   }
   // One token: the shared and routed experts as two persistent GEMV launches over units (no permutation, no
@@ -410,7 +415,8 @@ void CudaBackend::run_moe_experts(const Tensor& x, const Tensor& ids, const Tens
   cuda::MoeSharedUnits shared_gate_up, shared_down;
   const bool fuse_shared = shared && fused_shared_units(options_, plan, T, H, I, experts[0].swiglu_limit,
                                                         *shared->mlp, &shared_gate_up, &shared_down);
-  if (shared && !fuse_shared) norm_mlp_residual(*residual, shared->norm, shared->eps, *shared->mlp);
+  if (shared && !fuse_shared)
+    norm_mlp_residual_parts(*residual, shared->norm, shared->eps, *shared->mlp, kExpertGemvParts);
   const int64_t units = fuse_shared ? shared_gate_up.units : 0, rows = pairs + units * T;
   // The permutation: offsets [E + 1], tiles [E + 1], slot_pair [pairs], pair_slot [pairs] (one I32 tensor),
   // norm_moe_route's when it made it for this tile size, else the permutation kernel's.

@@ -319,43 +319,54 @@ const MmaKernel& mma_kernel() {
   return k;
 }
 
-// The persistent kernel shapes: every two-part shape of find_mma (STAMPS: the instances recording stamps;
-// UNITS kPackedWeights: the instances reading packed weights).
-template <bool STAMPS, int UNITS = 0>
-const MmaKernel& find_persistent(int key, bool swiglu) {
+// The persistent kernel of shape `shape` (shape_key without the parts digit) with SPLITS activation parts, or
+// null (STAMPS: the instances recording stamps; UNITS kPackedWeights: the instances reading packed weights).
+template <bool STAMPS, int UNITS, int SPLITS>
+const MmaKernel* persistent_shape(int shape, bool swiglu) {
   if (swiglu) {
-    switch (key) {
-      case 82214:
-        return mma_kernel<8, 2, 1, 4, 2, true, true, STAMPS, UNITS>();
-      case 82223:
-        return mma_kernel<8, 2, 2, 3, 2, true, true, STAMPS, UNITS>();
-      case 42214:
-        return mma_kernel<4, 2, 1, 4, 2, true, true, STAMPS, UNITS>();
-      case 42223:
-        return mma_kernel<4, 2, 2, 3, 2, true, true, STAMPS, UNITS>();
-      case 162223:
-        return mma_kernel<16, 2, 2, 3, 2, true, true, STAMPS, UNITS>();
+    switch (shape) {
+      case 8214:
+        return &mma_kernel<8, 2, 1, 4, SPLITS, true, true, STAMPS, UNITS>();
+      case 8223:
+        return &mma_kernel<8, 2, 2, 3, SPLITS, true, true, STAMPS, UNITS>();
+      case 4214:
+        return &mma_kernel<4, 2, 1, 4, SPLITS, true, true, STAMPS, UNITS>();
+      case 4223:
+        return &mma_kernel<4, 2, 2, 3, SPLITS, true, true, STAMPS, UNITS>();
+      case 16223:
+        return &mma_kernel<16, 2, 2, 3, SPLITS, true, true, STAMPS, UNITS>();
     }
   } else {
-    switch (key) {
-      case 82124:
-        return mma_kernel<8, 1, 2, 4, 2, false, true, STAMPS, UNITS>();
-      case 82143:
-        return mma_kernel<8, 1, 4, 3, 2, false, true, STAMPS, UNITS>();
-      case 82214:
-        return mma_kernel<8, 2, 1, 4, 2, false, true, STAMPS, UNITS>();
-      case 82223:
-        return mma_kernel<8, 2, 2, 3, 2, false, true, STAMPS, UNITS>();
-      case 42124:
-        return mma_kernel<4, 1, 2, 4, 2, false, true, STAMPS, UNITS>();
-      case 42143:
-        return mma_kernel<4, 1, 4, 3, 2, false, true, STAMPS, UNITS>();
-      case 42214:
-        return mma_kernel<4, 2, 1, 4, 2, false, true, STAMPS, UNITS>();
+    switch (shape) {
+      case 8124:
+        return &mma_kernel<8, 1, 2, 4, SPLITS, false, true, STAMPS, UNITS>();
+      case 8143:
+        return &mma_kernel<8, 1, 4, 3, SPLITS, false, true, STAMPS, UNITS>();
+      case 8214:
+        return &mma_kernel<8, 2, 1, 4, SPLITS, false, true, STAMPS, UNITS>();
+      case 8223:
+        return &mma_kernel<8, 2, 2, 3, SPLITS, false, true, STAMPS, UNITS>();
+      case 4124:
+        return &mma_kernel<4, 1, 2, 4, SPLITS, false, true, STAMPS, UNITS>();
+      case 4143:
+        return &mma_kernel<4, 1, 4, 3, SPLITS, false, true, STAMPS, UNITS>();
+      case 4214:
+        return &mma_kernel<4, 2, 1, 4, SPLITS, false, true, STAMPS, UNITS>();
     }
   }
+  return nullptr;
+}
+
+// The persistent kernel shapes: every one- and two-part shape of find_mma.
+template <bool STAMPS, int UNITS = 0>
+const MmaKernel& find_persistent(int key, bool swiglu) {
+  const int parts = key / 1000 % 10, shape = key / 10000 * 1000 + key % 1000;
+  const MmaKernel* k = parts == 2   ? persistent_shape<STAMPS, UNITS, 2>(shape, swiglu)
+                       : parts == 1 ? persistent_shape<STAMPS, UNITS, 1>(shape, swiglu)
+                                    : nullptr;
+  if (k != nullptr) return *k;
   fail("gemv: no persistent kernel for warps ", key / 10000, ", tiles ", key / 100 % 10, ", unroll ",
-       key / 10 % 10, ", stages ", key % 10, ", splits ", key / 1000 % 10);
+       key / 10 % 10, ", stages ", key % 10, ", splits ", parts);
 }
 
 // A compiled shape's key in the switches below: warps, splits, tiles (SwiGLU: 2), unroll, stages as digits.
@@ -421,6 +432,16 @@ const MmaKernel& find_mma(GemvConfig c, bool swiglu, bool stamps = false, bool p
         return mma_kernel<4, 2, 2, 3, 2, true>();
       case 162223:
         return mma_kernel<16, 2, 2, 3, 2, true>();
+      case 81214:
+        return mma_kernel<8, 2, 1, 4, 1, true>();
+      case 81223:
+        return mma_kernel<8, 2, 2, 3, 1, true>();
+      case 41214:
+        return mma_kernel<4, 2, 1, 4, 1, true>();
+      case 41223:
+        return mma_kernel<4, 2, 2, 3, 1, true>();
+      case 161223:
+        return mma_kernel<16, 2, 2, 3, 1, true>();
     }
   } else {
     switch (key) {
@@ -446,15 +467,29 @@ const MmaKernel& find_mma(GemvConfig c, bool swiglu, bool stamps = false, bool p
         return mma_kernel<4, 1, 4, 3, 2, false>();
       case 42214:
         return mma_kernel<4, 2, 1, 4, 2, false>();
+      case 81124:
+        return mma_kernel<8, 1, 2, 4, 1, false>();
+      case 81143:
+        return mma_kernel<8, 1, 4, 3, 1, false>();
+      case 81214:
+        return mma_kernel<8, 2, 1, 4, 1, false>();
+      case 81223:
+        return mma_kernel<8, 2, 2, 3, 1, false>();
+      case 41124:
+        return mma_kernel<4, 1, 2, 4, 1, false>();
+      case 41143:
+        return mma_kernel<4, 1, 4, 3, 1, false>();
+      case 41214:
+        return mma_kernel<4, 2, 1, 4, 1, false>();
     }
   }
   fail("gemv: no kernel for warps ", c.warps, ", tiles ", c.tiles, ", unroll ", c.unroll, ", stages ",
        c.stages, ", splits ", c.splits);
 }
 
-// The kernel shape for a launch: two activation parts (the third costs 2-10% and buys bits below the 2^-17
-// relative error of two), long rows (K >= 8192: down) 16 rows per block with 4 chunks per stage, and the
-// rest from the sweep below.
+// The kernel shape for a launch (two activation parts; resolve keeps the caller's one or two, and a third
+// costs 2-10% and buys bits below the 2^-17 relative error of two): long rows (K >= 8192: down) 16 rows per
+// block with 4 chunks per stage, and the rest from the sweep below (run with two parts).
 GemvConfig choose_shape(int64_t rows, int64_t K, bool swiglu) {
   // From CudaLinearTest.DISABLED_BenchGemvSweep on the H200 (2026-12-01, M 1 and 4; no split-K shape won):
   // 4-warp blocks for the big SwiGLU launches (Llama-8B gate_up 73.1 -> 66.7 us, V2-Lite dense MLP 30.1 ->
@@ -587,6 +622,9 @@ GemvConfig resolve(int64_t M, int64_t K, const int64_t* N, int count, bool swigl
     c.ksplit = c.persist > 0 ? 1 : gemv_split_layout(K, c.warps, c.unroll, c.ksplit).splits;
     return c;
   }
+  // The activation parts the caller asked for (the auto shapes are compiled with one and two).
+  const int parts = c.splits;
+  DSI_CHECK(parts == 1 || parts == 2, "gemv: the auto shapes take 1 or 2 activation parts, not ", parts);
   int64_t rows = 0;
   for (int i = 0; i < count; ++i) rows += N[i];
   if (persistent_by_default() && forced_ksplit() <= 1) {  // a requested split runs the per-launch kernel
@@ -601,11 +639,13 @@ GemvConfig resolve(int64_t M, int64_t K, const int64_t* N, int count, bool swigl
         gemv_shape_fits(one_tile, false, smem_limit())) {
       one_tile.persist = 3;
       one_tile.cap_per_sm = true;
+      one_tile.splits = parts;
       return one_tile;
     }
     c = fit_gemv_shape(choose_persistent_shape(rows, K, swiglu), choose_shape(rows, K, swiglu), swiglu,
                        smem_limit());
     c.persist = 1;  // any positive value finds the kernel; its occupancy bounds the choice
+    c.splits = parts;
     const int occupancy = find_mma(c, swiglu).blocks_per_sm;
     // Weight bytes one block has in flight: S - 1 of its S stages.
     const int64_t inflight =
@@ -616,6 +656,7 @@ GemvConfig resolve(int64_t M, int64_t K, const int64_t* N, int count, bool swigl
   }
   c = choose_shape(rows, K, swiglu);
   c = fit_gemv_shape(c, c, swiglu, smem_limit());
+  c.splits = parts;
   GemvSplitInput in;
   in.tiles = row_tiles(N, count, swiglu, c);
   in.rows_per_block = swiglu ? 32 : 16 * c.tiles;
@@ -707,7 +748,7 @@ void launch(Params& p, GemvConfig c, const char* what) {
 
 std::vector<GemvConfig> gemv_configs(bool swiglu) {
   std::vector<GemvConfig> out;
-  for (int splits : {3, 2}) {
+  for (int splits : {3, 2, 1}) {
     if (swiglu) {
       out.push_back({2, 1, 4, splits, false});
       out.push_back({2, 2, 3, splits, false});
@@ -719,22 +760,24 @@ std::vector<GemvConfig> gemv_configs(bool swiglu) {
       }
     }
   }
-  // Four warps per block (more blocks per SM, longer per-warp K loops under a split): two parts only.
+  // Four warps per block (more blocks per SM, longer per-warp K loops under a split): two parts or one.
   // Sixteen (one block per SM): the large SwiGLU launches' persistent shape.
-  if (swiglu) {
-    out.push_back({2, 1, 4, 2, false, 4});
-    out.push_back({2, 2, 3, 2, false, 4});
-    out.push_back({2, 2, 3, 2, false, 16});
-  } else {
-    out.push_back({1, 2, 4, 2, false, 4});
-    out.push_back({1, 4, 3, 2, false, 4});
-    out.push_back({2, 1, 4, 2, false, 4});
+  for (int splits : {2, 1}) {
+    if (swiglu) {
+      out.push_back({2, 1, 4, splits, false, 4});
+      out.push_back({2, 2, 3, splits, false, 4});
+      out.push_back({2, 2, 3, splits, false, 16});
+    } else {
+      out.push_back({1, 2, 4, splits, false, 4});
+      out.push_back({1, 4, 3, splits, false, 4});
+      out.push_back({2, 1, 4, splits, false, 4});
+    }
   }
-  // The persistent kernel of every two-part shape at 1, 2 and 4 blocks per SM (the last clamped to the
-  // kernel's occupancy).
+  // The persistent kernel of every one- and two-part shape at 1, 2 and 4 blocks per SM (the last clamped to
+  // the kernel's occupancy).
   const size_t plain = out.size();
   for (size_t i = 0; i < plain; ++i) {
-    if (out[i].splits != 2) continue;
+    if (out[i].splits == 3) continue;
     for (int per_sm : {1, 2, 4}) {
       GemvConfig c = out[i];
       c.persist = per_sm;
@@ -743,10 +786,12 @@ std::vector<GemvConfig> gemv_configs(bool swiglu) {
   }
   // The qkv-sized launches' one-tile blocks, at most 3 per SM (resolve).
   if (!swiglu) {
-    GemvConfig capped{1, 4, 3, 2, false, 4};
-    capped.persist = 3;
-    capped.cap_per_sm = true;
-    out.push_back(capped);
+    for (int splits : {2, 1}) {
+      GemvConfig capped{1, 4, 3, splits, false, 4};
+      capped.persist = 3;
+      capped.cap_per_sm = true;
+      out.push_back(capped);
+    }
   }
   // Only the shapes whose block fits this device's shared memory (the others cannot be launched here).
   out.erase(std::remove_if(out.begin(), out.end(),

@@ -42,7 +42,9 @@ struct GemvConfig {
   int tiles = 0;         // 16-row MMA tiles per block (SwiGLU: 2, gate + up); 0: choose by shape
   int unroll = 2;        // 32-column chunks per pipeline stage and warp
   int stages = 4;        // cp.async pipeline stages
-  int splits = 2;        // bf16 parts per activation: 2 = ~16 bits (relative error 2^-17), 3 = exact fp32
+  int splits = 2;        // bf16 parts per activation: 1 = bf16 (relative error 2^-9, half the MMAs of 2),
+                         // 2 = ~16 bits (2^-17), 3 = exact fp32 (per-launch shapes only); the auto choice
+                         // (tiles 0) keeps 1 or 2
   bool generic = false;  // force the simple warp-per-row kernel (tests)
   int warps = 8;         // warps per block (4, 8, or 16 for the large SwiGLU launches)
   int ksplit = 1;        // blocks sharing one row tile's K range (clamped to what K allows, gemv_plan.h)
