@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <iostream>
 
+#include "backend/backend_factory.h"
 #include "cli/commands.h"
 #include "core/env_choice.h"
 #include "core/error.h"
@@ -170,6 +171,10 @@ int run_check(CheckArgs& a) {
   }
   a.plan.precision = precision;
   a.plan.kv_element_bytes = a.kv_dtype == "fp32" ? 4 : 2;
+  // Activations as the CUDA backend will round them (backend_factory.cpp): the GEMMs over 8 rows (bf16, or
+  // hi/lo halves with DSINFER_CUDA_GEMM=split) and the decode GEMVs' bf16 parts (1: bf16; 2: ~16 bits).
+  const bool split_gemm = env_choice("DSINFER_CUDA_GEMM", {"bf16", "split"}, 0) == 1;
+  const int gemv_parts = gemv_activation_parts_for(&config, split_gemm);
   // DSINFER_GEMV_PACKED as the CUDA backend reads it (gemv_packed.h): 0 never, 1 or auto (default) on sm_90.
   a.plan.gemv_packed_copies =
       target.arch_path == "sm_90" && env_choice("DSINFER_GEMV_PACKED", {"0", "1", "auto"}, 2) != 0;
@@ -245,12 +250,18 @@ int run_check(CheckArgs& a) {
                   {"kv_fixed_bytes_per_sequence_fp32", size.kv_fixed_bytes_per_sequence_fp32},
                   {"fp8_checkpoint", config.quant.fp8_block},
                   {"checkpoint", checkpoint}};
-  out["target"] = {
-      {"gpu", target.arch_path},       {"target", target.name},
-      {"device", target.device_name},  {"compute_capability", str_cat(target.major, ".", target.minor)},
-      {"arch_path", target.arch_path}, {"fp8_tensor_cores", target.fp8_tensor_cores()},
-      {"memory_bytes", target.memory}, {"memory_source", target.memory_source},
-      {"precision", precision},        {"kv_dtype", a.kv_dtype}};
+  out["target"] = {{"gpu", target.arch_path},
+                   {"target", target.name},
+                   {"device", target.device_name},
+                   {"compute_capability", str_cat(target.major, ".", target.minor)},
+                   {"arch_path", target.arch_path},
+                   {"fp8_tensor_cores", target.fp8_tensor_cores()},
+                   {"memory_bytes", target.memory},
+                   {"memory_source", target.memory_source},
+                   {"precision", precision},
+                   {"kv_dtype", a.kv_dtype},
+                   {"gemm_activations", split_gemm ? "split" : "bf16"},
+                   {"decode_gemv_activation_parts", gemv_parts}};
   out["settings"] = {{"max_num_tokens", a.plan.max_num_tokens},
                      {"max_batch_size", a.plan.max_batch_size},
                      {"kv_block_size", block},
@@ -292,6 +303,9 @@ int run_check(CheckArgs& a) {
                 target.name.c_str(), target.device_name.c_str(), target.major, target.minor,
                 target.arch_path.c_str(), gib(target.memory).c_str(), target.memory_source.c_str(),
                 precision.c_str());
+    std::printf("activations  GEMMs over 8 rows %s; decode GEMVs (up to 8 rows) %d bf16 part%s (%s)\n",
+                split_gemm ? "split into bf16 hi/lo halves" : "rounded to bf16", gemv_parts,
+                gemv_parts == 1 ? "" : "s", gemv_parts == 1 ? "rounded to bf16" : "~16 bits");
     std::printf("memory plan  weights %s + packed GEMV copies %s + workspace %s + KV %s = %lld tokens%s\n",
                 gib(plan.weight_bytes).c_str(), gib(plan.packed_weight_bytes).c_str(),
                 gib(plan.workspace_bytes).c_str(), gib(plan.kv_bytes).c_str(),

@@ -4,10 +4,13 @@
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace {
 
@@ -305,6 +308,19 @@ TEST(CheckCli, DecodeParamsCountTheEmbeddingAsOneRow) {
 }
 
 TEST(CheckCli, KernelsFromTheOpRegistryPerArchitecture) {
+  // The activation settings' defaults, whatever the caller's environment holds (restored after).
+  struct UnsetForTest {
+    std::vector<std::pair<std::string, std::string>> saved;
+    UnsetForTest() {
+      for (const char* var : {"DSINFER_GEMV_ACT_PARTS", "DSINFER_CUDA_GEMM"}) {
+        if (const char* v = std::getenv(var)) saved.emplace_back(var, v);
+        unsetenv(var);
+      }
+    }
+    ~UnsetForTest() {
+      for (const auto& [var, value] : saved) setenv(var.c_str(), value.c_str(), 1);
+    }
+  } defaults;
   const std::string data = std::string(DSINFER_TEST_DATA) + "/models/";
   CliRun r = run("check --model " + data + "tiny-llama --gpu sm_80 --max-num-tokens 32 --json");
   ASSERT_EQ(r.status, 0) << r.err;
@@ -314,6 +330,10 @@ TEST(CheckCli, KernelsFromTheOpRegistryPerArchitecture) {
   EXPECT_NE(j["target"]["memory_source"].get<std::string>().find("A100 80 GB"), std::string::npos);
   EXPECT_EQ(j["target"]["memory_bytes"].get<int64_t>(), int64_t{81920} << 20);
   EXPECT_EQ(j["settings"]["max_num_tokens"], 32);
+  // Activation precision as the backend will use it: a dense model's decode GEMVs round to bf16 (one part), a
+  // mixture of experts keeps two (below).
+  EXPECT_EQ(j["target"]["gemm_activations"], "bf16");
+  EXPECT_EQ(j["target"]["decode_gemv_activation_parts"], 1);
   const std::string warnings = j["warnings"].dump();
   EXPECT_NE(warnings.find("max_num_tokens 32 is smaller than kv_block_size 64"), std::string::npos)
       << warnings;
@@ -333,6 +353,7 @@ TEST(CheckCli, KernelsFromTheOpRegistryPerArchitecture) {
   r = run("check --model " + data + "tiny-deepseek-v2 --gpu h200 --json");
   ASSERT_EQ(r.status, 0) << r.err;
   j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["target"]["decode_gemv_activation_parts"], 2);
   EXPECT_EQ(j["kernels"]["runs_on_gpu"], true);
   EXPECT_TRUE(j["kernels"]["ops_without_cuda_kernel"].empty());
 
