@@ -19,6 +19,7 @@
 #include "model/model_config.h"
 #ifdef DSINFER_HAVE_CUDA
 #include "backend/cuda/arch_path.h"
+#include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_op_registry.h"
 #endif
 
@@ -175,6 +176,16 @@ TEST(CudaOpRegistry, ModelOpListsMatchTheModelCode) {
         EXPECT_NE(std::find(ops.begin(), ops.end(), op), ops.end()) << f << " calls " << op;
       }
     }
+  }
+}
+
+// A backend asked for activation parts the GEMV has no kernels for refuses to start (before it touches a
+// GPU).
+TEST(CudaDispatch, BackendRefusesActivationPartsOutsideZeroToTwo) {
+  for (int parts : {-1, 3}) {
+    CudaBackendOptions o;
+    o.gemv_activation_parts = parts;
+    EXPECT_THROW({ CudaBackend backend(o); }, Error) << parts;
   }
 }
 

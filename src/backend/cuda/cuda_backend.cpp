@@ -60,6 +60,9 @@ Tensor device_weight_with_packed_copy(const Tensor& bits) {
 }  // namespace
 
 CudaBackend::CudaBackend(CudaBackendOptions options) : options_(options) {
+  DSI_CHECK(options.gemv_activation_parts >= 0 && options.gemv_activation_parts <= 2,
+            "CudaBackendOptions::gemv_activation_parts must be 0 (auto), 1 or 2, got ",
+            options.gemv_activation_parts);
   cuda::register_allocator();
   cuda::start_kernel_trace_from_env();
   cuda::start_gemv_stamps_from_env();
