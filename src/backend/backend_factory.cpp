@@ -30,7 +30,7 @@ std::unique_ptr<Backend> make_cuda_backend(const std::string& cuda_arch, const M
   const cuda::ArchPath path = cuda::init_arch_path(cuda_arch);
   log_info("CUDA backend: ", cuda::arch_path_name(path), " kernel path");
   CudaBackendOptions options;
-  options.split_gemm_activations = env_choice("DSINFER_CUDA_GEMM", {"bf16", "split"}, 0) == 1;
+  options.split_gemm_activations = split_gemm_activations_from_env();
   options.gemv_activation_parts = gemv_activation_parts_for(config, options.split_gemm_activations);
   // DSINFER_MOE_GROUPED_MIN_ROWS=N: the grouped expert GEMMs from N (bucketed) rows per expert on
   // (benchmarks).
@@ -73,6 +73,10 @@ void check_cuda_arch_value(const std::string& cuda_arch) {
 }
 
 }  // namespace
+
+bool split_gemm_activations_from_env() {
+  return env_choice("DSINFER_CUDA_GEMM", {"bf16", "split"}, 0) == 1;
+}
 
 int gemv_activation_parts_for(const ModelConfig* config, bool split_gemm) {
   const bool moe = config != nullptr && config->n_routed_experts > 0;

@@ -19,12 +19,17 @@ std::unique_ptr<Backend> make_backend(const std::string& device, const std::stri
 // src/backend/cuda/cuda_op_registry.cpp; llama and qwen2 today). False in a build without CUDA.
 bool cuda_runs(const ModelConfig& config);
 
+// Whether the CUDA backend's GEMMs over 8 rows split activations into bf16 hi/lo halves
+// (DSINFER_CUDA_GEMM=split) instead of rounding them to bf16 (bf16, the default).
+bool split_gemm_activations_from_env();
+
 // The bf16 parts per activation of the CUDA backend's dense decode GEMVs (CudaBackendOptions::
 // gemv_activation_parts) for a model of `config` (null: unknown): DSINFER_GEMV_ACT_PARTS (1 or 2) when set,
 // else 2 with split GEMMs (split_gemm) or for a mixture-of-experts model, else 1. MoE models keep 2 because
 // their routing decisions follow the hidden state: with one part, tiny-deepseek-v3's batched vs one-at-a-time
 // agreement fell to 96.9% (two routing flips beyond the bf16-noise bound; thirty-sixth session), and
-// V2-Lite's decode gained only 0.4%; a dense model is 3-4% faster with 1 (Llama-8B on the H200).
+// V2-Lite's decode gained only 0.4%; a dense model is 3-4% faster with 1 (Llama-8B on the H200: 3.842 against
+// 4.009 ms/token, docs/benchmarks.md, thirty-sixth session).
 int gemv_activation_parts_for(const ModelConfig* config, bool split_gemm);
 
 // Whether make_backend(device, a model of this config) starts the CUDA backend ("cuda": always, its own

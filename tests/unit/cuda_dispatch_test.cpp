@@ -200,7 +200,7 @@ TEST(CudaDispatch, NoCudaBuildRunsNothingOnTheGpu) {
 
 // The dense decode GEMVs' activation parts: one for a dense model, two with split GEMMs or for a mixture of
 // experts (routing follows the hidden state) or an unknown model's split setting; DSINFER_GEMV_ACT_PARTS
-// overrides all of them and refuses anything but 1 or 2.
+// overrides all of them and refuses anything but 1 or 2; DSINFER_CUDA_GEMM is bf16 or split.
 TEST(CudaDispatch, GemvActivationPartsFollowTheModelAndTheEnvironment) {
   const char* saved = std::getenv("DSINFER_GEMV_ACT_PARTS");
   const std::string saved_value = saved ? saved : "";
@@ -218,6 +218,19 @@ TEST(CudaDispatch, GemvActivationPartsFollowTheModelAndTheEnvironment) {
   EXPECT_EQ(gemv_activation_parts_for(&dense, false), 2);
   setenv("DSINFER_GEMV_ACT_PARTS", "3", 1);
   EXPECT_THROW(gemv_activation_parts_for(&dense, false), Error);
+  // DSINFER_CUDA_GEMM, the split setting the backend and `dsinfer check` read.
+  const char* gemm = std::getenv("DSINFER_CUDA_GEMM");
+  const std::string gemm_value = gemm ? gemm : "";
+  unsetenv("DSINFER_CUDA_GEMM");
+  EXPECT_FALSE(split_gemm_activations_from_env());
+  setenv("DSINFER_CUDA_GEMM", "split", 1);
+  EXPECT_TRUE(split_gemm_activations_from_env());
+  setenv("DSINFER_CUDA_GEMM", "fp32", 1);
+  EXPECT_THROW(split_gemm_activations_from_env(), Error);
+  if (gemm)
+    setenv("DSINFER_CUDA_GEMM", gemm_value.c_str(), 1);
+  else
+    unsetenv("DSINFER_CUDA_GEMM");
   if (saved)
     setenv("DSINFER_GEMV_ACT_PARTS", saved_value.c_str(), 1);
   else
