@@ -16,6 +16,7 @@
 #ifdef DSINFER_HAVE_CUDA
 #include "backend/cuda/copy_bandwidth.h"
 #include "backend/cuda/handoff_probe.h"
+#include "backend/cuda/latency_probe.h"
 #include "backend/cuda/phase_probe.h"
 #include "backend/cuda/runtime.h"
 #include "backend/cuda/timing.h"
@@ -64,8 +65,9 @@ struct Chain {
     cuda::device_free(src);
   }
   bool ok() const { return vals && counter && src; }
-  void launch(const Way& w) const {
-    cuda::launch_phase_chain(w.mode, w.stages, phases, blocks, vals, counter, src, float4_per_phase);
+  void launch(const Way& w, const uint32_t* chain = nullptr, int hops = 0) const {
+    cuda::launch_phase_chain(w.mode, w.stages, phases, blocks, vals, counter, src, float4_per_phase, chain,
+                             hops);
   }
   // The same chain as `phases` kernels handed over by the PDL wait (handoff_probe.h).
   void launch_handoffs() const {
@@ -79,6 +81,19 @@ struct Chain {
   }
 };
 
+// A device copy of a hop chain (latency_probe.h) for the phases' latency-bound part.
+struct DeviceChain {
+  uint32_t* ptr = nullptr;
+  explicit DeviceChain(int64_t lines) {
+    const std::vector<uint32_t> host = cuda::make_hop_chain(lines, 5);
+    ptr = static_cast<uint32_t*>(cuda::device_alloc(host.size() * sizeof(uint32_t)));
+    if (ptr) cuda::copy_to_device(ptr, host.data(), host.size() * sizeof(uint32_t));
+  }
+  DeviceChain(const DeviceChain&) = delete;
+  DeviceChain& operator=(const DeviceChain&) = delete;
+  ~DeviceChain() { cuda::device_free(ptr); }
+};
+
 class CudaPhaseProbeTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -89,6 +104,8 @@ class CudaPhaseProbeTest : public ::testing::Test {
 TEST_F(CudaPhaseProbeTest, EveryBarrierHoldsInEveryWay) {
   const int sms = cuda::device_sm_count(0);
   ASSERT_GT(sms, 0);
+  const DeviceChain chain(64);
+  ASSERT_NE(chain.ptr, nullptr);
   for (const Way& w : kWays) {
     const int most = cuda::phase_chain_max_blocks(w.mode, w.stages);
     ASSERT_GE(most, sms) << w.name();
@@ -105,6 +122,10 @@ TEST_F(CudaPhaseProbeTest, EveryBarrierHoldsInEveryWay) {
         cuda::synchronize();
         for (float v : c.last())
           ASSERT_EQ(v, 40.0f) << w.name() << ", " << blocks << " blocks, " << n4 << ", graph";
+        c.launch(w, chain.ptr, 5);  // each phase starting with 5 dependent loads
+        cuda::synchronize();
+        for (float v : c.last())
+          ASSERT_EQ(v, 40.0f) << w.name() << ", " << blocks << " blocks, " << n4 << ", with hops";
       }
     }
   }
@@ -123,6 +144,8 @@ TEST_F(CudaPhaseProbeTest, RefusesWhatCouldDeadlockOrIsNotCompiled) {
   ASSERT_TRUE(c.ok());
   EXPECT_THROW(cuda::launch_phase_chain(PhaseStream::kRing, 5, 2, 1, c.vals, c.counter, c.src, 0), Error);
   EXPECT_THROW(cuda::launch_phase_chain(PhaseStream::kRing, 4, 0, 1, c.vals, c.counter, c.src, 0), Error);
+  EXPECT_THROW(cuda::launch_phase_chain(PhaseStream::kRing, 4, 2, 1, c.vals, c.counter, c.src, 0, nullptr, 3),
+               Error);  // hops without a chain
   cuda::synchronize();
 }
 
@@ -153,6 +176,25 @@ TEST_F(CudaPhaseProbeTest, DISABLED_BenchPhases) {
         if (blocks > cuda::phase_chain_max_blocks(w.mode, w.stages)) continue;
         row("barrier, " + w.name(), [&] { c.launch(w); });
       }
+    }
+  }
+  // Each phase led by 16 dependent loads through L2 (about what an attention or routing step chains), one
+  // block an SM: the ring streams during them, the after-barrier loop cannot. Overlap shows as a phase
+  // costing about max(hops, slice) instead of their sum.
+  const DeviceChain chain(4096);
+  ASSERT_NE(chain.ptr, nullptr);
+  constexpr int kHops = 16;
+  std::printf("\n| way | %d hops, then MB a phase | us a phase | us over copy |\n|---|---|---|---|\n", kHops);
+  for (int64_t mb : {0, 4, 8, 16}) {
+    const int64_t n4 = mb * 1024 * 1024 / 16;
+    Chain c(kPhases, sms, n4);
+    ASSERT_TRUE(c.ok());
+    const double copy_us = static_cast<double>(mb) * 1024 * 1024 / (gbs * 1e3);
+    for (const Way& w : {kWays[0], kWays[3]}) {
+      const double us = cuda::time_graph_ms([&] { c.launch(w, chain.ptr, kHops); }, 20) * 1e3 / kPhases;
+      for (float v : c.last()) ASSERT_EQ(v, static_cast<float>(kPhases)) << w.name();
+      std::printf("| %s | %lld | %.2f | %.2f |\n", w.name().c_str(), static_cast<long long>(mb), us,
+                  us - copy_us);
     }
   }
 }

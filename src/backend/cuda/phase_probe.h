@@ -28,9 +28,13 @@ bool phase_ring_stages_supported(int stages);  // 4, 8 or 12
 int phase_chain_max_blocks(PhaseStream mode, int ring_stages);
 
 // Zeroes vals [phases * blocks] and the barrier counter on stream(), then launches the chain. src holds
-// phases x float4_per_phase float4s; a phase's slice is split into `blocks` contiguous shares. Refuses
+// phases x float4_per_phase float4s; a phase's slice is split into `blocks` contiguous shares. With hops > 0
+// every phase starts with a latency-bound part, as attention or routing would: thread 0 of each block
+// follows `hops` dependent loads along `chain` (a device copy of make_hop_chain's, latency_probe.h) before
+// the block uses its slice; the ring keeps loading meanwhile, the after-barrier loop does not. Refuses
 // (dsinfer::Error, nothing launched) more blocks than phase_chain_max_blocks or an unsupported ring.
 void launch_phase_chain(PhaseStream mode, int ring_stages, int phases, int blocks, float* vals,
-                        unsigned* counter, const void* src, int64_t float4_per_phase);
+                        unsigned* counter, const void* src, int64_t float4_per_phase,
+                        const uint32_t* chain = nullptr, int hops = 0);
 
 }  // namespace dsinfer::cuda

@@ -29,6 +29,8 @@ struct PhaseArgs {
   const float4* src;  // [phases, n4]
   int64_t n4;         // float4s of a phase's slice
   int phases;
+  const uint32_t* chain;  // a hop chain (latency_probe.h) or null
+  int hops;               // dependent loads along it at the start of every phase
 };
 
 __device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
@@ -107,6 +109,7 @@ template <PhaseStream kMode, int S>
 __global__ void __launch_bounds__(kThreads, 1) phase_kernel(PhaseArgs a) {
   extern __shared__ uint4 ring[];  // kRing: [S][kChunks][kThreads] 16-byte pieces
   __shared__ float red[kThreads / 32];
+  __shared__ unsigned s_at;  // where thread 0's hops ended
   const int G = static_cast<int>(gridDim.x), b = static_cast<int>(blockIdx.x), tid = threadIdx.x;
   // This block's share of every phase's slice: [lo, lo + len) of it, in stages of kPerStage float4s.
   constexpr int64_t kPerStage = static_cast<int64_t>(kChunks) * kThreads;
@@ -136,7 +139,17 @@ __global__ void __launch_bounds__(kThreads, 1) phase_kernel(PhaseArgs a) {
   for (int i = 0; i < a.phases; ++i) {
     if (i > 0) grid_wait(a.counter, static_cast<unsigned>(i) * static_cast<unsigned>(G));
     const float prev = i > 0 ? __ldcg(a.vals + static_cast<int64_t>(i - 1) * G + (b + 1) % G) : 0.0f;
+    // The phase's latency-bound part: thread 0's dependent loads; the block uses its slice only after them.
     float acc = 0.0f;
+    if (a.hops > 0) {
+      if (tid == 0) {
+        unsigned at = 0;
+        for (int h = 0; h < a.hops; ++h) at = __ldcg(a.chain + at);
+        s_at = at;
+      }
+      __syncthreads();
+      acc = s_at == 0xffffffffu ? 1.0f : 0.0f;  // never (chain elements are multiples of 32): keeps the loads
+    }
     if (kMode == PhaseStream::kRing) {
       for (int64_t s = 0; s < per_phase; ++s) {
         const int64_t g = i * per_phase + s;
@@ -147,7 +160,7 @@ __global__ void __launch_bounds__(kThreads, 1) phase_kernel(PhaseArgs a) {
         for (int c = 0; c < kChunks; ++c) acc += sum4(slot[c * kThreads + tid]);
       }
     } else {
-      acc = stream_after_barrier(a, i);
+      acc += stream_after_barrier(a, i);
     }
     const float sum = block_sum(acc, red);
     if (tid == 0) {
@@ -205,15 +218,17 @@ int phase_chain_max_blocks(PhaseStream mode, int ring_stages) {
 }
 
 void launch_phase_chain(PhaseStream mode, int ring_stages, int phases, int blocks, float* vals,
-                        unsigned* counter, const void* src, int64_t float4_per_phase) {
-  DSI_CHECK(phases >= 1 && blocks >= 1 && float4_per_phase >= 0, "phase probe: bad shape");
+                        unsigned* counter, const void* src, int64_t float4_per_phase, const uint32_t* chain,
+                        int hops) {
+  DSI_CHECK(phases >= 1 && blocks >= 1 && float4_per_phase >= 0 && hops >= 0, "phase probe: bad shape");
+  DSI_CHECK(hops == 0 || chain != nullptr, "phase probe: hops need a chain");
   const int most = phase_chain_max_blocks(mode, ring_stages);
   DSI_CHECK(blocks <= most, "phase probe: ", blocks, " blocks, but only ", most,
             " can be resident at once (every block must be, for the barrier)");
   check_cuda(cudaMemsetAsync(vals, 0, sizeof(float) * static_cast<size_t>(phases) * blocks, stream()),
              "phase probe: zero values");
   check_cuda(cudaMemsetAsync(counter, 0, sizeof(unsigned), stream()), "phase probe: zero the counter");
-  const PhaseArgs args{vals, counter, static_cast<const float4*>(src), float4_per_phase, phases};
+  const PhaseArgs args{vals, counter, static_cast<const float4*>(src), float4_per_phase, phases, chain, hops};
   kernel_for(mode, ring_stages)<<<blocks, kThreads, ring_bytes(mode, ring_stages), stream()>>>(args);
   check_cuda(cudaGetLastError(), "phase probe launch");
 }
