@@ -12,6 +12,7 @@
 #include "backend/cuda/handoff_probe.h"
 #include "backend/cuda/runtime.h"
 #include "backend/cuda/timing.h"
+#include "cuda_probe_buffers.h"
 #endif
 
 namespace dsinfer {
@@ -33,36 +34,11 @@ const char* name(Handoff h) {
   return "?";
 }
 
-// Device buffers of one chain: values, flags and the streamed slices (zeros).
-struct Chain {
-  int kernels, blocks;
-  int64_t float4_per_kernel;
-  float* vals = nullptr;
-  unsigned* flags = nullptr;
-  void* src = nullptr;
-  Chain(int k, int b, int64_t n4) : kernels(k), blocks(b), float4_per_kernel(n4) {
-    vals = static_cast<float*>(cuda::device_alloc(sizeof(float) * k * b));
-    flags = static_cast<unsigned*>(cuda::device_alloc(sizeof(unsigned) * k));
-    const size_t bytes = 16 * static_cast<size_t>(std::max<int64_t>(1, n4 * k));
-    src = cuda::device_alloc(bytes);
-    if (src) cuda::zero_handoff_source(src, bytes);
-  }
-  Chain(const Chain&) = delete;
-  Chain& operator=(const Chain&) = delete;
-  ~Chain() {
-    cuda::device_free(vals);
-    cuda::device_free(flags);
-    cuda::device_free(src);
-  }
-  bool ok() const { return vals && flags && src; }
+// A chain of `kernels` kernels over probe buffers.
+struct Chain : ProbeBuffers {
+  using ProbeBuffers::ProbeBuffers;
   void launch(Handoff h) const {
-    cuda::launch_handoff_chain(h, kernels, blocks, vals, flags, src, float4_per_kernel);
-  }
-  // The last kernel's values.
-  std::vector<float> last() const {
-    std::vector<float> out(blocks);
-    cuda::copy_to_host(out.data(), vals + static_cast<int64_t>(kernels - 1) * blocks, sizeof(float) * blocks);
-    return out;
+    cuda::launch_handoff_chain(h, steps, blocks, vals, flags, src, float4_per_step);
   }
 };
 

@@ -20,6 +20,7 @@
 #include "backend/cuda/phase_probe.h"
 #include "backend/cuda/runtime.h"
 #include "backend/cuda/timing.h"
+#include "cuda_probe_buffers.h"
 #endif
 
 namespace dsinfer {
@@ -43,41 +44,15 @@ const Way kWays[] = {{PhaseStream::kAfterBarrier, 0},
                      {PhaseStream::kRing, 8},
                      {PhaseStream::kRing, 12}};
 
-// Device buffers of one chain: values, the barrier counter (or the handoff flags) and the slices (zeros).
-struct Chain {
-  int phases, blocks;
-  int64_t float4_per_phase;
-  float* vals = nullptr;
-  unsigned* counter = nullptr;
-  void* src = nullptr;
-  Chain(int p, int b, int64_t n4) : phases(p), blocks(b), float4_per_phase(n4) {
-    vals = static_cast<float*>(cuda::device_alloc(sizeof(float) * p * b));
-    counter = static_cast<unsigned*>(cuda::device_alloc(sizeof(unsigned) * p));
-    const size_t bytes = 16 * static_cast<size_t>(std::max<int64_t>(1, n4 * p));
-    src = cuda::device_alloc(bytes);
-    if (src) cuda::zero_handoff_source(src, bytes);
-  }
-  Chain(const Chain&) = delete;
-  Chain& operator=(const Chain&) = delete;
-  ~Chain() {
-    cuda::device_free(vals);
-    cuda::device_free(counter);
-    cuda::device_free(src);
-  }
-  bool ok() const { return vals && counter && src; }
+// A chain of `phases` phases over probe buffers (the barrier's counter in flags[0]).
+struct Chain : ProbeBuffers {
+  using ProbeBuffers::ProbeBuffers;
   void launch(const Way& w, const uint32_t* chain = nullptr, int hops = 0) const {
-    cuda::launch_phase_chain(w.mode, w.stages, phases, blocks, vals, counter, src, float4_per_phase, chain,
-                             hops);
+    cuda::launch_phase_chain(w.mode, w.stages, steps, blocks, vals, flags, src, float4_per_step, chain, hops);
   }
-  // The same chain as `phases` kernels handed over by the PDL wait (handoff_probe.h).
+  // The same chain as a kernel a phase, handed over by the PDL wait (handoff_probe.h).
   void launch_handoffs() const {
-    cuda::launch_handoff_chain(cuda::Handoff::kPdlWait, phases, blocks, vals, counter, src, float4_per_phase);
-  }
-  // The last phase's values.
-  std::vector<float> last() const {
-    std::vector<float> out(blocks);
-    cuda::copy_to_host(out.data(), vals + static_cast<int64_t>(phases - 1) * blocks, sizeof(float) * blocks);
-    return out;
+    cuda::launch_handoff_chain(cuda::Handoff::kPdlWait, steps, blocks, vals, flags, src, float4_per_step);
   }
 };
 
@@ -142,9 +117,9 @@ TEST_F(CudaPhaseProbeTest, RefusesWhatCouldDeadlockOrIsNotCompiled) {
   EXPECT_THROW(cuda::phase_chain_max_blocks(PhaseStream::kRing, 5), Error);
   Chain c(2, 1, 0);
   ASSERT_TRUE(c.ok());
-  EXPECT_THROW(cuda::launch_phase_chain(PhaseStream::kRing, 5, 2, 1, c.vals, c.counter, c.src, 0), Error);
-  EXPECT_THROW(cuda::launch_phase_chain(PhaseStream::kRing, 4, 0, 1, c.vals, c.counter, c.src, 0), Error);
-  EXPECT_THROW(cuda::launch_phase_chain(PhaseStream::kRing, 4, 2, 1, c.vals, c.counter, c.src, 0, nullptr, 3),
+  EXPECT_THROW(cuda::launch_phase_chain(PhaseStream::kRing, 5, 2, 1, c.vals, c.flags, c.src, 0), Error);
+  EXPECT_THROW(cuda::launch_phase_chain(PhaseStream::kRing, 4, 0, 1, c.vals, c.flags, c.src, 0), Error);
+  EXPECT_THROW(cuda::launch_phase_chain(PhaseStream::kRing, 4, 2, 1, c.vals, c.flags, c.src, 0, nullptr, 3),
                Error);  // hops without a chain
   cuda::synchronize();
 }

@@ -2,13 +2,15 @@
 // launch; a block's thread 0 adds one with release semantics once the block's value is stored, and before
 // phase i spins on an acquire load until i x blocks arrivals are in, then releases the block (bar.sync).
 // Every block must be resident at once, so the launch refuses more blocks than the occupancy query allows.
-// The ring (kRing): each thread copies its own 16-byte pieces of a stage with cp.async and reads back only
+// The ring (kRing): each thread copies its own 16-byte pieces of a stage with the decode GEMV's cp.async copy
+// (gemv_device.cuh: L2 only, evict-first) and reads back only
 // those, so the ring needs no block-wide synchronisation; stage g + S - 1 is issued as stage g is used, so
 // S - 1 stages are in flight whenever the block waits, at a barrier or on its own copies.
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
+#include "backend/cuda/gemv_device.cuh"
 #include "backend/cuda/kernel_common.cuh"
 #include "backend/cuda/phase_probe.h"
 #include "backend/cuda/runtime.h"
@@ -18,6 +20,10 @@
 namespace dsinfer::cuda {
 
 namespace {
+
+using gemv_detail::copy_async16;
+using gemv_detail::copy_async_commit;
+using gemv_detail::copy_async_wait;
 
 constexpr int kThreads = 256;
 constexpr int kChunks = kPhaseRingStageBytes / (kThreads * 16);  // 16-byte pieces a thread copies per stage
@@ -49,22 +55,6 @@ __device__ __forceinline__ void grid_wait(const unsigned* counter, unsigned targ
     while (load_acquire(counter) < target) {
     }
   __syncthreads();
-}
-
-// 16 bytes global -> shared, L2 only; valid = false writes zeros and reads nothing.
-__device__ __forceinline__ void copy16(uint4* dst, const float4* src, bool valid) {
-  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 16 : 0)
-               : "memory");
-}
-
-__device__ __forceinline__ void commit_copies() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-
-template <int N>
-__device__ __forceinline__ void wait_copies() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
 __device__ __forceinline__ int64_t min64(int64_t x, int64_t y) {
@@ -118,6 +108,7 @@ __global__ void __launch_bounds__(kThreads, 1) phase_kernel(PhaseArgs a) {
   const int64_t len = min64(seg, a.n4 - lo);
   const int64_t per_phase = (seg + kPerStage - 1) / kPerStage;  // stages of every phase (the same for all)
   const int64_t total = per_phase * a.phases;
+  const WeightL2 l2 = weight_l2(true);  // the decode GEMVs' copies: evict-first, as weights read once a step
   // Issues stage g (phase g / per_phase) into slot g % S; past the last stage an empty group keeps the
   // group count one per call.
   auto issue = [&](int64_t g) {
@@ -128,10 +119,10 @@ __global__ void __launch_bounds__(kThreads, 1) phase_kernel(PhaseArgs a) {
 #pragma unroll
       for (int c = 0; c < kChunks; ++c) {
         const int64_t off = s * kPerStage + c * kThreads + tid;
-        copy16(slot + c * kThreads + tid, share + (off < len ? off : 0), off < len);
+        copy_async16(slot + c * kThreads + tid, share + (off < len ? off : 0), off < len, l2);
       }
     }
-    commit_copies();
+    copy_async_commit();
   };
   if (kMode == PhaseStream::kRing)
     for (int g = 0; g < S - 1; ++g) issue(g);
@@ -154,7 +145,7 @@ __global__ void __launch_bounds__(kThreads, 1) phase_kernel(PhaseArgs a) {
       for (int64_t s = 0; s < per_phase; ++s) {
         const int64_t g = i * per_phase + s;
         issue(g + S - 1);
-        wait_copies<S - 1>();  // stage g has landed (this thread's pieces of it)
+        copy_async_wait<S - 1>();  // stage g has landed (this thread's pieces of it)
         const float4* slot = reinterpret_cast<const float4*>(ring + (g % S) * kPerStage);
 #pragma unroll
         for (int c = 0; c < kChunks; ++c) acc += sum4(slot[c * kThreads + tid]);
@@ -168,7 +159,7 @@ __global__ void __launch_bounds__(kThreads, 1) phase_kernel(PhaseArgs a) {
       arrive_release(a.counter);
     }
   }
-  if (kMode == PhaseStream::kRing) wait_copies<0>();  // no copy outlives the block
+  if (kMode == PhaseStream::kRing) copy_async_wait<0>();  // no copy outlives the block
 }
 
 using PhaseKernel = void (*)(PhaseArgs);
