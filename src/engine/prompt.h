@@ -12,7 +12,8 @@ namespace dsinfer {
 // ids of a plain-text prompt; throws on an empty prompt or invalid UTF-8.
 std::vector<int32_t> encode_text_prompt(const Tokenizer& tokenizer, const std::string& text);
 
-// The chat template's rendering of `messages` (a JSON array of {role, content}).
+// The chat template's rendering of `messages` (a JSON array of {role, content}). Throws when the template
+// leaves out a message's content (a role it does not handle): nothing the caller sent is dropped silently.
 std::string render_chat(const Tokenizer& tokenizer, const nlohmann::json& messages,
                         bool add_generation_prompt);
 

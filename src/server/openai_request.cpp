@@ -148,6 +148,9 @@ json parse_json_body(const std::string& body) {
     const bool utf8 = what.find("UTF-8") != std::string::npos || what.find("surrogate") != std::string::npos;
     throw bad_request(std::string(utf8 ? "invalid UTF-8 in the request body: " : "malformed JSON: ") + what,
                       "", utf8 ? "invalid_utf8" : "invalid_json");
+  } catch (const json::exception& e) {
+    // Well-formed text the parser cannot hold, e.g. a number beyond a double (1e999: out_of_range.406).
+    throw bad_request(std::string("unreadable JSON: ") + e.what(), "", "invalid_json");
   }
   if (!j.is_object()) throw bad_request("the request body must be a JSON object", "", "invalid_json");
   return j;

@@ -300,6 +300,10 @@ TEST(ServerTest, BadInputClasses) {
                "missing_required_parameter");
   expect_error(post(p, "/v1/chat/completions", R"({"messages": [{"content": "x"}]})"), 400, "messages");
   expect_error(post(p, "/v1/chat/completions", R"({"messages": []})"), 400, "messages");
+  expect_error(post(p, "/v1/chat/completions", R"({"messages": [{"role": "wizard", "content": "x"}]})"), 400,
+               "messages", "invalid_value");  // a role the template would drop
+  expect_error(post(p, "/v1/completions", R"({"prompt": "x", "temperature": 1e999})"), 400, "",
+               "invalid_json");
   expect_error(post(p, "/v1/completions", R"({"prompt": "x", "model": "gpt-4"})"), 404, "model",
                "model_not_found");
   expect_error(post(p, "/v1/completions", R"({"prompt": "x", "max_tokens": -3})"), 400, "max_tokens");
