@@ -4,7 +4,10 @@
 #ifdef DSINFER_HAVE_CUDA
 #include <mutex>
 
+#include "backend/backend_factory.h"
 #include "backend/cuda/device_query.h"
+#include "core/error.h"
+#include "model/model_config.h"
 
 namespace dsinfer::server {
 
@@ -43,8 +46,19 @@ void register_gpu_power_metrics(MetricsRegistry& registry, std::shared_ptr<cuda:
   });
 }
 
-std::string register_visible_gpu_power_metrics(MetricsRegistry& registry, const std::string& device) {
+std::string register_visible_gpu_power_metrics(MetricsRegistry& registry, const std::string& device,
+                                               const std::string& model_dir) {
   if (device == "cpu") return "the CPU backend was asked for";
+  if (device == "auto" && !model_dir.empty()) {
+    // --device auto runs a model on the CPU when the GPU has no kernels for its architecture: then the
+    // gauges would describe a GPU the engine does not use.
+    try {
+      if (!cuda_runs(load_model_config(model_dir)))
+        return "the model runs on the CPU (--device auto: no CUDA kernels for its architecture)";
+    } catch (const Error& e) {
+      return e.what();
+    }
+  }
   std::string why;
   const std::string uuid = cuda::device_uuid(0, &why);  // the engine's GPU; no context made here
   if (uuid.empty()) return why.empty() ? "no CUDA device" : why;

@@ -18,9 +18,11 @@ namespace dsinfer::server {
 void register_gpu_power_metrics(MetricsRegistry& registry, std::shared_ptr<cuda::GpuPowerSource> source,
                                 const std::string& uuid);
 
-// The same for the first visible GPU (the engine's) through NVML, unless `device` is "cpu". Returns why
-// nothing was registered ("" when registered).
-std::string register_visible_gpu_power_metrics(MetricsRegistry& registry, const std::string& device);
+// The same for the first visible GPU (the engine's) through NVML, unless `device` is "cpu", or "auto" with a
+// model (config.json in model_dir) that --device auto runs on the CPU. Returns why nothing was registered
+// ("" when registered).
+std::string register_visible_gpu_power_metrics(MetricsRegistry& registry, const std::string& device,
+                                               const std::string& model_dir = "");
 
 }  // namespace dsinfer::server
 #endif

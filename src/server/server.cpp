@@ -164,7 +164,8 @@ Server::Server(ServeConfig config, MetricsRegistry* registry) : impl_(std::make_
     return true;
   });
 #ifdef DSINFER_HAVE_CUDA
-  if (const std::string why = register_visible_gpu_power_metrics(*registry, ctx.config.engine.device);
+  if (const std::string why = register_visible_gpu_power_metrics(*registry, ctx.config.engine.device,
+                                                                 ctx.config.engine.model_dir);
       !why.empty() && ctx.config.engine.device != "cpu")
     log_info("serve: no GPU power metrics (", why, ")");
 #endif

@@ -2,6 +2,7 @@
 // values at each scrape, the power-cap and thermal flags from the clock-event reasons, a failed reading
 // counted with the last values kept; the UUID of the engine's GPU; and, where a GPU is visible, registered
 // from NVML (CI skips that one).
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <optional>
@@ -14,6 +15,8 @@
 
 namespace dsinfer {
 namespace {
+
+using ::testing::HasSubstr;
 
 #ifdef DSINFER_HAVE_CUDA
 
@@ -73,6 +76,16 @@ TEST(GpuPowerMetricsTest, GaugesFollowEachScrape) {
 TEST(GpuPowerMetricsTest, CpuDeviceRegistersNothing) {
   server::MetricsRegistry registry;
   EXPECT_FALSE(server::register_visible_gpu_power_metrics(registry, "cpu").empty());
+  EXPECT_EQ(registry.prometheus_text().find("dsinfer_gpu_power_watts"), std::string::npos);
+}
+
+// --device auto with a model the GPU has no kernels for (DeepSeek-V4) runs on the CPU: no GPU gauges, whether
+// or not a GPU is visible; an unreadable model directory registers nothing either.
+TEST(GpuPowerMetricsTest, AutoWithACpuOnlyModelRegistersNothing) {
+  server::MetricsRegistry registry;
+  const std::string v4 = std::string(DSINFER_TEST_DATA) + "/models/tiny-deepseek-v4";
+  EXPECT_THAT(server::register_visible_gpu_power_metrics(registry, "auto", v4), HasSubstr("runs on the CPU"));
+  EXPECT_FALSE(server::register_visible_gpu_power_metrics(registry, "auto", "/nonexistent/dsinfer").empty());
   EXPECT_EQ(registry.prometheus_text().find("dsinfer_gpu_power_watts"), std::string::npos);
 }
 
