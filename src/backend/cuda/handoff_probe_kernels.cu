@@ -19,12 +19,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
-  unsigned v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-
 template <Handoff kMode>
 __global__ void __launch_bounds__(kThreads)
     handoff_kernel(float* vals, unsigned* flags, int i, const float4* src, int64_t n4) {
@@ -33,7 +27,7 @@ __global__ void __launch_bounds__(kThreads)
     if (kMode == Handoff::kPdlWait) pdl_wait();
     if (kMode == Handoff::kPdlFlag) {
       if (threadIdx.x == 0)
-        while (load_acquire(flags + i - 1) < gridDim.x) {
+        while (load_acquire_gpu(flags + i - 1) < gridDim.x) {
         }
       __syncthreads();
     }

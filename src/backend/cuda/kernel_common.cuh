@@ -77,4 +77,12 @@ __device__ __forceinline__ float block_inv_rms(const float* row, int64_t H, floa
   return rsqrtf(partial[0] / static_cast<float>(H) + eps);
 }
 
+// A load of a flag or counter another block releases (ld.acquire.gpu): what the block reads after it sees
+// everything the releasing block wrote before its release.
+__device__ __forceinline__ unsigned load_acquire_gpu(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
 }  // namespace dsinfer::cuda

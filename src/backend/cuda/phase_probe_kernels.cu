@@ -3,9 +3,9 @@
 // phase i spins on an acquire load until i x blocks arrivals are in, then releases the block (bar.sync).
 // Every block must be resident at once, so the launch refuses more blocks than the occupancy query allows.
 // The ring (kRing): each thread copies its own 16-byte pieces of a stage with the decode GEMV's cp.async copy
-// (gemv_device.cuh: L2 only, evict-first) and reads back only
-// those, so the ring needs no block-wide synchronisation; stage g + S - 1 is issued as stage g is used, so
-// S - 1 stages are in flight whenever the block waits, at a barrier or on its own copies.
+// (gemv_device.cuh: L2 only, evict-first) and reads back only those, so the ring needs no block-wide
+// synchronisation; stage g + S - 1 is issued as stage g is used, so S - 1 stages are in flight whenever the
+// block waits, at a barrier, on its own copies or on the phase's dependent loads.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -39,12 +39,6 @@ struct PhaseArgs {
   int hops;               // dependent loads along it at the start of every phase
 };
 
-__device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
-  unsigned v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-
 __device__ __forceinline__ void arrive_release(unsigned* p) {
   asm volatile("red.release.gpu.global.add.u32 [%0], 1;\n" ::"l"(p) : "memory");
 }
@@ -52,7 +46,7 @@ __device__ __forceinline__ void arrive_release(unsigned* p) {
 // Waits until `target` blocks have arrived; the whole block leaves together.
 __device__ __forceinline__ void grid_wait(const unsigned* counter, unsigned target) {
   if (threadIdx.x == 0)
-    while (load_acquire(counter) < target) {
+    while (load_acquire_gpu(counter) < target) {
     }
   __syncthreads();
 }
