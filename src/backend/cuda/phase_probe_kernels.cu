@@ -113,7 +113,8 @@ __global__ void __launch_bounds__(kThreads, 1) phase_kernel(PhaseArgs a) {
 #pragma unroll
       for (int c = 0; c < kChunks; ++c) {
         const int64_t off = s * kPerStage + c * kThreads + tid;
-        copy_async16(slot + c * kThreads + tid, share + (off < len ? off : 0), off < len, l2);
+        // A piece past the share copies zeros from an address inside the phase's slice (read nothing).
+        copy_async16(slot + c * kThreads + tid, off < len ? share + off : a.src + i * a.n4, off < len, l2);
       }
     }
     copy_async_commit();
