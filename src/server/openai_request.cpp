@@ -165,6 +165,8 @@ json normalize_messages(const json& messages) {
   json out = messages;
   for (size_t i = 0; i < out.size(); ++i) {
     json& m = out[i];
+    // OpenAI's "developer" role is its newer name for "system"; chat templates know only the latter.
+    if (m.is_object() && m.value("role", json()) == "developer") m["role"] = "system";
     if (!m.is_object() || !m.contains("content") || !m["content"].is_array()) continue;
     std::string text;
     for (const json& part : m["content"]) {

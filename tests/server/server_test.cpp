@@ -274,6 +274,18 @@ TEST(ServerTest, TokenizeDetokenize) {
   EXPECT_EQ(j["tokens"].get<std::vector<int32_t>>(),
             encode_chat_prompt(h.engine->tokenizer(), json::parse(R"([{"role": "user", "content": "hey"}])"),
                                true));
+  // OpenAI's "developer" role renders as "system" (the templates know only that name).
+  j = json::parse(
+      post(
+          h.port, "/tokenize",
+          R"({"messages": [{"role": "developer", "content": "Be brief."}, {"role": "user", "content": "hey"}]})")
+          .body);
+  EXPECT_EQ(
+      j["tokens"].get<std::vector<int32_t>>(),
+      encode_chat_prompt(
+          h.engine->tokenizer(),
+          json::parse(R"([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hey"}])"),
+          true));
   expect_error(post(h.port, "/tokenize", R"({})"), 400, "prompt");
   expect_error(post(h.port, "/detokenize", R"({"tokens": [1, "a"]})"), 400, "tokens");
   expect_error(post(h.port, "/detokenize", R"({"tokens": [99999999]})"), 400, "tokens");
