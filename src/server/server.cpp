@@ -256,6 +256,16 @@ void Server::set_engine(Engine* engine) {
     ctx->limits.max_model_len = mc.max_position_embeddings;
     if (ctx->limits.max_model_len <= 0)
       ctx->limits.max_model_len = engine->tokenizer().model_max_length().value_or(4096);
+    // A request longer than the KV cache can hold could only fail halfway: advertise and enforce the
+    // smaller of the model's context and the cache's capacity (as a 400 before any work).
+    const EngineStats st = engine->stats();
+    const int64_t kv_tokens = st.kv_blocks_total * st.kv_block_size;
+    if (kv_tokens > 0 && kv_tokens < ctx->limits.max_model_len) {
+      log_warn("serve: the KV cache holds ", kv_tokens, " tokens, fewer than the model's context of ",
+               ctx->limits.max_model_len, ": requests are limited to ", kv_tokens,
+               " tokens (raise the KV budget to serve the whole context)");
+      ctx->limits.max_model_len = static_cast<int32_t>(kv_tokens);
+    }
   }
   ctx->engine.store(engine);
 }

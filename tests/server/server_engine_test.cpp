@@ -23,12 +23,14 @@ struct RealServer {
   std::unique_ptr<server::Server> srv;
   std::thread thread;
   int port = 0;
-  RealServer() {
+  explicit RealServer(int64_t kv_tokens = 0) {
     server::ServeConfig config;
     config.server.port = 0;
     config.engine.model_dir = kModel;
     config.engine.device = "cpu";
     config.engine.max_batch_size = 16;
+    config.engine.max_tokens_in_paged_kv_cache = kv_tokens;
+    config.engine.kv_block_size = kv_tokens > 0 ? 16 : config.engine.kv_block_size;
     engine = Engine::create(config.engine);
     srv = std::make_unique<server::Server>(config);
     port = srv->listen();
@@ -122,6 +124,24 @@ TEST(ServerEngineTest, DisconnectFreesTheEngineRequest) {
   EXPECT_NE(m.body.find("dsinfer_num_requests_running 0"), std::string::npos);
   EXPECT_NE(m.body.find("dsinfer_kv_blocks_total "), std::string::npos);
   EXPECT_EQ(m.body.find("dsinfer_kv_blocks_total 0\n"), std::string::npos) << m.body;
+}
+
+// A KV cache smaller than the model's context (2048) bounds what a request may ask for: the server advertises
+// and enforces the cache's 1024 tokens with a 400 before any work, instead of failing the request halfway.
+TEST(ServerEngineTest, ContextIsBoundedByTheKvCache) {
+  RealServer s(1024);
+  const json models = json::parse(get(s.port, "/v1/models").body);
+  EXPECT_EQ(models["data"][0]["max_model_len"], 1024);
+  std::string prompt;
+  for (int i = 0; i < 100; ++i) prompt += "x = 1\n";
+  const json too_long = {{"prompt", prompt}, {"max_tokens", 1200}, {"ignore_eos", true}};
+  const HttpResult r = post(s.port, "/v1/completions", too_long.dump());
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(json::parse(r.body)["error"]["code"], "context_length_exceeded") << r.body;
+  const json fits = {{"prompt", prompt}, {"max_tokens", 200}, {"ignore_eos", true}};
+  const HttpResult ok = post(s.port, "/v1/completions", fits.dump());
+  ASSERT_EQ(ok.status, 200) << ok.body;
+  EXPECT_EQ(json::parse(ok.body)["usage"]["completion_tokens"], 200);
 }
 
 }  // namespace
