@@ -135,6 +135,48 @@ std::string field_of(const std::string& message) {
   return message.substr(prefix.size(), end - prefix.size());
 }
 
+// OpenAI features this server does not implement, asked for with a value that would change the result: a
+// 400 naming the field, rather than an answer that silently lacks what was asked (their neutral values pass).
+void refuse_unsupported(const json& body, bool chat) {
+  auto refuse = [](const char* key, const std::string& why) {
+    throw bad_request(str_cat("'", key, "' ", why), key, "unsupported_parameter");
+  };
+  if (!chat) {
+    if (boolean(body, "echo").value_or(false)) refuse("echo", "is not supported (the prompt is not echoed)");
+    if (string(body, "suffix").value_or("") != "") refuse("suffix", "is not supported (no insertion mode)");
+    if (auto best_of = integer(body, "best_of")) {
+      const int64_t n = integer(body, "n").value_or(1);
+      if (*best_of != 1 && *best_of != n)
+        refuse("best_of", "is not supported unless it equals 'n' (no server-side choice among candidates)");
+    }
+  }
+  if (present(body, "logit_bias")) {
+    const json& bias = body["logit_bias"];
+    if (!bias.is_object()) throw bad_request("'logit_bias' must be an object", "logit_bias", "invalid_type");
+    if (!bias.empty()) refuse("logit_bias", "is not supported");
+  }
+  if (present(body, "response_format")) {
+    const json& format = body["response_format"];
+    if (!format.is_object() || !format.contains("type") || !format["type"].is_string())
+      throw bad_request("'response_format' must be an object with a string 'type'", "response_format",
+                        "invalid_type");
+    if (format["type"] != "text")
+      refuse("response_format", "other than {\"type\": \"text\"} is not supported (no constrained decoding)");
+  }
+  if (chat) {
+    // Tool definitions are not rendered and tool calls are not parsed: only "none" lets them be ignored.
+    const bool tools = present(body, "tools") && body["tools"].is_array() && !body["tools"].empty();
+    const bool functions =
+        present(body, "functions") && body["functions"].is_array() && !body["functions"].empty();
+    const json none = "none";
+    if (tools && body.value("tool_choice", json()) != none)
+      refuse("tools", "are not supported (no tool calling); send \"tool_choice\": \"none\" to ignore them");
+    if (functions && body.value("function_call", json()) != none)
+      refuse("functions",
+             "are not supported (no function calling); send \"function_call\": \"none\" to ignore them");
+  }
+}
+
 }  // namespace
 
 json parse_json_body(const std::string& body) {
@@ -190,6 +232,7 @@ json normalize_messages(const json& messages) {
 
 CompletionRequest parse_completion_request(const json& body, bool chat, const Tokenizer& tok,
                                            const ModelLimits& limits) {
+  refuse_unsupported(body, chat);
   CompletionRequest r;
   r.chat = chat;
   r.model = string(body, "model").value_or("");

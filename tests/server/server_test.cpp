@@ -316,6 +316,34 @@ TEST(ServerTest, BadInputClasses) {
                "messages", "invalid_value");  // a role the template would drop
   expect_error(post(p, "/v1/completions", R"({"prompt": "x", "temperature": 1e999})"), 400, "",
                "invalid_json");
+  // Features not implemented, asked for with values that would change the answer: refused, never ignored.
+  const char* kUnsupported = "unsupported_parameter";
+  expect_error(post(p, "/v1/completions", R"({"prompt": "x", "echo": true})"), 400, "echo", kUnsupported);
+  expect_error(post(p, "/v1/completions", R"({"prompt": "x", "suffix": "y"})"), 400, "suffix", kUnsupported);
+  expect_error(post(p, "/v1/completions", R"({"prompt": "x", "best_of": 3})"), 400, "best_of", kUnsupported);
+  expect_error(post(p, "/v1/completions", R"({"prompt": "x", "logit_bias": {"5": 100}})"), 400, "logit_bias",
+               kUnsupported);
+  expect_error(post(p, "/v1/completions", R"({"prompt": "x", "logit_bias": [1]})"), 400, "logit_bias",
+               "invalid_type");
+  const std::string hi = R"("messages": [{"role": "user", "content": "hi"}], "max_tokens": 2)";
+  expect_error(post(p, "/v1/chat/completions", "{" + hi + R"(, "response_format": {"type": "json_object"}})"),
+               400, "response_format", kUnsupported);
+  const std::string tools = R"("tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}])";
+  expect_error(post(p, "/v1/chat/completions", "{" + hi + ", " + tools + "}"), 400, "tools", kUnsupported);
+  expect_error(post(p, "/v1/chat/completions", "{" + hi + ", " + tools + R"(, "tool_choice": "auto"})"), 400,
+               "tools", kUnsupported);
+  expect_error(post(p, "/v1/chat/completions", "{" + hi + R"(, "functions": [{"name": "f"}]})"), 400,
+               "functions", kUnsupported);
+  // Their neutral values change nothing and pass.
+  EXPECT_EQ(post(p, "/v1/completions",
+                 R"({"prompt": "x", "max_tokens": 2, "echo": false, "suffix": "", "best_of": 2, "n": 2,
+                     "logit_bias": {}})")
+                .status,
+            200);
+  EXPECT_EQ(post(p, "/v1/chat/completions",
+                 "{" + hi + ", " + tools + R"(, "tool_choice": "none", "response_format": {"type": "text"}})")
+                .status,
+            200);
   expect_error(post(p, "/v1/completions", R"({"prompt": "x", "model": "gpt-4"})"), 404, "model",
                "model_not_found");
   expect_error(post(p, "/v1/completions", R"({"prompt": "x", "max_tokens": -3})"), 400, "max_tokens");
