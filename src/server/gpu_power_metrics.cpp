@@ -50,11 +50,12 @@ std::string register_visible_gpu_power_metrics(MetricsRegistry& registry, const 
                                                const std::string& model_dir) {
   if (device == "cpu") return "the CPU backend was asked for";
   if (device == "auto" && !model_dir.empty()) {
-    // --device auto runs a model on the CPU when the GPU has no kernels for its architecture: then the
-    // gauges would describe a GPU the engine does not use.
+    // make_backend's own rule (picks_cuda): --device auto runs a model on the CPU when no GPU is visible or
+    // the GPU has no kernels for its architecture; then the gauges would describe a GPU the engine does not
+    // use.
     try {
-      if (!cuda_runs(load_model_config(model_dir)))
-        return "the model runs on the CPU (--device auto: no CUDA kernels for its architecture)";
+      if (!picks_cuda(device, load_model_config(model_dir)))
+        return "--device auto runs this model on the CPU (no GPU, or no CUDA kernels for its architecture)";
     } catch (const Error& e) {
       return e.what();
     }
