@@ -256,6 +256,70 @@ TEST_F(CudaDeepseekOpsTest, DISABLED_BenchMoeBlock) {
     std::printf("V2-Lite MoE block, batch 1, %-10s: %7.2f us a block (its 138.2 MB at 4.29 TB/s: 32.2 us)\n",
                 name, us);
   }
+
+  // One launch's timeline: per point, us after the first block's start over the blocks that have it.
+  const Block& l0 = b;
+  cuda::MoeBlockArgs a;
+  a.residual = d.data<float>();
+  a.norm = l0.norm_g.data<uint16_t>();
+  a.eps = 1e-6f;
+  a.H = 2048;
+  a.router = l0.router_g.data<uint16_t>();
+  a.E = 64;
+  const auto base = [](const std::vector<MlpWeights>& ex, Linear MlpWeights::*which, int64_t* stride) {
+    const auto* p0 = static_cast<const uint16_t*>((ex[0].*which).weight.raw());
+    *stride = static_cast<const uint16_t*>((ex[1].*which).weight.raw()) - p0;
+    return p0;
+  };
+  cuda::GemvMoeUnits& u = a.units;
+  u.count = 8;
+  u.known = 2;
+  u.len = 1408;
+  u.experts = 64;
+  u.gate = base(experts[0], &MlpWeights::gate, &u.gate_stride);
+  u.up = base(experts[0], &MlpWeights::up, &u.up_stride);
+  u.down = base(experts[0], &MlpWeights::down, &u.down_stride);
+  u.shared_gate = shared[0].gate.weight.data<uint16_t>();
+  u.shared_up = shared[0].up.weight.data<uint16_t>();
+  u.shared_down = shared[0].down.weight.data<uint16_t>();
+  const auto i32 = [](int64_t n) { return Tensor::empty_on(Device::kCuda, DType::I32, {n}); };
+  const auto f32 = [](int64_t n) { return Tensor::empty_on(Device::kCuda, DType::F32, {n}); };
+  Tensor ids = i32(6), weights = f32(6), logits = f32(64), act = f32(8 * 1408);
+  const int grid = cuda::moe_block_grid();
+  Tensor stamps = Tensor::empty_on(Device::kCuda, DType::I64, {grid * cuda::kMoeBlockStampPoints});
+  a.ids = ids.data<int32_t>();
+  a.weights = weights.data<float>();
+  a.logits = logits.data<float>();
+  a.act = act.data<float>();
+  a.counters = cuda::decode_arrivals(cuda::kMoeBlockCounters);
+  a.stamps = reinterpret_cast<uint64_t*>(stamps.raw());
+  cuda::MoeRouteParams rp;
+  rp.top_k = 6;
+  ASSERT_TRUE(cuda::moe_block_supported(a, rp));
+  const std::vector<char> zeros(static_cast<size_t>(stamps.nbytes()), 0);
+  cuda::copy_to_device(stamps.raw(), zeros.data(), zeros.size());
+  cuda::launch_moe_block(a, rp);
+  std::vector<uint64_t> t(static_cast<size_t>(grid * cuda::kMoeBlockStampPoints));
+  cuda::copy_to_host(t.data(), stamps.raw(), t.size() * sizeof(uint64_t));
+  uint64_t t0 = ~uint64_t{0};
+  for (int blk = 0; blk < grid; ++blk)
+    t0 = std::min(t0, t[static_cast<size_t>(blk * cuda::kMoeBlockStampPoints)]);
+  const char* names[cuda::kMoeBlockStampPoints] = {
+      "start",       "x formed",     "routing published", "shared gate/up", "barrier A",
+      "shared down", "routing seen", "gate/up done",      "barrier C",      "end"};
+  std::printf(
+      "one launch's timeline (us after the first block's start, over the blocks that have the point)\n");
+  for (int point = 0; point < cuda::kMoeBlockStampPoints; ++point) {
+    std::vector<double> v;
+    for (int blk = 0; blk < grid; ++blk) {
+      const uint64_t x = t[static_cast<size_t>(blk * cuda::kMoeBlockStampPoints + point)];
+      if (x != 0) v.push_back(static_cast<double>(x - t0) / 1000.0);
+    }
+    if (v.empty()) continue;
+    std::sort(v.begin(), v.end());
+    std::printf("  %-18s blocks %3zu  min %7.2f  median %7.2f  max %7.2f\n", names[point], v.size(),
+                v.front(), v[v.size() / 2], v.back());
+  }
 }
 
 #else

@@ -30,6 +30,23 @@ struct MoeBlockArgs {
   float* logits = nullptr;      // [E]
   float* act = nullptr;         // [count * len] the units' SwiGLU outputs
   int32_t* counters = nullptr;  // kMoeBlockCounters int32, zero before and after the launch
+  uint64_t* stamps =
+      nullptr;  // null, or [grid][kMoeBlockStampPoints]: each block's timeline (globaltimer ns)
+};
+
+// The points of a block's timeline (MoeBlockArgs::stamps; 0 where a block has no such point).
+enum MoeBlockStamp {
+  kMoeBlockStampStart = 0,       // the block runs
+  kMoeBlockStampX = 1,           // x formed (after the PDL wait)
+  kMoeBlockStampPublished = 2,   // the selecting block: ids and weights released
+  kMoeBlockStampShared = 3,      // segment 0 done (the shared experts' gate/up tiles)
+  kMoeBlockStampBarrierA = 4,    // past barrier A (blocks with a down tile)
+  kMoeBlockStampDownShared = 5,  // segment 1 done
+  kMoeBlockStampRouted = 6,      // the routing seen by the block
+  kMoeBlockStampGateUp = 7,      // segment 2 done (every gate/up tile of the block)
+  kMoeBlockStampBarrierC = 8,    // past barrier C (blocks with a down tile)
+  kMoeBlockStampEnd = 9,         // the block leaves
+  kMoeBlockStampPoints = 10,
 };
 
 inline constexpr int kMoeBlockCounters = 5;
@@ -39,8 +56,11 @@ inline constexpr int kMoeBlockCounters = 5;
 // (moe_block_plan_covers), the units launches' alignments, routing that launch_moe_norm_route takes.
 bool moe_block_supported(const MoeBlockArgs& a, const MoeRouteParams& p);
 
-// Runs the block (moe_block_supported must hold).
+// Runs the block (moe_block_supported must hold) on moe_block_grid() blocks.
 void launch_moe_block(const MoeBlockArgs& a, const MoeRouteParams& p);
+
+// Blocks of a launch (one per SM).
+int moe_block_grid();
 
 // launch_moe_block calls so far in this process (tests: whether a path ran the kernel).
 int64_t moe_block_launches();

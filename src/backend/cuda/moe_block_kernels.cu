@@ -92,6 +92,15 @@ __device__ __forceinline__ void grid_arrive(int32_t* counter) {
   }
 }
 
+// Point `point` of this block's timeline now (thread 0; when the launch records stamps).
+__device__ __forceinline__ void stamp(const MoeBlockArgs& a, int point, bool any_thread = false) {
+  if (a.stamps != nullptr && (any_thread || threadIdx.x == 0)) {
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    a.stamps[static_cast<int64_t>(blockIdx.x) * kMoeBlockStampPoints + point] = t;
+  }
+}
+
 // cp.async.wait_group with a run-time count (0 .. kStages - 1).
 __device__ __forceinline__ void wait_groups(int pending) {
   if (pending <= 0)
@@ -193,6 +202,7 @@ __device__ void route(const MoeBlockArgs& a, const MoeRouteParams& p, const MoeB
   if (lane == 0) {
     __threadfence();  // ids and weights before the flag
     atomicExch(a.counters + kRoutingFlag, 1);
+    stamp(a, kMoeBlockStampPublished, true);
   }
 }
 
@@ -232,7 +242,10 @@ __device__ bool routing_ready(const MoeBlockArgs& a, const MoeBlockShape& sh, Bl
         }
         __threadfence_block();
         __syncwarp();
-        if (lane == 0) atomicExch(&s.routed, 2);
+        if (lane == 0) {
+          atomicExch(&s.routed, 2);
+          stamp(a, kMoeBlockStampRouted, true);
+        }
         return true;
       }
       while (*state != 2) {
@@ -438,6 +451,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   float* xs = reinterpret_cast<float*>(rs + 32 * kRouterPreload);      // [H]
   float* scratch = xs + sh.H;
   const MoeBlockWork w = moe_block_work(sh, b, warp);
+  stamp(a, kMoeBlockStampStart);
 
   // The shared units' table (their addresses need nothing from earlier kernels).
   if (threadIdx.x == 0) s.routed = 0;
@@ -463,10 +477,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   pdl_wait();
 
   form_x(a, sh.H, xs, s);
+  stamp(a, kMoeBlockStampX);
   if (logit_block && warp == 0) route(a, p, sh, rs, stream.issued, xs, scratch);
 
   // Segment 0: the shared units' gate/up tiles.
   for (int k = 0; k < w.shared; ++k) gate_up_tile(a, sh, w, stream, s, xs, b + k * sh.grid);
+  stamp(a, kMoeBlockStampShared);
   grid_arrive(a.counters + kBarrierA);
   // Segment 1: the down tiles over the shared columns, after every block's shared tiles.
   float acc[kMoeBlockMaxDownTiles][1][kSplits][4];
@@ -478,17 +494,21 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (w.down > 0) {
     stream.fill();
     grid_wait(a.counters + kBarrierA, sh.grid);
+    stamp(a, kMoeBlockStampBarrierA);
   }
 #pragma unroll
   for (int d = 0; d < kMoeBlockMaxDownTiles; ++d)
     if (d < w.down) down_stages(a, sh, stream, 0, w.down_shared, acc[d]);
+  stamp(a, kMoeBlockStampDownShared);
   // Segment 2: the routed units' gate/up tiles.
   for (int k = w.shared; k < w.gate_up; ++k) gate_up_tile(a, sh, w, stream, s, xs, b + k * sh.grid);
+  stamp(a, kMoeBlockStampGateUp);
   grid_arrive(a.counters + kBarrierC);
   // Segment 3: the down tiles over the routed columns, after every gate/up tile, and their epilogues.
   if (w.down > 0) {
     stream.fill();
     grid_wait(a.counters + kBarrierC, sh.grid);
+    stamp(a, kMoeBlockStampBarrierC);
   }
 #pragma unroll
   for (int d = 0; d < kMoeBlockMaxDownTiles; ++d)
@@ -500,6 +520,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // The last block to leave zeroes the flag and the barriers (every block is past its waits).
   copy_async_wait<0>();
   __syncthreads();
+  stamp(a, kMoeBlockStampEnd);
   if (threadIdx.x == 0 && atomicAdd(a.counters + kExits, 1) == sh.grid - 1) {
     atomicExch(a.counters + kRoutingFlag, 0);
     atomicExch(a.counters + kBarrierA, 0);
@@ -578,6 +599,10 @@ void launch_moe_block(const MoeBlockArgs& a, const MoeRouteParams& p) {
   launch_pdl(moe_block_kernel, dim3(static_cast<unsigned>(device_sm_count(0))), dim3(kThreads), smem, a, p);
   check_launch("moe_block");
   launches().fetch_add(1);
+}
+
+int moe_block_grid() {
+  return device_sm_count(0);
 }
 
 int64_t moe_block_launches() {
