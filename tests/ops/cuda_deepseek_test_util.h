@@ -176,6 +176,14 @@ inline SharedMlp make_shared_mlp(CudaDeepseekOpsTest* test, CudaBackend& gpu, in
   return s;
 }
 
+// How many elements of two host tensors of one shape (4-byte elements) differ in their bits.
+inline int64_t differing(const Tensor& a, const Tensor& b) {
+  int64_t n = 0;
+  for (int64_t i = 0; i < a.numel(); ++i)
+    n += static_cast<const uint32_t*>(a.raw())[i] != static_cast<const uint32_t*>(b.raw())[i];
+  return n;
+}
+
 // a - h elementwise (host tensors of one shape): what an op added to the residual h.
 inline Tensor added_part(const Tensor& a, const Tensor& h) {
   Tensor d = Tensor::empty(DType::F32, a.shape());

@@ -11,14 +11,6 @@ namespace {
 
 using namespace deepseek_ops_test;
 
-// True when any element of two host tensors of one shape differs in its bits.
-int64_t differing(const Tensor& a, const Tensor& b) {
-  int64_t n = 0;
-  for (int64_t i = 0; i < a.numel(); ++i)
-    n += static_cast<const uint32_t*>(a.raw())[i] != static_cast<const uint32_t*>(b.raw())[i];
-  return n;
-}
-
 CudaBackendOptions units_on() {
   CudaBackendOptions o;
   o.moe_units = true;

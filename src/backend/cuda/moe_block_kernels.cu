@@ -434,6 +434,19 @@ __device__ void down_epilogue(const MoeBlockArgs& a, const MoeBlockShape& sh, Bl
   }
 }
 
+// Every block's part of the grid barrier `counter` after a segment; a block with down work after it waits
+// there, its ring filled first so that the next segment's weights load meanwhile, and stamps `passed` past
+// it.
+__device__ void segment_barrier(const MoeBlockArgs& a, const MoeBlockShape& sh, const MoeBlockWork& w,
+                                Stream& stream, int counter, int passed) {
+  grid_arrive(a.counters + counter);
+  if (w.down > 0) {
+    stream.fill();
+    grid_wait(a.counters + counter, sh.grid);
+    stamp(a, passed);
+  }
+}
+
 __global__ void __launch_bounds__(kThreads, 1)
     moe_block_kernel(const MoeBlockArgs a, const MoeRouteParams p) {
   extern __shared__ uint4 smem[];  // ring [kWarps][kStages][kStage], router row, x [H], selection scratch
@@ -483,7 +496,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Segment 0: the shared units' gate/up tiles.
   for (int k = 0; k < w.shared; ++k) gate_up_tile(a, sh, w, stream, s, xs, b + k * sh.grid);
   stamp(a, kMoeBlockStampShared);
-  grid_arrive(a.counters + kBarrierA);
+  segment_barrier(a, sh, w, stream, kBarrierA, kMoeBlockStampBarrierA);
   // Segment 1: the down tiles over the shared columns, after every block's shared tiles.
   float acc[kMoeBlockMaxDownTiles][1][kSplits][4];
 #pragma unroll
@@ -491,11 +504,6 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int l = 0; l < kSplits; ++l)
       acc[d][0][l][0] = acc[d][0][l][1] = acc[d][0][l][2] = acc[d][0][l][3] = 0.0f;
-  if (w.down > 0) {
-    stream.fill();
-    grid_wait(a.counters + kBarrierA, sh.grid);
-    stamp(a, kMoeBlockStampBarrierA);
-  }
 #pragma unroll
   for (int d = 0; d < kMoeBlockMaxDownTiles; ++d)
     if (d < w.down) down_stages(a, sh, stream, 0, w.down_shared, acc[d]);
@@ -503,13 +511,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Segment 2: the routed units' gate/up tiles.
   for (int k = w.shared; k < w.gate_up; ++k) gate_up_tile(a, sh, w, stream, s, xs, b + k * sh.grid);
   stamp(a, kMoeBlockStampGateUp);
-  grid_arrive(a.counters + kBarrierC);
+  segment_barrier(a, sh, w, stream, kBarrierC, kMoeBlockStampBarrierC);
   // Segment 3: the down tiles over the routed columns, after every gate/up tile, and their epilogues.
-  if (w.down > 0) {
-    stream.fill();
-    grid_wait(a.counters + kBarrierC, sh.grid);
-    stamp(a, kMoeBlockStampBarrierC);
-  }
 #pragma unroll
   for (int d = 0; d < kMoeBlockMaxDownTiles; ++d)
     if (d < w.down) {
