@@ -164,6 +164,57 @@ TEST(MoeBlockPlanTest, EveryLogitHasOneBlockAmongTheLeastLoaded) {
   }
 }
 
+// A warp's ring as the kernel drives it (prime before the PDL wait, then next() per stage used), the routing
+// becoming visible before the first stage, after stage `flag_at`, or only when a stage waits for it: every
+// stage is used from the slot it was issued into, before that slot is issued again; no routed stage is issued
+// before the routing is visible; the count of newer groups the kernel waits with is what is in flight.
+TEST(MoeBlockPlanTest, RingNeverOverwritesAStageBeforeItsUseNorIssuesRoutedStagesEarly) {
+  for (const MoeBlockShape& s : covered_shapes()) {
+    for (int b : {0, s.grid / 2, s.grid - 1}) {
+      for (int warp : {0, 7, kMoeBlockWarps - 1}) {
+        const MoeBlockWork w = moe_block_work(s, b, warp);
+        for (int flag_at : {-1, 0, 1, 3, w.routed_from, 1 << 20}) {
+          std::vector<int> slot_holds(kMoeBlockStages, -1);  // the stage each slot holds
+          int issued = 0, waited = 0;
+          bool flag = flag_at < 0;
+          auto issue = [&](const MoeBlockCursor& at, int slot) {
+            ASSERT_GE(slot, 0);
+            ASSERT_LT(slot, kMoeBlockStages);
+            EXPECT_TRUE(issued < w.routed_from || flag) << "routed stage " << issued << " before the routing";
+            EXPECT_EQ(at.stage(s, b).routed, issued >= w.routed_from);
+            slot_holds[slot] = issued++;
+          };
+          auto routed = [&](bool spin) {
+            if (spin && !flag) {
+              flag = true;  // the warp waits until the routing arrives
+              ++waited;
+            }
+            return flag;
+          };
+          MoeBlockRing ring = MoeBlockRing::start(w);
+          ring.prime(w, issue, kMoeBlockStages - 1);
+          EXPECT_LE(issued, std::min(w.routed_from, kMoeBlockStages - 1));
+          for (int k = 0; k < w.stages; ++k) {
+            if (k == flag_at) flag = true;
+            int newer = -1;
+            const int slot = ring.next(w, issue, routed, &newer);
+            ASSERT_EQ(slot_holds[slot], k) << "stage " << k << ": its slot holds another";
+            EXPECT_EQ(newer, issued - k - 1);
+            EXPECT_GE(newer, 0);
+            EXPECT_LE(newer, kMoeBlockStages - 1);
+          }
+          EXPECT_EQ(issued, w.stages);
+          EXPECT_LE(waited, 1);
+          // A warp waits for the routing only when nothing else is in flight: never when it came first.
+          if (flag_at == -1 || flag_at == 0) {
+            EXPECT_EQ(waited, 0);
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(MoeBlockPlanTest, RefusesWhatThePlanCannotRun) {
   const MoeBlockShape v2 = shape(2048, 1408, 2, 8, 64, 132);
   EXPECT_TRUE(moe_block_plan_covers(v2));

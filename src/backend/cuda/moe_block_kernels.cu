@@ -258,24 +258,21 @@ __device__ bool routing_ready(const MoeBlockArgs& a, const MoeBlockShape& sh, Bl
 }
 
 // A warp's weight stream: its stages in the plan's order (moe_block_plan.h) through its ring of kStages
-// slots, this lane's pieces of a slot at `mine` + slot x kStage.
+// slots (MoeBlockRing's bookkeeping), this lane's pieces of a slot at `mine` + slot x kStage.
 struct Stream {
   const MoeBlockArgs* a;
   const MoeBlockShape* sh;
   const MoeBlockWork* w;
   BlockState* s;
   uint4* mine;
-  MoeBlockCursor at;  // the next stage to issue
-  int issued = 0;     // stages issued (each one cp.async group of every lane)
-  int used = 0;       // stages consumed
-  int issue_slot = 0, use_slot = 0;
+  MoeBlockRing ring;
   WeightL2 l2;
 
-  // Copies the stage at `at` into its slot, commits its group and moves on.
-  __device__ void issue() {
+  // Copies the stage at cursor `at` into slot `slot` and commits its group.
+  __device__ void copy_stage(const MoeBlockCursor& at, int slot_index) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const MoeBlockStage st = at.stage(*sh, blockIdx.x);
-    uint4* slot = mine + issue_slot * kStage;
+    uint4* slot = mine + slot_index * kStage;
     if (!st.down) {
       // Rows of gate and up of the tile's unit; columns past H read as zeros.
       const int per_unit = sh->len / 16, unit = st.tile / per_unit;
@@ -307,33 +304,25 @@ struct Stream {
           copy_async16(slot + (u * 2 + h) * 32, base + 32 * u + (st.tile * 16 + g + 8 * h) * ld, true, l2);
     }
     copy_async_commit();
-    at.advance(*w);
-    ++issued;
-    issue_slot = issue_slot + 1 == kStages ? 0 : issue_slot + 1;
   }
 
-  // Issues what the ring allows (a stage's slot is free once the stage before it in the slot is used); a
-  // stage of the routed units only once the routing is visible (never waiting for it here).
+  // Issues what the ring allows; a stage of the routed units only once the routing is visible (never
+  // waiting for it here).
   __device__ void fill() {
-    while (issued < w->stages && issued < used + kStages) {
-      if (issued >= w->routed_from && !routing_ready(*a, *sh, *s, false)) return;
-      issue();
-    }
+    ring.fill(
+        *w, [&](const MoeBlockCursor& at, int slot) { copy_stage(at, slot); },
+        [&](bool spin) { return routing_ready(*a, *sh, *s, spin); });
   }
 
   // The next stage's slot once it has landed (this lane's pieces), waiting for the routing if the stage
   // could not be issued yet.
   __device__ const uint4* next() {
-    fill();
-    if (issued == used) {
-      routing_ready(*a, *sh, *s, true);
-      fill();
-    }
-    wait_groups(issued - used - 1);
-    const uint4* slot = mine + use_slot * kStage;
-    ++used;
-    use_slot = use_slot + 1 == kStages ? 0 : use_slot + 1;
-    return slot;
+    int newer = 0;
+    const int slot = ring.next(
+        *w, [&](const MoeBlockCursor& at, int s_) { copy_stage(at, s_); },
+        [&](bool spin) { return routing_ready(*a, *sh, *s, spin); }, &newer);
+    wait_groups(newer);
+    return mine + slot * kStage;
   }
 };
 
@@ -483,15 +472,16 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (logit_block && warp == 0)
     preload_router_row(a.router + static_cast<int64_t>(moe_block_first_expert(b, sh.grid)) * sh.H, sh.H, rs);
   Stream stream{&a, &sh, &w, &s, smem + static_cast<int64_t>(warp) * kStages * kStage + lane};
-  stream.at = MoeBlockCursor::first(w);
+  stream.ring = MoeBlockRing::start(w);
   stream.l2 = weight_l2(a.weights_evict_first);
-  while (stream.issued < w.routed_from && stream.issued < kStages - 1) stream.issue();
+  stream.ring.prime(
+      w, [&](const MoeBlockCursor& at, int slot) { stream.copy_stage(at, slot); }, kStages - 1);
   pdl_trigger();
   pdl_wait();
 
   form_x(a, sh.H, xs, s);
   stamp(a, kMoeBlockStampX);
-  if (logit_block && warp == 0) route(a, p, sh, rs, stream.issued, xs, scratch);
+  if (logit_block && warp == 0) route(a, p, sh, rs, stream.ring.issued, xs, scratch);
 
   // Segment 0: the shared units' gate/up tiles.
   for (int k = 0; k < w.shared; ++k) gate_up_tile(a, sh, w, stream, s, xs, b + k * sh.grid);

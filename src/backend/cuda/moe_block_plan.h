@@ -2,7 +2,7 @@
 // device code so that the CPU tests check what the kernel runs (tests/unit/moe_block_plan_test.cpp): which
 // gate/up row tiles and down row tiles each block takes, how a warp's down iterations split at the boundary
 // between the shared experts' columns and the routed experts', the order of a warp's weight stages across
-// the launch's four segments, and which blocks compute router logits.
+// the launch's four segments, a warp's ring of stages, and which blocks compute router logits.
 //
 // The launch (grid blocks of kMoeBlockWarps warps, all resident) runs, per block:
 //   segment 0: its gate/up tiles of the shared units (tiles b, b + grid, ... below the shared tiles);
@@ -164,6 +164,61 @@ struct MoeBlockCursor {
   DSI_MOE_BLOCK_FN MoeBlockStage stage(const MoeBlockShape& s, int b) const {
     const bool down = seg == 1 || seg == 3;
     return MoeBlockStage{down, seg >= 2, b + ord * s.grid, down ? ord : 0, it};
+  }
+};
+
+// A warp's ring bookkeeping: which stage goes into which of the kMoeBlockStages slots and when, shared by the
+// kernel (its issue copies a stage and commits one cp.async group) and the CPU tests (which check that no
+// slot is overwritten before its stage is used, that a routed stage is never issued before the routing is
+// visible, and that the pending-group count the kernel waits with is right).
+struct MoeBlockRing {
+  MoeBlockCursor at;  // the next stage to issue
+  int issued = 0;     // stages issued
+  int used = 0;       // stages handed out for use
+  int issue_slot = 0, use_slot = 0;
+
+  DSI_MOE_BLOCK_FN static MoeBlockRing start(const MoeBlockWork& w) {
+    MoeBlockRing r;
+    r.at = MoeBlockCursor::first(w);
+    return r;
+  }
+  DSI_MOE_BLOCK_FN static int next_slot(int slot) { return slot + 1 == kMoeBlockStages ? 0 : slot + 1; }
+  // Issues (issue(cursor, slot)) the stages the ring has room for: a slot is free once the stage before it
+  // there was handed out (and used before the next call). A stage from w.routed_from on only while
+  // routed(false) says the routing is visible; never waits.
+  template <class Issue, class Routed>
+  DSI_MOE_BLOCK_FN void fill(const MoeBlockWork& w, Issue&& issue, Routed&& routed) {
+    while (issued < w.stages && issued < used + kMoeBlockStages) {
+      if (issued >= w.routed_from && !routed(false)) return;
+      issue_one(w, issue);
+    }
+  }
+  // Issues up to `most` stages that need no routing (the kernel's before its PDL wait).
+  template <class Issue>
+  DSI_MOE_BLOCK_FN void prime(const MoeBlockWork& w, Issue&& issue, int most) {
+    while (issued < w.routed_from && issued < most && issued < used + kMoeBlockStages) issue_one(w, issue);
+  }
+  template <class Issue>
+  DSI_MOE_BLOCK_FN void issue_one(const MoeBlockWork& w, Issue&& issue) {
+    issue(at, issue_slot);
+    at.advance(w);
+    ++issued;
+    issue_slot = next_slot(issue_slot);
+  }
+  // The slot of the next stage to use, after filling (waiting for the routing through routed(true) when the
+  // stage itself could not be issued); *newer: stages issued after it (the groups that may stay pending).
+  template <class Issue, class Routed>
+  DSI_MOE_BLOCK_FN int next(const MoeBlockWork& w, Issue&& issue, Routed&& routed, int* newer) {
+    fill(w, issue, routed);
+    if (issued == used) {
+      routed(true);
+      fill(w, issue, routed);
+    }
+    *newer = issued - used - 1;
+    const int slot = use_slot;
+    ++used;
+    use_slot = next_slot(use_slot);
+    return slot;
   }
 };
 
