@@ -17,6 +17,8 @@
 namespace dsinfer {
 namespace {
 
+// Built with CUDA only: the tests that call it skip without (an unused function is an error).
+#ifdef DSINFER_HAVE_CUDA
 // Greedy completions of `prompts` (max_tokens[i] each) through an engine built from `config`.
 std::vector<std::vector<int32_t>> run_greedy(EngineConfig config,
                                              const std::vector<std::vector<int32_t>>& prompts,
@@ -58,6 +60,7 @@ std::vector<std::vector<int32_t>> run_greedy(EngineConfig config,
   for (auto& [id, t] : tokens) out[index.at(id)] = t;
   return out;
 }
+#endif
 
 class CudaGraphTest : public ::testing::TestWithParam<std::string> {};
 
