@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "engine/prompt.h"
 #include "server/api_error.h"
+#include "server/json_depth.h"
 
 namespace dsinfer::server {
 
@@ -182,6 +183,13 @@ void refuse_unsupported(const json& body, bool chat) {
 json parse_json_body(const std::string& body) {
   if (body.empty())
     throw bad_request("the request body is empty (expected a JSON object)", "", "invalid_json");
+  // Before parsing: copies and comparisons of nlohmann::json recurse per level, so a deeper body could
+  // overflow the stack later on.
+  if (json_deeper_than(body, kMaxJsonDepth)) {
+    throw bad_request(
+        str_cat("the request body nests arrays/objects more than ", kMaxJsonDepth, " levels deep"), "",
+        "invalid_json");
+  }
   json j;
   try {
     j = json::parse(body);

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "engine/prompt.h"
+#include "expect_error.h"
 #include "http_test_client.h"
 #include "server_harness.h"
 
@@ -19,23 +20,6 @@ using namespace std::chrono_literals;
 
 std::vector<int32_t> text_ids(const FakeEngine& e, const std::string& text) {
   return encode_text_prompt(e.tokenizer(), text);
-}
-
-void expect_error(const HttpResult& r, int status, const std::string& param = "",
-                  const std::string& code = "") {
-  EXPECT_EQ(r.status, status) << r.body;
-  json j = json::parse(r.body);
-  ASSERT_TRUE(j.contains("error")) << r.body;
-  const json& e = j["error"];
-  EXPECT_TRUE(e["message"].is_string() && !e["message"].get<std::string>().empty()) << r.body;
-  EXPECT_TRUE(e["type"].is_string()) << r.body;
-  EXPECT_TRUE(e.contains("param") && e.contains("code")) << r.body;
-  if (!param.empty()) {
-    EXPECT_EQ(e["param"], param) << r.body;
-  }
-  if (!code.empty()) {
-    EXPECT_EQ(e["code"], code) << r.body;
-  }
 }
 
 // Concatenated text per choice index of an SSE completion stream, plus the final chunk's data.
