@@ -20,9 +20,15 @@ void SamplingParams::validate(int32_t vocab_size) const {
   DSI_CHECK(frequency_penalty >= -2.0f && frequency_penalty <= 2.0f,
             "sampling: frequency_penalty must be in [-2, 2], got ", frequency_penalty);
   DSI_CHECK(max_tokens >= 1, "sampling: max_tokens must be >= 1, got ", max_tokens);
+  DSI_CHECK(stop.size() <= kMaxStopStrings, "sampling: stop must have at most ", kMaxStopStrings,
+            " strings, got ", stop.size());
   for (size_t i = 0; i < stop.size(); ++i) {
     DSI_CHECK(!stop[i].empty(), "sampling: stop[", i, "] must be a non-empty string");
+    DSI_CHECK(stop[i].size() <= kMaxStopStringBytes, "sampling: stop[", i, "] must be at most ",
+              kMaxStopStringBytes, " bytes, got ", stop[i].size());
   }
+  DSI_CHECK(stop_token_ids.size() <= kMaxStopTokenIds, "sampling: stop_token_ids must have at most ",
+            kMaxStopTokenIds, " ids, got ", stop_token_ids.size());
   for (size_t i = 0; i < stop_token_ids.size(); ++i) {
     DSI_CHECK(stop_token_ids[i] >= 0 && stop_token_ids[i] < vocab_size, "sampling: stop_token_ids[", i,
               "] must be in [0, ", vocab_size, "), got ", stop_token_ids[i]);

@@ -10,6 +10,11 @@ namespace dsinfer {
 struct SamplingParams {
   // Largest accepted `logprobs` (the OpenAI API allows up to 20 top logprobs per token).
   static constexpr int32_t kMaxLogprobs = 20;
+  // Stop conditions are checked against every generated token of every choice: bounded so that one request
+  // cannot stall the engine thread or fill memory (OpenAI itself allows 4 stop strings).
+  static constexpr size_t kMaxStopStrings = 16;
+  static constexpr size_t kMaxStopStringBytes = 256;
+  static constexpr size_t kMaxStopTokenIds = 64;
 
   float temperature = 1.0f;             // >= 0; 0 => greedy (argmax, lowest id on ties)
   int32_t top_k = 0;                    // <= 0 disables; values above the vocabulary size keep everything
@@ -21,8 +26,9 @@ struct SamplingParams {
   float frequency_penalty = 0.0f;       // [-2, 2]: logit -= frequency * count
   std::optional<uint64_t> seed;         // same seed + same inputs => same tokens
   int32_t max_tokens = 16;              // >= 1
-  std::vector<std::string> stop;        // stop strings (not included in the output), each non-empty
-  std::vector<int32_t> stop_token_ids;  // each in [0, vocab_size)
+  std::vector<std::string> stop;        // stop strings (not in the output): <= kMaxStopStrings, each
+                                        // non-empty and <= kMaxStopStringBytes
+  std::vector<int32_t> stop_token_ids;  // <= kMaxStopTokenIds, each in [0, vocab_size)
   bool ignore_eos = false;
   int32_t logprobs = 0;  // number of top logprobs to return per token, [0, kMaxLogprobs] (0 = none)
 

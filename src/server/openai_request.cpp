@@ -128,6 +128,54 @@ std::vector<std::vector<int32_t>> completion_prompts(const json& body, const Tok
   return prompts;
 }
 
+// `stop`: a string or a list of strings, bounded in count and length before anything is copied.
+std::vector<std::string> stop_strings(const json& stop) {
+  if (stop.is_string()) return stop_strings(json::array({stop}));
+  if (!stop.is_array())
+    throw bad_request("'stop' must be a string or a list of strings", "stop", "invalid_type");
+  if (stop.size() > SamplingParams::kMaxStopStrings) {
+    throw bad_request(str_cat("'stop' has ", stop.size(), " entries; at most ",
+                              SamplingParams::kMaxStopStrings, " are allowed"),
+                      "stop", "invalid_value");
+  }
+  std::vector<std::string> out;
+  for (const json& e : stop) {
+    if (!e.is_string()) throw bad_request("'stop' entries must be strings", "stop", "invalid_type");
+    const std::string& text = e.get_ref<const std::string&>();
+    if (text.size() > SamplingParams::kMaxStopStringBytes) {
+      throw bad_request(str_cat("'stop' strings must be at most ", SamplingParams::kMaxStopStringBytes,
+                                " bytes, got one of ", text.size()),
+                        "stop", "invalid_value");
+    }
+    out.push_back(text);
+  }
+  return out;
+}
+
+// `stop_token_ids` (vLLM): a bounded list of ids of the vocabulary (checked before narrowing to int32).
+std::vector<int32_t> stop_token_ids(const json& ids, int32_t vocab_size) {
+  if (!ids.is_array())
+    throw bad_request("'stop_token_ids' must be a list of integers", "stop_token_ids", "invalid_type");
+  if (ids.size() > SamplingParams::kMaxStopTokenIds) {
+    throw bad_request(str_cat("'stop_token_ids' has ", ids.size(), " entries; at most ",
+                              SamplingParams::kMaxStopTokenIds, " are allowed"),
+                      "stop_token_ids", "invalid_value");
+  }
+  std::vector<int32_t> out;
+  for (const json& e : ids) {
+    if (!e.is_number_integer())
+      throw bad_request("'stop_token_ids' must be a list of integers", "stop_token_ids", "invalid_type");
+    const bool in_range = e.is_number_unsigned() ? e.get<uint64_t>() < static_cast<uint64_t>(vocab_size)
+                                                 : e.get<int64_t>() >= 0 && e.get<int64_t>() < vocab_size;
+    if (!in_range) {
+      throw bad_request(str_cat("'stop_token_ids' contains ", e.dump(), ", outside [0, ", vocab_size, ")"),
+                        "stop_token_ids", "invalid_value");
+    }
+    out.push_back(static_cast<int32_t>(e.get<int64_t>()));
+  }
+  return out;
+}
+
 // "sampling: top_p must be ..." -> "top_p".
 std::string field_of(const std::string& message) {
   const std::string prefix = "sampling: ";
@@ -269,29 +317,9 @@ CompletionRequest parse_completion_request(const json& body, bool chat, const To
   if (auto k = integer(body, "top_k")) s.top_k = bounded_int(*k, "top_k");
   if (auto seed = integer(body, "seed")) s.seed = static_cast<uint64_t>(*seed);
   if (auto ignore = boolean(body, "ignore_eos")) s.ignore_eos = *ignore;
-  if (present(body, "stop")) {
-    const json& stop = body["stop"];
-    if (stop.is_string()) {
-      s.stop.push_back(stop.get<std::string>());
-    } else if (stop.is_array()) {
-      for (const json& e : stop) {
-        if (!e.is_string()) throw bad_request("'stop' entries must be strings", "stop", "invalid_type");
-        s.stop.push_back(e.get<std::string>());
-      }
-    } else {
-      throw bad_request("'stop' must be a string or a list of strings", "stop", "invalid_type");
-    }
-  }
-  if (present(body, "stop_token_ids")) {
-    if (!body["stop_token_ids"].is_array()) {
-      throw bad_request("'stop_token_ids' must be a list of integers", "stop_token_ids", "invalid_type");
-    }
-    for (const json& e : body["stop_token_ids"]) {
-      if (!e.is_number_integer())
-        throw bad_request("'stop_token_ids' must be a list of integers", "stop_token_ids", "invalid_type");
-      s.stop_token_ids.push_back(static_cast<int32_t>(e.get<int64_t>()));
-    }
-  }
+  if (present(body, "stop")) s.stop = stop_strings(body["stop"]);
+  if (present(body, "stop_token_ids"))
+    s.stop_token_ids = stop_token_ids(body["stop_token_ids"], limits.vocab_size);
 
   // logprobs: completions take an integer (alternatives per token); chat a boolean plus top_logprobs.
   if (chat) {

@@ -83,6 +83,13 @@ TEST(SamplingParamsTest, RejectsOutOfRangeValues) {
   p = {}, p.stop_token_ids = {5, 1000}, expect_invalid(p, "stop_token_ids[1]");
   p = {}, p.logprobs = -1, expect_invalid(p, "logprobs");
   p = {}, p.logprobs = 21, expect_invalid(p, "logprobs");
+  // Stop conditions are bounded (each is checked on every generated token).
+  p = {}, p.stop = std::vector<std::string>(SamplingParams::kMaxStopStrings + 1, "x"),
+  expect_invalid(p, "stop");
+  p = {}, p.stop = {"ok", std::string(SamplingParams::kMaxStopStringBytes + 1, 'x')},
+  expect_invalid(p, "stop[1]");
+  p = {}, p.stop_token_ids = std::vector<int32_t>(SamplingParams::kMaxStopTokenIds + 1, 1);
+  expect_invalid(p, "stop_token_ids");
 }
 
 TEST(SamplingParamsTest, MessageNamesAllowedRange) {
@@ -106,6 +113,10 @@ TEST(SamplingParamsTest, AcceptsBoundaryValues) {
   p.top_k = -1;
   p.logprobs = 20;
   p.stop_token_ids = {0, 999};
+  EXPECT_NO_THROW(p.validate(1000));
+  p.stop = std::vector<std::string>(SamplingParams::kMaxStopStrings,
+                                    std::string(SamplingParams::kMaxStopStringBytes, 'x'));
+  p.stop_token_ids = std::vector<int32_t>(SamplingParams::kMaxStopTokenIds, 999);
   EXPECT_NO_THROW(p.validate(1000));
 }
 

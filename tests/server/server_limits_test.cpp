@@ -1,10 +1,12 @@
-// Request bodies that would cost the server more than any real request: JSON nested past the depth limit.
-// It is a 400, and the server keeps serving.
+// Request bodies that would cost the server more than any real request: JSON nested past the depth limit,
+// oversized stop lists, out-of-range stop token ids. Each is a 400 naming the field, and the server keeps
+// serving.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "engine/sampling_params.h"
 #include "expect_error.h"
 #include "http_test_client.h"
 #include "server/json_depth.h"
@@ -49,6 +51,49 @@ TEST(ServerLimitsTest, DeeplyNestedJsonIsRefusedAndTheServerStaysUp) {
                      "max_tokens": 2})")
                 .status,
             200);
+}
+
+// Each stop string is searched for after every generated token of every choice: the lists are bounded.
+TEST(ServerLimitsTest, StopListsAreBounded) {
+  ServerHarness h;
+  auto with = [&](const json& extra) {
+    json body = {{"prompt", "x"}, {"max_tokens", 2}};
+    body.update(extra);
+    return post(h.port, "/v1/completions", body.dump());
+  };
+  const size_t kStops = SamplingParams::kMaxStopStrings, kBytes = SamplingParams::kMaxStopStringBytes,
+               kIds = SamplingParams::kMaxStopTokenIds;
+  EXPECT_EQ(with({{"stop", std::vector<std::string>(kStops, std::string(kBytes, 'q'))},
+                  {"stop_token_ids", std::vector<int32_t>(kIds, 7)}})
+                .status,
+            200);
+  expect_error(with({{"stop", std::vector<std::string>(kStops + 1, "q")}}), 400, "stop", "invalid_value");
+  expect_error(with({{"stop", std::string(kBytes + 1, 'q')}}), 400, "stop", "invalid_value");
+  expect_error(with({{"stop", {"q", std::string(kBytes + 1, 'q')}}}), 400, "stop", "invalid_value");
+  expect_error(with({{"stop_token_ids", std::vector<int32_t>(kIds + 1, 7)}}), 400, "stop_token_ids",
+               "invalid_value");
+  // A million stop strings in a 4 MB body: refused by count, the server still serves.
+  expect_error(with({{"stop", std::vector<std::string>(1000000, "q")}}), 400, "stop", "invalid_value");
+  EXPECT_EQ(with(json::object()).status, 200);
+}
+
+// Ids are checked before they are narrowed to int32: 4294967298 used to become token 2.
+TEST(ServerLimitsTest, StopTokenIdsOutsideTheVocabularyAreRefused) {
+  ServerHarness h;
+  const int64_t vocab = h.engine->model_config().vocab_size;
+  auto stop_ids = [&](const std::string& ids) {
+    return post(h.port, "/v1/completions",
+                R"({"prompt": "x", "max_tokens": 2, "stop_token_ids": )" + ids + "}");
+  };
+  for (const std::string& bad :
+       {std::string("[4294967298]"), std::string("[-1]"), std::to_string(vocab),
+        std::string("[18446744073709551615]"), std::string("[9223372036854775807]")}) {
+    const std::string ids = bad.front() == '[' ? bad : "[" + bad + "]";
+    HttpResult r = stop_ids(ids);
+    expect_error(r, 400, "stop_token_ids", "invalid_value");
+    EXPECT_NE(r.body.find(ids.substr(1, ids.size() - 2)), std::string::npos) << r.body;  // names the id
+  }
+  EXPECT_EQ(stop_ids("[0, " + std::to_string(vocab - 1) + "]").status, 200);
 }
 
 }  // namespace
