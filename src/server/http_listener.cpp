@@ -12,7 +12,7 @@ namespace net = boost::asio;
 using tcp = net::ip::tcp;
 
 HttpListener::HttpListener(net::io_context& ioc, std::shared_ptr<const SessionConfig> config)
-    : ioc_(ioc), acceptor_(ioc), config_(std::move(config)) {}
+    : ioc_(ioc), acceptor_(ioc), retry_timer_(ioc), config_(std::move(config)) {}
 
 int HttpListener::listen(const std::string& host, int port) {
   boost::system::error_code ec;
@@ -43,23 +43,41 @@ void HttpListener::start_accepting() {
 
 void HttpListener::do_accept() {
   acceptor_.async_accept([self = shared_from_this()](boost::system::error_code ec, tcp::socket socket) {
-    if (!self->accepting_) return;
+    if (!self->accepting_ || ec == net::error::operation_aborted) return;
     if (ec) {
-      if (ec != net::error::operation_aborted) log_warn("http: accept failed: ", ec.message());
-    } else {
-      boost::system::error_code opt_ec;
-      socket.set_option(tcp::no_delay(true), opt_ec);
-      auto session = std::make_shared<HttpSession>(std::move(socket), self->config_);
-      self->prune();
-      self->sessions_.push_back(session);
-      session->start();
+      self->accept_failed(ec);
+      return;
     }
+    boost::system::error_code opt_ec;
+    socket.set_option(tcp::no_delay(true), opt_ec);
+    auto session = std::make_shared<HttpSession>(std::move(socket), self->config_);
+    self->prune();
+    self->sessions_.push_back(session);
+    session->start();
     self->do_accept();
+  });
+}
+
+void HttpListener::accept_failed(const boost::system::error_code& ec) {
+  const AcceptBackoff::Retry retry = backoff_.on_error(ec, AcceptBackoff::Clock::now());
+  if (retry.log) {
+    log_warn("http: accept failed: ", ec.message(),
+             retry.failures > 1 ? str_cat(" (", retry.failures, " failures since the last report)") : "",
+             retry.delay.count() > 0 ? str_cat("; accepting again in ", retry.delay.count(), " ms") : "");
+  }
+  if (retry.delay.count() == 0) {
+    do_accept();
+    return;
+  }
+  retry_timer_.expires_after(retry.delay);
+  retry_timer_.async_wait([self = shared_from_this()](boost::system::error_code wait_ec) {
+    if (!wait_ec && self->accepting_) self->do_accept();
   });
 }
 
 void HttpListener::stop_accepting() {
   accepting_ = false;
+  retry_timer_.cancel();
   boost::system::error_code ec;
   acceptor_.close(ec);
 }

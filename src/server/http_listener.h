@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "server/accept_backoff.h"
 #include "server/http_session.h"
 
 namespace dsinfer::server {
@@ -23,9 +24,13 @@ class HttpListener : public std::enable_shared_from_this<HttpListener> {
 
  private:
   void do_accept();
+  // Logs (rate-limited) and accepts again, after a pause when the process is out of descriptors or memory.
+  void accept_failed(const boost::system::error_code& ec);
   void prune();
   boost::asio::io_context& ioc_;
   boost::asio::ip::tcp::acceptor acceptor_;
+  boost::asio::steady_timer retry_timer_;
+  AcceptBackoff backoff_;
   std::shared_ptr<const SessionConfig> config_;
   std::vector<std::weak_ptr<HttpSession>> sessions_;
   bool accepting_ = false;

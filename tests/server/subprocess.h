@@ -77,6 +77,7 @@ class Subprocess {
   }
 
   void signal(int signo) { ::kill(pid_, signo); }
+  pid_t pid() const { return pid_; }
 
   // Exit status (or 128 + signal), nullopt when still running after `timeout`.
   std::optional<int> wait_exit(std::chrono::milliseconds timeout) {
