@@ -175,9 +175,11 @@ void CompletionJob::stream_delta(Choice& c, const RequestEvent& ev) {
   if (ev.text.empty() && ev.logprobs.empty() && !ev.finished) return;
   ChoiceOutput delta{c.index, ev.text, {}, ev.finished ? c.finish_reason : ""};
   if (req_.top_logprobs >= 0) delta.logprobs = ev.logprobs;
-  out_->write_chunk(sse_data(dump(chunk_body(header_, ctx_.engine.load()->tokenizer(), delta,
-                                             req_.top_logprobs, false, req_.include_usage, c.text_offset))));
-  c.text_offset = c.text.size();
+  const Tokenizer& tok = ctx_.engine.load()->tokenizer();
+  out_->write_chunk(sse_data(
+      dump(chunk_body(header_, tok, delta, req_.top_logprobs, false, req_.include_usage, c.text_offset))));
+  // Counted in token bytes, as within a chunk: a token's bytes may reach the text only with a later one.
+  c.text_offset += logprobs_text_bytes(tok, delta.logprobs);
 }
 
 void CompletionJob::fail_stream(const std::string& message) {

@@ -1,6 +1,10 @@
 // OpenAI response shapes: text_completion / chat.completion bodies and their stream chunks.
 #include "server/openai_response.h"
 
+#include <cstdio>
+
+#include "tokenizer/utf8.h"
+
 namespace dsinfer::server {
 
 using nlohmann::json;
@@ -11,12 +15,37 @@ json finish(const std::string& reason) {
   return reason.empty() ? json(nullptr) : json(reason);
 }
 
+// The token as text: what it decodes to alone, U+FFFD for bytes of an incomplete UTF-8 character.
 std::string token_text(const Tokenizer& tok, int32_t id) {
   try {
     return tok.decode({id});
   } catch (const std::exception&) {
     return "";
   }
+}
+
+// The bytes the token adds to the output (a byte-fallback token such as <0xE4>: that one byte).
+std::string token_raw(const Tokenizer& tok, int32_t id) {
+  try {
+    return tok.token_bytes(id);
+  } catch (const std::exception&) {
+    return "";
+  }
+}
+
+// The key of a token in the completions top_logprobs object: its text, or, when its bytes are not UTF-8 on
+// their own, `bytes:\xe4\xbd` (a backslash, x, two hex digits per byte) so that two such tokens do not
+// collide on "\uFFFD".
+std::string top_key(const Tokenizer& tok, int32_t id) {
+  const std::string raw = token_raw(tok, id);
+  if (utf8::find_invalid(raw) == utf8::kValid) return token_text(tok, id);
+  std::string key = "bytes:";
+  char hex[8];
+  for (unsigned char c : raw) {
+    std::snprintf(hex, sizeof(hex), "\\x%02x", c);
+    key += hex;
+  }
+  return key;
 }
 
 json bytes_of(const std::string& s) {
@@ -47,32 +76,42 @@ json logprobs_json(const Tokenizer& tok, const std::vector<TokenLogprob>& lps, i
       const std::string text = token_text(tok, lp.token);
       json alts = json::array();
       for (size_t i = 0; i < lp.top.size() && static_cast<int32_t>(i) < top; ++i) {
-        const std::string t = token_text(tok, lp.top[i].first);
-        alts.push_back({{"token", t}, {"logprob", lp.top[i].second}, {"bytes", bytes_of(t)}});
+        const int32_t alt = lp.top[i].first;
+        alts.push_back({{"token", token_text(tok, alt)},
+                        {"logprob", lp.top[i].second},
+                        {"bytes", bytes_of(token_raw(tok, alt))}});
       }
-      content.push_back(
-          {{"token", text}, {"logprob", lp.logprob}, {"bytes", bytes_of(text)}, {"top_logprobs", alts}});
+      content.push_back({{"token", text},
+                         {"logprob", lp.logprob},
+                         {"bytes", bytes_of(token_raw(tok, lp.token))},
+                         {"top_logprobs", alts}});
     }
     return {{"content", content}};
   }
   json tokens = json::array(), token_logprobs = json::array(), top_logprobs = json::array(),
        text_offset = json::array();
   for (const TokenLogprob& lp : lps) {
-    const std::string text = token_text(tok, lp.token);
-    tokens.push_back(text);
+    tokens.push_back(token_text(tok, lp.token));
     token_logprobs.push_back(lp.logprob);
     json alts = json::object();
     for (size_t i = 0; i < lp.top.size() && static_cast<int32_t>(i) < top; ++i) {
-      alts[token_text(tok, lp.top[i].first)] = lp.top[i].second;
+      const std::string key = top_key(tok, lp.top[i].first);
+      if (!alts.contains(key)) alts[key] = lp.top[i].second;  // the likelier of two equal keys
     }
     top_logprobs.push_back(alts);
     text_offset.push_back(offset);
-    offset += text.size();
+    offset += token_raw(tok, lp.token).size();
   }
   return {{"tokens", tokens},
           {"token_logprobs", token_logprobs},
           {"top_logprobs", top_logprobs},
           {"text_offset", text_offset}};
+}
+
+size_t logprobs_text_bytes(const Tokenizer& tok, const std::vector<TokenLogprob>& lps) {
+  size_t bytes = 0;
+  for (const TokenLogprob& lp : lps) bytes += token_raw(tok, lp.token).size();
+  return bytes;
 }
 
 json completion_body(const ResponseHeader& h, const Tokenizer& tok, const std::vector<ChoiceOutput>& choices,

@@ -29,9 +29,15 @@ std::string dump(const nlohmann::json& j);
 
 nlohmann::json usage_json(int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens);
 
-// `top` alternatives per token (< 0: logprobs were not requested => null). text_offset starts at `offset`.
+// `top` alternatives per token (< 0: logprobs were not requested => null). A token's `token` is its text
+// (U+FFFD for the bytes of an incomplete UTF-8 character), its `bytes` (chat) the bytes it adds to the
+// output; text_offset starts at `offset` and advances by those bytes. Completions' top_logprobs keys a token
+// that is not UTF-8 on its own as `bytes:\xe4` so that such alternatives do not collide.
 nlohmann::json logprobs_json(const Tokenizer& tok, const std::vector<TokenLogprob>& lps, int32_t top,
                              bool chat, size_t offset = 0);
+
+// The bytes these tokens add to the output (where the next text_offset starts).
+size_t logprobs_text_bytes(const Tokenizer& tok, const std::vector<TokenLogprob>& lps);
 
 nlohmann::json completion_body(const ResponseHeader& h, const Tokenizer& tok,
                                const std::vector<ChoiceOutput>& choices, int32_t top_logprobs,

@@ -25,14 +25,13 @@ class FakeEngine : public Engine {
     int32_t max_queue_length =
         100000;                  // the engine's own limit (the server applies its configured one first)
     int32_t max_running = 1000;  // requests beyond this wait
+    // The generated tokens are drawn from this text's tokens.
+    std::string words = " alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu";
   };
 
   FakeEngine(const std::string& model_dir, Options options)
       : options_(options), tokenizer_(Tokenizer::load(model_dir)), config_(load_model_config(model_dir)) {
-    for (int32_t id :
-         tokenizer_.encode(" alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu", false)) {
-      words_.push_back(id);
-    }
+    for (int32_t id : tokenizer_.encode(options_.words, false)) words_.push_back(id);
     thread_ = std::thread([this]() { loop(); });
   }
   ~FakeEngine() override { shutdown(std::chrono::milliseconds(0)); }
@@ -118,10 +117,16 @@ class FakeEngine : public Engine {
   }
   // The text a request with this prompt and seed produces (for max_tokens tokens, no stop strings).
   std::string expected_text(const std::vector<int32_t>& prompt, uint64_t seed, int32_t max_tokens) const {
-    uint64_t state = request_hash(prompt, seed);
     std::string text;
-    for (int32_t i = 0; i < max_tokens; ++i) text += tokenizer_.decode({next_token(state)});
+    for (int32_t id : expected_ids(prompt, seed, max_tokens)) text += tokenizer_.decode({id});
     return text;
+  }
+  std::vector<int32_t> expected_ids(const std::vector<int32_t>& prompt, uint64_t seed,
+                                    int32_t max_tokens) const {
+    uint64_t state = request_hash(prompt, seed);
+    std::vector<int32_t> ids;
+    for (int32_t i = 0; i < max_tokens; ++i) ids.push_back(next_token(state));
+    return ids;
   }
 
  private:
