@@ -227,11 +227,18 @@ void HttpSession::end_stream() {
 }
 
 void HttpSession::queue_write(std::string data) {
+  if (closed_) return;
   queued_bytes_ += data.size();
   if (queued_bytes_ > config_->max_pending_write_bytes) {
     log_warn("http: ", remote_, ": client is not reading (", queued_bytes_, " bytes pending), dropping it");
-    queue_.clear();
-    queued_bytes_ = 0;
+    // An async_write may still hold the front element: only what is not being written goes.
+    if (writing_ && !queue_.empty()) {
+      queue_.erase(queue_.begin() + 1, queue_.end());
+      queued_bytes_ = queue_.front().size();
+    } else {
+      queue_.clear();
+      queued_bytes_ = 0;
+    }
     peer_gone();
     return;
   }
@@ -252,9 +259,11 @@ void HttpSession::do_write() {
                    [self = shared_from_this()](beast::error_code ec, size_t) {
                      self->stream_.expires_never();
                      self->writing_ = false;
-                     if (ec) {
+                     // Closed meanwhile (the write may have completed before the close): nothing more goes.
+                     if (ec || self->closed_) {
                        self->queue_.clear();
-                       self->peer_gone();
+                       self->queued_bytes_ = 0;
+                       if (ec) self->peer_gone();
                        return;
                      }
                      self->queued_bytes_ -= self->queue_.front().size();

@@ -34,6 +34,8 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>, public Res
   // Closes the connection now.
   void close_now();
   bool open() const { return !closed_; }
+  // Bytes of a stream queued and not yet written.
+  size_t pending_write_bytes() const { return queued_bytes_; }
 
   void send(HttpResponse response) override;
   void start_stream(int status, const std::string& content_type) override;
