@@ -1,6 +1,9 @@
 // `dsinfer serve`: the OpenAI-compatible HTTP server. Options come from --config FILE.yaml and flags (flags
 // win); the listener starts at once (/health/live answers while the model loads), the engine is loaded and
-// warmed up on a side thread, and SIGTERM drains in-flight requests before exiting 0.
+// warmed up on a side thread, and SIGTERM drains in-flight requests before exiting 0 (at once while loading).
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <future>
 #include <thread>
 
@@ -70,6 +73,7 @@ int run_serve(ServeArgs& a) {
 
   std::unique_ptr<Engine> engine;
   int status = 0;
+  std::atomic<bool> loaded{false};  // the loader thread is done (engine ready, or failed)
   std::thread loader([&]() {
     try {
       srv.set_phase(server::Phase::kLoading, "loading the model from " + config.engine.model_dir);
@@ -80,14 +84,25 @@ int run_serve(ServeArgs& a) {
       srv.set_phase(server::Phase::kReady);
       log_info("serve: model loaded and warmed up; ready");
       std::fprintf(stderr, "dsinfer serve: ready\n");
+      loaded = true;
     } catch (const std::exception& e) {
       log_error("serve: cannot start the engine: ", e.what());
       srv.set_phase(server::Phase::kFailed, e.what());
       status = 1;
+      loaded = true;  // before stop(): run() returning must not look like a stop during loading
       srv.stop();
     }
   });
   srv.run();
+  if (!loaded) {
+    // Stopped by a signal while the model loads or warms up: the loader (model/) has no point where it could
+    // be cancelled and may take minutes, so the process exits now instead of joining it. The listener and
+    // every connection are already closed; nothing was served.
+    log_warn("serve: stopped while loading the model; exiting without waiting for the load");
+    std::fprintf(stderr, "dsinfer serve: stopped while loading\n");
+    std::fflush(nullptr);
+    std::_Exit(0);
+  }
   loader.join();
   if (engine) {
     engine->shutdown(

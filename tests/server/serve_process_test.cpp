@@ -1,7 +1,9 @@
-// `dsinfer serve` as a subprocess out of file descriptors: the listener backs off instead of spinning on
-// accept, by the AcceptBackoff rules tested here too.
+// `dsinfer serve` as a subprocess under pressure: out of file descriptors (the listener backs off instead of
+// spinning on accept, by the AcceptBackoff rules tested here too), and a SIGTERM while the model loads.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -93,6 +95,33 @@ TEST(ServeProcessTest, OutOfDescriptorsBacksOffAndRecovers) {
   const auto exit_status = server.wait_exit(30s);
   ASSERT_TRUE(exit_status.has_value()) << server.log();
   EXPECT_EQ(*exit_status, 0) << server.log();
+}
+
+// A model whose weights never arrive (a FIFO nobody writes: the loader blocks in open(), like a load from a
+// slow disk). SIGTERM used to stop the HTTP loop and then wait in join() for the loader, forever; further
+// signals were swallowed. Now the process exits at once.
+TEST(ServeProcessTest, SigtermWhileLoadingExitsPromptly) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("dsinfer_slow_model_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  for (const char* f : {"config.json", "tokenizer.json", "tokenizer_config.json", "generation_config.json"})
+    fs::copy_file(fs::path(kModel) / f, dir / f);
+  ASSERT_EQ(::mkfifo((dir / "model.safetensors").c_str(), 0600), 0);
+
+  Subprocess server({DSINFER_BINARY, "serve", "--model", dir.string(), "--port", "0", "--device", "cpu"});
+  const int port = server.wait_for_port(60s);
+  HttpResult ready = get(port, "/health/ready");
+  EXPECT_EQ(ready.status, 503) << ready.body;
+  std::this_thread::sleep_for(200ms);  // the loader is in open()
+  const auto start = std::chrono::steady_clock::now();
+  server.signal(SIGTERM);
+  const auto status = server.wait_exit(5s);
+  ASSERT_TRUE(status.has_value()) << "still running 5 s after SIGTERM\n" << server.log();
+  EXPECT_EQ(*status, 0) << server.log();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 3s);
+  EXPECT_NE(server.log().find("stopped while loading"), std::string::npos) << server.log();
+  fs::remove_all(dir);
 }
 
 }  // namespace
