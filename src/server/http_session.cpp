@@ -128,6 +128,7 @@ void HttpSession::on_read(beast::error_code ec) {
   r.body = std::move(req.body());
   r.remote = remote_;
   keep_alive_ = req.keep_alive();
+  version_ = req.version();
   in_response_ = true;
   responded_ = false;
   streaming_ = false;
@@ -206,15 +207,22 @@ void HttpSession::start_stream(int status, const std::string& content_type) {
   responded_ = true;
   streaming_ = true;
   if (config_->draining && config_->draining()) keep_alive_ = false;
+  // HTTP/1.0 has no chunked encoding: the body is the raw stream and ends with the connection.
+  chunked_ = version_ >= 11;
+  if (!chunked_) keep_alive_ = false;
   std::string head = "HTTP/1.1 " + std::to_string(status) + " " + reason_phrase(status) + "\r\n";
   head += "Server: dsinfer\r\nContent-Type: " + content_type + "\r\nCache-Control: no-cache\r\n";
-  head += "Transfer-Encoding: chunked\r\n";
+  if (chunked_) head += "Transfer-Encoding: chunked\r\n";
   head += keep_alive_ ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
   queue_write(std::move(head));
 }
 
 void HttpSession::write_chunk(std::string data) {
   if (closed_ || !streaming_ || stream_ended_ || data.empty()) return;
+  if (!chunked_) {
+    queue_write(std::move(data));
+    return;
+  }
   char size[32];
   std::snprintf(size, sizeof(size), "%zx\r\n", data.size());
   queue_write(size + std::move(data) + "\r\n");
@@ -223,7 +231,11 @@ void HttpSession::write_chunk(std::string data) {
 void HttpSession::end_stream() {
   if (closed_ || !streaming_ || stream_ended_) return;
   stream_ended_ = true;
-  queue_write("0\r\n\r\n");
+  if (chunked_) {
+    queue_write("0\r\n\r\n");
+  } else if (!writing_) {
+    do_write();  // nothing queued: finishes the response (and closes the connection)
+  }
 }
 
 void HttpSession::queue_write(std::string data) {

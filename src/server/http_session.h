@@ -76,6 +76,8 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>, public Res
   bool close_requested_ = false;
   bool disconnected_ = false;
   bool closed_ = false;
+  bool chunked_ = true;    // the current stream's body is chunked (not for HTTP/1.0 requests)
+  unsigned version_ = 11;  // of the current request: 10 or 11
 };
 
 }  // namespace dsinfer::server

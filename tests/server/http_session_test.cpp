@@ -1,4 +1,5 @@
-// HttpSession at the edges of HTTP/1.x: a stream dropped for its unsent bytes while a write is in flight.
+// HttpSession at the edges of HTTP/1.x: a stream dropped for its unsent bytes while a write is in flight,
+// and streaming to an HTTP/1.0 client (no chunked encoding).
 #include "server/http_session.h"
 
 #include <gtest/gtest.h>
@@ -41,6 +42,31 @@ TEST(HttpSessionTest, DroppingASlowStreamKeepsTheBufferOfTheWriteInFlight) {
   EXPECT_FALSE(session->open());
   EXPECT_EQ(session->pending_write_bytes(), 0u);
   EXPECT_TRUE(client.closed_by_peer(1s));
+}
+
+// HTTP/1.0 has no chunked encoding: the stream is sent as is and the connection closes at its end.
+TEST(HttpSessionTest, StreamingToAnHttp10ClientIsNotChunked) {
+  ServerHarness h;
+  const std::string body = R"({"prompt": "old client", "max_tokens": 6, "seed": 2, "stream": true})";
+  const std::string chunked = post(h.port, "/v1/completions", body).body;
+  RawConnection c(h.port);
+  c.send_all("POST /v1/completions HTTP/1.0\r\nContent-Type: application/json\r\nContent-Length: " +
+             std::to_string(body.size()) + "\r\n\r\n" + body);
+  const HttpResult r = c.read_response(10000ms);  // no length, not chunked: read to the end of the connection
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.headers.count("transfer-encoding"), 0u);
+  EXPECT_EQ(r.body.find("\r\n"), std::string::npos) << "chunk framing in the body";
+  EXPECT_EQ(r.headers.at("connection"), "close");
+  const std::vector<std::string> events = sse_payloads(r.body);
+  ASSERT_FALSE(events.empty()) << r.body;
+  EXPECT_EQ(events.back(), "[DONE]");
+  std::vector<std::string> expected = sse_payloads(chunked);
+  ASSERT_EQ(events.size(), expected.size()) << r.body;
+  for (size_t i = 0; i + 1 < events.size(); ++i) {
+    json a = json::parse(events[i]), b = json::parse(expected[i]);
+    EXPECT_EQ(a["choices"], b["choices"]) << r.body;
+  }
+  EXPECT_TRUE(c.closed_by_peer(1000ms));
 }
 
 }  // namespace

@@ -118,7 +118,7 @@ class RawConnection {
       while (buffer_.size() < len) fill(timeout);
       r.body = buffer_.substr(0, len);
       buffer_.erase(0, len);
-    } else if (r.headers["transfer-encoding"] == "chunked") {
+    } else if (r.headers.count("transfer-encoding") && r.headers.at("transfer-encoding") == "chunked") {
       for (;;) {
         while (buffer_.find("\r\n") == std::string::npos) fill(timeout);
         const size_t eol = buffer_.find("\r\n");
