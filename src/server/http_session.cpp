@@ -140,15 +140,23 @@ void HttpSession::on_read(beast::error_code ec) {
 }
 
 // While a response is pending, wait for the socket to become readable: EOF (or an error) means the client
-// went away; data means a pipelined request, which is read after this response.
+// went away. Data is a pipelined request: it is moved into the read buffer, where the next request's read
+// starts, and the wait goes on (so a client that pipelines and then leaves is still noticed), up to
+// kMaxPipelinedBytes; beyond that the watch stops and the rest stays in the socket.
 void HttpSession::watch_peer() {
   const uint64_t gen = generation_;
   stream_.socket().async_wait(
       net::socket_base::wait_read, [self = shared_from_this(), gen](beast::error_code ec) {
         if (ec || self->closed_ || gen != self->generation_ || !self->in_response_) return;
-        char byte;
-        const ssize_t n = ::recv(self->stream_.socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-        if (n > 0) return;  // pipelined data: leave it for the next read
+        if (self->buffer_.size() >= kMaxPipelinedBytes) return;
+        const auto space = self->buffer_.prepare(kMaxPipelinedBytes - self->buffer_.size());
+        const ssize_t n =
+            ::recv(self->stream_.socket().native_handle(), space.data(), space.size(), MSG_DONTWAIT);
+        if (n > 0) {
+          self->buffer_.commit(static_cast<size_t>(n));
+          self->watch_peer();
+          return;
+        }
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
           self->watch_peer();
           return;

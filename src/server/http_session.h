@@ -27,6 +27,9 @@ struct SessionConfig {
 
 class HttpSession : public std::enable_shared_from_this<HttpSession>, public Responder {
  public:
+  // Pipelined bytes read ahead while a response is pending (so that a disconnect behind them is noticed).
+  static constexpr size_t kMaxPipelinedBytes = 64 * 1024;
+
   HttpSession(boost::asio::ip::tcp::socket socket, std::shared_ptr<const SessionConfig> config);
   void start();
   // Closes the connection now when no response is pending; otherwise after the pending response.

@@ -1,5 +1,6 @@
 // HttpSession at the edges of HTTP/1.x: a stream dropped for its unsent bytes while a write is in flight,
-// and streaming to an HTTP/1.0 client (no chunked encoding).
+// streaming to an HTTP/1.0 client (no chunked encoding), and a client that pipelines a request and then goes
+// away while the first one is generated.
 #include "server/http_session.h"
 
 #include <gtest/gtest.h>
@@ -17,6 +18,15 @@ namespace net = boost::asio;
 using tcp = net::ip::tcp;
 using nlohmann::json;
 using namespace std::chrono_literals;
+
+bool wait_for(const std::function<bool()>& cond, std::chrono::milliseconds timeout = 5000ms) {
+  const auto end = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < end) {
+    if (cond()) return true;
+    std::this_thread::sleep_for(5ms);
+  }
+  return cond();
+}
 
 // The stream's head is written at once, but its completion handler runs later; a chunk over the pending-write
 // limit arrives in between. The queue used to be cleared under the in-flight write, whose handler then popped
@@ -67,6 +77,31 @@ TEST(HttpSessionTest, StreamingToAnHttp10ClientIsNotChunked) {
     EXPECT_EQ(a["choices"], b["choices"]) << r.body;
   }
   EXPECT_TRUE(c.closed_by_peer(1000ms));
+}
+
+// A request pipelined behind a long generation used to end the disconnect watch: the client could leave and
+// the generation ran to its end. Pipelining itself still works.
+TEST(HttpSessionTest, ClientThatPipelinesAndLeavesIsNoticed) {
+  FakeEngine::Options opts;
+  opts.token_delay = 10ms;
+  ServerHarness h({}, opts);
+  {
+    RawConnection c(h.port);
+    c.send_all(http_request_text("POST", "/v1/completions", R"({"prompt": "short", "max_tokens": 3})") +
+               http_request_text("GET", "/health/live", ""));
+    EXPECT_EQ(c.read_response().status, 200);
+    EXPECT_EQ(c.read_response().body, R"({"status":"alive"})");
+  }
+  {
+    RawConnection c(h.port);
+    c.send_all(http_request_text("POST", "/v1/completions", R"({"prompt": "long", "max_tokens": 2000})") +
+               http_request_text("GET", "/health/live", ""));
+    EXPECT_TRUE(wait_for([&]() { return h.engine->live() == 1; }));
+    std::this_thread::sleep_for(50ms);
+    c.close();
+  }
+  EXPECT_TRUE(wait_for([&]() { return h.engine->cancel_count() == 1; }, 2000ms));
+  EXPECT_TRUE(wait_for([&]() { return h.engine->live() == 0; }));
 }
 
 }  // namespace
