@@ -68,6 +68,14 @@ CompletionJob::CompletionJob(ServerContext& ctx, CompletionRequest request, std:
 void CompletionJob::start() {
   Engine* engine = ctx_.engine.load();
   DSI_CHECK(engine != nullptr, "no engine");
+  // A request of more choices than the queue holds could never be admitted: not a 429 to retry forever.
+  const int64_t limit = ctx_.config.engine.max_queue_length;
+  if (static_cast<int64_t>(choices_.size()) > limit) {
+    throw bad_request(
+        str_cat("this request needs ", choices_.size(), " queue slots (prompts x n) but the server's ",
+                "max_queue_length is ", limit, "; send fewer prompts or a smaller 'n'"),
+        "n", "invalid_value");
+  }
   // Backpressure: refuse rather than queue without bound.
   const EngineStats stats = engine->stats();
   if (stats.waiting + static_cast<int64_t>(choices_.size()) > ctx_.config.engine.max_queue_length) {

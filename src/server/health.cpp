@@ -29,6 +29,14 @@ void Health::set(Phase phase, std::string reason) {
   reason_ = std::move(reason);
 }
 
+bool Health::set_unless_draining(Phase phase, std::string reason) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (phase_ == Phase::kDraining) return false;
+  phase_ = phase;
+  reason_ = std::move(reason);
+  return true;
+}
+
 Phase Health::phase() const {
   std::lock_guard<std::mutex> lock(mu_);
   return phase_;

@@ -12,6 +12,9 @@ enum class Phase { kLoading, kWarmingUp, kReady, kDraining, kFailed };
 class Health {
  public:
   void set(Phase phase, std::string reason = "");
+  // As set(), unless the server is draining (checked and set under one lock: a drain that begins meanwhile
+  // is never overwritten by "ready"). Returns whether the phase was set.
+  bool set_unless_draining(Phase phase, std::string reason = "");
   Phase phase() const;
   std::string reason() const;
   bool ready() const { return phase() == Phase::kReady; }

@@ -107,7 +107,7 @@ struct Server::Impl {
   std::unique_ptr<net::signal_set> signals;
   std::unique_ptr<net::steady_timer> drain_timer;
   Clock::time_point drain_deadline;
-  std::atomic<bool> draining{false};  // read by set_phase() from the loader thread
+  std::atomic<bool> draining{false};  // read by the sessions (Connection: close while draining)
   bool drain_cancelled = false;
   bool stopped = false;
   int port = 0;
@@ -271,8 +271,12 @@ void Server::set_engine(Engine* engine) {
 }
 
 void Server::set_phase(Phase phase, const std::string& reason) {
-  if (impl_->draining && phase != Phase::kDraining) return;
-  impl_->ctx->health.set(phase, reason);
+  if (phase == Phase::kDraining) {
+    impl_->ctx->health.set(phase, reason);
+    return;
+  }
+  // The loader thread reports progress while the I/O thread may begin a drain: once draining, stay so.
+  impl_->ctx->health.set_unless_draining(phase, reason);
 }
 
 void Server::handle_signals() {

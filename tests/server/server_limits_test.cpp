@@ -1,6 +1,6 @@
 // Request bodies that would cost the server more than any real request: JSON nested past the depth limit,
-// oversized stop lists, out-of-range stop token ids. Each is a 400 naming the field, and the server keeps
-// serving.
+// oversized stop lists, out-of-range stop token ids, more choices than the queue could ever hold. Each is a
+// 400 naming the field, and the server keeps serving.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -94,6 +94,16 @@ TEST(ServerLimitsTest, StopTokenIdsOutsideTheVocabularyAreRefused) {
     EXPECT_NE(r.body.find(ids.substr(1, ids.size() - 2)), std::string::npos) << r.body;  // names the id
   }
   EXPECT_EQ(stop_ids("[0, " + std::to_string(vocab - 1) + "]").status, 200);
+}
+
+// More choices than max_queue_length can never be queued: 400, not a 429 the client would retry forever.
+TEST(ServerLimitsTest, MoreChoicesThanTheQueueHoldsIsABadRequest) {
+  ServerHarness h([](server::ServeConfig& c) { c.engine.max_queue_length = 4; });
+  expect_error(post(h.port, "/v1/completions", R"({"prompt": "x", "max_tokens": 2, "n": 5})"), 400, "n",
+               "invalid_value");
+  expect_error(post(h.port, "/v1/completions", R"({"prompt": ["x", "y", "z"], "max_tokens": 2, "n": 2})"),
+               400, "n", "invalid_value");
+  EXPECT_EQ(post(h.port, "/v1/completions", R"({"prompt": "x", "max_tokens": 2, "n": 4})").status, 200);
 }
 
 }  // namespace
