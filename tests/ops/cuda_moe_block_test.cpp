@@ -115,11 +115,12 @@ struct BlockCase {
 
 // V2-Lite (2 shared units of 1408, top 6 of 64, hidden 2048); without shared experts; one shared unit of
 // 256 at hidden 512 with top 8 of 32; sigmoid routing over 8 groups with a bias at hidden 1024; planted
-// ties (pairs of identical router rows: the lower expert wins, as the reference).
+// ties (pairs of identical router rows: the lower expert wins, as the reference); more experts than SMs (two
+// logits on some blocks, the second row read without its copy ahead).
 const BlockCase kCases[] = {
     {64, 2048, 1408, 6, 2, false, false}, {64, 2048, 1408, 6, 0, false, false},
     {32, 512, 256, 8, 1, false, false},   {64, 1024, 512, 6, 1, true, false},
-    {64, 2048, 1408, 6, 2, false, true},
+    {64, 2048, 1408, 6, 2, false, true},  {160, 1024, 256, 8, 2, false, false},
 };
 
 TEST_F(CudaDeepseekOpsTest, MoeBlockGivesTheSeparateKernelsBits) {
@@ -140,6 +141,11 @@ TEST_F(CudaDeepseekOpsTest, MoeBlockGivesTheSeparateKernelsBits) {
       EXPECT_EQ(differing(f.ids, s.ids), 0) << "ids, " << what;
       EXPECT_EQ(differing(f.weights, s.weights), 0) << "weights, " << what;
       EXPECT_EQ(differing(f.residual, s.residual), 0) << "residual, " << what;
+      std::vector<int32_t> counters(cuda::kMoeBlockCounters, -1);
+      cuda::copy_to_host(counters.data(), cuda::decode_arrivals(cuda::kMoeBlockCounters),
+                         counters.size() * sizeof(int32_t));
+      for (int i = 0; i < cuda::kMoeBlockCounters; ++i)
+        EXPECT_EQ(counters[i], 0) << "counter " << i << ", " << what;
       if (c.ties) {
         // A tied pair (2e, 2e + 1) never gives the upper expert without the lower one.
         std::set<int32_t> chosen(f.ids.data<int32_t>(), f.ids.data<int32_t>() + c.K);

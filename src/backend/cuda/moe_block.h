@@ -53,7 +53,10 @@ inline constexpr int kMoeBlockCounters = 5;
 
 // Whether the launch takes this block here: a device with the Hopper kernel path and room for the kernel's
 // shared memory, one resident block per SM for every block of the grid, the plan's shapes
-// (moe_block_plan_covers), the units launches' alignments, routing that launch_moe_norm_route takes.
+// (moe_block_plan_covers), the units launches' alignments and 16-warp shapes (gemv_moe_units_wide, whose
+// sums it repeats), routing that launch_moe_norm_route takes. The grid barriers assume every block becomes
+// resident, as on a GPU this process has to itself with the engine's one stream (as the phase probe); an MPS
+// share of the SMs or a long kernel on another stream could leave blocks waiting at a barrier for ever.
 bool moe_block_supported(const MoeBlockArgs& a, const MoeRouteParams& p);
 
 // Runs the block (moe_block_supported must hold) on moe_block_grid() blocks.

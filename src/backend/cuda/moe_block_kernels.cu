@@ -198,6 +198,7 @@ __device__ void route(const MoeBlockArgs& a, const MoeRouteParams& p, const MoeB
   }
   last = __shfl_sync(0xffffffffu, last, 0);
   if (!last) return;
+  __threadfence();  // every lane's reads of the other blocks' logits after their arrivals
   detail::route_select_token(a.logits, a.bias, a.ids, a.weights, sh.E, p, scratch);
   if (lane == 0) {
     __threadfence();  // ids and weights before the flag
@@ -530,20 +531,27 @@ size_t dynamic_smem(int64_t H, int E, const MoeRouteParams& p) {
          static_cast<size_t>(detail::select_scratch_floats(E, G, p.top_k)) * sizeof(float);
 }
 
-// Whether the device runs the kernel with `smem` bytes of dynamic shared memory at one block per SM (its
-// attribute raised as needed); asked once per size.
+// Whether the device runs the kernel with `smem` bytes of dynamic shared memory at one block per SM; asked
+// once per size. The kernel's dynamic shared memory limit (one value per kernel, which a launch above it
+// fails) is only ever raised, to the largest size asked so far.
 bool kernel_fits(size_t smem) {
   static std::mutex mutex;
   static std::map<size_t, bool> known;
+  static size_t allowed = 0;
   std::lock_guard<std::mutex> lock(mutex);
   auto it = known.find(smem);
   if (it != known.end()) return it->second;
+  bool fits = true;
+  if (smem > allowed) {
+    fits = cudaFuncSetAttribute(moe_block_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                static_cast<int>(smem)) == cudaSuccess;
+    if (fits) allowed = smem;
+  }
   int per_sm = 0;
-  const bool fits = cudaFuncSetAttribute(moe_block_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(smem)) == cudaSuccess &&
-                    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, moe_block_kernel, kThreads,
-                                                                  smem) == cudaSuccess &&
-                    per_sm >= 1;
+  fits = fits &&
+         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, moe_block_kernel, kThreads, smem) ==
+             cudaSuccess &&
+         per_sm >= 1;
   if (!fits) cudaGetLastError();
   known.emplace(smem, fits);
   return fits;
@@ -570,8 +578,10 @@ bool moe_block_supported(const MoeBlockArgs& a, const MoeRouteParams& p) {
   sh.count = q.count;
   sh.E = a.E;
   sh.grid = device_sm_count(0);
+  // The separate path must run the units launches' 16-warp shapes, whose sums the kernel repeats.
   if (arch_path() != ArchPath::kHopper || sh.grid < 1 || !moe_block_plan_covers(sh) || a.H % 8 != 0 ||
-      q.count - q.known != p.top_k || q.experts != a.E || a.E > kMaxRoutedExperts || p.top_k > a.E ||
+      !gemv_moe_units_wide(a.H, static_cast<int64_t>(q.count) * q.len) || q.count - q.known != p.top_k ||
+      q.experts != a.E || a.E > kMaxRoutedExperts || p.top_k > a.E ||
       (p.method != MoeTopk::kGreedy && (p.n_group < 1 || p.n_group > a.E || p.topk_group < 1)))
     return false;
   if (!aligned16(a.residual) || !aligned16(a.norm) || !aligned16(a.router) || !aligned16(a.act) ||
