@@ -12,10 +12,10 @@
 #include <map>
 #include <mutex>
 
+#include "cuda_test_models.h"
 #include "dsinfer/engine.h"
 #ifdef DSINFER_HAVE_CUDA
 #include "backend/cuda/runtime.h"
-#include "cuda_test_models.h"
 #endif
 
 namespace dsinfer {
