@@ -213,14 +213,6 @@ class Backend {
                                     const Tensor& weights, const std::vector<MlpWeights>& experts,
                                     const MoeDispatch* dispatch = nullptr,
                                     const MoeSharedExperts* shared = nullptr);
-  // A DeepSeekMoE block on its residual: h [T, H] += shared(x) + routed experts(x), x = rms_norm(h, norm,
-  // eps) routed as norm_moe_route (the routing [T, k] left in *ids and *weights when not null). shared: the
-  // block's shared experts (their norm is `norm`), or null. Default: norm_moe_route, then
-  // moe_experts_residual with its dispatch (a backend may run the whole block as one launch).
-  virtual void norm_moe_experts_residual(Tensor& h, const Tensor& norm, float eps, const Tensor& router,
-                                         const Tensor& bias, const RoutingParams& p,
-                                         const std::vector<MlpWeights>& experts, const MlpWeights* shared,
-                                         Tensor* ids = nullptr, Tensor* weights = nullptr);
 
   // MLA attention with the value up-projection applied: head_matmul(attention_mla(q_lat, q_pe, cache, layer,
   // plan, scale), w_uv, false), w_uv [H, V, R] -> [T, H, V] (a backend may apply W_UV inside its merge).

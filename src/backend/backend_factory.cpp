@@ -57,7 +57,6 @@ std::unique_ptr<Backend> make_cuda_backend(const std::string& cuda_arch, const M
   // DSINFER_CUDA_MOE_UNITS=0 / 1: one token's experts as the two units GEMV launches off / on (on by
   // default, cuda_backend.h).
   options.moe_units = env_switch("DSINFER_CUDA_MOE_UNITS", options.moe_units);
-  options.moe_block = env_switch("DSINFER_CUDA_MOE_BLOCK", options.moe_block);
   return std::make_unique<CudaBackend>(options);
 }
 

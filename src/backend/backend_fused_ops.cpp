@@ -77,17 +77,4 @@ void Backend::moe_experts_residual(Tensor& residual, const Tensor& x, const Tens
   add_inplace(residual, moe_experts(x, ids, weights, experts));
 }
 
-void Backend::norm_moe_experts_residual(Tensor& h, const Tensor& norm, float eps, const Tensor& router,
-                                        const Tensor& bias, const RoutingParams& p,
-                                        const std::vector<MlpWeights>& experts, const MlpWeights* shared,
-                                        Tensor* ids, Tensor* weights) {
-  Tensor ids_local, weights_local;
-  Tensor* out_ids = ids ? ids : &ids_local;
-  Tensor* out_weights = weights ? weights : &weights_local;
-  MoeDispatch dispatch;
-  const MoeSharedExperts shared_experts{shared, norm, eps};
-  const Tensor x = norm_moe_route(h, norm, eps, router, bias, p, experts, out_ids, out_weights, &dispatch);
-  moe_experts_residual(h, x, *out_ids, *out_weights, experts, &dispatch, shared ? &shared_experts : nullptr);
-}
-
 }  // namespace dsinfer

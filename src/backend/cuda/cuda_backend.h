@@ -73,12 +73,6 @@ struct CudaBackendOptions {
   // into the output), with no permutation and no combine kernel; false: the weight-streaming expert kernels,
   // the permutation and the combine. H200, V2-Lite batch 1: 2.173 vs 2.379 ms/token.
   bool moe_units = true;
-  // false (default; DSINFER_CUDA_MOE_BLOCK=1 turns it on): norm_moe_experts_residual of one token runs the
-  // whole DeepSeekMoE block as one launch (cuda::launch_moe_block: norm, routing, the shared and routed
-  // experts' gate/up and down across grid barriers, with the bits of norm_moe_route + the two units
-  // launches) where moe_units would run the units launches and the kernel takes the shape; true by default
-  // once measured faster on the H200 (docs/persistent_decode.md, stage 1).
-  bool moe_block = false;
 };
 
 class CudaBackend : public Backend {
@@ -176,11 +170,6 @@ class CudaBackend : public Backend {
   void moe_experts_residual(Tensor& residual, const Tensor& x, const Tensor& ids, const Tensor& weights,
                             const std::vector<MlpWeights>& experts, const MoeDispatch* dispatch = nullptr,
                             const MoeSharedExperts* shared = nullptr) override;
-  // One token's block as one launch (options().moe_block, cuda::moe_block_supported), else Backend's.
-  void norm_moe_experts_residual(Tensor& h, const Tensor& norm, float eps, const Tensor& router,
-                                 const Tensor& bias, const RoutingParams& p,
-                                 const std::vector<MlpWeights>& experts, const MlpWeights* shared,
-                                 Tensor* ids = nullptr, Tensor* weights = nullptr) override;
   // Up to cuda::kMoeNormRouteMaxTokens (bucketed) tokens and kMoeNormRouteMaxTokenExperts: one kernel for the
   // RMSNorm, the routing and the experts' permutation (left in *dispatch); otherwise rms_norm and moe_route.
   Tensor norm_moe_route(const Tensor& h, const Tensor& norm, float eps, const Tensor& router,

@@ -4,8 +4,7 @@
 // over all experts: weight streaming at decode sizes, bf16 grouped GEMMs for many rows per expert; weighted
 // un-permute into a new tensor or added to the residual; a block's shared experts ride in the streaming
 // launches as extra experts of every token), and the load-time hooks that keep the router bias in float32
-// and stack each layer's experts into one gate/up and one down tensor; norm_moe_experts_residual runs one
-// token's whole block as one launch (moe_block.h) when options().moe_block is on.
+// and stack each layer's experts into one gate/up and one down tensor.
 #include <algorithm>
 #include <cstdint>
 
@@ -15,7 +14,6 @@
 #include "backend/cuda/cuda_tensor.h"
 #include "backend/cuda/device_args.h"
 #include "backend/cuda/gemv_kernels.h"
-#include "backend/cuda/moe_block.h"
 #include "backend/cuda/moe_kernels.h"
 #include "core/dtype.h"
 #include "core/error.h"
@@ -341,52 +339,6 @@ Tensor CudaBackend::norm_moe_route(const Tensor& h, const Tensor& norm, float ep
   cuda::launch_moe_norm_route(a, rp);
   if (a.tile_rows > 0) *dispatch = MoeDispatch{perm, a.tile_rows};
   return x;
-}
-
-void CudaBackend::norm_moe_experts_residual(Tensor& h, const Tensor& norm, float eps, const Tensor& router,
-                                            const Tensor& bias, const RoutingParams& p,
-                                            const std::vector<MlpWeights>& experts, const MlpWeights* shared,
-                                            Tensor* ids, Tensor* weights) {
-  // One token whose experts the units launches would run (moe_units_for), on a device and shape the
-  // one-launch kernel takes, with the arrival counters allotted (not during the capture that would first
-  // allot them): the block as one launch; anything else: norm_moe_route, then moe_experts_residual.
-  auto separate = [&] {
-    Backend::norm_moe_experts_residual(h, norm, eps, router, bias, p, experts, shared, ids, weights);
-  };
-  if (!options_.moe_block || h.ndim() != 2 || h.dim(0) != 1 || router.ndim() != 2 || experts.empty() ||
-      h.device() != Device::kCuda || h.dtype() != DType::F32 || router.dim(1) != h.dim(1) ||
-      norm.numel() != h.dim(1) || router.dim(0) != static_cast<int64_t>(experts.size()) ||
-      (bias && bias.numel() != router.dim(0)))
-    return separate();
-  const int64_t H = h.dim(1), E = router.dim(0), K = p.top_k;
-  cuda::GemvMoeUnits units;
-  if (!moe_units_for(options_, 1, H, K, h.data<float>(), experts, shared, &units)) return separate();
-  cuda::MoeBlockArgs a;
-  a.residual = dev_f32(h, "norm_moe_experts_residual", "h");
-  a.norm = dev_bf16(norm, "norm_moe_experts_residual", "the norm weight");
-  a.eps = eps;
-  a.H = H;
-  a.router = dev_bf16(router, "norm_moe_experts_residual", "the router");
-  a.bias = bias ? dev_f32(bias, "norm_moe_experts_residual", "the bias (prepare_weight_f32)") : nullptr;
-  a.E = static_cast<int>(E);
-  a.units = units;
-  a.limit = experts[0].swiglu_limit;
-  a.weights_evict_first = cuda::gemv_weights_evict_first();
-  const cuda::MoeRouteParams rp = route_params(p);
-  if (!cuda::moe_block_supported(a, rp)) return separate();
-  a.counters = cuda::decode_arrivals(cuda::kMoeBlockCounters);
-  if (!a.counters) return separate();
-  Tensor ids_out = Tensor::empty_on(Device::kCuda, DType::I32, {1, K});                 // [1, k]
-  Tensor weights_out = Tensor::empty_on(Device::kCuda, DType::F32, {1, K});             // [1, k]
-  Tensor logits = Tensor::empty_on(Device::kCuda, DType::F32, {E});                     // [E] scratch
-  Tensor act = Tensor::empty_on(Device::kCuda, DType::F32, {units.count * units.len});  // [units I]
-  a.ids = ids_out.data<int32_t>();
-  a.weights = weights_out.data<float>();
-  a.logits = logits.data<float>();
-  a.act = act.data<float>();
-  cuda::launch_moe_block(a, rp);
-  if (ids) *ids = ids_out;
-  if (weights) *weights = weights_out;
 }
 
 Tensor CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,

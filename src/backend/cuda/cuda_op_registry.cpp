@@ -119,12 +119,6 @@ const std::vector<CudaOpSupport>& cuda_op_support() {
        {},
        {"norm_mlp_residual", "moe_experts", "add_inplace"},
        ""},
-      // One token: the whole block as one launch (moe_block, off by default); else its two ops.
-      {"norm_moe_experts_residual",
-       {"launch_moe_block (one token)"},
-       {},
-       {"norm_moe_route", "moe_experts_residual"},
-       ""},
       // ---- DeepSeek-V3.2 sparse attention ----
       {"layer_norm", {}, {}, {}, ""},
       {"dsa_indexer_topk", {}, {}, {}, ""},
@@ -204,7 +198,6 @@ const std::vector<std::string>& model_backend_ops(Arch arch) {
                                                "moe_route",
                                                "norm_moe_route",
                                                "moe_experts_residual",
-                                               "norm_moe_experts_residual",
                                                "mlp",
                                                "linear_residual",
                                                "norm_mlp_residual",

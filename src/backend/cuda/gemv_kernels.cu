@@ -910,13 +910,6 @@ bool gemv_moe_units_supported(const GemvMoeUnits& u, int64_t H) {
   return gu.persist > 0 && dn.persist > 0 && find_units(gu, true) && find_units(dn, false);
 }
 
-bool gemv_moe_units_wide(int64_t H, int64_t rows) {
-  const GemvConfig gu = units_config(rows, H, true), dn = units_config(H, rows, false);
-  return gu.persist > 0 && gu.warps == 16 && gu.tiles == 2 && gu.unroll == 2 && gu.stages == 3 &&
-         gu.splits == 2 && dn.persist > 0 && dn.warps == 16 && dn.tiles == 1 && dn.unroll == 4 &&
-         dn.stages == 3 && dn.splits == 2;
-}
-
 void launch_gemv_moe_gate_up(const float* x, int64_t H, const GemvMoeUnits& u, float* act, float limit) {
   DSI_CHECK(gemv_moe_units_supported(u, H) && aligned16(x) && aligned16(act),
             "gemv_moe_gate_up: units not supported here (gemv_moe_units_supported)");

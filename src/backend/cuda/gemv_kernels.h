@@ -108,11 +108,6 @@ struct GemvMoeUnits {
 // the persistent GEMV on and its units instance compiled for the shapes the launches resolve to.
 bool gemv_moe_units_supported(const GemvMoeUnits& u, int64_t H);
 
-// Whether the two launches over `rows` unit rows (count len) at hidden size H run the 16-warp shapes
-// (gate/up: 2 tiles, 2 chunks, 3 stages; down: 1 tile, 4 chunks, 3 stages; 2 activation parts), as the
-// one-launch MoE block (moe_block.h) repeats them. Needs a CUDA device.
-bool gemv_moe_units_wide(int64_t H, int64_t rows);
-
 // act [count len] = per unit silu(x gate^T) * (x up^T) (limit > 0 clamps as launch_gemv_swiglu), the routed
 // units' times their weights. x [H] float32 device.
 void launch_gemv_moe_gate_up(const float* x, int64_t H, const GemvMoeUnits& u, float* act, float limit);

@@ -64,10 +64,12 @@ void add_moe_residual(Backend& b, const MoeWeights& moe, Tensor& h, const Tensor
     b.moe_experts_residual(h, x, ids, weights, moe.experts, nullptr, shared.mlp ? &shared : nullptr);
     return;
   }
-  // h += shared(norm(h)) + routed experts(norm(h)), routed on norm(h) (a backend may run the whole block in
-  // one launch).
-  b.norm_moe_experts_residual(h, norm, eps, moe.router, moe.router_bias, moe.routing, moe.experts,
-                              moe.has_shared ? &moe.shared : nullptr);
+  // x = norm(h) [T, H], its routing [T, k] x 2 and what the backend precomputed for the experts.
+  MoeDispatch dispatch;
+  const Tensor x = b.norm_moe_route(h, norm, eps, moe.router, moe.router_bias, moe.routing, moe.experts, &ids,
+                                    &weights, &dispatch);
+  // h += shared(norm(h)), then h += routed experts(x) (a backend may run both in the same kernels).
+  b.moe_experts_residual(h, x, ids, weights, moe.experts, &dispatch, shared.mlp ? &shared : nullptr);
 }
 
 }  // namespace dsinfer
