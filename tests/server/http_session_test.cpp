@@ -19,15 +19,6 @@ using tcp = net::ip::tcp;
 using nlohmann::json;
 using namespace std::chrono_literals;
 
-bool wait_for(const std::function<bool()>& cond, std::chrono::milliseconds timeout = 5000ms) {
-  const auto end = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < end) {
-    if (cond()) return true;
-    std::this_thread::sleep_for(5ms);
-  }
-  return cond();
-}
-
 // The stream's head is written at once, but its completion handler runs later; a chunk over the pending-write
 // limit arrives in between. The queue used to be cleared under the in-flight write, whose handler then popped
 // an empty deque (and the pending byte count wrapped around).

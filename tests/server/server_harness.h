@@ -1,6 +1,7 @@
 // Starts the HTTP server in-process on an ephemeral loopback port, serving a FakeEngine, for the server
 // tests.
 #pragma once
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <thread>
@@ -45,5 +46,16 @@ struct ServerHarness {
     engine.reset();
   }
 };
+
+// Polls cond every 5 ms until it holds or `timeout` passes; its last value.
+inline bool wait_for(const std::function<bool()>& cond,
+                     std::chrono::milliseconds timeout = std::chrono::milliseconds(5000)) {
+  const auto end = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < end) {
+    if (cond()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return cond();
+}
 
 }  // namespace dsinfer::testing

@@ -391,15 +391,6 @@ TEST(ServerTest, ApiKey) {
   EXPECT_EQ(get(h.port, "/metrics").status, 200);
 }
 
-bool wait_for(const std::function<bool()>& cond, std::chrono::milliseconds timeout = 5000ms) {
-  const auto end = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < end) {
-    if (cond()) return true;
-    std::this_thread::sleep_for(5ms);
-  }
-  return cond();
-}
-
 TEST(ServerTest, StreamingDisconnectCancels) {
   FakeEngine::Options opts;
   opts.token_delay = 10ms;
