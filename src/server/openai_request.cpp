@@ -128,16 +128,20 @@ std::vector<std::vector<int32_t>> completion_prompts(const json& body, const Tok
   return prompts;
 }
 
+// A list field's length bounded before anything is copied from it (400 invalid_value naming the field).
+void at_most(const json& list, size_t most, const std::string& field) {
+  if (list.size() > most) {
+    throw bad_request(str_cat("'", field, "' has ", list.size(), " entries; at most ", most, " are allowed"),
+                      field, "invalid_value");
+  }
+}
+
 // `stop`: a string or a list of strings, bounded in count and length before anything is copied.
 std::vector<std::string> stop_strings(const json& stop) {
   if (stop.is_string()) return stop_strings(json::array({stop}));
   if (!stop.is_array())
     throw bad_request("'stop' must be a string or a list of strings", "stop", "invalid_type");
-  if (stop.size() > SamplingParams::kMaxStopStrings) {
-    throw bad_request(str_cat("'stop' has ", stop.size(), " entries; at most ",
-                              SamplingParams::kMaxStopStrings, " are allowed"),
-                      "stop", "invalid_value");
-  }
+  at_most(stop, SamplingParams::kMaxStopStrings, "stop");
   std::vector<std::string> out;
   for (const json& e : stop) {
     if (!e.is_string()) throw bad_request("'stop' entries must be strings", "stop", "invalid_type");
@@ -156,11 +160,7 @@ std::vector<std::string> stop_strings(const json& stop) {
 std::vector<int32_t> stop_token_ids(const json& ids, int32_t vocab_size) {
   if (!ids.is_array())
     throw bad_request("'stop_token_ids' must be a list of integers", "stop_token_ids", "invalid_type");
-  if (ids.size() > SamplingParams::kMaxStopTokenIds) {
-    throw bad_request(str_cat("'stop_token_ids' has ", ids.size(), " entries; at most ",
-                              SamplingParams::kMaxStopTokenIds, " are allowed"),
-                      "stop_token_ids", "invalid_value");
-  }
+  at_most(ids, SamplingParams::kMaxStopTokenIds, "stop_token_ids");
   std::vector<int32_t> out;
   for (const json& e : ids) {
     if (!e.is_number_integer())
