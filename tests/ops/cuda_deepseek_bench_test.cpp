@@ -468,7 +468,8 @@ TEST_F(CudaDeepseekOpsTest, DISABLED_BenchMlaUvFused) {
 // moe_route's logits and selection, moe_permute) at the V2-Lite and V3 router shapes, T 1/4/8, as the model
 // runs them: one call per router copy (100 MB or more of copies, twice the L2) captured into a CUDA graph
 // (PDL edges kept) and replayed, so launch overhead is not counted; us per call. Splits of the separate path
-// (each piece alone in its own graph): rms_norm, moe_route (logits + selection), moe_permute. "fused eager":
+// (each piece alone in its own graph): rms_norm, moe_route (logits + selection), moe_permute. "cluster": the
+// fused kernel's cluster form where it takes the shape (0 where not). "fused eager":
 // the fused kernel launched from the host back to back (CUDA events). Router bytes per second of the fused
 // graph as a share of 4290 GB/s. DSINFER_CUDA_PDL=0 times them without programmatic launch.
 TEST_F(CudaDeepseekOpsTest, DISABLED_BenchNormMoeRoute) {
@@ -479,8 +480,8 @@ TEST_F(CudaDeepseekOpsTest, DISABLED_BenchNormMoeRoute) {
     const char *scoring, *method;
     int moe_layers;
   };
-  std::printf("%-8s %2s %8s %9s %7s %9s %8s %8s %8s %7s %10s\n", "shape", "T", "fused", "separate", "saved",
-              "rms_norm", "route", "permute", "f.eager", "f. %BW", "saved/tok");
+  std::printf("%-8s %2s %8s %8s %9s %7s %9s %8s %8s %8s %7s %10s\n", "shape", "T", "fused", "cluster",
+              "separate", "saved", "rms_norm", "route", "permute", "f.eager", "f. %BW", "saved/tok");
   for (const RouterShape& r : {RouterShape{"V2-Lite", 2048, 64, 6, 1, 1, "softmax", "greedy", 26},
                                RouterShape{"V3", 7168, 256, 8, 8, 4, "sigmoid", "noaux_tc", 58}}) {
     const int64_t router_elems = r.E * r.H;
@@ -537,6 +538,15 @@ TEST_F(CudaDeepseekOpsTest, DISABLED_BenchNormMoeRoute) {
         cuda::launch_moe_permute(a.ids, pairs, r.E, tile_rows, a.offsets, a.tiles, a.slot_pair, a.pair_slot);
       };
       const double fused_us = fusable ? graph_us(fused) : 0.0;
+      // The cluster form (DSINFER_CUDA_MOE_ROUTE_CLUSTER=1) where it takes the shape.
+      cuda::MoeNormRouteArgs ac = a;
+      ac.cluster = true;
+      const bool clusterable = cuda::moe_norm_route_cluster_supported(ac, rp);
+      auto cluster = [&](int64_t i) {
+        ac.router = router(i);
+        cuda::launch_moe_norm_route(ac, rp);
+      };
+      const double cluster_us = clusterable ? graph_us(cluster) : 0.0;
       const double separate_us = graph_us([&](int64_t i) {
         norm_only(i);
         route_only(i);
@@ -548,9 +558,10 @@ TEST_F(CudaDeepseekOpsTest, DISABLED_BenchNormMoeRoute) {
       const double eager_us =
           fusable ? cuda::time_stream_ms([&] { fused(next++ % copies); }, 400) * 1e3 : 0.0;
       const double saved_us = separate_us - fused_us;
-      std::printf("%-8s %2lld %8.2f %9.2f %7.2f %9.2f %8.2f %8.2f %8.2f %6.1f%% %10.0f%s\n", r.name,
-                  static_cast<long long>(T), fused_us, separate_us, saved_us, norm_us, route_us, permute_us,
-                  eager_us, fusable ? 100.0 * router_elems * 2 / (fused_us * 1e-6) / 1e9 / 4290.0 : 0.0,
+      std::printf("%-8s %2lld %8.2f %8.2f %9.2f %7.2f %9.2f %8.2f %8.2f %8.2f %6.1f%% %10.0f%s\n", r.name,
+                  static_cast<long long>(T), fused_us, cluster_us, separate_us, saved_us, norm_us, route_us,
+                  permute_us, eager_us,
+                  fusable ? 100.0 * router_elems * 2 / (fused_us * 1e-6) / 1e9 / 4290.0 : 0.0,
                   saved_us * r.moe_layers, fusable ? "" : "  (fused kernel does not take the shape)");
     }
   }
@@ -591,7 +602,7 @@ TEST_F(CudaDeepseekOpsTest, DISABLED_BenchGroupedExperts) {
     row("default", gpu);
     if (T < 256) continue;
     for (int variant = 1; variant <= cuda::kMoeGroupedVariants; ++variant) {
-      CudaBackend b(CudaBackendOptions{false, variant});
+      CudaBackend b(CudaBackendOptions{.moe_grouped_variant = variant});
       const char* names[] = {"",
                              "grouped 128x128 k32 s4",
                              "grouped 128x128 k64 s3",
@@ -604,7 +615,7 @@ TEST_F(CudaDeepseekOpsTest, DISABLED_BenchGroupedExperts) {
       row(names[variant], b);
     }
     if (T < 683) continue;
-    CudaBackend old(CudaBackendOptions{false, -1});
+    CudaBackend old(CudaBackendOptions{.moe_grouped_variant = -1});
     row("64-row mma tiles", old);
     CudaBackend split(CudaBackendOptions{true});
     row("64-row mma tiles split", split);

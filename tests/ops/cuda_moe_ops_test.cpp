@@ -241,7 +241,7 @@ TEST_F(CudaDeepseekOpsTest, MoeExpertsGroupedGemmMatchesCpu) {
       const Tensor ref = cpu.moe_experts(x, ids, weights, experts.cpu);
       const Tensor dx = cuda::to_device(x), dids = cuda::to_device(ids), dw = cuda::to_device(weights);
       for (int variant = 0; variant <= cuda::kMoeGroupedVariants; ++variant) {
-        CudaBackend b(CudaBackendOptions{false, variant});
+        CudaBackend b(CudaBackendOptions{.moe_grouped_variant = variant});
         const Tensor out = b.to_host(b.moe_experts(dx, dids, dw, experts.gpu));
         EXPECT_LT(rel_err(out, ref), 1e-2) << "variant " << variant << " E=" << c.E << " H=" << c.H
                                            << " I=" << c.I << " K=" << c.K << " T=" << T;
@@ -353,7 +353,7 @@ TEST_F(CudaDeepseekOpsTest, MoeExpertsGroupedRaggedExpertsMatchCpu) {
     for (const char* path : {"", "sm_80"}) {
       cuda::init_arch_path(path);
       for (int variant = 1; variant <= cuda::kMoeGroupedVariants; ++variant) {
-        CudaBackend b(CudaBackendOptions{false, variant});
+        CudaBackend b(CudaBackendOptions{.moe_grouped_variant = variant});
         const Tensor out = b.to_host(b.moe_experts(dx, dids, dw, experts.gpu));
         EXPECT_LT(rel_err(out, ref), 1e-2)
             << "variant " << variant << " path '" << path << "' H=" << H << " I=" << I;
@@ -393,7 +393,8 @@ Tensor tied_router(CudaDeepseekOpsTest* test, int64_t E, int64_t H, int64_t grou
 // inputs: x, ids and weights bit for bit, offsets and tiles equal, and both permutations consistent (the
 // fused one in pair order within an expert); the arrival counter is zero again after each launch.
 TEST_F(CudaDeepseekOpsTest, MoeNormRouteKernelEqualsSeparateKernels) {
-  CudaBackend gpu;  // registers the device allocator
+  CudaBackend gpu;       // registers the device allocator
+  int cluster_runs = 0;  // the cluster form at V2-Lite's router shape
   for (const FusedRouteCase& c : kFusedRouteCases) {
     for (int64_t H : {2048, 7168, 264, 64}) {
       const int64_t E = c.E, K = c.K;
@@ -419,101 +420,118 @@ TEST_F(CudaDeepseekOpsTest, MoeNormRouteKernelEqualsSeparateKernels) {
                                  ids_s.data<int32_t>(), w_s.data<float>(), T, H, E, rp);
           cuda::launch_moe_permute(ids_s.data<int32_t>(), pairs, E, tile_rows, off_s.data<int32_t>(),
                                    tiles_s.data<int32_t>(), sp_s.data<int32_t>(), ps_s.data<int32_t>());
-          // The fused kernel, twice (the counter must be back at zero for the second launch).
-          Tensor x_f = f32(T * H), logits_f = f32(T * E), ids_f = i32(pairs), w_f = f32(pairs);
-          Tensor off_f = i32(E + 1), tiles_f = i32(E + 1), sp_f = i32(pairs), ps_f = i32(pairs);
-          cuda::MoeNormRouteArgs a;
-          a.h = h.data<float>();
-          a.norm = norm.data<uint16_t>();
-          a.eps = 1e-6f;
-          a.router = router.data<uint16_t>();
-          a.bias = bias_d;
-          a.x = x_f.data<float>();
-          a.logits = logits_f.data<float>();
-          a.ids = ids_f.data<int32_t>();
-          a.weights = w_f.data<float>();
-          a.tile_rows = tile_rows;
-          a.offsets = off_f.data<int32_t>();
-          a.tiles = tiles_f.data<int32_t>();
-          a.slot_pair = sp_f.data<int32_t>();
-          a.pair_slot = ps_f.data<int32_t>();
-          a.arrivals = cuda::decode_arrivals(1);
-          a.T = static_cast<int>(T);
-          a.H = static_cast<int>(H);
-          a.E = static_cast<int>(E);
-          ASSERT_TRUE(cuda::moe_norm_route_supported(a, rp)) << "E=" << E << " H=" << H << " T=" << T;
-          for (int rep = 0; rep < 2; ++rep) {
-            cuda::launch_moe_norm_route(a, rp);
-            int32_t counter = -1;
-            cuda::copy_to_host(&counter, a.arrivals, sizeof(counter));
-            ASSERT_EQ(counter, 0) << "the arrival counter was not reset";
-          }
-          const std::string where = std::string(c.scoring) + "/" + c.method + " E=" + std::to_string(E) +
-                                    " K=" + std::to_string(K) + " H=" + std::to_string(H) +
-                                    " T=" + std::to_string(T) + " tile " + std::to_string(tile_rows);
-          auto same_bits = [&](const Tensor& u, const Tensor& v, const char* what) {
-            const Tensor hu = cuda::to_host(u), hv = cuda::to_host(v);
-            int64_t differ = 0;
-            for (int64_t i = 0; i < hu.numel(); ++i)
-              differ +=
-                  static_cast<const uint32_t*>(hu.raw())[i] != static_cast<const uint32_t*>(hv.raw())[i];
-            EXPECT_EQ(differ, 0) << what << " differ, " << where;
-          };
-          same_bits(x_f, x_s, "x");
-          same_bits(ids_f, ids_s, "ids");
-          same_bits(w_f, w_s, "weights");
-          same_bits(off_f, off_s, "offsets");
-          same_bits(tiles_f, tiles_s, "tiles");
-          if (tile_rows == 8) {
-            // As the model runs it: three launches back to back captured in a CUDA graph (each one's weight
-            // loads before its PDL wait overlap the previous one), replayed into zeroed outputs.
-            const std::vector<std::pair<Tensor, int64_t>> outs = {{x_f, T * H * 4},
-                                                                  {ids_f, pairs * 4},
-                                                                  {w_f, pairs * 4},
-                                                                  {off_f, (E + 1) * 4},
-                                                                  {tiles_f, (E + 1) * 4}};
-            const std::vector<char> zeros(static_cast<size_t>(std::max(T * H, E + 1) * 4), 0);
-            cuda::begin_capture();
-            for (int rep = 0; rep < 3; ++rep) cuda::launch_moe_norm_route(a, rp);
-            cuda::GraphHandle graph = cuda::end_capture(true);
-            for (int replay = 0; replay < 2; ++replay) {
-              for (const auto& [t, bytes] : outs)
-                cuda::copy_to_device(const_cast<void*>(t.raw()), zeros.data(), bytes);
-              cuda::launch_graph(graph);
-              same_bits(x_f, x_s, "x (graph)");
-              same_bits(ids_f, ids_s, "ids (graph)");
-              same_bits(w_f, w_s, "weights (graph)");
-              same_bits(off_f, off_s, "offsets (graph)");
-              same_bits(tiles_f, tiles_s, "tiles (graph)");
+          // The fused kernel, twice (the counter must be back at zero for the second launch); then its
+          // cluster form where it takes the shape (no counter, no logits scratch).
+          for (const bool cluster : {false, true}) {
+            Tensor x_f = f32(T * H), logits_f = f32(T * E), ids_f = i32(pairs), w_f = f32(pairs);
+            Tensor off_f = i32(E + 1), tiles_f = i32(E + 1), sp_f = i32(pairs), ps_f = i32(pairs);
+            cuda::MoeNormRouteArgs a;
+            a.h = h.data<float>();
+            a.norm = norm.data<uint16_t>();
+            a.eps = 1e-6f;
+            a.router = router.data<uint16_t>();
+            a.bias = bias_d;
+            a.x = x_f.data<float>();
+            a.logits = logits_f.data<float>();
+            a.ids = ids_f.data<int32_t>();
+            a.weights = w_f.data<float>();
+            a.tile_rows = tile_rows;
+            a.offsets = off_f.data<int32_t>();
+            a.tiles = tiles_f.data<int32_t>();
+            a.slot_pair = sp_f.data<int32_t>();
+            a.pair_slot = ps_f.data<int32_t>();
+            a.arrivals = cluster ? nullptr : cuda::decode_arrivals(1);
+            a.logits = cluster ? nullptr : a.logits;
+            a.cluster = cluster;
+            a.T = static_cast<int>(T);
+            a.H = static_cast<int>(H);
+            a.E = static_cast<int>(E);
+            ASSERT_TRUE(cuda::moe_norm_route_supported(a, rp)) << "E=" << E << " H=" << H << " T=" << T;
+            if (cluster && !cuda::moe_norm_route_cluster_supported(a, rp)) continue;
+            cluster_runs += cluster && E == 64 && H == 2048;
+            for (int rep = 0; rep < 2; ++rep) {
+              cuda::launch_moe_norm_route(a, rp);
+              if (cluster) continue;
               int32_t counter = -1;
               cuda::copy_to_host(&counter, a.arrivals, sizeof(counter));
-              ASSERT_EQ(counter, 0) << "the arrival counter was not reset (graph)";
+              ASSERT_EQ(counter, 0) << "the arrival counter was not reset";
             }
-            cuda::destroy_graph(graph);
-          }
-          // Permutations: pair i sits in its expert's rows (the fused one at rank i among that expert's
-          // pairs), and slot_pair inverts pair_slot.
-          const Tensor ids = cuda::to_host(ids_f), off = cuda::to_host(off_f);
-          for (const auto& [sp, ps, ordered] :
-               {std::tuple<Tensor, Tensor, bool>{sp_f, ps_f, true}, {sp_s, ps_s, false}}) {
-            const Tensor hsp = cuda::to_host(sp), hps = cuda::to_host(ps);
-            std::vector<int32_t> seen(E, 0);
-            for (int64_t i = 0; i < pairs; ++i) {
-              const int32_t e = ids.data<int32_t>()[i], slot = hps.data<int32_t>()[i];
-              ASSERT_TRUE(e >= 0 && e < E) << where;
-              EXPECT_TRUE(slot >= off.data<int32_t>()[e] && slot < off.data<int32_t>()[e + 1]) << where;
-              if (ordered) {
-                EXPECT_EQ(slot, off.data<int32_t>()[e] + seen[e]) << where;
+            const std::string where = std::string(cluster ? "cluster " : "") + c.scoring + "/" + c.method +
+                                      " E=" + std::to_string(E) + " K=" + std::to_string(K) +
+                                      " H=" + std::to_string(H) + " T=" + std::to_string(T) + " tile " +
+                                      std::to_string(tile_rows);
+            auto same_bits = [&](const Tensor& u, const Tensor& v, const char* what) {
+              const Tensor hu = cuda::to_host(u), hv = cuda::to_host(v);
+              int64_t differ = 0;
+              for (int64_t i = 0; i < hu.numel(); ++i)
+                differ +=
+                    static_cast<const uint32_t*>(hu.raw())[i] != static_cast<const uint32_t*>(hv.raw())[i];
+              EXPECT_EQ(differ, 0) << what << " differ, " << where;
+            };
+            same_bits(x_f, x_s, "x");
+            same_bits(ids_f, ids_s, "ids");
+            same_bits(w_f, w_s, "weights");
+            same_bits(off_f, off_s, "offsets");
+            same_bits(tiles_f, tiles_s, "tiles");
+            if (tile_rows == 8) {
+              // As the model runs it: three launches back to back captured in a CUDA graph (each one's weight
+              // loads before its PDL wait overlap the previous one), replayed into zeroed outputs.
+              const std::vector<std::pair<Tensor, int64_t>> outs = {{x_f, T * H * 4},
+                                                                    {ids_f, pairs * 4},
+                                                                    {w_f, pairs * 4},
+                                                                    {off_f, (E + 1) * 4},
+                                                                    {tiles_f, (E + 1) * 4}};
+              const std::vector<char> zeros(static_cast<size_t>(std::max(T * H, E + 1) * 4), 0);
+              cuda::begin_capture();
+              for (int rep = 0; rep < 3; ++rep) cuda::launch_moe_norm_route(a, rp);
+              cuda::GraphHandle graph = cuda::end_capture(true);
+              for (int replay = 0; replay < 2; ++replay) {
+                for (const auto& [t, bytes] : outs)
+                  cuda::copy_to_device(const_cast<void*>(t.raw()), zeros.data(), bytes);
+                cuda::launch_graph(graph);
+                same_bits(x_f, x_s, "x (graph)");
+                same_bits(ids_f, ids_s, "ids (graph)");
+                same_bits(w_f, w_s, "weights (graph)");
+                same_bits(off_f, off_s, "offsets (graph)");
+                same_bits(tiles_f, tiles_s, "tiles (graph)");
+                if (cluster) continue;
+                int32_t counter = -1;
+                cuda::copy_to_host(&counter, a.arrivals, sizeof(counter));
+                ASSERT_EQ(counter, 0) << "the arrival counter was not reset (graph)";
               }
-              ++seen[e];
-              if (slot >= 0 && slot < pairs) {
-                EXPECT_EQ(hsp.data<int32_t>()[slot], i) << where;
+              cuda::destroy_graph(graph);
+            }
+            // Permutations: pair i sits in its expert's rows (the fused one at rank i among that expert's
+            // pairs), and slot_pair inverts pair_slot.
+            const Tensor ids = cuda::to_host(ids_f), off = cuda::to_host(off_f);
+            for (const auto& [sp, ps, ordered] :
+                 {std::tuple<Tensor, Tensor, bool>{sp_f, ps_f, true}, {sp_s, ps_s, false}}) {
+              const Tensor hsp = cuda::to_host(sp), hps = cuda::to_host(ps);
+              std::vector<int32_t> seen(E, 0);
+              for (int64_t i = 0; i < pairs; ++i) {
+                const int32_t e = ids.data<int32_t>()[i], slot = hps.data<int32_t>()[i];
+                ASSERT_TRUE(e >= 0 && e < E) << where;
+                EXPECT_TRUE(slot >= off.data<int32_t>()[e] && slot < off.data<int32_t>()[e + 1]) << where;
+                if (ordered) {
+                  EXPECT_EQ(slot, off.data<int32_t>()[e] + seen[e]) << where;
+                }
+                ++seen[e];
+                if (slot >= 0 && slot < pairs) {
+                  EXPECT_EQ(hsp.data<int32_t>()[slot], i) << where;
+                }
               }
             }
           }
         }
       }
     }
+  }
+  // The cluster form takes V2-Lite's router size on the Hopper path (every such case x 8 token counts x 3
+  // tile sizes).
+  int v2_lite_cases = 0;
+  for (const FusedRouteCase& c : kFusedRouteCases) v2_lite_cases += c.E == 64;
+  if (cuda::arch_path() == cuda::ArchPath::kHopper) {
+    EXPECT_EQ(cluster_runs, v2_lite_cases * cuda::kMoeNormRouteMaxTokens * 3);
   }
 }
 
@@ -522,12 +540,17 @@ TEST_F(CudaDeepseekOpsTest, MoeNormRouteKernelEqualsSeparateKernels) {
 TEST_F(CudaDeepseekOpsTest, NormMoeRouteAndDispatchEqualUnfused) {
   const int64_t H = 256, I = 96;
   CudaBackendOptions on, split_on;
-  on.moe_fused_route = true;  // DSINFER_CUDA_MOE_FUSED_ROUTE=1
+  on.moe_fused_route = true;     // DSINFER_CUDA_MOE_FUSED_ROUTE=1
+  on.moe_route_cluster = false;  // DSINFER_CUDA_MOE_ROUTE_CLUSTER=0
   split_on.split_gemm_activations = true;
   split_on.moe_fused_route = true;
+  split_on.moe_route_cluster = false;
   CudaBackendOptions off;
   off.moe_fused_route = false;  // DSINFER_CUDA_MOE_FUSED_ROUTE=0
-  for (CudaBackendOptions opts : {on, split_on, off}) {
+  CudaBackendOptions cluster = on;
+  cluster.moe_route_cluster =
+      true;  // the default: at T 1 the cluster form (V2-Lite's 64 experts, the tiny ones)
+  for (CudaBackendOptions opts : {on, split_on, off, cluster}) {
     CudaBackend gpu(opts);
     for (const FusedRouteCase& c : kFusedRouteCases) {
       const int64_t E = c.E;
@@ -754,7 +777,7 @@ TEST_F(CudaDeepseekOpsTest, MoeExpertsGroupedRowsIndependentOfBatchInBucket) {
   };
   // The default choice and the wgmma variants (their mma.sync twins off Hopper).
   for (int variant : {0, 5, 6, 7, 8}) {
-    CudaBackend gpu(CudaBackendOptions{false, variant});
+    CudaBackend gpu(CudaBackendOptions{.moe_grouped_variant = variant});
     auto run = [&](int64_t T) {
       return gpu.to_host(gpu.moe_experts(head(x, T), head(ids, T), head(weights, T), experts.gpu));
     };

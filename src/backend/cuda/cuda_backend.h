@@ -52,6 +52,12 @@ struct CudaBackendOptions {
   // graph: V2-Lite T 1 7.7 us fused vs 18.9 separate, V3 T 8 42 vs 68; V2-Lite batch 1 end to end 2.87 vs
   // 3.14 ms/token).
   bool moe_fused_route = true;
+  // true (default; DSINFER_CUDA_MOE_ROUTE_CLUSTER=0 turns it off): that one-kernel routing of one token as
+  // one thread block cluster where it takes the router (the Hopper path, at most 64 experts:
+  // DeepSeek-V2-Lite's), the logits gathered in the first CTA's shared memory instead of an arrival counter
+  // and an L2 round trip (the same bits). H200 (2026-12-05): V2-Lite batch 1 1.9866 against 2.0292 ms/token
+  // (-2.1%).
+  bool moe_route_cluster = true;
   // true (default; DSINFER_CUDA_MOE_SHARED_FUSED=0 turns it off): moe_experts_residual runs a DeepSeekMoE
   // block's shared experts (n_shared units of the routed intermediate size) inside the routed experts'
   // weight-streaming gate/up and down launches, as extra experts every token visits with weight 1, when

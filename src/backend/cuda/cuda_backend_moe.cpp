@@ -311,12 +311,19 @@ Tensor CudaBackend::norm_moe_route(const Tensor& h, const Tensor& norm, float ep
   a.H = static_cast<int>(H);
   a.E = static_cast<int>(E);
   if (!cuda::moe_norm_route_supported(a, rp)) return separate();
-  a.arrivals = cuda::decode_arrivals(1);
-  if (!a.arrivals) return separate();
+  // The cluster form at one token only: DISABLED_BenchNormMoeRoute on the H200 (2026-12-05, V2-Lite's router
+  // in a graph) 7.15 us against 7.71 at T 1, but 13.27 against 10.60 at T 4 and 21.64 against 14.93 at T 8,
+  // where its 8 CTAs each compute T x 8 logits.
+  a.cluster = options_.moe_route_cluster && T == 1 && cuda::moe_norm_route_cluster_supported(a, rp);
+  Tensor logits;
+  if (!a.cluster) {
+    a.arrivals = cuda::decode_arrivals(1);
+    if (!a.arrivals) return separate();
+    logits = Tensor::empty_on(Device::kCuda, DType::F32, {T, E});  // [T, E] scratch
+    a.logits = logits.data<float>();
+  }
   *ids = Tensor::empty_on(Device::kCuda, DType::I32, {T, K});
   *weights = Tensor::empty_on(Device::kCuda, DType::F32, {T, K});
-  Tensor logits = Tensor::empty_on(Device::kCuda, DType::F32, {T, E});  // [T, E] scratch
-  a.logits = logits.data<float>();
   a.ids = ids->data<int32_t>();
   a.weights = weights->data<float>();
   // The permutation moe_experts_residual would run for these ids: its tile size for x and these experts.

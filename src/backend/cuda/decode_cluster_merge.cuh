@@ -8,12 +8,12 @@
 // bits. Included by the decode kernels only.
 #pragma once
 
-#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
 #include <cstdint>
 
+#include "backend/cuda/cluster_common.cuh"
 #include "backend/cuda/tma_common.cuh"
 
 namespace dsinfer::cuda::detail {
@@ -54,19 +54,6 @@ struct ClusterInbox {
   alignas(8) uint64_t bar;
 };
 
-__device__ __forceinline__ void cluster_arrive_relaxed() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
-#endif
-}
-// Before this CTA's first remote store: every CTA of the cluster has started (it arrived in
-// cluster_arrive_relaxed at its start).
-__device__ __forceinline__ void cluster_wait_started() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
-#endif
-}
-
 // The outputs each rank owns in the push form.
 __host__ __device__ __forceinline__ int cluster_push_per(int gc, int D, int splits) {
   return (gc * D + splits - 1) / splits;
@@ -76,36 +63,6 @@ __host__ __device__ __forceinline__ int cluster_push_per(int gc, int D, int spli
 __device__ __forceinline__ int cluster_owned(int gc, int D, int splits, int rank) {
   const int per = cluster_push_per(gc, D, splits);
   return max(0, min(per, gc * D - rank * per));
-}
-
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// The address in CTA `rank`'s shared memory of what sits at `local` in this CTA's.
-__device__ __forceinline__ uint32_t map_rank(uint32_t local, int rank) {
-  uint32_t remote = 0;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
-#endif
-  return remote;
-}
-
-// An asynchronous 4-byte store into another CTA's shared memory that completes on its mbarrier.
-__device__ __forceinline__ void store_async(uint32_t remote, float v, uint32_t remote_bar) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(remote),
-               "r"(__float_as_uint(v)), "r"(remote_bar)
-               : "memory");
-#endif
-}
-
-__device__ __forceinline__ int cluster_rank() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  return static_cast<int>(cooperative_groups::this_cluster().block_rank());
-#else
-  return 0;
-#endif
 }
 
 // At the kernel's start, by every thread: the inbox's mbarrier set to complete when every split's stores have

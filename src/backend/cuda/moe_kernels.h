@@ -60,8 +60,18 @@ struct MoeNormRouteArgs {
   int32_t* pair_slot = nullptr;
   int32_t* arrivals = nullptr;
   int T = 0, H = 0, E = 0;
+  // The launch as one thread block cluster (Hopper; moe_norm_route_cluster_supported): every CTA sends its
+  // logits into the first CTA's shared memory (st.async on its mbarrier) and the first CTA selects; no
+  // arrival counter, no logits scratch (arrivals and logits may be null). The same bits.
+  bool cluster = false;
 };
 bool moe_norm_route_supported(const MoeNormRouteArgs& a, const MoeRouteParams& p);
+// Whether the cluster form takes the shape: the Hopper path, moe_norm_route_supported, and the router's E
+// rows spread over at most kMoeRouteClusterCtas CTAs within the chunks a thread preloads and 47 KiB of
+// shared memory (DeepSeek-V2-Lite: 64 experts x hidden 2048, 8 CTAs of 8 experts; not V2's or V3's
+// routers).
+inline constexpr int kMoeRouteClusterCtas = 8;  // the portable cluster size
+bool moe_norm_route_cluster_supported(const MoeNormRouteArgs& a, const MoeRouteParams& p);
 void launch_moe_norm_route(const MoeNormRouteArgs& a, const MoeRouteParams& p);
 
 // Rows of one expert handled per tile by the tensor-core kernels (many rows per expert); the CUDA-core

@@ -8,18 +8,24 @@
 // memory). The last block to arrive (an arrival counter it resets, as the MLA fused merge) selects every
 // token's experts with all its warps (route_select_block, the bits of moe_select_kernel) and builds the
 // permutation (every pair's row and every expert's offsets counted directly from the ids, no atomics, no
-// serial scan), its pairs in pair order within an expert. Outputs equal, bit for bit, launch_rms_norm +
-// launch_moe_route + launch_moe_permute.
+// serial scan), its pairs in pair order within an expert. In the cluster form (Hopper, routers of at most
+// 64 experts: one thread block cluster of up to 8 CTAs) every CTA sends its logits into the first CTA's
+// shared memory by asynchronous remote stores that complete on that CTA's mbarrier, and the first CTA
+// selects once they have all landed: no device-wide fence, arrival atomic or L2 round trip for the logits.
+// Outputs equal, bit for bit, launch_rms_norm + launch_moe_route + launch_moe_permute in either form.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 
+#include "backend/cuda/arch_path.h"
+#include "backend/cuda/cluster_common.cuh"
 #include "backend/cuda/kernel_common.cuh"
 #include "backend/cuda/mla_merge.cuh"
 #include "backend/cuda/moe_kernels.h"
 #include "backend/cuda/moe_select.cuh"
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda/stream.h"
+#include "backend/cuda/tma_common.cuh"
 #include "core/error.h"
 
 namespace dsinfer::cuda {
@@ -33,6 +39,8 @@ constexpr int kMaxNormChunks = 4;    // 16-byte norm chunks per thread (hidden u
 constexpr int kBlocksTarget = 128;   // experts per block double (up to 8) while there would be more blocks
 constexpr int kDotBatch = 4;         // 256-column steps of a logit whose loads go out together
 constexpr size_t kSmemLimit = 47 * 1024;
+constexpr int kClusterMaxEpb = kMaxRouterChunks * kThreads / 256;  // experts a CTA takes at hidden 2048
+constexpr int kClusterMaxExperts = kMoeRouteClusterCtas * kClusterMaxEpb;
 
 __device__ __forceinline__ float bf16f(uint32_t bits16) {
   return __uint_as_float(bits16 << 16);
@@ -62,17 +70,40 @@ int experts_per_block(int E, int H) {
   return epb;
 }
 
-template <int kT>
+// The cluster form's experts per CTA: the E experts over at most kMoeRouteClusterCtas CTAs.
+int cluster_experts_per_block(int E) {
+  return (E + kMoeRouteClusterCtas - 1) / kMoeRouteClusterCtas;
+}
+
+// CLUSTER: the grid is one thread block cluster (the cluster form above).
+template <int kT, bool CLUSTER>
 __global__ void __launch_bounds__(kThreads)
     moe_norm_route_kernel(MoeNormRouteArgs a, MoeRouteParams p, int epb) {
   extern __shared__ uint4 smem[];
   __shared__ float s_part[kT][kWarps];  // per-warp sums of squares
   __shared__ float s_inv[kT];           // 1 / rms of each token
   __shared__ int s_flag;
+  // The cluster form: the first CTA's inbox, logits [T, E] and the mbarrier their stores complete on.
+  __shared__ float s_logits[CLUSTER ? kT * kClusterMaxExperts : 1];
+  __shared__ __align__(8) uint64_t s_inbox;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int T = a.T, H = a.H, E = a.E, hc = H / 8;  // hc: 16-byte chunks of a row
   const int e0 = blockIdx.x * epb, ne = min(epb, E - e0);
   const int rchunks = ne * hc;
+  int rank = 0;
+  if constexpr (CLUSTER) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+    __trap();  // clusters are Hopper's: the launch takes this form on the Hopper path only
+#endif
+    rank = detail::cluster_rank();
+    if (rank == 0 && tid == 0) {
+      const uint32_t bar = detail::smem_addr(&s_inbox);
+      tma::mbar_init(bar, 1);
+      tma::mbar_init_fence();
+      tma::mbar_arrive_expect_tx(bar, static_cast<uint32_t>(T * E * sizeof(float)));
+    }
+    detail::cluster_arrive_relaxed();
+  }
 
   // The block's router rows [ne, H] (contiguous) and the norm weight: loads issued before the wait.
   const uint4* rsrc = reinterpret_cast<const uint4*>(a.router + static_cast<int64_t>(e0) * H);
@@ -151,7 +182,9 @@ __global__ void __launch_bounds__(kThreads)
   }
 
   // logits [T, E]: one warp per (expert, token) of the block; lane l takes inputs 8l + 256i in order, x
-  // formed as above, the products summed in moe_logits_kernel's order, then its butterfly.
+  // formed as above, the products summed in moe_logits_kernel's order, then its butterfly. The cluster form
+  // stores them into the first CTA's inbox, once every CTA has started (and the inbox is set up).
+  if constexpr (CLUSTER) detail::cluster_wait_started();
   for (int item = warp; item < ne * T; item += kWarps) {
     const int j = item / T, t = item % T;
     const uint4* wr = s_router + j * hc;
@@ -188,13 +221,29 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
     dot = detail::route_warp_sum(dot);
-    if (lane == 0) a.logits[static_cast<int64_t>(t) * E + e0 + j] = dot;
+    if (lane == 0) {
+      if constexpr (CLUSTER) {
+        detail::store_async(detail::map_rank(detail::smem_addr(&s_logits[t * E + e0 + j]), 0), dot,
+                            detail::map_rank(detail::smem_addr(&s_inbox), 0));
+      } else {
+        a.logits[static_cast<int64_t>(t) * E + e0 + j] = dot;
+      }
+    }
   }
 
-  // The last block to arrive routes every token with all its warps (its shared memory reused).
-  if (!detail::mla_arrive_last(a.arrivals, static_cast<int>(gridDim.x), &s_flag)) return;
+  // The last block to arrive (the cluster form: the first CTA, once every logit has landed) routes every
+  // token with all its warps (its shared memory reused).
+  const float* logits = a.logits;
+  if constexpr (CLUSTER) {
+    if (rank != 0) return;
+    tma::mbar_wait(detail::smem_addr(&s_inbox), 0u);
+    logits = s_logits;
+  } else {
+    if (!detail::mla_arrive_last(a.arrivals, static_cast<int>(gridDim.x), &s_flag)) return;
+  }
   float* scratch = reinterpret_cast<float*>(smem);
-  const int32_t* ids_s = detail::route_select_block(a.logits, a.bias, a.ids, a.weights, T, E, p, scratch);
+  const int32_t* ids_s =
+      detail::route_select_block<CLUSTER>(logits, a.bias, a.ids, a.weights, T, E, p, scratch);
   if (a.tile_rows <= 0) return;
 
   // The permutation, counted from the ids: pair i's row is (pairs of lower experts) + (earlier pairs of its
@@ -236,6 +285,18 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// The launch for kT tokens (next_pow2(T)): one cluster of `blocks` CTAs or a plain grid.
+template <int kT>
+void launch_tokens(const MoeNormRouteArgs& a, const MoeRouteParams& p, int epb, unsigned blocks,
+                   size_t smem) {
+  if (a.cluster) {
+    launch_pdl_cluster(moe_norm_route_kernel<kT, true>, blocks, kThreads, smem, dim3(blocks, 1, 1), a, p,
+                       epb);
+  } else {
+    launch_pdl(moe_norm_route_kernel<kT, false>, blocks, kThreads, smem, a, p, epb);
+  }
+}
+
 }  // namespace
 
 bool moe_norm_route_supported(const MoeNormRouteArgs& a, const MoeRouteParams& p) {
@@ -250,22 +311,33 @@ bool moe_norm_route_supported(const MoeNormRouteArgs& a, const MoeRouteParams& p
          select_smem(a.T, a.E, p) <= kSmemLimit;
 }
 
+bool moe_norm_route_cluster_supported(const MoeNormRouteArgs& a, const MoeRouteParams& p) {
+  if (arch_path() != ArchPath::kHopper || !moe_norm_route_supported(a, p) || a.E > kClusterMaxExperts)
+    return false;
+  const int epb = cluster_experts_per_block(a.E);
+  return epb * (a.H / 8) <= kMaxRouterChunks * kThreads && weights_smem(epb, a.H) <= kSmemLimit;
+}
+
 void launch_moe_norm_route(const MoeNormRouteArgs& a, const MoeRouteParams& p) {
   DSI_CHECK(moe_norm_route_supported(a, p), "moe_norm_route: unsupported shape (T ", a.T, ", hidden ", a.H,
             ", ", a.E, " experts, top ", p.top_k, ") or unaligned operands");
-  DSI_CHECK(a.arrivals != nullptr, "moe_norm_route: no arrival counter");
-  const int epb = experts_per_block(a.E, a.H);
+  DSI_CHECK(!a.cluster || moe_norm_route_cluster_supported(a, p),
+            "moe_norm_route: the cluster form does not take ", a.E, " experts at hidden ", a.H,
+            " (or this is not the Hopper path)");
+  DSI_CHECK(a.cluster || (a.arrivals != nullptr && a.logits != nullptr),
+            "moe_norm_route: no arrival counter or logits scratch");
+  const int epb = a.cluster ? cluster_experts_per_block(a.E) : experts_per_block(a.E, a.H);
   const unsigned blocks = static_cast<unsigned>((a.E + epb - 1) / epb);
   const size_t smem = std::max(weights_smem(epb, a.H), select_smem(a.T, a.E, p));
   // Chosen on next_pow2(T), as every launch of a graph bucket.
   if (a.T <= 1) {
-    launch_pdl(moe_norm_route_kernel<1>, blocks, kThreads, smem, a, p, epb);
+    launch_tokens<1>(a, p, epb, blocks, smem);
   } else if (a.T <= 2) {
-    launch_pdl(moe_norm_route_kernel<2>, blocks, kThreads, smem, a, p, epb);
+    launch_tokens<2>(a, p, epb, blocks, smem);
   } else if (a.T <= 4) {
-    launch_pdl(moe_norm_route_kernel<4>, blocks, kThreads, smem, a, p, epb);
+    launch_tokens<4>(a, p, epb, blocks, smem);
   } else {
-    launch_pdl(moe_norm_route_kernel<8>, blocks, kThreads, smem, a, p, epb);
+    launch_tokens<8>(a, p, epb, blocks, smem);
   }
   check_launch("moe_norm_route");
 }

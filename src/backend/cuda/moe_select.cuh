@@ -52,25 +52,34 @@ __device__ __forceinline__ float route_warp_sum(float v) {
   return v;
 }
 
-// One token's scores: logits [E] (read through L2, so values other blocks of the same launch wrote are seen)
-// -> score [E] and sel [E] (the selection values: score + bias for noaux_tc). Called by the 32 lanes of one
-// warp; the sums follow the lane order, so the bits depend on E only.
+// A logit: from shared memory (SHARED) or through L2, so that values other blocks of the same launch wrote
+// are seen.
+template <bool SHARED>
+__device__ __forceinline__ float route_logit(const float* logits, int e) {
+  if constexpr (SHARED) return logits[e];
+  return __ldcg(logits + e);
+}
+
+// One token's scores: logits [E] (SHARED: in shared memory; else read through L2) -> score [E] and sel [E]
+// (the selection values: score + bias for noaux_tc). Called by the 32 lanes of one warp; the sums follow the
+// lane order, so the bits depend on E only.
+template <bool SHARED = false>
 __device__ __forceinline__ void route_score_token(const float* logits, const float* bias, int E,
                                                   const MoeRouteParams& p, float* score, float* sel) {
   const int lane = threadIdx.x % 32;
   if (p.scoring == MoeScoring::kSoftmax) {
     float mx = -INFINITY;
-    for (int e = lane; e < E; e += 32) mx = fmaxf(mx, score[e] = __ldcg(logits + e));
+    for (int e = lane; e < E; e += 32) mx = fmaxf(mx, score[e] = route_logit<SHARED>(logits, e));
     mx = route_warp_max(mx);
     float sum = 0.0f;
     for (int e = lane; e < E; e += 32) sum += (score[e] = expf(score[e] - mx));
     sum = route_warp_sum(sum);
     for (int e = lane; e < E; e += 32) score[e] /= sum;
   } else if (p.scoring == MoeScoring::kSigmoid) {
-    for (int e = lane; e < E; e += 32) score[e] = 1.0f / (1.0f + expf(-__ldcg(logits + e)));
+    for (int e = lane; e < E; e += 32) score[e] = 1.0f / (1.0f + expf(-route_logit<SHARED>(logits, e)));
   } else {
     for (int e = lane; e < E; e += 32) {
-      const float s = __ldcg(logits + e);
+      const float s = route_logit<SHARED>(logits, e);
       score[e] = sqrtf(s > 20.0f ? s : log1pf(expf(s)));
     }
   }
@@ -192,12 +201,13 @@ __host__ __device__ inline int select_block_scratch_floats(int T, int E, int G, 
 }
 
 // Every token's selection by the whole block (blockDim.x a multiple of 32; every thread calls it, it
-// synchronises): logits [T, E] (read through L2) -> ids [T, K], wout [T, K], the bits of route_select_token
-// per token. One warp per token scores (route_score_token), one warp per (token, group) scores the groups;
-// the chosen groups and experts are those of rank below topk_group / K in route_better's order (what
-// repeated arg-max picks): each warp ranks a chunk of 32 experts among themselves, the best min(K, 32) of
-// every chunk are ranked among each other. Returns the chosen ids [T, K] in the scratch (shared memory),
-// valid for every thread.
+// synchronises): logits [T, E] (SHARED: in shared memory; else read through L2) -> ids [T, K], wout [T, K],
+// the bits of route_select_token per token. One warp per token scores (route_score_token), one warp per
+// (token, group) scores the groups; the chosen groups and experts are those of rank below topk_group / K in
+// route_better's order (what repeated arg-max picks): each warp ranks a chunk of 32 experts among
+// themselves, the best min(K, 32) of every chunk are ranked among each other. Returns the chosen ids [T, K]
+// in the scratch (shared memory), valid for every thread.
+template <bool SHARED = false>
 __device__ __forceinline__ const int32_t* route_select_block(const float* logits, const float* bias,
                                                              int32_t* ids, float* wout, int T, int E,
                                                              const MoeRouteParams& p, float* scratch) {
@@ -213,7 +223,7 @@ __device__ __forceinline__ const int32_t* route_select_block(const float* logits
   int32_t* chosen = cand_i + T * nc * kc;                      // [T, K]
 
   for (int t = warp; t < T; t += nwarps)
-    route_score_token(logits + t * E, bias, E, p, score + t * E, sel + t * E);
+    route_score_token<SHARED>(logits + t * E, bias, E, p, score + t * E, sel + t * E);
   __syncthreads();
 
   if (p.method != MoeTopk::kGreedy) {
