@@ -134,6 +134,9 @@ void add_serve_command(CLI::App& app) {
                     [](C& c) { return &c.server.api_key; });
   flag<int64_t>(cmd, s, "--max-body-bytes", "Largest request body (8 MiB)",
                 [](C& c) { return &c.server.max_body_bytes; });
+  flag<int64_t>(cmd, s, "--max-connections",
+                "Open connections at most; more get 503 (0: the descriptor limit less 64)",
+                [](C& c) { return &c.server.max_connections; });
   flag<double>(cmd, s, "--request-timeout", "Seconds a generation request may run (600; 0: no limit)",
                [](C& c) { return &c.server.request_timeout_seconds; });
   flag<double>(cmd, s, "--idle-timeout", "Seconds an idle or slow connection is kept (60)",

@@ -2,6 +2,7 @@
 // are errors naming them.
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <functional>
@@ -59,6 +60,7 @@ std::map<std::string, Section> base_sections() {
            DSI_SERVER_KEY(std::string, served_model_name),
            DSI_SERVER_KEY(std::string, api_key),
            DSI_SERVER_KEY(int64_t, max_body_bytes),
+           DSI_SERVER_KEY(int64_t, max_connections),
            DSI_SERVER_KEY(double, request_timeout_seconds),
            DSI_SERVER_KEY(double, idle_timeout_seconds),
            DSI_SERVER_KEY(double, drain_timeout_seconds),
@@ -160,11 +162,19 @@ std::string retry_after(const ServerOptions& options) {
   return std::to_string(static_cast<int64_t>(std::ceil(options.retry_after_seconds)));
 }
 
+int64_t effective_max_connections(const ServerOptions& options, int64_t fd_limit) {
+  if (options.max_connections > 0) return options.max_connections;
+  constexpr int64_t kReserved = 64, kMin = 16, kMax = 65536;
+  return std::clamp<int64_t>(fd_limit - kReserved, kMin, kMax);
+}
+
 void validate(const ServeConfig& c) {
   const ServerOptions& s = c.server;
   DSI_CHECK(s.port >= 0 && s.port <= 65535, "server.port must be in [0, 65535], got ", s.port);
   DSI_CHECK(!s.host.empty(), "server.host must not be empty");
   DSI_CHECK(s.max_body_bytes > 0, "server.max_body_bytes must be > 0, got ", s.max_body_bytes);
+  DSI_CHECK(s.max_connections >= 0,
+            "server.max_connections must be >= 0 (0: from the descriptor limit), got ", s.max_connections);
   DSI_CHECK(s.request_timeout_seconds >= 0, "server.request_timeout_seconds must be >= 0 (0: no limit)");
   DSI_CHECK(s.idle_timeout_seconds > 0, "server.idle_timeout_seconds must be > 0");
   DSI_CHECK(s.drain_timeout_seconds >= 0, "server.drain_timeout_seconds must be >= 0");

@@ -11,8 +11,14 @@ namespace dsinfer::server {
 namespace net = boost::asio;
 using tcp = net::ip::tcp;
 
-HttpListener::HttpListener(net::io_context& ioc, std::shared_ptr<const SessionConfig> config)
-    : ioc_(ioc), acceptor_(ioc), retry_timer_(ioc), config_(std::move(config)) {}
+HttpListener::HttpListener(net::io_context& ioc, std::shared_ptr<const SessionConfig> config,
+                           ConnectionLimit limit)
+    : ioc_(ioc),
+      acceptor_(ioc),
+      retry_timer_(ioc),
+      config_(std::move(config)),
+      limit_(std::move(limit)),
+      rejecter_(limit_.reject_response) {}
 
 int HttpListener::listen(const std::string& host, int port) {
   boost::system::error_code ec;
@@ -50,8 +56,14 @@ void HttpListener::do_accept() {
     }
     boost::system::error_code opt_ec;
     socket.set_option(tcp::no_delay(true), opt_ec);
-    auto session = std::make_shared<HttpSession>(std::move(socket), self->config_);
     self->prune();
+    if (self->limit_.max_connections > 0 && self->sessions_.size() >= self->limit_.max_connections) {
+      self->rejecter_.reject(std::move(socket));
+      if (self->limit_.on_rejected) self->limit_.on_rejected();
+      self->do_accept();
+      return;
+    }
+    auto session = std::make_shared<HttpSession>(std::move(socket), self->config_);
     self->sessions_.push_back(session);
     session->start();
     self->do_accept();

@@ -28,6 +28,11 @@ HttpSession::HttpSession(net::ip::tcp::socket socket, std::shared_ptr<const Sess
   beast::error_code ec;
   auto ep = stream_.socket().remote_endpoint(ec);
   if (!ec) remote_ = ep.address().to_string() + ":" + std::to_string(ep.port());
+  if (config_->live_sessions) ++*config_->live_sessions;
+}
+
+HttpSession::~HttpSession() {
+  if (config_->live_sessions) --*config_->live_sessions;
 }
 
 void HttpSession::start() {

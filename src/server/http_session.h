@@ -4,6 +4,7 @@
 // away is noticed at once (on_disconnect).
 #pragma once
 #include <array>
+#include <atomic>
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -23,6 +24,8 @@ struct SessionConfig {
   std::function<bool()> draining;  // true: answer with Connection: close and stop reading
   // A stream whose unsent bytes exceed this is dropped as a stalled reader (its request is cancelled).
   size_t max_pending_write_bytes = 16 << 20;
+  // Sessions alive now (each adds one while it exists), or null.
+  std::shared_ptr<std::atomic<int64_t>> live_sessions;
 };
 
 class HttpSession : public std::enable_shared_from_this<HttpSession>, public Responder {
@@ -31,6 +34,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>, public Res
   static constexpr size_t kMaxPipelinedBytes = 64 * 1024;
 
   HttpSession(boost::asio::ip::tcp::socket socket, std::shared_ptr<const SessionConfig> config);
+  ~HttpSession() override;
   void start();
   // Closes the connection now when no response is pending; otherwise after the pending response.
   void close_when_idle();

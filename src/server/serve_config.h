@@ -11,10 +11,13 @@ namespace dsinfer::server {
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
-  int port = 8000;                         // 0: an ephemeral port (tests)
-  std::string served_model_name;           // "" => the model directory's base name
-  std::string api_key;                     // "" => no authentication
-  int64_t max_body_bytes = 8 << 20;        // larger request bodies get 413
+  int port = 8000;                   // 0: an ephemeral port (tests)
+  std::string served_model_name;     // "" => the model directory's base name
+  std::string api_key;               // "" => no authentication
+  int64_t max_body_bytes = 8 << 20;  // larger request bodies get 413
+  // Open connections at most; one more gets 503 too_many_connections and is closed (0: automatic, from the
+  // process's descriptor limit: effective_max_connections).
+  int64_t max_connections = 0;
   double request_timeout_seconds = 600;    // a generation request running longer is cancelled (0: no limit)
   double idle_timeout_seconds = 60;        // a connection idle (or sending a request) this long is closed
   double drain_timeout_seconds = 30;       // on SIGTERM: how long in-flight requests may take to finish
@@ -36,6 +39,10 @@ void load_config_text(const std::string& text, const std::string& origin, ServeC
 
 // The Retry-After header value of 429 answers: retry_after_seconds rounded up to whole seconds.
 std::string retry_after(const ServerOptions& options);
+
+// The connection limit in effect: max_connections when > 0, else the soft descriptor limit `fd_limit` less
+// 64 descriptors kept for the engine (model files, logs), at least 16 and at most 65536.
+int64_t effective_max_connections(const ServerOptions& options, int64_t fd_limit);
 
 // Checks ranges (port, timeouts, sizes, device, log levels); throws dsinfer::Error naming the field.
 void validate(const ServeConfig& config);

@@ -2,6 +2,8 @@
 // signal handling and the drain sequence.
 #include "server/server.h"
 
+#include <sys/resource.h>
+
 #include <atomic>
 #include <boost/asio.hpp>
 #include <csignal>
@@ -24,6 +26,13 @@ namespace net = boost::asio;
 using Clock = std::chrono::steady_clock;
 
 namespace {
+
+// The process's soft limit on open descriptors (a large value when unlimited).
+int64_t fd_limit() {
+  rlimit r{};
+  if (getrlimit(RLIMIT_NOFILE, &r) != 0 || r.rlim_cur == RLIM_INFINITY) return int64_t{1} << 20;
+  return static_cast<int64_t>(r.rlim_cur);
+}
 
 // Wraps a session's Responder: records the status for dsinfer_requests_total and writes the request's log
 // line when the request is over (the last reference goes away).
@@ -229,13 +238,29 @@ int Server::listen() {
       std::chrono::milliseconds(static_cast<int64_t>(m.ctx->config.server.idle_timeout_seconds * 1000.0));
   Impl* impl = &m;
   session_config->draining = [impl]() { return impl->draining.load(); };
+  session_config->live_sessions = std::make_shared<std::atomic<int64_t>>(0);
+  m.registry->add_collector([live = session_config->live_sessions, registry = m.registry]() {
+    registry->gauge("dsinfer_http_open_connections", "").set(static_cast<double>(live->load()));
+  });
   session_config->handler = [impl](const HttpRequest& req, std::shared_ptr<Responder> out) {
     const bool counted = req.path != "/metrics" && req.path.rfind("/health/", 0) != 0;
     auto tracked =
         std::make_shared<TrackedResponder>(std::move(out), *impl->ctx, req, ++impl->request_number, counted);
     impl->router.dispatch(req, tracked);
   };
-  m.listener = std::make_shared<HttpListener>(*m.ioc, session_config);
+  // The connection limit: past it a connection gets 503 too_many_connections (and Retry-After) unread.
+  ConnectionLimit limit;
+  limit.max_connections = static_cast<size_t>(effective_max_connections(m.ctx->config.server, fd_limit()));
+  ApiError full(
+      503,
+      str_cat("too many open connections (the server's limit is ", limit.max_connections, "); retry later"),
+      "service_unavailable", "", "too_many_connections");
+  HttpResponse full_response = error_response(full);
+  full_response.headers.emplace_back("Retry-After", retry_after(m.ctx->config.server));
+  limit.reject_response = serialize_closing_response(full_response);
+  Counter* rejected = &m.registry->counter("dsinfer_http_connections_rejected_total", "");
+  limit.on_rejected = [rejected]() { rejected->inc(); };
+  m.listener = std::make_shared<HttpListener>(*m.ioc, session_config, std::move(limit));
   m.port = m.listener->listen(m.ctx->config.server.host, m.ctx->config.server.port);
   m.listener->start_accepting();
   log_info("serve: listening on http://", m.ctx->config.server.host, ":", m.port, " (model \"",

@@ -44,6 +44,9 @@ ServerMetrics::ServerMetrics(MetricsRegistry& registry) : registry_(registry) {
                   "Allocated-but-unused KV token slots / allocated KV token slots");
   registry_.counter("dsinfer_preemptions_total", "Requests preempted by the scheduler");
   registry_.counter("dsinfer_cuda_graph_replays_total", "Decode steps replayed from CUDA graphs");
+  registry_.gauge("dsinfer_http_open_connections", "HTTP connections open now");
+  registry_.counter("dsinfer_http_connections_rejected_total",
+                    "Connections answered 503 too_many_connections because the connection limit was reached");
   registry_.counter("dsinfer_long_tail_requests_total",
                     "Requests whose end-to-end latency exceeded 3x the running mean latency");
   registry_.add_collector([this]() { refresh(); });
