@@ -6,7 +6,8 @@
 // bits; the 8 tiles of a head each merge it again, from L2) and multiplies by W_UV[h] as
 // head_gemv_n_tile_kernel<NT, 2> does (detail::HeadGemvN: the same sums in the same order). So its output has
 // the bits of the composition combine + head_matmul with the default GEMV tile, and a row's result depends on
-// that row alone.
+// that row alone. One token with at most 16 splits (batch-1 decode up to 1024-token contexts) takes
+// merge_one_round, every load in one round trip, the same bits.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -30,6 +31,50 @@ constexpr int kRowsPerWarp = 2;  // head_gemv's default w x tile: 16 output rows
 constexpr int kRowsPerBlock = detail::kHeadGemvWarps * kRowsPerWarp;
 constexpr int64_t kMaxTokens = 2;       // bucketed tokens the kernel takes (mla_merge_uv_supported)
 constexpr int64_t kSmemFloats = 12288;  // 48 KiB: the merged latents, the merge weights, 1 / L
+constexpr int kOneRoundSplits = 16;     // one token, at most this many splits: every load issued at once
+
+// One token's merge with every load in flight at once (one L2 round trip after the wait instead of three: the
+// split states, then again for the sums, then the partial latents): every warp computes the merge weights
+// itself from its lanes' split states (lane s: split s; mla_merge_weights's arithmetic and butterflies, so
+// the same bits in every warp), and thread i < R / 4 merges latents [4 i, 4 i + 4) from the values it loaded
+// before (mla_merge_sum4's fmas in split order, the weights from their lanes by shuffles). xs [R] receives
+// the merged latents, as the general path writes them.
+__device__ __forceinline__ void merge_one_round(const float* ws_acc, const float* ws_ml, int H, int R,
+                                                int splits, int h, float* xs) {
+  const int lane = threadIdx.x % 32;
+  const float* ml = ws_ml + static_cast<int64_t>(h) * 2;  // split s at + s * 2H
+  const bool has = lane < splits;
+  const float m = has ? __ldcg(ml + static_cast<int64_t>(lane) * 2 * H) : -INFINITY;
+  const float l_s = has ? __ldcg(ml + static_cast<int64_t>(lane) * 2 * H + 1) : 0.0f;
+  const bool mine = static_cast<int>(threadIdx.x) < R / 4;
+  const float* src = ws_acc + static_cast<int64_t>(h) * R + (mine ? 4 * threadIdx.x : 0);
+  const int64_t acc_step = static_cast<int64_t>(H) * R;
+  float4 v[kOneRoundSplits];
+#pragma unroll
+  for (int j = 0; j < kOneRoundSplits; ++j)
+    v[j] = mine && j < splits ? __ldcg(reinterpret_cast<const float4*>(src + j * acc_step))
+                              : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  float mx = fmaxf(-INFINITY, m);
+  for (int o = 16; o > 0; o /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+  const float wt = has && m != -INFINITY ? expf(m - mx) : 0.0f;
+  float l = has ? fmaf(wt, l_s, 0.0f) : 0.0f;
+  for (int o = 16; o > 0; o /= 2) l += __shfl_xor_sync(0xffffffffu, l, o);
+  const float inv = 1.0f / l;
+  float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+  for (int j = 0; j < kOneRoundSplits; ++j) {
+    if (j < splits) {
+      const float w = __shfl_sync(0xffffffffu, wt, j);
+      acc.x = fmaf(w, v[j].x, acc.x);
+      acc.y = fmaf(w, v[j].y, acc.y);
+      acc.z = fmaf(w, v[j].z, acc.z);
+      acc.w = fmaf(w, v[j].w, acc.w);
+    }
+  }
+  if (mine)
+    *reinterpret_cast<float4*>(xs + 4 * threadIdx.x) =
+        make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
+}
 
 // y [T, H, V] = W_UV[h] (merge of the splits of (t, h)). ws_acc [T, splits, H, R], ws_ml [T, splits, H, 2],
 // w [H, V, R] bf16.
@@ -44,8 +89,14 @@ __global__ void __launch_bounds__(kThreads)
   pdl_trigger();
   extern __shared__ float4 smem4[];
   float* xs = reinterpret_cast<float*>(smem4);  // [NT][R] merged latents, tokens >= T zero
-  float* w_s = xs + NT * R;                     // [NT][splits] merge weights
-  float* inv_s = w_s + NT * splits;             // [NT] 1 / L
+  if (NT == 1 && splits <= kOneRoundSplits && R / 4 <= kThreads) {
+    merge_one_round(ws_acc, ws_ml, H, R, splits, h, xs);
+    __syncthreads();
+    gemv.run(xs, y, T, H, h);
+    return;
+  }
+  float* w_s = xs + NT * R;          // [NT][splits] merge weights
+  float* inv_s = w_s + NT * splits;  // [NT] 1 / L
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   // Warp t: the weights of token t (NT <= 8 warps).
   if (warp < T) {
