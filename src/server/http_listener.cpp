@@ -57,7 +57,8 @@ void HttpListener::do_accept() {
     boost::system::error_code opt_ec;
     socket.set_option(tcp::no_delay(true), opt_ec);
     self->prune();
-    if (self->limit_.max_connections > 0 && self->sessions_.size() >= self->limit_.max_connections) {
+    if (self->limit_.max_connections > 0 &&
+        self->config_->open_sessions->load() >= static_cast<int64_t>(self->limit_.max_connections)) {
       self->rejecter_.reject(std::move(socket));
       if (self->limit_.on_rejected) self->limit_.on_rejected();
       self->do_accept();

@@ -28,11 +28,11 @@ HttpSession::HttpSession(net::ip::tcp::socket socket, std::shared_ptr<const Sess
   beast::error_code ec;
   auto ep = stream_.socket().remote_endpoint(ec);
   if (!ec) remote_ = ep.address().to_string() + ":" + std::to_string(ep.port());
-  if (config_->live_sessions) ++*config_->live_sessions;
+  ++*config_->open_sessions;
 }
 
 HttpSession::~HttpSession() {
-  if (config_->live_sessions) --*config_->live_sessions;
+  if (!closed_) --*config_->open_sessions;
 }
 
 void HttpSession::start() {
@@ -341,6 +341,7 @@ void HttpSession::linger_read() {
 void HttpSession::close_now() {
   if (closed_) return;
   closed_ = true;
+  --*config_->open_sessions;
   beast::error_code ec;
   stream_.socket().shutdown(net::ip::tcp::socket::shutdown_both, ec);
   stream_.close();

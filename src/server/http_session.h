@@ -24,8 +24,9 @@ struct SessionConfig {
   std::function<bool()> draining;  // true: answer with Connection: close and stop reading
   // A stream whose unsent bytes exceed this is dropped as a stalled reader (its request is cancelled).
   size_t max_pending_write_bytes = 16 << 20;
-  // Sessions alive now (each adds one while it exists), or null.
-  std::shared_ptr<std::atomic<int64_t>> live_sessions;
+  // Sessions whose connection is open now (each adds one until it closes): the listener's connection limit
+  // and the open-connections gauge.
+  std::shared_ptr<std::atomic<int64_t>> open_sessions = std::make_shared<std::atomic<int64_t>>(0);
 };
 
 class HttpSession : public std::enable_shared_from_this<HttpSession>, public Responder {

@@ -238,9 +238,8 @@ int Server::listen() {
       std::chrono::milliseconds(static_cast<int64_t>(m.ctx->config.server.idle_timeout_seconds * 1000.0));
   Impl* impl = &m;
   session_config->draining = [impl]() { return impl->draining.load(); };
-  session_config->live_sessions = std::make_shared<std::atomic<int64_t>>(0);
-  m.registry->add_collector([live = session_config->live_sessions, registry = m.registry]() {
-    registry->gauge("dsinfer_http_open_connections", "").set(static_cast<double>(live->load()));
+  m.registry->add_collector([open = session_config->open_sessions, registry = m.registry]() {
+    registry->gauge("dsinfer_http_open_connections", "").set(static_cast<double>(open->load()));
   });
   session_config->handler = [impl](const HttpRequest& req, std::shared_ptr<Responder> out) {
     const bool counted = req.path != "/metrics" && req.path.rfind("/health/", 0) != 0;

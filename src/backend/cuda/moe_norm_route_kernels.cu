@@ -39,7 +39,8 @@ constexpr int kMaxNormChunks = 4;    // 16-byte norm chunks per thread (hidden u
 constexpr int kBlocksTarget = 128;   // experts per block double (up to 8) while there would be more blocks
 constexpr int kDotBatch = 4;         // 256-column steps of a logit whose loads go out together
 constexpr size_t kSmemLimit = 47 * 1024;
-constexpr int kClusterMaxEpb = kMaxRouterChunks * kThreads / 256;  // experts a CTA takes at hidden 2048
+// Experts a cluster CTA takes at hidden 2048 (each router row 2048 / 8 chunks of 16 bytes).
+constexpr int kClusterMaxEpb = kMaxRouterChunks * kThreads / (2048 / 8);
 constexpr int kClusterMaxExperts = kMoeRouteClusterCtas * kClusterMaxEpb;
 
 __device__ __forceinline__ float bf16f(uint32_t bits16) {
