@@ -126,8 +126,11 @@ void handle_tokenize(ServerContext& ctx, const HttpRequest& req, const std::shar
         }
         add_generation_prompt = body["add_generation_prompt"].get<bool>();
       }
+      // With tools, the prompt a chat request with this body would get (their description, a call's opening).
+      const ToolPrompt tp = tool_prompt(parse_tool_request(body), messages, tok);
       try {
-        ids = encode_chat_prompt(tok, messages, add_generation_prompt);
+        ids = encode_chat_prompt(tok, tp.messages, add_generation_prompt, tp.variables,
+                                 add_generation_prompt ? tp.prefill : "");
       } catch (const Error& e) {
         throw bad_request(std::string("cannot render the chat: ") + e.what(), "messages", "invalid_value");
       }

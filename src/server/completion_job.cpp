@@ -60,6 +60,12 @@ CompletionJob::CompletionJob(ServerContext& ctx, CompletionRequest request, std:
       Choice c;
       c.index = static_cast<int32_t>(p * req_.n + i);
       c.prompt = p;
+      if (req_.tools.active()) {
+        c.tool_parser.emplace();
+        // The prompt ends inside the call it opened: the parser reads the answer from there.
+        const ToolParseOutput opened = c.tool_parser->feed(req_.tool_prefill);
+        DSI_CHECK(opened.empty(), "the tool-call prefill completed a call or left text");
+      }
       choices_.push_back(std::move(c));
     }
   }
@@ -155,6 +161,7 @@ void CompletionJob::on_event(size_t index, const RequestEvent& ev) {
     first_token_ = Clock::now();
   c.completion_tokens += static_cast<int32_t>(ev.token_ids.size());
   c.text += ev.text;
+  Delta delta = take_delta(c, ev);
   if (req_.top_logprobs >= 0) c.logprobs.insert(c.logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
   if (ev.finished) {
     c.finished = true;
@@ -166,22 +173,45 @@ void CompletionJob::on_event(size_t index, const RequestEvent& ev) {
     if (ev.first_scheduled != Clock::time_point{} && ev.arrival != Clock::time_point{}) {
       c.queue_delay = seconds(ev.first_scheduled - ev.arrival);
     }
+    // An answer that called functions and ended by itself asks for their results.
+    if (!c.calls.empty() && c.finish_reason == "stop") c.finish_reason = "tool_calls";
   }
-  if (req_.stream && !disconnected_ && !out_->disconnected()) stream_delta(c, ev);
+  if (req_.stream && !disconnected_ && !out_->disconnected()) stream_delta(c, ev, std::move(delta));
   if (ev.finished && --remaining_ == 0) complete();
 }
 
-void CompletionJob::stream_delta(Choice& c, const RequestEvent& ev) {
+CompletionJob::Delta CompletionJob::take_delta(Choice& c, const RequestEvent& ev) {
+  if (!c.tool_parser) return {ev.text, {}};
+  ToolParseOutput parsed = c.tool_parser->feed(ev.text);
+  if (ev.finished) {
+    ToolParseOutput rest = c.tool_parser->finish();
+    parsed.content += rest.content;
+    for (ParsedToolCall& call : rest.calls) parsed.calls.push_back(std::move(call));
+  }
+  Delta d;
+  d.text = std::move(parsed.content);
+  c.content += d.text;
+  for (ParsedToolCall& call : parsed.calls) {
+    if (!req_.tools.parallel && !c.calls.empty()) break;  // parallel_tool_calls false: the first call only
+    ToolCallOutput out{static_cast<int32_t>(c.calls.size()), new_tool_call_id(), std::move(call.name),
+                       std::move(call.arguments)};
+    c.calls.push_back(out);
+    d.calls.push_back(std::move(out));
+  }
+  return d;
+}
+
+void CompletionJob::stream_delta(Choice& c, const RequestEvent& ev, Delta d) {
   const bool cancelled = ev.finished && !c.error.empty();
   if (cancelled) return;  // reported once, in complete()
   if (req_.chat && !c.role_sent) {
     c.role_sent = true;
-    ChoiceOutput role{c.index, "", {}, ""};
+    ChoiceOutput role{c.index, "", {}, "", {}};
     out_->write_chunk(sse_data(dump(chunk_body(header_, ctx_.engine.load()->tokenizer(), role,
                                                req_.top_logprobs, true, req_.include_usage, 0))));
   }
-  if (ev.text.empty() && ev.logprobs.empty() && !ev.finished) return;
-  ChoiceOutput delta{c.index, ev.text, {}, ev.finished ? c.finish_reason : ""};
+  if (d.text.empty() && d.calls.empty() && ev.logprobs.empty() && !ev.finished) return;
+  ChoiceOutput delta{c.index, std::move(d.text), {}, ev.finished ? c.finish_reason : "", std::move(d.calls)};
   if (req_.top_logprobs >= 0) delta.logprobs = ev.logprobs;
   const Tokenizer& tok = ctx_.engine.load()->tokenizer();
   out_->write_chunk(sse_data(
@@ -264,7 +294,9 @@ void CompletionJob::complete() {
     out_->end_stream();
   } else {
     std::vector<ChoiceOutput> outputs;
-    for (const Choice& c : choices_) outputs.push_back({c.index, c.text, c.logprobs, c.finish_reason});
+    for (const Choice& c : choices_) {
+      outputs.push_back({c.index, c.tool_parser ? c.content : c.text, c.logprobs, c.finish_reason, c.calls});
+    }
     HttpResponse r;
     r.body =
         dump(completion_body(header_, ctx_.engine.load()->tokenizer(), outputs, req_.top_logprobs, usage));

@@ -4,6 +4,7 @@
 #pragma once
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,7 @@
 #include "server/openai_request.h"
 #include "server/openai_response.h"
 #include "server/server_context.h"
+#include "server/tool_call_parser.h"
 
 namespace dsinfer::server {
 
@@ -35,6 +37,10 @@ class CompletionJob : public std::enable_shared_from_this<CompletionJob> {
     bool role_sent = false;
     std::string text;
     std::vector<TokenLogprob> logprobs;
+    // Chat with tools: the answer read for calls as it arrives; the text outside them and the calls so far.
+    std::optional<ToolCallParser> tool_parser;
+    std::string content;
+    std::vector<ToolCallOutput> calls;
     std::string finish_reason;
     std::string error;
     int32_t completion_tokens = 0;
@@ -44,7 +50,13 @@ class CompletionJob : public std::enable_shared_from_this<CompletionJob> {
   };
 
   void on_event(size_t choice, const RequestEvent& event);
-  void stream_delta(Choice& c, const RequestEvent& event);
+  // The event's share of the answer: its text, or with tools the content and calls it completed.
+  struct Delta {
+    std::string text;
+    std::vector<ToolCallOutput> calls;
+  };
+  Delta take_delta(Choice& c, const RequestEvent& event);
+  void stream_delta(Choice& c, const RequestEvent& event, Delta delta);
   void complete();
   void fail_stream(const std::string& message);
 

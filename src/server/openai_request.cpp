@@ -213,16 +213,10 @@ void refuse_unsupported(const json& body, bool chat) {
       refuse("response_format", "other than {\"type\": \"text\"} is not supported (no constrained decoding)");
   }
   if (chat) {
-    // Tool definitions are not rendered and tool calls are not parsed: only "none" lets them be ignored.
-    const bool tools = present(body, "tools") && body["tools"].is_array() && !body["tools"].empty();
     const bool functions =
         present(body, "functions") && body["functions"].is_array() && !body["functions"].empty();
-    const json none = "none";
-    if (tools && body.value("tool_choice", json()) != none)
-      refuse("tools", "are not supported (no tool calling); send \"tool_choice\": \"none\" to ignore them");
-    if (functions && body.value("function_call", json()) != none)
-      refuse("functions",
-             "are not supported (no function calling); send \"function_call\": \"none\" to ignore them");
+    if (functions && body.value("function_call", json()) != json("none"))
+      refuse("functions", "(the deprecated form of 'tools') are not supported; declare them as 'tools'");
   }
 }
 
@@ -254,6 +248,25 @@ json parse_json_body(const std::string& body) {
   return j;
 }
 
+namespace {
+
+// OpenAI content parts as one string (text parts only).
+std::string flattened_parts(const json& parts, size_t i) {
+  std::string text;
+  for (const json& part : parts) {
+    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+        !part["text"].is_string()) {
+      throw bad_request(
+          str_cat("messages[", i, "].content: only {\"type\": \"text\", \"text\": ...} parts are supported"),
+          "messages", "invalid_value");
+    }
+    text += part["text"].get<std::string>();
+  }
+  return text;
+}
+
+}  // namespace
+
 json normalize_messages(const json& messages) {
   if (!messages.is_array()) {
     throw bad_request("'messages' must be a list of {\"role\", \"content\"} objects", "messages",
@@ -265,18 +278,9 @@ json normalize_messages(const json& messages) {
     json& m = out[i];
     // OpenAI's "developer" role is its newer name for "system"; chat templates know only the latter.
     if (m.is_object() && m.value("role", json()) == "developer") m["role"] = "system";
-    if (!m.is_object() || !m.contains("content") || !m["content"].is_array()) continue;
-    std::string text;
-    for (const json& part : m["content"]) {
-      if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
-          !part["text"].is_string()) {
-        throw bad_request(str_cat("messages[", i,
-                                  "].content: only {\"type\": \"text\", \"text\": ...} parts are supported"),
-                          "messages", "invalid_value");
-      }
-      text += part["text"].get<std::string>();
-    }
-    m["content"] = text;
+    if (!m.is_object()) continue;
+    if (m.contains("content") && m["content"].is_array()) m["content"] = flattened_parts(m["content"], i);
+    normalize_tool_message(m, i);
   }
   try {
     validate_messages(out);
@@ -295,9 +299,12 @@ CompletionRequest parse_completion_request(const json& body, bool chat, const To
   if (chat) {
     if (!present(body, "messages"))
       throw bad_request("'messages' is required", "messages", "missing_required_parameter");
-    json messages = normalize_messages(body["messages"]);
+    const json messages = normalize_messages(body["messages"]);
+    r.tools = parse_tool_request(body);
+    const ToolPrompt tp = tool_prompt(r.tools, messages, tok);
+    r.tool_prefill = tp.prefill;
     try {
-      r.prompts.push_back(encode_chat_prompt(tok, messages, true));
+      r.prompts.push_back(encode_chat_prompt(tok, tp.messages, true, tp.variables, tp.prefill));
     } catch (const ApiError&) {
       throw;
     } catch (const Error& e) {

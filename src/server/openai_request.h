@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/sampling_params.h"
+#include "server/tool_request.h"
 #include "tokenizer/tokenizer.h"
 
 namespace dsinfer::server {
@@ -23,6 +24,10 @@ struct CompletionRequest {
   // -1: no logprobs in the response.
   int32_t top_logprobs = -1;
   std::string user;
+  // Chat: the tools offered and how the answer is read for calls; the text written after the generation
+  // prompt (the opening of a required call), which the answer continues.
+  ToolRequest tools;
+  std::string tool_prefill;
 };
 
 struct ModelLimits {
@@ -41,7 +46,8 @@ nlohmann::json parse_json_body(const std::string& body);
 CompletionRequest parse_completion_request(const nlohmann::json& body, bool chat, const Tokenizer& tokenizer,
                                            const ModelLimits& limits);
 
-// Chat messages with OpenAI content parts ([{"type": "text", "text": ...}]) flattened to strings.
+// Chat messages with OpenAI content parts ([{"type": "text", "text": ...}]) flattened to strings and tool
+// calls / tool results checked (normalize_tool_message).
 nlohmann::json normalize_messages(const nlohmann::json& messages);
 
 }  // namespace dsinfer::server

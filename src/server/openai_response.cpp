@@ -54,6 +54,17 @@ json bytes_of(const std::string& s) {
   return b;
 }
 
+json tool_calls_json(const std::vector<ToolCallOutput>& calls, bool delta) {
+  json out = json::array();
+  for (const ToolCallOutput& c : calls) {
+    json call = {
+        {"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}};
+    if (delta) call["index"] = c.index;
+    out.push_back(std::move(call));
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string dump(const json& j) {
@@ -121,6 +132,10 @@ json completion_body(const ResponseHeader& h, const Tokenizer& tok, const std::v
     json choice = {{"index", c.index}};
     if (h.chat) {
       choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+      if (!c.tool_calls.empty()) {
+        if (c.text.empty()) choice["message"]["content"] = nullptr;
+        choice["message"]["tool_calls"] = tool_calls_json(c.tool_calls, false);
+      }
     } else {
       choice["text"] = c.text;
     }
@@ -143,6 +158,7 @@ json chunk_body(const ResponseHeader& h, const Tokenizer& tok, const ChoiceOutpu
     json d = json::object();
     if (role_delta) d["role"] = "assistant";
     if (!delta.text.empty() || role_delta) d["content"] = delta.text;
+    if (!delta.tool_calls.empty()) d["tool_calls"] = tool_calls_json(delta.tool_calls, true);
     choice["delta"] = d;
   } else {
     choice["text"] = delta.text;

@@ -17,11 +17,20 @@ struct ResponseHeader {
   bool chat = false;
 };
 
+// A function call of a chat answer, as OpenAI's tool_calls entries carry it.
+struct ToolCallOutput {
+  int32_t index = 0;  // its position among the choice's calls (stream deltas are matched by it)
+  std::string id;     // "call_..."
+  std::string name;
+  std::string arguments;  // JSON text
+};
+
 struct ChoiceOutput {
   int32_t index = 0;
   std::string text;
   std::vector<TokenLogprob> logprobs;
-  std::string finish_reason;  // "" => null
+  std::string finish_reason;               // "" => null
+  std::vector<ToolCallOutput> tool_calls;  // chat only; with calls, an empty text is a null content
 };
 
 // Dumps JSON for the wire (invalid UTF-8 replaced, never thrown).

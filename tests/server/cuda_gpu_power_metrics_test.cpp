@@ -84,7 +84,8 @@ TEST(GpuPowerMetricsTest, CpuDeviceRegistersNothing) {
 TEST(GpuPowerMetricsTest, AutoWithACpuOnlyModelRegistersNothing) {
   server::MetricsRegistry registry;
   const std::string v4 = std::string(DSINFER_TEST_DATA) + "/models/tiny-deepseek-v4";
-  EXPECT_THAT(server::register_visible_gpu_power_metrics(registry, "auto", v4), HasSubstr("runs this model on the CPU"));
+  EXPECT_THAT(server::register_visible_gpu_power_metrics(registry, "auto", v4),
+              HasSubstr("runs this model on the CPU"));
   EXPECT_FALSE(server::register_visible_gpu_power_metrics(registry, "auto", "/nonexistent/dsinfer").empty());
   EXPECT_EQ(registry.prometheus_text().find("dsinfer_gpu_power_watts"), std::string::npos);
 }

@@ -1,7 +1,7 @@
 // A scripted Engine for server tests: a real tokenizer and model config, and an engine thread that emits one
 // token per request every `token_delay` (tokens derived from the prompt and seed, so outputs are
-// reproducible), honours max_tokens, stop strings, logprobs, cancel() and its queue limit, can be paused, and
-// records every cancel so tests can observe them.
+// reproducible, or a fixed script), honours max_tokens, stop strings, logprobs, cancel() and its queue limit,
+// can be paused, and records every cancel so tests can observe them.
 #pragma once
 #include <atomic>
 #include <condition_variable>
@@ -27,11 +27,18 @@ class FakeEngine : public Engine {
     int32_t max_running = 1000;  // requests beyond this wait
     // The generated tokens are drawn from this text's tokens.
     std::string words = " alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu";
+    // When set, every request generates this text's tokens in order instead, then stops (as at an EOS).
+    std::string script;
+    // The tokenizer's directory when not the model's.
+    std::string tokenizer_dir;
   };
 
   FakeEngine(const std::string& model_dir, Options options)
-      : options_(options), tokenizer_(Tokenizer::load(model_dir)), config_(load_model_config(model_dir)) {
+      : options_(options),
+        tokenizer_(Tokenizer::load(options.tokenizer_dir.empty() ? model_dir : options.tokenizer_dir)),
+        config_(load_model_config(model_dir)) {
     for (int32_t id : tokenizer_.encode(options_.words, false)) words_.push_back(id);
+    if (!options_.script.empty()) script_ = tokenizer_.encode(options_.script, false);
     thread_ = std::thread([this]() { loop(); });
   }
   ~FakeEngine() override { shutdown(std::chrono::milliseconds(0)); }
@@ -47,6 +54,7 @@ class FakeEngine : public Engine {
     r.arrival = std::chrono::steady_clock::now();
     uint64_t h = request_hash(r.request.prompt_ids, r.request.sampling.seed.value_or(0));
     r.state = h;
+    last_prompt_ = r.request.prompt_ids;
     reqs_[id] = std::move(r);
     order_.push_back(id);
     ++submitted_;
@@ -111,6 +119,11 @@ class FakeEngine : public Engine {
     std::lock_guard<std::mutex> lock(mu_);
     return submitted_;
   }
+  // The prompt of the latest submitted request.
+  std::vector<int32_t> last_prompt() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return last_prompt_;
+  }
   size_t live() const {
     std::lock_guard<std::mutex> lock(mu_);
     return reqs_.size();
@@ -135,6 +148,7 @@ class FakeEngine : public Engine {
     std::chrono::steady_clock::time_point arrival, scheduled, first_token;
     uint64_t state = 0;
     int32_t generated = 0;
+    size_t script_pos = 0;
     std::string text;
     bool cancelled = false;
   };
@@ -176,7 +190,7 @@ class FakeEngine : public Engine {
           --slots;
           const auto now = std::chrono::steady_clock::now();
           if (r.scheduled == std::chrono::steady_clock::time_point{}) r.scheduled = now;
-          const int32_t id = next_token(r.state);
+          const int32_t id = script_.empty() ? next_token(r.state) : script_[r.script_pos++];
           std::string piece = tokenizer_.decode({id});
           r.generated++;
           bool stop = false;
@@ -201,6 +215,9 @@ class FakeEngine : public Engine {
             if (r.generated >= r.request.sampling.max_tokens) {
               ev.finished = true;
               ev.finish_reason = FinishReason::kLength;
+            } else if (!script_.empty() && r.script_pos == script_.size()) {
+              ev.finished = true;
+              ev.finish_reason = FinishReason::kStop;
             }
           }
           ev.first_scheduled = r.scheduled;
@@ -232,6 +249,8 @@ class FakeEngine : public Engine {
   Tokenizer tokenizer_;
   ModelConfig config_;
   std::vector<int32_t> words_;
+  std::vector<int32_t> script_;
+  std::vector<int32_t> last_prompt_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::map<uint64_t, Req> reqs_;

@@ -3,7 +3,6 @@
 // the official openai npm client (skipped only when tests/server/node/node_modules is absent).
 #include <gtest/gtest.h>
 
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -23,23 +22,6 @@ std::vector<std::string> serve_args(std::vector<std::string> extra = {}) {
   std::vector<std::string> a = {DSINFER_BINARY, "serve", "--model", kModel, "--port", "0", "--device", "cpu"};
   a.insert(a.end(), extra.begin(), extra.end());
   return a;
-}
-
-std::string run_capture(const std::string& command, int* status) {
-  std::string out;
-  FILE* p = ::popen(command.c_str(), "r");
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-  const int rc = ::pclose(p);
-  *status = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-  return out;
-}
-
-std::string shell_quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
 }
 
 TEST(ServeBinaryTest, SigtermDrainsInFlightStreamsAndExitsZero) {
