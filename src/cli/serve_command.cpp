@@ -149,6 +149,10 @@ void add_serve_command(CLI::App& app) {
                     [](C& c) { return &c.server.log_level; });
   flag<std::string>(cmd, s, "--request-log-level", "Level of the per-request log lines (info)",
                     [](C& c) { return &c.server.request_log_level; });
+  flag<std::string>(cmd, s, "--reasoning-parser",
+                    "Chat thinking (<think>) as reasoning_content: auto (when the tokenizer has the tags), "
+                    "deepseek_r1 or none",
+                    [](C& c) { return &c.server.reasoning_parser; });
   flag<std::string>(cmd, s, "--device", "auto, cpu or cuda", [](C& c) { return &c.engine.device; });
   flag<std::string>(cmd, s, "--cuda-arch", "CUDA kernel path: auto, sm_90 or sm_80 (forces Ampere on Hopper)",
                     [](C& c) { return &c.engine.cuda_arch; });

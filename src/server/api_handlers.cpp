@@ -8,6 +8,7 @@
 #include "server/api_error.h"
 #include "server/completion_job.h"
 #include "server/openai_response.h"
+#include "server/reasoning_parser.h"
 #include "server/resilience_http.h"
 
 namespace dsinfer::server {
@@ -94,6 +95,10 @@ void handle_completions(ServerContext& ctx, const HttpRequest& req, const std::s
     check_model(ctx, body);
     Engine& engine = ready_engine(ctx);
     CompletionRequest parsed = parse_completion_request(body, chat, engine.tokenizer(), ctx.limits);
+    if (chat && reasoning_enabled(ctx.config.server.reasoning_parser, engine.tokenizer())) {
+      parsed.reasoning = true;
+      parsed.reasoning_opened = prompt_opens_reasoning(engine.tokenizer(), parsed.prompts[0]);
+    }
     check_admission(engine);  // the circuit breaker: 503 + Retry-After while open
     auto job = std::make_shared<CompletionJob>(ctx, std::move(parsed), out, arrival);
     job->start();
@@ -127,7 +132,7 @@ void handle_tokenize(ServerContext& ctx, const HttpRequest& req, const std::shar
         add_generation_prompt = body["add_generation_prompt"].get<bool>();
       }
       // With tools, the prompt a chat request with this body would get (their description, a call's opening).
-      const ToolPrompt tp = tool_prompt(parse_tool_request(body), messages, tok);
+      const ToolPrompt tp = chat_template_inputs(body, messages, parse_tool_request(body), tok);
       try {
         ids = encode_chat_prompt(tok, tp.messages, add_generation_prompt, tp.variables,
                                  add_generation_prompt ? tp.prefill : "");

@@ -60,6 +60,7 @@ CompletionJob::CompletionJob(ServerContext& ctx, CompletionRequest request, std:
       Choice c;
       c.index = static_cast<int32_t>(p * req_.n + i);
       c.prompt = p;
+      if (req_.reasoning) c.reasoning_parser.emplace(req_.reasoning_opened);
       if (req_.tools.active()) {
         c.tool_parser.emplace();
         // The prompt ends inside the call it opened: the parser reads the answer from there.
@@ -160,7 +161,6 @@ void CompletionJob::on_event(size_t index, const RequestEvent& ev) {
   if ((!ev.token_ids.empty() || !ev.text.empty()) && first_token_ == Clock::time_point{})
     first_token_ = Clock::now();
   c.completion_tokens += static_cast<int32_t>(ev.token_ids.size());
-  c.text += ev.text;
   Delta delta = take_delta(c, ev);
   if (req_.top_logprobs >= 0) c.logprobs.insert(c.logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
   if (ev.finished) {
@@ -181,23 +181,36 @@ void CompletionJob::on_event(size_t index, const RequestEvent& ev) {
 }
 
 CompletionJob::Delta CompletionJob::take_delta(Choice& c, const RequestEvent& ev) {
-  if (!c.tool_parser) return {ev.text, {}};
-  ToolParseOutput parsed = c.tool_parser->feed(ev.text);
-  if (ev.finished) {
-    ToolParseOutput rest = c.tool_parser->finish();
-    parsed.content += rest.content;
-    for (ParsedToolCall& call : rest.calls) parsed.calls.push_back(std::move(call));
-  }
   Delta d;
-  d.text = std::move(parsed.content);
-  c.content += d.text;
-  for (ParsedToolCall& call : parsed.calls) {
-    if (!req_.tools.parallel && !c.calls.empty()) break;  // parallel_tool_calls false: the first call only
-    ToolCallOutput out{static_cast<int32_t>(c.calls.size()), new_tool_call_id(), std::move(call.name),
-                       std::move(call.arguments)};
-    c.calls.push_back(out);
-    d.calls.push_back(std::move(out));
+  d.text = ev.text;
+  if (c.reasoning_parser) {
+    ReasoningOutput r = c.reasoning_parser->feed(d.text);
+    if (ev.finished) {
+      ReasoningOutput rest = c.reasoning_parser->finish();
+      r.reasoning += rest.reasoning;
+      r.content += rest.content;
+    }
+    d.reasoning = std::move(r.reasoning);
+    d.text = std::move(r.content);
+    c.reasoning += d.reasoning;
   }
+  if (c.tool_parser) {
+    ToolParseOutput parsed = c.tool_parser->feed(d.text);
+    if (ev.finished) {
+      ToolParseOutput rest = c.tool_parser->finish();
+      parsed.content += rest.content;
+      for (ParsedToolCall& call : rest.calls) parsed.calls.push_back(std::move(call));
+    }
+    d.text = std::move(parsed.content);
+    for (ParsedToolCall& call : parsed.calls) {
+      if (!req_.tools.parallel && !c.calls.empty()) break;  // parallel_tool_calls false: the first call only
+      ToolCallOutput out{static_cast<int32_t>(c.calls.size()), new_tool_call_id(), std::move(call.name),
+                         std::move(call.arguments)};
+      c.calls.push_back(out);
+      d.calls.push_back(std::move(out));
+    }
+  }
+  c.content += d.text;
   return d;
 }
 
@@ -206,12 +219,14 @@ void CompletionJob::stream_delta(Choice& c, const RequestEvent& ev, Delta d) {
   if (cancelled) return;  // reported once, in complete()
   if (req_.chat && !c.role_sent) {
     c.role_sent = true;
-    ChoiceOutput role{c.index, "", {}, "", {}};
+    ChoiceOutput role{c.index, "", {}, "", {}, {}};
     out_->write_chunk(sse_data(dump(chunk_body(header_, ctx_.engine.load()->tokenizer(), role,
                                                req_.top_logprobs, true, req_.include_usage, 0))));
   }
-  if (d.text.empty() && d.calls.empty() && ev.logprobs.empty() && !ev.finished) return;
-  ChoiceOutput delta{c.index, std::move(d.text), {}, ev.finished ? c.finish_reason : "", std::move(d.calls)};
+  if (d.text.empty() && d.reasoning.empty() && d.calls.empty() && ev.logprobs.empty() && !ev.finished) return;
+  ChoiceOutput delta{
+      c.index, std::move(d.text), {}, ev.finished ? c.finish_reason : "", std::move(d.calls), std::nullopt};
+  if (!d.reasoning.empty()) delta.reasoning = std::move(d.reasoning);
   if (req_.top_logprobs >= 0) delta.logprobs = ev.logprobs;
   const Tokenizer& tok = ctx_.engine.load()->tokenizer();
   out_->write_chunk(sse_data(
@@ -295,7 +310,9 @@ void CompletionJob::complete() {
   } else {
     std::vector<ChoiceOutput> outputs;
     for (const Choice& c : choices_) {
-      outputs.push_back({c.index, c.tool_parser ? c.content : c.text, c.logprobs, c.finish_reason, c.calls});
+      ChoiceOutput o{c.index, c.content, c.logprobs, c.finish_reason, c.calls, std::nullopt};
+      if (c.reasoning_parser) o.reasoning = c.reasoning;  // "" (no thinking): null
+      outputs.push_back(std::move(o));
     }
     HttpResponse r;
     r.body =

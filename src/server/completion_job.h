@@ -11,6 +11,7 @@
 #include "server/http_types.h"
 #include "server/openai_request.h"
 #include "server/openai_response.h"
+#include "server/reasoning_parser.h"
 #include "server/server_context.h"
 #include "server/tool_call_parser.h"
 
@@ -35,11 +36,13 @@ class CompletionJob : public std::enable_shared_from_this<CompletionJob> {
     bool submitted = false;
     bool finished = false;
     bool role_sent = false;
-    std::string text;
     std::vector<TokenLogprob> logprobs;
-    // Chat with tools: the answer read for calls as it arrives; the text outside them and the calls so far.
+    // Chat: the answer read for thinking and, with tools, for calls as it arrives. content is the text
+    // outside both (all of it without parsers).
+    std::optional<ReasoningParser> reasoning_parser;
     std::optional<ToolCallParser> tool_parser;
     std::string content;
+    std::string reasoning;
     std::vector<ToolCallOutput> calls;
     std::string finish_reason;
     std::string error;
@@ -50,9 +53,11 @@ class CompletionJob : public std::enable_shared_from_this<CompletionJob> {
   };
 
   void on_event(size_t choice, const RequestEvent& event);
-  // The event's share of the answer: its text, or with tools the content and calls it completed.
+  // The event's share of the answer: its text, or with the parsers the content, thinking and calls that
+  // became final.
   struct Delta {
     std::string text;
+    std::string reasoning;
     std::vector<ToolCallOutput> calls;
   };
   Delta take_delta(Choice& c, const RequestEvent& event);

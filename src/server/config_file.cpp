@@ -67,6 +67,7 @@ std::map<std::string, Section> base_sections() {
            DSI_SERVER_KEY(double, retry_after_seconds),
            DSI_SERVER_KEY(std::string, log_level),
            DSI_SERVER_KEY(std::string, request_log_level),
+           DSI_SERVER_KEY(std::string, reasoning_parser),
        }},
       {"engine",
        {
@@ -181,6 +182,9 @@ void validate(const ServeConfig& c) {
   DSI_CHECK(s.retry_after_seconds >= 0, "server.retry_after_seconds must be >= 0");
   if (!s.log_level.empty()) parse_log_level(s.log_level);
   parse_log_level(s.request_log_level);
+  DSI_CHECK(
+      s.reasoning_parser == "auto" || s.reasoning_parser == "deepseek_r1" || s.reasoning_parser == "none",
+      "server.reasoning_parser must be auto, deepseek_r1 or none, got \"", s.reasoning_parser, "\"");
   const EngineConfig& e = c.engine;
   DSI_CHECK(e.device == "auto" || e.device == "cpu" || e.device == "cuda",
             "engine.device must be auto, cpu or cuda, got \"", e.device, "\"");

@@ -290,6 +290,29 @@ json normalize_messages(const json& messages) {
   return out;
 }
 
+ToolPrompt chat_template_inputs(const json& body, const json& messages, const ToolRequest& tools,
+                                const Tokenizer& tok) {
+  ToolPrompt p = tool_prompt(tools, messages, tok);
+  if (!present(body, "chat_template_kwargs")) return p;
+  const json& kwargs = body["chat_template_kwargs"];
+  if (!kwargs.is_object()) {
+    throw bad_request("'chat_template_kwargs' must be an object of template variables",
+                      "chat_template_kwargs", "invalid_type");
+  }
+  for (auto it = kwargs.begin(); it != kwargs.end(); ++it) {
+    // What the server itself gives the template is not overridden.
+    for (const char* reserved :
+         {"messages", "add_generation_prompt", "tools", "documents", "bos_token", "eos_token"}) {
+      if (it.key() == reserved) {
+        throw bad_request(str_cat("'chat_template_kwargs' may not set '", reserved, "'"),
+                          "chat_template_kwargs", "invalid_value");
+      }
+    }
+    p.variables[it.key()] = it.value();
+  }
+  return p;
+}
+
 CompletionRequest parse_completion_request(const json& body, bool chat, const Tokenizer& tok,
                                            const ModelLimits& limits) {
   refuse_unsupported(body, chat);
@@ -301,7 +324,7 @@ CompletionRequest parse_completion_request(const json& body, bool chat, const To
       throw bad_request("'messages' is required", "messages", "missing_required_parameter");
     const json messages = normalize_messages(body["messages"]);
     r.tools = parse_tool_request(body);
-    const ToolPrompt tp = tool_prompt(r.tools, messages, tok);
+    const ToolPrompt tp = chat_template_inputs(body, messages, r.tools, tok);
     r.tool_prefill = tp.prefill;
     try {
       r.prompts.push_back(encode_chat_prompt(tok, tp.messages, true, tp.variables, tp.prefill));

@@ -28,6 +28,9 @@ struct CompletionRequest {
   // prompt (the opening of a required call), which the answer continues.
   ToolRequest tools;
   std::string tool_prefill;
+  // Chat: answers are read for thinking (reasoning_content), which the prompt may already have opened.
+  bool reasoning = false;
+  bool reasoning_opened = false;
 };
 
 struct ModelLimits {
@@ -45,6 +48,11 @@ nlohmann::json parse_json_body(const std::string& body);
 // prompt + max_tokens beyond max_model_len. Does not check `model` (the caller knows the served names).
 CompletionRequest parse_completion_request(const nlohmann::json& body, bool chat, const Tokenizer& tokenizer,
                                            const ModelLimits& limits);
+
+// The chat template's inputs for a chat body: the tool additions (tool_prompt) and `chat_template_kwargs`
+// (extra template variables, e.g. {"thinking": true} for DeepSeek-V3.1; those the server sets are refused).
+ToolPrompt chat_template_inputs(const nlohmann::json& body, const nlohmann::json& messages,
+                                const ToolRequest& tools, const Tokenizer& tokenizer);
 
 // Chat messages with OpenAI content parts ([{"type": "text", "text": ...}]) flattened to strings and tool
 // calls / tool results checked (normalize_tool_message).

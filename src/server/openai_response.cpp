@@ -132,6 +132,9 @@ json completion_body(const ResponseHeader& h, const Tokenizer& tok, const std::v
     json choice = {{"index", c.index}};
     if (h.chat) {
       choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+      if (c.reasoning) {
+        choice["message"]["reasoning_content"] = c.reasoning->empty() ? json(nullptr) : json(*c.reasoning);
+      }
       if (!c.tool_calls.empty()) {
         if (c.text.empty()) choice["message"]["content"] = nullptr;
         choice["message"]["tool_calls"] = tool_calls_json(c.tool_calls, false);
@@ -158,6 +161,7 @@ json chunk_body(const ResponseHeader& h, const Tokenizer& tok, const ChoiceOutpu
     json d = json::object();
     if (role_delta) d["role"] = "assistant";
     if (!delta.text.empty() || role_delta) d["content"] = delta.text;
+    if (delta.reasoning && !delta.reasoning->empty()) d["reasoning_content"] = *delta.reasoning;
     if (!delta.tool_calls.empty()) d["tool_calls"] = tool_calls_json(delta.tool_calls, true);
     choice["delta"] = d;
   } else {

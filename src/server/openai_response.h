@@ -2,6 +2,7 @@
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,8 @@ struct ChoiceOutput {
   std::vector<TokenLogprob> logprobs;
   std::string finish_reason;               // "" => null
   std::vector<ToolCallOutput> tool_calls;  // chat only; with calls, an empty text is a null content
+  // Chat answers read for thinking: `reasoning_content` ("" => null); unset => no such field.
+  std::optional<std::string> reasoning;
 };
 
 // Dumps JSON for the wire (invalid UTF-8 replaced, never thrown).

@@ -24,6 +24,9 @@ struct ServerOptions {
   double retry_after_seconds = 1;          // Retry-After of 429 answers
   std::string log_level = "";              // "" => keep the process's level
   std::string request_log_level = "info";  // level of the one-line-per-request log
+  // Chat answers' thinking (<think>...</think>) as reasoning_content: "auto" (when the tokenizer has those
+  // tokens), "deepseek_r1" (always) or "none".
+  std::string reasoning_parser = "auto";
 };
 
 struct ServeConfig {
