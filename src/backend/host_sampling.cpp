@@ -52,6 +52,13 @@ void HostSampler::apply_penalties(float* logits, int32_t vocab, const SamplingRo
       logits[id] -= presence + frequency * static_cast<float>(row.generated_counts[i]);
     }
   }
+  DSI_CHECK(row.bias_ids.size() == row.bias_values.size(), "sampler: ", row.bias_ids.size(),
+            " biased tokens but ", row.bias_values.size(), " biases");
+  for (size_t i = 0; i < row.bias_ids.size(); ++i) {
+    const int32_t id = row.bias_ids[i];
+    DSI_CHECK(id >= 0 && id < vocab, "sampler: token id ", id, " is outside the vocabulary of ", vocab);
+    logits[id] += row.bias_values[i];
+  }
 }
 
 int32_t HostSampler::sample(const float* logits, int32_t vocab, const SamplingRow& row,

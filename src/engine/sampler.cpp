@@ -47,6 +47,8 @@ SamplingRow Sampler::row_view() const {
   r.seen_tokens = seen_list_;
   r.generated_tokens = generated_ids_;
   r.generated_counts = generated_counts_;
+  r.bias_ids = params_.logit_bias_ids;
+  r.bias_values = params_.logit_bias_values;
   r.logprobs = params_.logprobs;
   return r;
 }

@@ -32,7 +32,7 @@ class Sampler {
   // Records a generated token for the presence/frequency/repetition penalties and the draw count.
   void accept(int32_t token);
 
-  // Applies the repetition, presence and frequency penalties to logits[0, vocab) in place.
+  // Applies the repetition, presence and frequency penalties, then logit_bias, to logits[0, vocab) in place.
   void apply_penalties(float* logits, int32_t vocab) const;
 
   // The n most likely tokens under log-softmax of the raw logits, best first (ties: lowest id first).

@@ -2,6 +2,7 @@
 #include "engine/sampling_params.h"
 
 #include <cmath>
+#include <unordered_set>
 
 #include "core/error.h"
 
@@ -32,6 +33,21 @@ void SamplingParams::validate(int32_t vocab_size) const {
   for (size_t i = 0; i < stop_token_ids.size(); ++i) {
     DSI_CHECK(stop_token_ids[i] >= 0 && stop_token_ids[i] < vocab_size, "sampling: stop_token_ids[", i,
               "] must be in [0, ", vocab_size, "), got ", stop_token_ids[i]);
+  }
+  DSI_CHECK(logit_bias_ids.size() == logit_bias_values.size(), "sampling: logit_bias has ",
+            logit_bias_ids.size(), " ids but ", logit_bias_values.size(), " values");
+  DSI_CHECK(logit_bias_ids.size() <= kMaxLogitBias, "sampling: logit_bias must have at most ", kMaxLogitBias,
+            " tokens, got ", logit_bias_ids.size());
+  std::unordered_set<int32_t> biased;
+  for (size_t i = 0; i < logit_bias_ids.size(); ++i) {
+    const int32_t id = logit_bias_ids[i];
+    const float v = logit_bias_values[i];
+    DSI_CHECK(id >= 0 && id < vocab_size, "sampling: logit_bias token ", id, " must be in [0, ", vocab_size,
+              ")");
+    DSI_CHECK(biased.insert(id).second, "sampling: logit_bias has token ", id, " twice");
+    DSI_CHECK(std::isfinite(v) && v >= -kMaxLogitBiasValue && v <= kMaxLogitBiasValue,
+              "sampling: logit_bias of token ", id, " must be in [-", kMaxLogitBiasValue, ", ",
+              kMaxLogitBiasValue, "], got ", v);
   }
   DSI_CHECK(logprobs >= 0 && logprobs <= kMaxLogprobs, "sampling: logprobs must be in [0, ", kMaxLogprobs,
             "], got ", logprobs);

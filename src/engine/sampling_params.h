@@ -15,6 +15,9 @@ struct SamplingParams {
   static constexpr size_t kMaxStopStrings = 16;
   static constexpr size_t kMaxStopStringBytes = 256;
   static constexpr size_t kMaxStopTokenIds = 64;
+  // logit_bias: at most this many tokens (OpenAI's limit), each biased by a value in [-100, 100].
+  static constexpr size_t kMaxLogitBias = 300;
+  static constexpr float kMaxLogitBiasValue = 100.0f;
 
   float temperature = 1.0f;             // >= 0; 0 => greedy (argmax, lowest id on ties)
   int32_t top_k = 0;                    // <= 0 disables; values above the vocabulary size keep everything
@@ -31,6 +34,11 @@ struct SamplingParams {
   std::vector<int32_t> stop_token_ids;  // <= kMaxStopTokenIds, each in [0, vocab_size)
   bool ignore_eos = false;
   int32_t logprobs = 0;  // number of top logprobs to return per token, [0, kMaxLogprobs] (0 = none)
+  // logit_bias (OpenAI): logit_bias_values[i] is added to the logit of logit_bias_ids[i] after the penalties
+  // (-100 in effect bans a token, 100 in effect forces it). Distinct ids in [0, vocab_size), finite values in
+  // [-kMaxLogitBiasValue, kMaxLogitBiasValue], at most kMaxLogitBias; reported logprobs stay the raw model's.
+  std::vector<int32_t> logit_bias_ids;
+  std::vector<float> logit_bias_values;
 
   // Throws dsinfer::Error naming the bad field, its value and its allowed range.
   void validate(int32_t vocab_size) const;

@@ -1,6 +1,7 @@
 // OpenAI request parsing: typed field readers, prompt forms, chat messages, sampling fields, context checks.
 #include "server/openai_request.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -176,6 +177,50 @@ std::vector<int32_t> stop_token_ids(const json& ids, int32_t vocab_size) {
   return out;
 }
 
+// `logit_bias`: {"token id": bias in [-100, 100]} into parallel id / value lists, ordered by id.
+void read_logit_bias(const json& bias, int32_t vocab_size, SamplingParams& s) {
+  if (!bias.is_object())
+    throw bad_request("'logit_bias' must be an object of {\"token id\": bias}", "logit_bias", "invalid_type");
+  if (bias.size() > SamplingParams::kMaxLogitBias) {
+    throw bad_request(str_cat("'logit_bias' may hold at most ", SamplingParams::kMaxLogitBias, " tokens"),
+                      "logit_bias", "invalid_value");
+  }
+  std::vector<std::pair<int32_t, float>> entries;
+  for (auto it = bias.begin(); it != bias.end(); ++it) {
+    const std::string& key = it.key();
+    const bool digits = !key.empty() && key.size() <= 10 &&
+                        std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; });
+    const int64_t id = digits ? std::stoll(key) : -1;
+    if (id < 0 || id >= vocab_size) {
+      throw bad_request(
+          str_cat("'logit_bias' keys must be token ids in [0, ", vocab_size, "), got \"", key, "\""),
+          "logit_bias", "invalid_value");
+    }
+    if (!it.value().is_number()) {
+      throw bad_request(str_cat("'logit_bias' of token ", key, " must be a number"), "logit_bias",
+                        "invalid_type");
+    }
+    const double v = it.value().get<double>();
+    if (!(v >= -SamplingParams::kMaxLogitBiasValue && v <= SamplingParams::kMaxLogitBiasValue)) {
+      throw bad_request(
+          str_cat("'logit_bias' of token ", key, " must be in [-100, 100], got ", it.value().dump()),
+          "logit_bias", "invalid_value");
+    }
+    entries.emplace_back(static_cast<int32_t>(id), static_cast<float>(v));
+  }
+  std::sort(entries.begin(), entries.end());
+  for (size_t i = 1; i < entries.size(); ++i) {
+    if (entries[i].first == entries[i - 1].first) {  // "7" and "07"
+      throw bad_request(str_cat("'logit_bias' names token ", entries[i].first, " twice"), "logit_bias",
+                        "invalid_value");
+    }
+  }
+  for (const auto& [id, v] : entries) {
+    s.logit_bias_ids.push_back(id);
+    s.logit_bias_values.push_back(v);
+  }
+}
+
 // "sampling: top_p must be ..." -> "top_p".
 std::string field_of(const std::string& message) {
   const std::string prefix = "sampling: ";
@@ -198,11 +243,6 @@ void refuse_unsupported(const json& body, bool chat) {
       if (*best_of != 1 && *best_of != n)
         refuse("best_of", "is not supported unless it equals 'n' (no server-side choice among candidates)");
     }
-  }
-  if (present(body, "logit_bias")) {
-    const json& bias = body["logit_bias"];
-    if (!bias.is_object()) throw bad_request("'logit_bias' must be an object", "logit_bias", "invalid_type");
-    if (!bias.empty()) refuse("logit_bias", "is not supported");
   }
   if (present(body, "response_format")) {
     const json& format = body["response_format"];
@@ -350,6 +390,7 @@ CompletionRequest parse_completion_request(const json& body, bool chat, const To
   if (present(body, "stop")) s.stop = stop_strings(body["stop"]);
   if (present(body, "stop_token_ids"))
     s.stop_token_ids = stop_token_ids(body["stop_token_ids"], limits.vocab_size);
+  if (present(body, "logit_bias")) read_logit_bias(body["logit_bias"], limits.vocab_size, s);
 
   // logprobs: completions take an integer (alternatives per token); chat a boolean plus top_logprobs.
   if (chat) {

@@ -90,6 +90,24 @@ TEST(SamplingParamsTest, RejectsOutOfRangeValues) {
   expect_invalid(p, "stop[1]");
   p = {}, p.stop_token_ids = std::vector<int32_t>(SamplingParams::kMaxStopTokenIds + 1, 1);
   expect_invalid(p, "stop_token_ids");
+  // logit_bias: ids in the vocabulary, each once, values in [-100, 100], at most 300, ids and values paired.
+  p = {}, p.logit_bias_ids = {1000}, p.logit_bias_values = {1.0f}, expect_invalid(p, "logit_bias token 1000");
+  p = {}, p.logit_bias_ids = {-1}, p.logit_bias_values = {1.0f}, expect_invalid(p, "logit_bias token -1");
+  p = {}, p.logit_bias_ids = {3, 3}, p.logit_bias_values = {1.0f, 2.0f}, expect_invalid(p, "twice");
+  p = {}, p.logit_bias_ids = {3}, p.logit_bias_values = {100.5f}, expect_invalid(p, "logit_bias of token 3");
+  p = {}, p.logit_bias_ids = {3}, p.logit_bias_values = {NAN}, expect_invalid(p, "logit_bias of token 3");
+  p = {}, p.logit_bias_ids = {3}, p.logit_bias_values = {}, expect_invalid(p, "logit_bias has 1 ids but 0");
+  p = {};
+  for (int32_t i = 0; i <= static_cast<int32_t>(SamplingParams::kMaxLogitBias); ++i) {
+    p.logit_bias_ids.push_back(i);
+    p.logit_bias_values.push_back(1.0f);
+  }
+  expect_invalid(p, "logit_bias must have at most 300");
+  p.logit_bias_ids.pop_back();
+  p.logit_bias_values.pop_back();
+  p.logit_bias_values[0] = -100.0f;
+  p.logit_bias_values[1] = 100.0f;
+  EXPECT_NO_THROW(p.validate(1000));
 }
 
 TEST(SamplingParamsTest, MessageNamesAllowedRange) {
@@ -289,6 +307,48 @@ TEST(SamplerTest, PenaltiesApplyInOrderBeforeGreedy) {
   const std::vector<float> logits = {4.0f, 1.5f, 1.2f};
   EXPECT_EQ(sampler.sample(logits.data(), 3), 1);
   EXPECT_FLOAT_EQ(logits[0], 4.0f);  // the caller's logits are not modified
+}
+
+TEST(SamplerTest, LogitBiasIsAddedAfterThePenalties) {
+  SamplingParams p = params_with(0.0f);
+  p.repetition_penalty = 2.0f;
+  p.logit_bias_ids = {0, 2};
+  p.logit_bias_values = {1.0f, -100.0f};
+  Sampler sampler(p, std::vector<int32_t>{0});
+  // token 0: 4 / 2 + 1 = 3 (bias after the penalty; before it, (4 + 1) / 2 = 2.5 < 2.8); token 2 banned.
+  std::vector<float> logits = {4.0f, 2.8f, 9.0f};
+  std::vector<float> biased = logits;
+  sampler.apply_penalties(biased.data(), 3);
+  EXPECT_FLOAT_EQ(biased[0], 3.0f);
+  EXPECT_FLOAT_EQ(biased[1], 2.8f);
+  EXPECT_FLOAT_EQ(biased[2], -91.0f);
+  EXPECT_EQ(sampler.sample(logits.data(), 3), 0);
+  // A bias of 100 makes a token the only one drawn at temperature 1 among logits within a few units.
+  SamplingParams forced = params_with(1.0f);
+  forced.logit_bias_ids = {3};
+  forced.logit_bias_values = {100.0f};
+  Sampler forcing(forced, {});
+  const std::vector<float> flat = {1.0f, 2.0f, 0.5f, -1.0f, 1.5f};
+  for (int i = 0; i < 200; ++i) EXPECT_EQ(forcing.sample(flat.data(), 5), 3);
+}
+
+TEST(SamplerTest, LogitBiasOnTheCpuBackendMatchesTheSampler) {
+  // Backend::sample (the engine's path) applies the same bias; logprobs stay the raw model's.
+  CpuBackend cpu;
+  const int32_t V = 6;
+  Tensor logits = Tensor::empty(DType::F32, {1, V});  // [1, V]
+  const std::vector<float> values = {0.1f, 3.0f, 0.2f, 0.3f, 0.4f, 0.5f};
+  std::copy(values.begin(), values.end(), logits.f32());
+  SamplingParams p = params_with(0.0f);
+  p.logprobs = 2;
+  p.logit_bias_ids = {1, 4};
+  p.logit_bias_values = {-5.0f, 2.0f};
+  Sampler sampler(p, {});
+  const std::vector<SampledToken> got = cpu.sample(logits, {sampler.row()});
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].token, 4);
+  EXPECT_EQ(got[0].top[0].first, 1);  // the raw model's best
+  EXPECT_NEAR(got[0].logprob, Sampler::logprob_of(values.data(), V, 4), 1e-6);
 }
 
 TEST(SamplerTest, PenaltyTokenOutsideVocabIsAnError) {

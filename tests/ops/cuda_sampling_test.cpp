@@ -265,6 +265,44 @@ TEST_F(CudaSamplingTest, EmpiricalDistributionsMatchHostKeptProbabilities) {
   r.top_p = 0.9f;
   r.min_p = 0.05f;
   expect_distribution(gpu, logits, r, draws);
+  // logit_bias after the penalties: 2 banned, 15 and 3 raised, 0 lowered.
+  const std::vector<int32_t> bias_ids = {2, 15, 3, 0};
+  const std::vector<float> bias_values = {-100.0f, 2.5f, 1.0f, -0.7f};
+  r.bias_ids = bias_ids;
+  r.bias_values = bias_values;
+  expect_distribution(gpu, logits, r, draws);
+  r = row_with(0.8f, 10);
+  r.bias_ids = bias_ids;
+  r.bias_values = bias_values;
+  expect_distribution(gpu, logits, r, draws);  // bias alone
+}
+
+// logit_bias moves the greedy choice as on the host, on a 128K vocabulary split over several blocks, in rows
+// beside rows without it; a repeated id is that row's error alone.
+TEST_F(CudaSamplingTest, LogitBiasMovesGreedyAsOnTheHost) {
+  const int64_t R = 6;
+  Tensor logits = random_logits(R, kVocab, 3.0f);
+  const std::vector<int32_t> ids = {7, 65000, 131000 % kVocab};
+  const std::vector<float> values = {100.0f, -100.0f, 30.0f};
+  std::vector<SamplingRow> rows(R, row_with(0.0f));
+  for (int64_t r = 0; r < R; r += 2) {
+    rows[r].bias_ids = ids;
+    rows[r].bias_values = values;
+  }
+  const std::vector<int32_t> dup = {9, 9};
+  const std::vector<float> dup_values = {1.0f, 1.0f};
+  rows[R - 1].bias_ids = dup;
+  rows[R - 1].bias_values = dup_values;
+  const std::vector<SampledToken> got = gpu.sample(cuda::to_device(logits), rows);
+  HostSampler host;
+  std::mt19937_64 unused;
+  for (int64_t r = 0; r < R - 1; ++r) {
+    EXPECT_EQ(got[r].token, host.sample(logits.f32() + r * kVocab, kVocab, rows[r], unused)) << "row " << r;
+    EXPECT_TRUE(got[r].error.empty()) << got[r].error;
+  }
+  for (int64_t r = 0; r < R - 1; r += 2) EXPECT_EQ(got[r].token, 7);
+  EXPECT_EQ(got[R - 1].token, -1);
+  EXPECT_NE(got[R - 1].error.find("twice"), std::string::npos) << got[R - 1].error;
 }
 
 // Every draw on a 128K row lies in the host's kept set: small nuclei (compacted candidates) and a nucleus of

@@ -1,6 +1,6 @@
 // The HTTP server in-process over loopback with the real batched engine (Engine::create, bundled
 // deepseek-v3-tiny-code on the CPU): 64 concurrent greedy streams equal their sequential runs, n > 1 with a
-// seed, a disconnect frees the engine's request, and the engine gauges reach /metrics.
+// seed, logit_bias, a disconnect frees the engine's request, and the engine gauges reach /metrics.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -99,6 +99,34 @@ TEST(ServerEngineTest, SeededChoicesAndLogprobs) {
     EXPECT_EQ(a["choices"][i]["logprobs"]["tokens"].size(),
               a["choices"][i]["logprobs"]["token_logprobs"].size());
   }
+}
+
+TEST(ServerEngineTest, LogitBiasSteersTheEngine) {
+  RealServer s;
+  const std::string base = R"("prompt": "import os\n", "max_tokens": 8, "temperature": 0, "logprobs": 1)";
+  const json plain = json::parse(post(s.port, "/v1/completions", "{" + base + "}").body);
+  const json& lp = plain["choices"][0]["logprobs"];
+  ASSERT_EQ(lp["tokens"].size(), 8u);
+  // Banning the first greedy token changes the answer; forcing one token makes it the whole answer, while the
+  // reported logprobs stay the model's own.
+  const json ids = json::parse(
+      post(s.port, "/tokenize", json{{"prompt", lp["tokens"][0]}, {"add_special_tokens", false}}.dump())
+          .body);
+  ASSERT_EQ(ids["tokens"].size(), 1u);
+  const int first_id = ids["tokens"][0];
+  const json banned =
+      json::parse(post(s.port, "/v1/completions",
+                       "{" + base + R"(, "logit_bias": {")" + std::to_string(first_id) + R"(": -100}})")
+                      .body);
+  EXPECT_NE(banned["choices"][0]["logprobs"]["tokens"][0], lp["tokens"][0]);
+  const json forced =
+      json::parse(post(s.port, "/v1/completions", "{" + base + R"(, "logit_bias": {"300": 100}})").body);
+  const std::string token300 =
+      json::parse(post(s.port, "/detokenize", R"({"tokens": [300]})").body)["prompt"].get<std::string>();
+  std::string all300;
+  for (int i = 0; i < 8; ++i) all300 += token300;
+  EXPECT_EQ(forced["choices"][0]["text"], all300);
+  EXPECT_LT(forced["choices"][0]["logprobs"]["token_logprobs"][0].get<double>(), 0.0);
 }
 
 TEST(ServerEngineTest, DisconnectFreesTheEngineRequest) {

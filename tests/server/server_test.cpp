@@ -305,8 +305,14 @@ TEST(ServerTest, BadInputClasses) {
   expect_error(post(p, "/v1/completions", R"({"prompt": "x", "echo": true})"), 400, "echo", kUnsupported);
   expect_error(post(p, "/v1/completions", R"({"prompt": "x", "suffix": "y"})"), 400, "suffix", kUnsupported);
   expect_error(post(p, "/v1/completions", R"({"prompt": "x", "best_of": 3})"), 400, "best_of", kUnsupported);
-  expect_error(post(p, "/v1/completions", R"({"prompt": "x", "logit_bias": {"5": 100}})"), 400, "logit_bias",
-               kUnsupported);
+  // logit_bias: token ids of the vocabulary (4096 here) as keys, biases in [-100, 100].
+  for (const char* bad : {R"({"x": 1})", R"({"4096": 1})", R"({"-1": 1})", R"({"5": 100.5})",
+                          R"({"5": -101})", R"({"05": 1, "5": 2})"}) {
+    expect_error(post(p, "/v1/completions", std::string(R"({"prompt": "x", "logit_bias": )") + bad + "}"),
+                 400, "logit_bias", "invalid_value");
+  }
+  expect_error(post(p, "/v1/completions", R"({"prompt": "x", "logit_bias": {"5": "up"}})"), 400, "logit_bias",
+               "invalid_type");
   expect_error(post(p, "/v1/completions", R"({"prompt": "x", "logit_bias": [1]})"), 400, "logit_bias",
                "invalid_type");
   const std::string hi = R"("messages": [{"role": "user", "content": "hi"}], "max_tokens": 2)";

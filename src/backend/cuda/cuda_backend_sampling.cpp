@@ -4,6 +4,7 @@
 // results feed the next step's tokens (feed_sampled_tokens, launch_feed_sampled_tokens).
 #include <algorithm>
 #include <cstring>
+#include <unordered_set>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/host_reads.h"
@@ -25,6 +26,18 @@ bool append_ids(std::vector<int32_t>& flat, std::span<const int32_t> ids, int64_
     }
   }
   flat.insert(flat.end(), ids.begin(), ids.end());
+  return true;
+}
+
+// false (and the error) when an id repeats: the kernel adds the biases of one row in parallel.
+bool distinct_ids(std::span<const int32_t> ids, std::string* error) {
+  std::unordered_set<int32_t> seen;
+  for (int32_t id : ids) {
+    if (!seen.insert(id).second) {
+      *error = str_cat("sampler: logit_bias has token ", id, " twice");
+      return false;
+    }
+  }
   return true;
 }
 
@@ -70,7 +83,8 @@ void CudaBackend::sample_async(const Tensor& logits, const std::vector<SamplingR
   }
 
   std::vector<cuda::SampleRowParams> params(R);
-  std::vector<int32_t> seen, gen_ids, gen_counts;
+  std::vector<int32_t> seen, gen_ids, gen_counts, bias_ids;
+  std::vector<float> bias_values;
   std::vector<std::string>& errors = call.errors;
   int32_t work_rows = 0;
   for (int64_t r = 0; r < R; ++r) {
@@ -106,6 +120,13 @@ void CudaBackend::sample_async(const Tensor& logits, const std::vector<SamplingR
       gen_counts.insert(gen_counts.end(), row.generated_counts.begin(), row.generated_counts.end());
     }
     p.gen_end = static_cast<int32_t>(gen_ids.size());
+    p.bias_begin = static_cast<int32_t>(bias_ids.size());
+    DSI_CHECK(row.bias_ids.size() == row.bias_values.size(), "sample: ", row.bias_ids.size(),
+              " biased tokens but ", row.bias_values.size(), " biases");
+    if (!distinct_ids(row.bias_ids, &errors[r]) || !append_ids(bias_ids, row.bias_ids, V, &errors[r]))
+      continue;
+    bias_values.insert(bias_values.end(), row.bias_values.begin(), row.bias_values.end());
+    p.bias_end = static_cast<int32_t>(bias_ids.size());
     p.work_row = work_rows++;
   }
 
@@ -117,6 +138,8 @@ void CudaBackend::sample_async(const Tensor& logits, const std::vector<SamplingR
   const size_t seen_at = append_aligned(packed, seen);
   const size_t gen_ids_at = append_aligned(packed, gen_ids);
   const size_t gen_counts_at = append_aligned(packed, gen_counts);
+  const size_t bias_ids_at = append_aligned(packed, bias_ids);
+  const size_t bias_values_at = append_aligned(packed, bias_values);
   if (sample_inputs_copied_) cuda::event_wait_host(sample_inputs_copied_);  // the staging is free again
   char* staging = sample_inputs_.reserve(packed.size(), sample_inputs_copied_);
   std::memcpy(staging, packed.data(), packed.size());
@@ -161,6 +184,8 @@ void CudaBackend::sample_async(const Tensor& logits, const std::vector<SamplingR
       seen.empty() ? nullptr : reinterpret_cast<const int32_t*>(in + seen_at),
       gen_ids.empty() ? nullptr : reinterpret_cast<const int32_t*>(in + gen_ids_at),
       gen_counts.empty() ? nullptr : reinterpret_cast<const int32_t*>(in + gen_counts_at),
+      bias_ids.empty() ? nullptr : reinterpret_cast<const int32_t*>(in + bias_ids_at),
+      bias_values.empty() ? nullptr : reinterpret_cast<const float*>(in + bias_values_at),
       work ? work.data<float>() : nullptr, cand_ids.data<int32_t>(), cand_values.data<float>(), parts,
       static_cast<cuda::SampleRowResult*>(call.results.raw()),
       host_reads ? reinterpret_cast<cuda::SampleRowResult*>(out) : nullptr);
