@@ -223,6 +223,10 @@ void CompletionJob::stream_delta(Choice& c, const RequestEvent& ev, Delta d) {
     out_->write_chunk(sse_data(dump(chunk_body(header_, ctx_.engine.load()->tokenizer(), role,
                                                req_.top_logprobs, true, req_.include_usage, 0))));
   }
+  if (!req_.echo_texts.empty() && !c.echo_sent) {
+    c.echo_sent = true;
+    d.text = req_.echo_texts[c.prompt] + d.text;
+  }
   if (d.text.empty() && d.reasoning.empty() && d.calls.empty() && ev.logprobs.empty() && !ev.finished) return;
   ChoiceOutput delta{
       c.index, std::move(d.text), {}, ev.finished ? c.finish_reason : "", std::move(d.calls), std::nullopt};
@@ -310,7 +314,8 @@ void CompletionJob::complete() {
   } else {
     std::vector<ChoiceOutput> outputs;
     for (const Choice& c : choices_) {
-      ChoiceOutput o{c.index, c.content, c.logprobs, c.finish_reason, c.calls, std::nullopt};
+      const std::string echo = req_.echo_texts.empty() ? "" : req_.echo_texts[c.prompt];
+      ChoiceOutput o{c.index, echo + c.content, c.logprobs, c.finish_reason, c.calls, std::nullopt};
       if (c.reasoning_parser) o.reasoning = c.reasoning;  // "" (no thinking): null
       outputs.push_back(std::move(o));
     }

@@ -36,6 +36,7 @@ class CompletionJob : public std::enable_shared_from_this<CompletionJob> {
     bool submitted = false;
     bool finished = false;
     bool role_sent = false;
+    bool echo_sent = false;  // completions with echo: the prompt's text went out (streaming)
     std::vector<TokenLogprob> logprobs;
     // Chat: the answer read for thinking and, with tools, for calls as it arrives. content is the text
     // outside both (all of it without parsers).

@@ -94,19 +94,45 @@ std::vector<int32_t> encode_prompt_text(const Tokenizer& tok, const std::string&
   }
 }
 
-std::vector<std::vector<int32_t>> completion_prompts(const json& body, const Tokenizer& tok, int32_t vocab) {
+// DeepSeek's fill-in-the-middle tokens (DeepSeek-Coder, V2, V3 tokenizers).
+constexpr const char* kFimBegin = "<｜fim▁begin｜>";
+constexpr const char* kFimHole = "<｜fim▁hole｜>";
+constexpr const char* kFimEnd = "<｜fim▁end｜>";
+
+// The text a completion prompt is encoded from: with a suffix, DeepSeek's fill-in-the-middle layout
+// (prefix, hole, suffix: the model writes what goes in the hole).
+std::string prompt_text(const Tokenizer& tok, const std::string& prompt, const std::string& suffix) {
+  if (suffix.empty()) return prompt;
+  for (const char* marker : {kFimBegin, kFimHole, kFimEnd}) {
+    if (!tok.token_to_id(marker)) {
+      throw bad_request(str_cat("'suffix': this model's tokenizer has no ", marker,
+                                " token (no fill-in-the-middle training)"),
+                        "suffix", "unsupported_parameter");
+    }
+  }
+  return str_cat(kFimBegin, prompt, kFimHole, suffix, kFimEnd);
+}
+
+std::vector<std::vector<int32_t>> completion_prompts(const json& body, const Tokenizer& tok, int32_t vocab,
+                                                     std::vector<std::string>& texts) {
   if (!present(body, "prompt"))
     throw bad_request("'prompt' is required", "prompt", "missing_required_parameter");
   const json& p = body["prompt"];
+  const std::string suffix = string(body, "suffix").value_or("");
   std::vector<std::vector<int32_t>> prompts;
   if (p.is_string()) {
-    prompts.push_back(encode_prompt_text(tok, p.get<std::string>()));
+    texts.push_back(p.get<std::string>());
+    prompts.push_back(encode_prompt_text(tok, prompt_text(tok, texts.back(), suffix)));
   } else if (p.is_array() && !p.empty() && p[0].is_string()) {
     for (const json& s : p) {
       if (!s.is_string())
         throw bad_request("'prompt' list entries must all be strings", "prompt", "invalid_type");
-      prompts.push_back(encode_prompt_text(tok, s.get<std::string>()));
+      texts.push_back(s.get<std::string>());
+      prompts.push_back(encode_prompt_text(tok, prompt_text(tok, texts.back(), suffix)));
     }
+  } else if (!suffix.empty()) {
+    throw bad_request("'suffix' needs the prompt as text (token-id prompts cannot be laid out around a hole)",
+                      "suffix", "invalid_value");
   } else if (p.is_array() && !p.empty() && p[0].is_array()) {
     for (const json& ids : p) {
       if (!ids.is_array())
@@ -122,6 +148,9 @@ std::vector<std::vector<int32_t>> completion_prompts(const json& body, const Tok
   }
   for (const auto& ids : prompts) {
     if (ids.empty()) throw bad_request("'prompt' must not be empty", "prompt", "invalid_value");
+  }
+  if (texts.empty()) {
+    for (const auto& ids : prompts) texts.push_back(tok.decode(ids));  // token-id prompts
   }
   if (prompts.size() > static_cast<size_t>(kMaxChoices)) {
     throw bad_request(str_cat("at most ", kMaxChoices, " prompts per request"), "prompt", "invalid_value");
@@ -236,8 +265,12 @@ void refuse_unsupported(const json& body, bool chat) {
     throw bad_request(str_cat("'", key, "' ", why), key, "unsupported_parameter");
   };
   if (!chat) {
-    if (boolean(body, "echo").value_or(false)) refuse("echo", "is not supported (the prompt is not echoed)");
-    if (string(body, "suffix").value_or("") != "") refuse("suffix", "is not supported (no insertion mode)");
+    if (boolean(body, "echo").value_or(false)) {
+      if (present(body, "logprobs"))
+        refuse("echo", "with 'logprobs' is not supported (the prompt's logprobs are not computed)");
+      if (string(body, "suffix").value_or("") != "")
+        throw bad_request("'echo' and 'suffix' cannot be combined", "echo", "invalid_value");
+    }
     if (auto best_of = integer(body, "best_of")) {
       const int64_t n = integer(body, "n").value_or(1);
       if (*best_of != 1 && *best_of != n)
@@ -374,7 +407,9 @@ CompletionRequest parse_completion_request(const json& body, bool chat, const To
       throw bad_request(std::string("cannot render the chat: ") + e.what(), "messages", "invalid_value");
     }
   } else {
-    r.prompts = completion_prompts(body, tok, limits.vocab_size);
+    std::vector<std::string> texts;
+    r.prompts = completion_prompts(body, tok, limits.vocab_size, texts);
+    if (boolean(body, "echo").value_or(false)) r.echo_texts = std::move(texts);
   }
 
   SamplingParams& s = r.sampling;

@@ -24,6 +24,9 @@ struct CompletionRequest {
   // -1: no logprobs in the response.
   int32_t top_logprobs = -1;
   std::string user;
+  // Completions with `echo`: each prompt's text (as sent, or decoded from its ids), written before its
+  // choices' text.
+  std::vector<std::string> echo_texts;
   // Chat: the tools offered and how the answer is read for calls; the text written after the generation
   // prompt (the opening of a required call), which the answer continues.
   ToolRequest tools;

@@ -302,8 +302,7 @@ TEST(ServerTest, BadInputClasses) {
                "invalid_json");
   // Features not implemented, asked for with values that would change the answer: refused, never ignored.
   const char* kUnsupported = "unsupported_parameter";
-  expect_error(post(p, "/v1/completions", R"({"prompt": "x", "echo": true})"), 400, "echo", kUnsupported);
-  expect_error(post(p, "/v1/completions", R"({"prompt": "x", "suffix": "y"})"), 400, "suffix", kUnsupported);
+  // echo and suffix: completion_options_test.cpp.
   expect_error(post(p, "/v1/completions", R"({"prompt": "x", "best_of": 3})"), 400, "best_of", kUnsupported);
   // logit_bias: token ids of the vocabulary (4096 here) as keys, biases in [-100, 100].
   for (const char* bad : {R"({"x": 1})", R"({"4096": 1})", R"({"-1": 1})", R"({"5": 100.5})",
