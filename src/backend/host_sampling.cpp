@@ -59,6 +59,12 @@ void HostSampler::apply_penalties(float* logits, int32_t vocab, const SamplingRo
     DSI_CHECK(id >= 0 && id < vocab, "sampler: token id ", id, " is outside the vocabulary of ", vocab);
     logits[id] += row.bias_values[i];
   }
+  if (!row.allowed.empty()) {
+    DSI_CHECK(row.allowed.size() * 32 >= static_cast<size_t>(vocab), "sampler: an allowed-token mask of ",
+              row.allowed.size(), " words for a vocabulary of ", vocab);
+    for (int32_t i = 0; i < vocab; ++i)
+      if (!((row.allowed[i / 32] >> (i % 32)) & 1u)) logits[i] = kNegInf;
+  }
 }
 
 int32_t HostSampler::sample(const float* logits, int32_t vocab, const SamplingRow& row,

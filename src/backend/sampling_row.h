@@ -28,12 +28,15 @@ struct SamplingRow {
   std::span<const int32_t> generated_counts;  // how often each of generated_tokens was generated
   std::span<const int32_t> bias_ids;          // logit_bias: distinct ids, biased after the penalties
   std::span<const float> bias_values;         // by these amounts
+  // Constrained decoding: bit t of allowed[t / 32] says token t may be sampled (the others' logits become
+  // -inf after the penalties and biases); empty: every token.
+  std::span<const uint32_t> allowed;
   int32_t logprobs = 0;  // > 0: report the chosen token's logprob and the top `logprobs` alternatives
 
   bool has_penalties() const {
     return (repetition_penalty != 1.0f && !seen_tokens.empty()) ||
            ((presence_penalty != 0.0f || frequency_penalty != 0.0f) && !generated_tokens.empty()) ||
-           !bias_ids.empty();
+           !bias_ids.empty() || !allowed.empty();
   }
 };
 

@@ -138,6 +138,8 @@ void EngineImpl::validate(const GenerationRequest& request) const {
     DSI_CHECK(id >= 0 && id < vocab_, "prompt token id ", id, " is outside the vocabulary [0, ", vocab_, ")");
   }
   request.sampling.validate(vocab_);
+  DSI_CHECK(!request.sampling.json_object || (tokenizer_ && !eos_ids_.empty()),
+            "response_format json_object needs the model's tokenizer and an end-of-sequence token");
   const int64_t total = static_cast<int64_t>(prompt.size()) + request.sampling.max_tokens;
   DSI_CHECK(total <= context_, "the prompt has ", prompt.size(), " tokens and max_tokens is ",
             request.sampling.max_tokens, ": ", total, " tokens exceed the model's context of ", context_,
@@ -224,8 +226,12 @@ void EngineImpl::shutdown(std::chrono::milliseconds timeout) {
 }
 
 void EngineImpl::admit(Submission sub) {
-  auto state = std::make_unique<RequestState>(
-      sub.id, std::move(sub.request), tokenizer_ ? &*tokenizer_ : nullptr, eos_ids_, context_, sub.arrival);
+  // The vocabulary trie of JSON-constrained decoding, built at the first such request (once per engine).
+  if (sub.request.sampling.json_object && tokenizer_ && !json_vocab_)
+    json_vocab_ = std::make_shared<const TokenTrie>(*tokenizer_);
+  auto state =
+      std::make_unique<RequestState>(sub.id, std::move(sub.request), tokenizer_ ? &*tokenizer_ : nullptr,
+                                     eos_ids_, context_, sub.arrival, json_vocab_, vocab_);
   auto seq = std::make_unique<Sequence>();
   seq->id = sub.id;
   seq->priority = state->request().priority;

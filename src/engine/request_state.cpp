@@ -7,15 +7,22 @@
 namespace dsinfer {
 
 RequestState::RequestState(uint64_t id, GenerationRequest request, const Tokenizer* tokenizer,
-                           std::vector<int32_t> eos_token_ids, int64_t context, Clock::time_point arrival)
+                           std::vector<int32_t> eos_token_ids, int64_t context, Clock::time_point arrival,
+                           std::shared_ptr<const TokenTrie> json_vocab, int32_t vocab)
     : id_(id),
       request_(std::move(request)),
       tokenizer_(tokenizer),
       context_(context),
       sampler_(request_.sampling, request_.prompt_ids),
-      stops_(request_.sampling, std::move(eos_token_ids)),
+      stops_(request_.sampling, eos_token_ids),
       arrival_(arrival) {
   if (tokenizer_) detok_.emplace(*tokenizer_, /*skip_special_tokens=*/true);
+  if (request_.sampling.json_object) {
+    DSI_CHECK(tokenizer_ && json_vocab && vocab > 0,
+              "response_format json_object needs the model's tokenizer");
+    DSI_CHECK(!eos_token_ids.empty(), "response_format json_object needs an end-of-sequence token");
+    json_.emplace(std::move(json_vocab), *tokenizer_, vocab, std::move(eos_token_ids));
+  }
 }
 
 void RequestState::on_scheduled(Clock::time_point now) {
@@ -42,7 +49,7 @@ Usage RequestState::usage(int32_t cached_tokens) const {
 RequestEvent RequestState::on_logits(const float* logits, int32_t vocab, int64_t sequence_tokens,
                                      int32_t cached_tokens) {
   SampledToken sampled;
-  sampled.token = sampler_.sample(logits, vocab);
+  sampled.token = json_ ? sampler_.sample(logits, vocab, json_->allowed()) : sampler_.sample(logits, vocab);
   if (request_.sampling.logprobs > 0) {
     sampled.logprob = Sampler::logprob_of(logits, vocab, sampled.token);
     sampled.top = Sampler::top_logprobs(logits, vocab, request_.sampling.logprobs);
@@ -54,6 +61,7 @@ RequestEvent RequestState::on_token(const SampledToken& sampled, int64_t sequenc
                                     int32_t cached_tokens) {
   DSI_CHECK(sampled.error.empty(), sampled.error);
   const int32_t token = sampled.token;
+  if (json_) json_->advance(token);
   sampler_.accept(token);
   last_token_ = token;
   ++completion_tokens_;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "dsinfer/engine.h"
+#include "engine/json_constraint.h"
 #include "engine/sampler.h"
 #include "engine/stop_checker.h"
 #include "tokenizer/tokenizer.h"
@@ -19,9 +20,11 @@ class RequestState {
   using Clock = std::chrono::steady_clock;
 
   // `tokenizer` may be null (models without one: text deltas stay empty). `context` is the model's
-  // maximum sequence length.
+  // maximum sequence length. A json_object request needs `json_vocab` (the tokenizer's trie) and `vocab`
+  // (the model's logits width).
   RequestState(uint64_t id, GenerationRequest request, const Tokenizer* tokenizer,
-               std::vector<int32_t> eos_token_ids, int64_t context, Clock::time_point arrival);
+               std::vector<int32_t> eos_token_ids, int64_t context, Clock::time_point arrival,
+               std::shared_ptr<const TokenTrie> json_vocab = nullptr, int32_t vocab = 0);
 
   uint64_t id() const { return id_; }
   Clock::time_point arrival() const { return arrival_; }
@@ -34,7 +37,11 @@ class RequestState {
   // (= HostSampler on the request's row, then on_token.)
   RequestEvent on_logits(const float* logits, int32_t vocab, int64_t sequence_tokens, int32_t cached_tokens);
   // The request's sampling parameters and state for Backend::sample (valid until the next on_token).
-  SamplingRow sampling_row() { return sampler_.row(); }
+  SamplingRow sampling_row() {
+    SamplingRow row = sampler_.row();
+    if (json_) row.allowed = json_->allowed();
+    return row;
+  }
   // Handles a token a backend sampled for this request (with its logprobs when the request asked for
   // them): records it, detokenizes, checks stops and returns the event to deliver. Throws when
   // `sampled.error` is set.
@@ -61,6 +68,7 @@ class RequestState {
   const Tokenizer* tokenizer_;
   int64_t context_;
   Sampler sampler_;
+  std::optional<JsonConstraint> json_;  // response_format json_object
   StopChecker stops_;
   std::optional<IncrementalDetokenizer> detok_;
   int32_t completion_tokens_ = 0;

@@ -63,8 +63,10 @@ void Sampler::apply_penalties(float* logits, int32_t vocab) const {
   HostSampler::apply_penalties(logits, vocab, row_view());
 }
 
-int32_t Sampler::sample(const float* logits, int32_t vocab) {
-  return host_.sample(logits, vocab, row_view(), rng_);
+int32_t Sampler::sample(const float* logits, int32_t vocab, std::span<const uint32_t> allowed) {
+  SamplingRow row = row_view();
+  row.allowed = allowed;
+  return host_.sample(logits, vocab, row, rng_);
 }
 
 }  // namespace dsinfer

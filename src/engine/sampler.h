@@ -21,9 +21,10 @@ class Sampler {
   // `params` should already be validated; the prompt ids feed the repetition penalty.
   Sampler(SamplingParams params, std::span<const int32_t> prompt_ids);
 
-  // Picks the next token from raw logits[0, vocab) (HostSampler::sample over row()).
-  // Does not record the token: call accept() with the token that is actually appended.
-  int32_t sample(const float* logits, int32_t vocab);
+  // Picks the next token from raw logits[0, vocab) (HostSampler::sample over row()), among `allowed` when it
+  // is not empty (SamplingRow::allowed). Does not record the token: call accept() with the token that is
+  // actually appended.
+  int32_t sample(const float* logits, int32_t vocab, std::span<const uint32_t> allowed = {});
 
   // This request's parameters and state for Backend::sample. It borrows this Sampler's token lists and
   // RNG: valid until the next accept().

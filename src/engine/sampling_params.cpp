@@ -49,6 +49,10 @@ void SamplingParams::validate(int32_t vocab_size) const {
               "sampling: logit_bias of token ", id, " must be in [-", kMaxLogitBiasValue, ", ",
               kMaxLogitBiasValue, "], got ", v);
   }
+  DSI_CHECK(
+      !(json_object && ignore_eos),
+      "sampling: json_object (response_format) cannot be combined with ignore_eos: the answer ends with the "
+      "object");
   DSI_CHECK(logprobs >= 0 && logprobs <= kMaxLogprobs, "sampling: logprobs must be in [0, ", kMaxLogprobs,
             "], got ", logprobs);
 }

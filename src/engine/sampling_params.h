@@ -39,6 +39,9 @@ struct SamplingParams {
   // [-kMaxLogitBiasValue, kMaxLogitBiasValue], at most kMaxLogitBias; reported logprobs stay the raw model's.
   std::vector<int32_t> logit_bias_ids;
   std::vector<float> logit_bias_values;
+  // response_format json_object: the answer is one JSON object and then an end-of-sequence token (only
+  // tokens that continue a valid prefix are sampled). Not with ignore_eos.
+  bool json_object = false;
 
   // Throws dsinfer::Error naming the bad field, its value and its allowed range.
   void validate(int32_t vocab_size) const;

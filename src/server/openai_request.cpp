@@ -282,8 +282,9 @@ void refuse_unsupported(const json& body, bool chat) {
     if (!format.is_object() || !format.contains("type") || !format["type"].is_string())
       throw bad_request("'response_format' must be an object with a string 'type'", "response_format",
                         "invalid_type");
-    if (format["type"] != "text")
-      refuse("response_format", "other than {\"type\": \"text\"} is not supported (no constrained decoding)");
+    if (format["type"] != "text" && format["type"] != "json_object")
+      refuse("response_format", str_cat("of type ", format["type"].dump(),
+                                        " is not supported (\"text\" and \"json_object\" are)"));
   }
   if (chat) {
     const bool functions =
@@ -426,6 +427,18 @@ CompletionRequest parse_completion_request(const json& body, bool chat, const To
   if (present(body, "stop_token_ids"))
     s.stop_token_ids = stop_token_ids(body["stop_token_ids"], limits.vocab_size);
   if (present(body, "logit_bias")) read_logit_bias(body["logit_bias"], limits.vocab_size, s);
+  if (present(body, "response_format") && body["response_format"]["type"] == "json_object") {
+    if (r.tools.active()) {
+      throw bad_request(
+          "'response_format' json_object cannot be combined with tools (set \"tool_choice\": \"none\")",
+          "response_format", "invalid_value");
+    }
+    if (s.ignore_eos) {
+      throw bad_request("'response_format' json_object cannot be combined with 'ignore_eos'",
+                        "response_format", "invalid_value");
+    }
+    s.json_object = true;
+  }
 
   // logprobs: completions take an integer (alternatives per token); chat a boolean plus top_logprobs.
   if (chat) {

@@ -267,6 +267,16 @@ bool Tokenizer::is_special(int32_t id) const {
   return id >= 0 && static_cast<size_t>(id) < impl_->special.size() && impl_->special[id];
 }
 
+std::vector<int32_t> Tokenizer::added_token_ids() const {
+  std::vector<int32_t> ids;
+  for (const AddedToken& t : impl_->added_tokens) ids.push_back(t.id);
+  return ids;
+}
+
+bool Tokenizer::has_id(int32_t id) const {
+  return id >= 0 && static_cast<size_t>(id) < impl_->known.size() && impl_->known[id];
+}
+
 const std::string& Tokenizer::token_bytes(int32_t id) const {
   impl_->check_id(id);
   return impl_->output_bytes[id];

@@ -41,6 +41,10 @@ class Tokenizer {
   std::optional<int32_t> token_to_id(std::string_view token) const;
   std::string id_to_token(int32_t id) const;  // the raw vocab string; throws on an unknown id
   bool is_special(int32_t id) const;
+  // The ids of the added tokens (tokenizer.json's added_tokens, special or not).
+  std::vector<int32_t> added_token_ids() const;
+  // Whether id names a token (vocabularies may have gaps below vocab_size()).
+  bool has_id(int32_t id) const;
 
   // The bytes an id contributes to decoded text (before UTF-8 repair). Throws on an unknown id.
   const std::string& token_bytes(int32_t id) const;

@@ -351,6 +351,28 @@ TEST(SamplerTest, LogitBiasOnTheCpuBackendMatchesTheSampler) {
   EXPECT_NEAR(got[0].logprob, Sampler::logprob_of(values.data(), V, 4), 1e-6);
 }
 
+TEST(SamplerTest, AllowedMaskLimitsTheDraw) {
+  // Tokens 1 and 4 of 40 allowed (bit t of word t / 32).
+  std::vector<uint32_t> allowed(2, 0u);
+  allowed[0] = (1u << 1) | (1u << 4);
+  std::vector<float> logits(40, 0.0f);
+  logits[7] = 9.0f;  // the best, not allowed
+  logits[4] = 2.0f;
+  logits[1] = 1.0f;
+  Sampler greedy(params_with(0.0f), {});
+  EXPECT_EQ(greedy.sample(logits.data(), 40, allowed), 4);
+  EXPECT_EQ(greedy.sample(logits.data(), 40), 7);
+  Sampler random(params_with(1.0f), {});
+  std::map<int32_t, int> seen;
+  for (int i = 0; i < 400; ++i) ++seen[random.sample(logits.data(), 40, allowed)];
+  EXPECT_EQ(seen.size(), 2u);
+  EXPECT_GT(seen[4], seen[1]);
+  // Nothing allowed: the row cannot be sampled; a mask shorter than the vocabulary is an error.
+  std::vector<uint32_t> none(2, 0u);
+  EXPECT_THROW(random.sample(logits.data(), 40, none), Error);
+  EXPECT_THROW(random.sample(logits.data(), 40, std::span<const uint32_t>(allowed).first(1)), Error);
+}
+
 TEST(SamplerTest, PenaltyTokenOutsideVocabIsAnError) {
   SamplingParams p = params_with(1.0f);
   p.repetition_penalty = 1.1f;

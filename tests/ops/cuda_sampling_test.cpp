@@ -277,6 +277,33 @@ TEST_F(CudaSamplingTest, EmpiricalDistributionsMatchHostKeptProbabilities) {
   expect_distribution(gpu, logits, r, draws);  // bias alone
 }
 
+// An allowed-token mask (constrained decoding) limits greedy and random draws as on the host; rows beside it
+// are unaffected; a mask shorter than the vocabulary is that row's error.
+TEST_F(CudaSamplingTest, AllowedMasksLimitDrawsAsOnTheHost) {
+  const int64_t R = 4;
+  Tensor logits = random_logits(R, kVocab, 3.0f);
+  std::vector<uint32_t> mask(static_cast<size_t>(kVocab + 31) / 32, 0u);
+  for (int32_t id : {11, 4097, 70000, 128255}) mask[id / 32] |= 1u << (id % 32);
+  std::vector<SamplingRow> rows(R, row_with(0.0f));
+  rows[0].allowed = mask;
+  rows[2] = row_with(1.0f, 3);
+  rows[2].allowed = mask;
+  const std::vector<uint32_t> short_mask(4, ~0u);
+  rows[3].allowed = short_mask;
+  HostSampler host;
+  std::mt19937_64 unused;
+  for (int round = 0; round < 20; ++round) {
+    rows[2].draw_index = static_cast<uint64_t>(round);
+    const std::vector<SampledToken> got = gpu.sample(cuda::to_device(logits), rows);
+    EXPECT_EQ(got[0].token, host.sample(logits.f32(), kVocab, rows[0], unused));
+    EXPECT_EQ(got[1].token, host.sample(logits.f32() + kVocab, kVocab, rows[1], unused));
+    const int32_t drawn = got[2].token;
+    EXPECT_TRUE(drawn == 11 || drawn == 4097 || drawn == 70000 || drawn == 128255) << drawn;
+    EXPECT_EQ(got[3].token, -1);
+    EXPECT_NE(got[3].error.find("mask"), std::string::npos) << got[3].error;
+  }
+}
+
 // logit_bias moves the greedy choice as on the host, on a 128K vocabulary split over several blocks, in rows
 // beside rows without it; a repeated id is that row's error alone.
 TEST_F(CudaSamplingTest, LogitBiasMovesGreedyAsOnTheHost) {

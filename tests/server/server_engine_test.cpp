@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "engine/json_recognizer.h"
 #include "http_test_client.h"
 #include "server/server.h"
 
@@ -127,6 +128,37 @@ TEST(ServerEngineTest, LogitBiasSteersTheEngine) {
   for (int i = 0; i < 8; ++i) all300 += token300;
   EXPECT_EQ(forced["choices"][0]["text"], all300);
   EXPECT_LT(forced["choices"][0]["logprobs"]["token_logprobs"][0].get<double>(), 0.0);
+}
+
+TEST(ServerEngineTest, JsonObjectAnswersAreJson) {
+  RealServer s;
+  int complete = 0;
+  for (int seed = 1; seed <= 6; ++seed) {
+    json body = {{"messages", {{{"role", "user"}, {"content", "Answer in JSON."}}}},
+                 {"max_tokens", 48},
+                 {"seed", seed},
+                 {"response_format", {{"type", "json_object"}}}};
+    const json whole = json::parse(post(s.port, "/v1/chat/completions", body.dump()).body);
+    const std::string text = whole["choices"][0]["message"]["content"];
+    // Every answer is a prefix of a JSON object; one that ended by itself is a whole object.
+    JsonRecognizer r;
+    EXPECT_TRUE(r.feed(text)) << text;
+    if (whole["choices"][0]["finish_reason"] == "stop") {
+      ++complete;
+      EXPECT_TRUE(r.complete()) << text;
+      EXPECT_TRUE(json::parse(text).is_object()) << text;
+    }
+    // Streamed: the same answer.
+    body["stream"] = true;
+    std::string streamed;
+    for (const std::string& p : sse_payloads(post(s.port, "/v1/chat/completions", body.dump()).body)) {
+      if (p == "[DONE]") continue;
+      const json chunk = json::parse(p);
+      streamed += chunk["choices"][0]["delta"].value("content", "");
+    }
+    EXPECT_EQ(streamed, text);
+  }
+  EXPECT_GT(complete, 0);  // the tiny model does close objects within 48 tokens
 }
 
 TEST(ServerEngineTest, DisconnectFreesTheEngineRequest) {

@@ -315,8 +315,14 @@ TEST(ServerTest, BadInputClasses) {
   expect_error(post(p, "/v1/completions", R"({"prompt": "x", "logit_bias": [1]})"), 400, "logit_bias",
                "invalid_type");
   const std::string hi = R"("messages": [{"role": "user", "content": "hi"}], "max_tokens": 2)";
-  expect_error(post(p, "/v1/chat/completions", "{" + hi + R"(, "response_format": {"type": "json_object"}})"),
-               400, "response_format", kUnsupported);
+  expect_error(
+      post(p, "/v1/chat/completions",
+           "{" + hi + R"(, "response_format": {"type": "json_schema", "json_schema": {"name": "x"}}})"),
+      400, "response_format", kUnsupported);
+  // json_object (served: server_engine_test.cpp) excludes tools and ignore_eos.
+  expect_error(post(p, "/v1/chat/completions",
+                    "{" + hi + R"(, "response_format": {"type": "json_object"}, "ignore_eos": true})"),
+               400, "response_format", "invalid_value");
   const std::string tools = R"("tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}])";
   // Tools are served (tool_calls_test.cpp); malformed ones are refused naming the field.
   expect_error(post(p, "/v1/chat/completions", "{" + hi + R"(, "tools": [{"type": "function"}]})"), 400,

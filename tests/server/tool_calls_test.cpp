@@ -291,6 +291,11 @@ TEST(ToolCallsServer, AnswerWithCalls) {
   EXPECT_EQ(plain["finish_reason"], "stop");
   const std::string prompt = v3_tokenizer().decode(h.engine->last_prompt());
   EXPECT_EQ(prompt.find("## Tools"), std::string::npos);
+
+  // JSON mode and tools exclude each other.
+  expect_error(post(h.port, "/v1/chat/completions",
+                    chat_body({{"response_format", {{"type", "json_object"}}}}).dump()),
+               400, "response_format", "invalid_value");
 }
 
 TEST(ToolCallsServer, StreamedCallsAccumulateToTheSameAnswer) {

@@ -85,6 +85,7 @@ void CudaBackend::sample_async(const Tensor& logits, const std::vector<SamplingR
   std::vector<cuda::SampleRowParams> params(R);
   std::vector<int32_t> seen, gen_ids, gen_counts, bias_ids;
   std::vector<float> bias_values;
+  std::vector<uint32_t> masks;  // the allowed-token bitmasks of constrained rows, (V + 31) / 32 words each
   std::vector<std::string>& errors = call.errors;
   int32_t work_rows = 0;
   for (int64_t r = 0; r < R; ++r) {
@@ -102,6 +103,7 @@ void CudaBackend::sample_async(const Tensor& logits, const std::vector<SamplingR
     p.seed = row.seed;
     p.draw_index = row.draw_index;
     p.work_row = -1;
+    p.mask_begin = -1;
     call.logprobs[r] = row.logprobs;
     if (row.logprobs > cuda::kSampleMaxTopLogprobs) {
       errors[r] =
@@ -127,6 +129,17 @@ void CudaBackend::sample_async(const Tensor& logits, const std::vector<SamplingR
       continue;
     bias_values.insert(bias_values.end(), row.bias_values.begin(), row.bias_values.end());
     p.bias_end = static_cast<int32_t>(bias_ids.size());
+    if (!row.allowed.empty()) {
+      const size_t words = static_cast<size_t>((V + 31) / 32);
+      if (row.allowed.size() < words) {
+        errors[r] = str_cat("sampler: an allowed-token mask of ", row.allowed.size(),
+                            " words for a vocabulary of ", V);
+        continue;
+      }
+      p.mask_begin = static_cast<int32_t>(masks.size());
+      masks.insert(masks.end(), row.allowed.begin(),
+                   row.allowed.begin() + static_cast<std::ptrdiff_t>(words));
+    }
     p.work_row = work_rows++;
   }
 
@@ -140,6 +153,7 @@ void CudaBackend::sample_async(const Tensor& logits, const std::vector<SamplingR
   const size_t gen_counts_at = append_aligned(packed, gen_counts);
   const size_t bias_ids_at = append_aligned(packed, bias_ids);
   const size_t bias_values_at = append_aligned(packed, bias_values);
+  const size_t masks_at = append_aligned(packed, masks);
   if (sample_inputs_copied_) cuda::event_wait_host(sample_inputs_copied_);  // the staging is free again
   char* staging = sample_inputs_.reserve(packed.size(), sample_inputs_copied_);
   std::memcpy(staging, packed.data(), packed.size());
@@ -186,6 +200,7 @@ void CudaBackend::sample_async(const Tensor& logits, const std::vector<SamplingR
       gen_counts.empty() ? nullptr : reinterpret_cast<const int32_t*>(in + gen_counts_at),
       bias_ids.empty() ? nullptr : reinterpret_cast<const int32_t*>(in + bias_ids_at),
       bias_values.empty() ? nullptr : reinterpret_cast<const float*>(in + bias_values_at),
+      masks.empty() ? nullptr : reinterpret_cast<const uint32_t*>(in + masks_at),
       work ? work.data<float>() : nullptr, cand_ids.data<int32_t>(), cand_values.data<float>(), parts,
       static_cast<cuda::SampleRowResult*>(call.results.raw()),
       host_reads ? reinterpret_cast<cuda::SampleRowResult*>(out) : nullptr);

@@ -611,9 +611,9 @@ __device__ void publish_result(const SampleRowResult& out, SampleRowResult* host
 __global__ void __launch_bounds__(kThreads, 1)
     sample_rows_kernel(const float* logits, int32_t V, int idbits, const SampleRowParams* params,
                        const int32_t* seen, const int32_t* gen_ids, const int32_t* gen_counts,
-                       const int32_t* bias_ids, const float* bias_values, float* work, int32_t* cand_ids_all,
-                       float* cand_values_all, int64_t capacity, SampleRowWork parts_ws,
-                       SampleRowResult* results, SampleRowResult* host_results) {
+                       const int32_t* bias_ids, const float* bias_values, const uint32_t* masks, float* work,
+                       int32_t* cand_ids_all, float* cand_values_all, int64_t capacity,
+                       SampleRowWork parts_ws, SampleRowResult* results, SampleRowResult* host_results) {
   __shared__ Shared sm;
   const int64_t r = blockIdx.y;
   const SampleRowParams p = params[r];
@@ -660,6 +660,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     // logit_bias (distinct ids: no two threads write one logit).
     for (int i = p.bias_begin + threadIdx.x; i < p.bias_end; i += kThreads)
       w[bias_ids[i]] = __fadd_rn(w[bias_ids[i]], bias_values[i]);
+    __syncthreads();
+    // Constrained decoding: tokens outside the allowed set cannot be drawn.
+    if (p.mask_begin >= 0) {
+      const uint32_t* allowed = masks + p.mask_begin;
+      for (int i = threadIdx.x; i < V; i += kThreads)
+        if (!((allowed[i >> 5] >> (i & 31)) & 1u)) w[i] = -INFINITY;
+    }
     __syncthreads();
     x = w;
   }
@@ -746,9 +753,9 @@ int sample_row_parts(int64_t vocab) {
 
 void launch_sample_rows(const float* logits, int64_t R, int64_t V, const SampleRowParams* params,
                         const int32_t* seen, const int32_t* gen_ids, const int32_t* gen_counts,
-                        const int32_t* bias_ids, const float* bias_values, float* work, int32_t* cand_ids,
-                        float* cand_values, const SampleRowWork& parts, SampleRowResult* results,
-                        SampleRowResult* host_results) {
+                        const int32_t* bias_ids, const float* bias_values, const uint32_t* masks, float* work,
+                        int32_t* cand_ids, float* cand_values, const SampleRowWork& parts,
+                        SampleRowResult* results, SampleRowResult* host_results) {
   if (R == 0) return;
   DSI_CHECK(V > 0 && V < (int64_t{1} << 31), "sample: vocabulary of ", V, " tokens");
   DSI_CHECK(R <= 65535, "sample: ", R, " rows in one call, at most 65535");
@@ -758,8 +765,8 @@ void launch_sample_rows(const float* logits, int64_t R, int64_t V, const SampleR
   while ((int64_t{1} << idbits) < V) ++idbits;
   const dim3 grid(split ? static_cast<unsigned>(parts.parts) : 1u, static_cast<unsigned>(R));
   sample_rows_kernel<<<grid, kThreads, 0, stream()>>>(
-      logits, static_cast<int32_t>(V), idbits, params, seen, gen_ids, gen_counts, bias_ids, bias_values, work,
-      cand_ids, cand_values, sample_candidate_capacity(V), parts, results, host_results);
+      logits, static_cast<int32_t>(V), idbits, params, seen, gen_ids, gen_counts, bias_ids, bias_values,
+      masks, work, cand_ids, cand_values, sample_candidate_capacity(V), parts, results, host_results);
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) fail("CUDA kernel sample_rows failed to launch: ", cudaGetErrorString(err));
 }

@@ -36,9 +36,9 @@ struct SampleRowParams {
   int32_t seen_begin, seen_end;  // [begin, end) of `seen`: repetition penalty
   int32_t gen_begin, gen_end;    // [begin, end) of `gen_ids` / `gen_counts`: presence / frequency
   int32_t work_row;              // row of `work` holding the penalised logits; -1: no penalties
-  int32_t bias_begin,
-      bias_end;  // [begin, end) of `bias_ids` / `bias_values`: logit_bias, after the penalties
-  int32_t pad;
+  // [begin, end) of `bias_ids` / `bias_values`: logit_bias, after the penalties.
+  int32_t bias_begin, bias_end;
+  int32_t mask_begin;  // first word of the row's allowed-token bitmask in `masks`; -1: no mask
 };
 
 enum SampleError : int32_t {
@@ -75,14 +75,16 @@ int sample_row_parts(int64_t vocab);
 
 // Samples rows [R] (R <= 65535) of logits [R, V] (not modified). work [rows with penalties, V] is scratch for
 // the penalised logits; cand_ids / cand_values [R, sample_candidate_capacity(V)] are scratch; results [R].
-// The same results whatever parts.parts is. params, seen, gen_ids, gen_counts, bias_ids and bias_values may
-// be page-locked host memory (read over the bus); host_results [R], when not null, is page-locked host memory
-// that also receives the results (the host may read it once the stream has passed the kernel).
+// The same results whatever parts.parts is. A row with a mask (SampleRowParams::mask_begin >= 0) samples only
+// the tokens whose bit is set in masks[mask_begin, + (V + 31) / 32). params, seen, gen_ids, gen_counts,
+// bias_ids, bias_values and masks may be page-locked host memory (read over the bus); host_results [R], when
+// not null, is page-locked host memory that also receives the results (the host may read it once the stream
+// has passed the kernel).
 void launch_sample_rows(const float* logits, int64_t R, int64_t V, const SampleRowParams* params,
                         const int32_t* seen, const int32_t* gen_ids, const int32_t* gen_counts,
-                        const int32_t* bias_ids, const float* bias_values, float* work, int32_t* cand_ids,
-                        float* cand_values, const SampleRowWork& parts, SampleRowResult* results,
-                        SampleRowResult* host_results);
+                        const int32_t* bias_ids, const float* bias_values, const uint32_t* masks, float* work,
+                        int32_t* cand_ids, float* cand_values, const SampleRowWork& parts,
+                        SampleRowResult* results, SampleRowResult* host_results);
 
 // Async scheduling: token_ids[t] = results[prev_rows[t]].token for every t < T with 0 <= prev_rows[t] < R
 // (the tokens of the previous sampling call fed into the next forward pass without a host round trip); a

@@ -1,0 +1,112 @@
+// TokenTrie and JsonConstraint: allowed-token masks for JSON-constrained decoding (see the header).
+#include "engine/json_constraint.h"
+
+#include <algorithm>
+#include <unordered_set>
+
+#include "core/error.h"
+
+namespace dsinfer {
+
+TokenTrie::TokenTrie(const Tokenizer& tok) {
+  const int32_t n = tok.vocab_size();
+  const std::vector<int32_t> added = tok.added_token_ids();
+  const std::unordered_set<int32_t> skip(added.begin(), added.end());
+  std::vector<std::pair<std::string, int32_t>> tokens;
+  tokens.reserve(static_cast<size_t>(n));
+  for (int32_t id = 0; id < n; ++id) {
+    if (!tok.has_id(id) || skip.count(id)) continue;
+    const std::string& bytes = tok.token_bytes(id);
+    if (!bytes.empty()) tokens.emplace_back(bytes, id);
+  }
+  std::sort(tokens.begin(), tokens.end());
+  next_token_.assign(static_cast<size_t>(n), -1);
+  nodes_.reserve(tokens.size() * 2);
+  build(tokens, 0, tokens.size(), 0);
+}
+
+// The node for tokens[lo, hi), which share their first `depth` bytes; its edges are contiguous.
+uint32_t TokenTrie::build(std::vector<std::pair<std::string, int32_t>>& tokens, size_t lo, size_t hi,
+                          size_t depth) {
+  const uint32_t node = static_cast<uint32_t>(nodes_.size());
+  nodes_.emplace_back();
+  // Sorted: the tokens that end at this depth come first.
+  while (lo < hi && tokens[lo].first.size() == depth) {
+    next_token_[tokens[lo].second] = nodes_[node].first_token;
+    nodes_[node].first_token = tokens[lo].second;
+    ++lo;
+  }
+  // One edge per distinct next byte, allocated together before the children are built.
+  std::vector<std::pair<size_t, size_t>> groups;
+  for (size_t i = lo; i < hi;) {
+    size_t j = i;
+    while (j < hi && tokens[j].first[depth] == tokens[i].first[depth]) ++j;
+    groups.emplace_back(i, j);
+    i = j;
+  }
+  nodes_[node].first_edge = static_cast<uint32_t>(edges_.size());
+  nodes_[node].num_edges = static_cast<uint32_t>(groups.size());
+  for (const auto& [i, j] : groups) edges_.push_back({static_cast<uint8_t>(tokens[i].first[depth]), 0});
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const uint32_t child = build(tokens, groups[g].first, groups[g].second, depth + 1);
+    edges_[nodes_[node].first_edge + g].child = child;
+  }
+  return node;
+}
+
+void TokenTrie::visit(uint32_t node, const JsonRecognizer& state, std::span<uint32_t> mask) const {
+  const Node& n = nodes_[node];
+  for (uint32_t e = n.first_edge; e < n.first_edge + n.num_edges; ++e) {
+    JsonRecognizer next = state;
+    if (!next.feed(edges_[e].byte)) continue;
+    const uint32_t child = edges_[e].child;
+    for (int32_t t = nodes_[child].first_token; t >= 0; t = next_token_[t]) {
+      if (static_cast<size_t>(t) / 32 < mask.size()) mask[t / 32] |= 1u << (t % 32);
+    }
+    visit(child, next, mask);
+  }
+}
+
+void TokenTrie::allowed(const JsonRecognizer& state, std::span<uint32_t> mask) const {
+  visit(0, state, mask);
+}
+
+JsonConstraint::JsonConstraint(std::shared_ptr<const TokenTrie> trie, Tokenizer tokenizer, int32_t vocab,
+                               std::vector<int32_t> eos_ids)
+    : trie_(std::move(trie)), tokenizer_(std::move(tokenizer)), vocab_(vocab), eos_ids_(std::move(eos_ids)) {
+  DSI_CHECK(trie_ != nullptr && vocab_ > 0, "json constraint: no vocabulary");
+  eos_mask_.assign(static_cast<size_t>(vocab_ + 31) / 32, 0u);
+  for (int32_t id : eos_ids_)
+    if (id >= 0 && id < vocab_) eos_mask_[id / 32] |= 1u << (id % 32);
+}
+
+std::span<const uint32_t> JsonConstraint::allowed() {
+  if (state_.complete()) return eos_mask_;
+  for (size_t i = 0; i < cache_.size(); ++i) {
+    if (cache_[i].state == state_) {
+      std::rotate(cache_.begin() + static_cast<std::ptrdiff_t>(i),
+                  cache_.begin() + static_cast<std::ptrdiff_t>(i) + 1, cache_.end());
+      return cache_.back().mask;
+    }
+  }
+  if (cache_.size() == kCacheEntries) cache_.erase(cache_.begin());
+  Cached entry{state_, std::vector<uint32_t>(static_cast<size_t>(vocab_ + 31) / 32, 0u)};
+  trie_->allowed(state_, entry.mask);
+  cache_.push_back(std::move(entry));
+  return cache_.back().mask;
+}
+
+void JsonConstraint::advance(int32_t token) {
+  if (std::find(eos_ids_.begin(), eos_ids_.end(), token) != eos_ids_.end()) {
+    DSI_CHECK(state_.complete(),
+              "json constraint: an end-of-sequence token before the JSON object is complete");
+    return;
+  }
+  DSI_CHECK(tokenizer_.has_id(token), "json constraint: token ", token, " is outside the vocabulary");
+  JsonRecognizer next = state_;
+  DSI_CHECK(next.feed(tokenizer_.token_bytes(token)), "json constraint: token ", token,
+            " does not continue the JSON object");
+  state_ = next;
+}
+
+}  // namespace dsinfer

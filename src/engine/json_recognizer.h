@@ -1,0 +1,75 @@
+// JsonRecognizer: a byte-at-a-time pushdown recogniser of one JSON value (RFC 8259) for constrained
+// decoding: feed() says whether a byte can continue a valid prefix. Its whole state is a small trivially
+// copyable struct, so a search over a vocabulary copies it per step instead of undoing moves.
+//
+// Beyond RFC 8259, for generation: nesting is at most kMaxDepth containers deep, a run of whitespace outside
+// strings at most kMaxWhitespaceRun bytes (a model cannot loop on newlines), nothing at all may follow the
+// top-level value, and strings must be well-formed UTF-8 (no overlong forms or surrogates).
+#pragma once
+#include <cstdint>
+#include <string_view>
+
+namespace dsinfer {
+
+class JsonRecognizer {
+ public:
+  static constexpr int kMaxDepth = 48;
+  static constexpr int kMaxWhitespaceRun = 48;
+
+  // object_only: the top-level value must be an object (OpenAI's json_object mode).
+  explicit JsonRecognizer(bool object_only = true);
+
+  // Moves past `byte` and returns true when it continues a valid prefix; returns false and leaves the state
+  // as it was otherwise.
+  bool feed(uint8_t byte);
+  // feed() of every byte; false (state unspecified) at the first one that does not fit.
+  bool feed(std::string_view bytes);
+  // A whole top-level value has been read.
+  bool complete() const;
+
+  // Equal states accept the same continuations (the key of a cache of allowed-token sets).
+  bool operator==(const JsonRecognizer& other) const;
+  // A hash of the state, consistent with ==.
+  uint64_t hash() const;
+
+ private:
+  enum Mode : uint8_t {
+    kValue,       // a value is expected
+    kOpenArray,   // right after '[': a value or ']'
+    kOpenObject,  // right after '{': a key or '}'
+    kKey,         // after ',' in an object: a key
+    kColon,       // after a key
+    kAfterValue,  // after a value: ',' or the container's end (at depth 0: the end)
+    kString,      // inside a string (key or value)
+    kEscape,      // after '\' in a string
+    kUnicode,     // \u: `count` hex digits read so far
+    kNumber,      // inside a number: `count` is its NumberPhase
+    kLiteral,     // inside true / false / null: `literal` and `count` (bytes matched)
+  };
+  enum NumberPhase : uint8_t { kMinus, kZero, kInt, kDot, kFrac, kExp, kExpSign, kExpDigits };
+
+  bool step(uint8_t byte);
+  bool value_start(uint8_t byte);
+  bool end_container(uint8_t byte);
+  bool whitespace(uint8_t byte);
+  bool string_byte(uint8_t byte);
+  bool number_byte(uint8_t byte);
+
+  // The state; everything here is compared and hashed.
+  struct State {
+    uint8_t mode = kValue;
+    uint8_t count = 0;        // per mode: hex digits, number phase, literal bytes matched
+    uint8_t literal = 0;      // 0 true, 1 false, 2 null
+    uint8_t string_key = 0;   // the string being read is an object key
+    uint8_t utf8_left = 0;    // continuation bytes still due in a string
+    uint8_t utf8_low = 0x80;  // the allowed range of the next continuation byte (overlong / surrogate rules)
+    uint8_t utf8_high = 0xBF;
+    uint8_t whitespace = 0;  // the current run outside strings
+    uint8_t object_only = 1;
+    uint8_t depth = 0;
+    uint8_t pad[2] = {0, 0};
+    char stack[kMaxDepth] = {};  // '{' or '[' per open container
+  } s_;
+};
+
+}  // namespace dsinfer
