@@ -19,6 +19,18 @@ TokenTrie::TokenTrie(const Tokenizer& tok) {
     const std::string& bytes = tok.token_bytes(id);
     if (!bytes.empty()) tokens.emplace_back(bytes, id);
   }
+  // The answers for states inside strings, worked out once.
+  JsonRecognizer in_string;
+  DSI_CHECK(in_string.feed(std::string_view("{\"")) && in_string.in_plain_string(), "json: no string state");
+  string_safe_.assign(static_cast<size_t>(n + 31) / 32, 0u);
+  for (const auto& [bytes, id] : tokens) {
+    if (bytes.find_first_of("\"\\") != std::string::npos) {
+      string_special_.emplace_back(id, bytes);
+      continue;
+    }
+    JsonRecognizer next = in_string;
+    if (next.feed(std::string_view(bytes))) string_safe_[id / 32] |= 1u << (id % 32);
+  }
   std::sort(tokens.begin(), tokens.end());
   next_token_.assign(static_cast<size_t>(n), -1);
   nodes_.reserve(tokens.size() * 2);
@@ -58,7 +70,7 @@ void TokenTrie::visit(uint32_t node, const JsonRecognizer& state, std::span<uint
   const Node& n = nodes_[node];
   for (uint32_t e = n.first_edge; e < n.first_edge + n.num_edges; ++e) {
     JsonRecognizer next = state;
-    if (!next.feed(edges_[e].byte)) continue;
+    if (!next.feed_or_spoil(edges_[e].byte)) continue;
     const uint32_t child = edges_[e].child;
     for (int32_t t = nodes_[child].first_token; t >= 0; t = next_token_[t]) {
       if (static_cast<size_t>(t) / 32 < mask.size()) mask[t / 32] |= 1u << (t % 32);
@@ -68,7 +80,16 @@ void TokenTrie::visit(uint32_t node, const JsonRecognizer& state, std::span<uint
 }
 
 void TokenTrie::allowed(const JsonRecognizer& state, std::span<uint32_t> mask) const {
-  visit(0, state, mask);
+  if (!state.in_plain_string()) {
+    visit(0, state, mask);
+    return;
+  }
+  for (size_t w = 0; w < string_safe_.size() && w < mask.size(); ++w) mask[w] |= string_safe_[w];
+  for (const auto& [id, bytes] : string_special_) {
+    JsonRecognizer next = state;
+    if (static_cast<size_t>(id) / 32 < mask.size() && next.feed(std::string_view(bytes)))
+      mask[id / 32] |= 1u << (id % 32);
+  }
 }
 
 JsonConstraint::JsonConstraint(std::shared_ptr<const TokenTrie> trie, Tokenizer tokenizer, int32_t vocab,

@@ -39,6 +39,11 @@ class TokenTrie {
   std::vector<Node> nodes_;
   std::vector<Edge> edges_;
   std::vector<int32_t> next_token_;  // by token id: the next token with the same bytes, -1 at the end
+  // Inside a string (JsonRecognizer::in_plain_string) the allowed set is string_safe_ (tokens without '"'
+  // or '\\' that a string accepts, the same in every such state) plus those of string_special_ (tokens
+  // with '"' or '\\') that this state accepts: no walk of the trie.
+  std::vector<uint32_t> string_safe_;
+  std::vector<std::pair<int32_t, std::string>> string_special_;
 };
 
 // One request's constraint: its recogniser state and the allowed tokens for it (cached per state).

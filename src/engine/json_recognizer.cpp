@@ -5,6 +5,8 @@
 
 namespace dsinfer {
 
+static_assert(JsonRecognizer::kMaxDepth <= 64, "the container stack is a 64-bit set");
+
 namespace {
 
 bool is_ws(uint8_t b) {
@@ -71,7 +73,8 @@ bool JsonRecognizer::value_start(uint8_t byte) {
     case '{':
     case '[':
       if (s_.depth >= kMaxDepth) return false;
-      s_.stack[s_.depth++] = static_cast<char>(byte);
+      if (byte == '{') s_.objects |= uint64_t{1} << s_.depth;
+      ++s_.depth;
       s_.mode = byte == '{' ? kOpenObject : kOpenArray;
       return true;
     case '"':
@@ -99,9 +102,10 @@ bool JsonRecognizer::value_start(uint8_t byte) {
 
 bool JsonRecognizer::end_container(uint8_t byte) {
   if (s_.depth == 0) return false;
-  const char open = s_.stack[s_.depth - 1];
-  if (!((byte == '}' && open == '{') || (byte == ']' && open == '['))) return false;
-  s_.stack[--s_.depth] = 0;
+  const bool object = (s_.objects >> (s_.depth - 1)) & 1u;
+  if (byte != (object ? '}' : ']')) return false;
+  --s_.depth;
+  s_.objects &= ~(uint64_t{1} << s_.depth);
   s_.mode = kAfterValue;
   s_.count = 0;
   return true;
@@ -244,7 +248,7 @@ bool JsonRecognizer::step(uint8_t byte) {
       return true;
     case kAfterValue:
       if (byte == ',') {
-        s_.mode = s_.stack[s_.depth - 1] == '{' ? kKey : kValue;
+        s_.mode = (s_.objects >> (s_.depth - 1)) & 1u ? kKey : kValue;
         return true;
       }
       return end_container(byte);

@@ -13,7 +13,7 @@ namespace dsinfer {
 
 class JsonRecognizer {
  public:
-  static constexpr int kMaxDepth = 48;
+  static constexpr int kMaxDepth = 48;  // <= 64: the stack is a bit set
   static constexpr int kMaxWhitespaceRun = 48;
 
   // object_only: the top-level value must be an object (OpenAI's json_object mode).
@@ -24,8 +24,13 @@ class JsonRecognizer {
   bool feed(uint8_t byte);
   // feed() of every byte; false (state unspecified) at the first one that does not fit.
   bool feed(std::string_view bytes);
+  // feed() without keeping the state on a refusal (it is unspecified then): for callers that work on a copy.
+  bool feed_or_spoil(uint8_t byte) { return step(byte); }
   // A whole top-level value has been read.
   bool complete() const;
+  // Inside a string between characters. Every such state accepts the same byte strings without '"' and '\\'
+  // (string content is not state).
+  bool in_plain_string() const { return s_.mode == kString && s_.utf8_left == 0; }
 
   // Equal states accept the same continuations (the key of a cache of allowed-token sets).
   bool operator==(const JsonRecognizer& other) const;
@@ -67,9 +72,10 @@ class JsonRecognizer {
     uint8_t whitespace = 0;  // the current run outside strings
     uint8_t object_only = 1;
     uint8_t depth = 0;
-    uint8_t pad[2] = {0, 0};
-    char stack[kMaxDepth] = {};  // '{' or '[' per open container
+    uint8_t pad[6] = {};   // explicit, so that no padding byte escapes memcmp
+    uint64_t objects = 0;  // bit d: the container at depth d is an object (else an array); 0 above depth
   } s_;
+  static_assert(sizeof(State) == 24, "State has no implicit padding (compared with memcmp)");
 };
 
 }  // namespace dsinfer

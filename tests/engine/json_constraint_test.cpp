@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstdio>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
@@ -228,6 +230,40 @@ TEST(JsonConstraint, EndOfSequenceOnlyOnceComplete) {
   const int32_t letter = tok.encode("a")[0];
   EXPECT_THROW(d.advance(letter), Error);
   d.advance(tok.encode("{")[0]);
+}
+
+}  // namespace
+}  // namespace dsinfer
+
+namespace dsinfer {
+namespace {
+
+// The cost of the allowed-token masks on DeepSeek-V3's vocabulary (a measurement, not a check):
+//   build/tests/json_constraint_test --gtest_also_run_disabled_tests --gtest_filter='*MaskCost*'
+TEST(JsonConstraintBench, DISABLED_MaskCost) {
+  const Tokenizer v3 = Tokenizer::load(std::string(DSINFER_TEST_DATA) + "/tokenizer/deepseek-v3");
+  using Clock = std::chrono::steady_clock;
+  const auto ms = [](Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
+  const auto t0 = Clock::now();
+  const TokenTrie trie(v3);
+  std::printf("trie: %.1f ms to build, %zu nodes\n", ms(Clock::now() - t0), trie.num_nodes());
+  const int32_t vocab = 129280;  // DeepSeek-V3's logits
+  for (const char* prefix :
+       {"", "{", "{\"key", "{\"key\": ", "{\"key\": \"text", "{\"key\": 12", "{\"k\": [1, "}) {
+    JsonRecognizer state;
+    ASSERT_TRUE(state.feed(std::string_view(prefix)));
+    std::vector<uint32_t> mask(static_cast<size_t>(vocab + 31) / 32);
+    constexpr int kRepeats = 20;
+    const auto a = Clock::now();
+    for (int i = 0; i < kRepeats; ++i) {
+      std::fill(mask.begin(), mask.end(), 0u);
+      trie.allowed(state, mask);
+    }
+    const double each = ms(Clock::now() - a) / kRepeats;
+    size_t allowed = 0;
+    for (uint32_t w : mask) allowed += static_cast<size_t>(__builtin_popcount(w));
+    std::printf("after '%s': %.3f ms, %zu tokens allowed\n", prefix, each, allowed);
+  }
 }
 
 }  // namespace
