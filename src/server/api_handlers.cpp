@@ -1,6 +1,7 @@
 // OpenAI API handlers: request parsing, model checks, tokenization endpoints and job start.
 #include "server/api_handlers.h"
 
+#include <cctype>
 #include <chrono>
 
 #include "core/error.h"
@@ -105,14 +106,48 @@ void handle_completions(ServerContext& ctx, const HttpRequest& req, const std::s
   });
 }
 
-void handle_models(ServerContext& ctx, const HttpRequest& req, const std::shared_ptr<Responder>& out) {
+namespace {
+
+// The served model as /v1/models lists it.
+json model_json(const ServerContext& ctx) {
   const int64_t created = 0;
   // Limits are known once the engine is attached (set_engine writes them before publishing the engine).
   const int64_t max_model_len = ctx.engine.load() ? ctx.limits.max_model_len : 0;
-  json model = {{"id", ctx.model_name},          {"object", "model"},      {"created", created},
-                {"owned_by", "dsinfer"},         {"root", ctx.model_name}, {"parent", nullptr},
-                {"max_model_len", max_model_len}};
-  out->send(json_response({{"object", "list"}, {"data", json::array({model})}}));
+  return {{"id", ctx.model_name},          {"object", "model"},      {"created", created},
+          {"owned_by", "dsinfer"},         {"root", ctx.model_name}, {"parent", nullptr},
+          {"max_model_len", max_model_len}};
+}
+
+// %XX escapes decoded (a model name with '/' may come either way); a malformed escape stays as it is.
+std::string percent_decoded(const std::string& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '%' && i + 2 < s.size() && std::isxdigit(static_cast<unsigned char>(s[i + 1])) &&
+        std::isxdigit(static_cast<unsigned char>(s[i + 2]))) {
+      out += static_cast<char>(std::stoi(s.substr(i + 1, 2), nullptr, 16));
+      i += 2;
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+void handle_models(ServerContext& ctx, const HttpRequest& req, const std::shared_ptr<Responder>& out) {
+  out->send(json_response({{"object", "list"}, {"data", json::array({model_json(ctx)})}}));
+}
+
+void handle_model(ServerContext& ctx, const HttpRequest& req, const std::shared_ptr<Responder>& out) {
+  const std::string name = percent_decoded(req.path.substr(std::string("/v1/models/").size()));
+  if (name != ctx.model_name) {
+    out->send(error_response(
+        ApiError(404, "The model '" + name + "' does not exist (this server serves '" + ctx.model_name + "')",
+                 "invalid_request_error", "model", "model_not_found")));
+    return;
+  }
+  out->send(json_response(model_json(ctx)));
 }
 
 void handle_tokenize(ServerContext& ctx, const HttpRequest& req, const std::shared_ptr<Responder>& out) {

@@ -11,6 +11,8 @@ namespace dsinfer::server {
 void handle_completions(ServerContext& ctx, const HttpRequest& req, const std::shared_ptr<Responder>& out,
                         bool chat);
 void handle_models(ServerContext& ctx, const HttpRequest& req, const std::shared_ptr<Responder>& out);
+// GET /v1/models/{model}: the served model, or 404 model_not_found.
+void handle_model(ServerContext& ctx, const HttpRequest& req, const std::shared_ptr<Responder>& out);
 void handle_tokenize(ServerContext& ctx, const HttpRequest& req, const std::shared_ptr<Responder>& out);
 void handle_detokenize(ServerContext& ctx, const HttpRequest& req, const std::shared_ptr<Responder>& out);
 

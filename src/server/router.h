@@ -1,5 +1,5 @@
-// Method + path routing: exact paths, 404 for unknown paths and 405 (with Allow) for a known path with
-// another method.
+// Method + path routing: exact paths, then path prefixes (the longest first; e.g. /v1/models/{model}), 404
+// for unknown paths and 405 (with Allow) for a known path with another method.
 #pragma once
 #include <map>
 #include <string>
@@ -11,12 +11,17 @@ namespace dsinfer::server {
 class Router {
  public:
   void add(const std::string& method, const std::string& path, RequestHandler handler);
+  // Every path that starts with `prefix` (and is not an exact route); the handler reads the rest itself.
+  void add_prefix(const std::string& method, const std::string& prefix, RequestHandler handler);
   // Runs the matching handler or answers 404/405 itself.
   void dispatch(const HttpRequest& request, const std::shared_ptr<Responder>& out) const;
   bool has_path(const std::string& path) const { return routes_.count(path) != 0; }
 
  private:
-  std::map<std::string, std::map<std::string, RequestHandler>> routes_;  // path -> method -> handler
+  using Methods = std::map<std::string, RequestHandler>;
+  const Methods* find(const std::string& path) const;
+  std::map<std::string, Methods> routes_;    // path -> method -> handler
+  std::map<std::string, Methods> prefixes_;  // path prefix -> method -> handler
 };
 
 }  // namespace dsinfer::server

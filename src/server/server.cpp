@@ -215,6 +215,9 @@ void Server::Impl::add_routes() {
   router.add("GET", "/v1/models", api([&c](const HttpRequest& req, std::shared_ptr<Responder> out) {
                handle_models(c, req, out);
              }));
+  router.add_prefix("GET", "/v1/models/", api([&c](const HttpRequest& req, std::shared_ptr<Responder> out) {
+                      handle_model(c, req, out);
+                    }));
   router.add("POST", "/v1/completions", api([&c](const HttpRequest& req, std::shared_ptr<Responder> out) {
                handle_completions(c, req, out, false);
              }));

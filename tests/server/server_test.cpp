@@ -80,6 +80,15 @@ TEST(ServerTest, Models) {
   expect_error(post(h.port, "/v1/completions", R"({"model": "deepseek-v3-tiny-code", "prompt": "hi"})"), 404,
                "model", "model_not_found");
   EXPECT_EQ(post(h.port, "/v1/completions", R"({"model": "my-model", "prompt": "hi"})").status, 200);
+  // One model by name (the openai clients' models.retrieve), percent-escapes decoded.
+  HttpResult one = get(h.port, "/v1/models/my-model");
+  ASSERT_EQ(one.status, 200) << one.body;
+  EXPECT_EQ(json::parse(one.body), j["data"][0]);
+  EXPECT_EQ(get(h.port, "/v1/models/my%2Dmodel").status, 200);
+  expect_error(get(h.port, "/v1/models/other"), 404, "model", "model_not_found");
+  expect_error(get(h.port, "/v1/models/my-model/x"), 404, "model", "model_not_found");
+  expect_error(post(h.port, "/v1/models/my-model", "{}"), 405, "", "method_not_allowed");
+  expect_error(get(h.port, "/v1/model"), 404, "", "not_found");
 }
 
 TEST(ServerTest, CompletionNonStreaming) {

@@ -12,6 +12,8 @@ const models = await client.models.list();
 assert.equal(models.data.length, 1);
 const model = models.data[0].id;
 console.log(`model: ${model}`);
+assert.equal((await client.models.retrieve(model)).id, model);
+await assert.rejects(client.models.retrieve("no-such-model"), (err) => err instanceof OpenAI.NotFoundError);
 
 const completion = await client.completions.create({ model, prompt: "def fib(n):", max_tokens: 16, temperature: 0 });
 assert.equal(completion.object, "text_completion");
