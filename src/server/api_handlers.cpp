@@ -96,7 +96,9 @@ void handle_completions(ServerContext& ctx, const HttpRequest& req, const std::s
     check_model(ctx, body);
     Engine& engine = ready_engine(ctx);
     CompletionRequest parsed = parse_completion_request(body, chat, engine.tokenizer(), ctx.limits);
-    if (chat && reasoning_enabled(ctx.config.server.reasoning_parser, engine.tokenizer())) {
+    // JSON mode: the whole answer is the object, never thinking.
+    if (chat && !parsed.sampling.json_object &&
+        reasoning_enabled(ctx.config.server.reasoning_parser, engine.tokenizer())) {
       parsed.reasoning = true;
       parsed.reasoning_opened = prompt_opens_reasoning(engine.tokenizer(), parsed.prompts[0]);
     }

@@ -3,6 +3,8 @@
 // and without streaming, alone and before tool calls; chat_template_kwargs.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "engine/prompt.h"
@@ -206,6 +208,38 @@ TEST(ReasoningServer, ThinkingBeforeToolCalls) {
     EXPECT_EQ(s.calls[0]["function"]["arguments"], "{\"city\": \"Oslo\"}");
     EXPECT_EQ(s.finish, "tool_calls");
   }
+}
+
+// A tokenizer directory whose chat template opens the thinking after the generation prompt (as R1-0528's).
+std::string thinking_template_dir() {
+  const std::string v3 = std::string(DSINFER_TEST_DATA) + "/tokenizer/deepseek-v3";
+  const std::string dir = ::testing::TempDir() + "/thinking-tokenizer";
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy_file(v3 + "/tokenizer.json.gz", dir + "/tokenizer.json.gz",
+                             std::filesystem::copy_options::overwrite_existing);
+  json config = json::parse(read_file(v3 + "/tokenizer_config.json"));
+  config["chat_template"] =
+      config["chat_template"].get<std::string>() + "{% if add_generation_prompt %}<think>\n{% endif %}";
+  std::ofstream(dir + "/tokenizer_config.json") << config.dump();
+  return dir;
+}
+
+TEST(ReasoningServer, PromptOpenedThinking) {
+  const std::string dir = thinking_template_dir();
+  ServerHarness h([](server::ServeConfig& c) { c.server.reasoning_parser = "deepseek_r1"; },
+                  FakeEngine::Options{.script = "Hmm.\n</think>\n\nDone.", .tokenizer_dir = dir});
+  const std::string ask = R"("messages": [{"role": "user", "content": "q"}], "max_tokens": 50)";
+  json m = json::parse(post(h.port, "/v1/chat/completions", "{" + ask + "}").body)["choices"][0]["message"];
+  EXPECT_EQ(m["reasoning_content"], "Hmm.");
+  EXPECT_EQ(m["content"], "Done.");
+  // JSON mode: the answer is the object, not thinking, even where the prompt opened the thinking.
+  ServerHarness j([](server::ServeConfig& c) { c.server.reasoning_parser = "deepseek_r1"; },
+                  FakeEngine::Options{.script = "{\"a\": 1}", .tokenizer_dir = dir});
+  m = json::parse(
+      post(j.port, "/v1/chat/completions", "{" + ask + R"(, "response_format": {"type": "json_object"}})")
+          .body)["choices"][0]["message"];
+  EXPECT_EQ(m["content"], "{\"a\": 1}");
+  EXPECT_FALSE(m.contains("reasoning_content"));
 }
 
 TEST(ReasoningServer, ChatTemplateKwargs) {
