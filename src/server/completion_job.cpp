@@ -289,6 +289,12 @@ void CompletionJob::complete() {
   }
   t.queue_delay = queue_delay;
   const bool long_tail = ctx_.metrics->record_generation(t);
+  int64_t calls = 0, unreadable = 0;
+  for (const Choice& c : choices_) {
+    calls += static_cast<int64_t>(c.calls.size());
+    if (c.tool_parser) unreadable += static_cast<int64_t>(c.tool_parser->unreadable_calls());
+  }
+  ctx_.metrics->count_tool_calls(calls, unreadable);
   out_->annotate(str_cat(
       "id=", header_.id, " prompt_tokens=", prompt_tokens, " completion_tokens=", completion_tokens,
       " n=", choices_.size(), " stream=", req_.stream ? "true" : "false", " ttft_ms=",

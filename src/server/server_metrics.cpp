@@ -49,7 +49,16 @@ ServerMetrics::ServerMetrics(MetricsRegistry& registry) : registry_(registry) {
                     "Connections answered 503 too_many_connections because the connection limit was reached");
   registry_.counter("dsinfer_long_tail_requests_total",
                     "Requests whose end-to-end latency exceeded 3x the running mean latency");
+  registry_.counter("dsinfer_tool_calls_total", "Function calls returned in chat answers (tool_calls)");
+  registry_.counter("dsinfer_tool_call_parse_failures_total",
+                    "Tool-call markup in answers that could not be read as a call (returned as text)");
   registry_.add_collector([this]() { refresh(); });
+}
+
+void ServerMetrics::count_tool_calls(int64_t calls, int64_t unreadable) {
+  if (calls > 0) registry_.counter("dsinfer_tool_calls_total", "").inc(static_cast<double>(calls));
+  if (unreadable > 0)
+    registry_.counter("dsinfer_tool_call_parse_failures_total", "").inc(static_cast<double>(unreadable));
 }
 
 void ServerMetrics::set_stats_source(std::function<bool(EngineStats*)> source) {

@@ -34,6 +34,8 @@ class ServerMetrics {
   void count_request(int http_status);
   // Records a finished generation request; returns true when it counted as long-tail.
   bool record_generation(const RequestTimings& t);
+  // Tool calls returned to clients, and call markup that could not be read (returned as text instead).
+  void count_tool_calls(int64_t calls, int64_t unreadable);
 
   MetricsRegistry& registry() { return registry_; }
 

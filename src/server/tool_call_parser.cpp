@@ -105,6 +105,7 @@ void ToolCallParser::end_call(ToolParseOutput& out, std::string_view call_text, 
     return;
   }
   // Unreadable: kept as text, so that nothing generated is lost.
+  ++unreadable_;
   out.content += kCallBegin;
   out.content += call_text;
   if (complete) out.content += kCallEnd;

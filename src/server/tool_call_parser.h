@@ -43,6 +43,8 @@ class ToolCallParser {
   ToolParseOutput finish();
   // Whether any call has been returned.
   bool made_calls() const { return calls_made_ > 0; }
+  // Call markup that could not be read (returned as content).
+  size_t unreadable_calls() const { return unreadable_; }
 
  private:
   enum class State { kContent, kBetweenCalls, kInCall };
@@ -52,6 +54,7 @@ class ToolCallParser {
   State state_ = State::kContent;
   std::string pending_;  // text not yet classified
   size_t calls_made_ = 0;
+  size_t unreadable_ = 0;
 };
 
 // Reads one call's text (between the call-begin and call-end markers) in either DeepSeek layout. false when

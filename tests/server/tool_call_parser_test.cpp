@@ -149,6 +149,15 @@ TEST(ToolCallParser, UnreadableCallsAndStrayTextAreKeptAsContent) {
   EXPECT_EQ(p.content, "done");
 }
 
+TEST(ToolCallParser, CountsUnreadableCalls) {
+  ToolCallParser p;
+  p.feed(s(kCallsBegin) + s(kCallBegin) + "no separator" + s(kCallEnd) + v3_call("f", "{}") + s(kCallBegin) +
+         "x");
+  p.finish();
+  EXPECT_EQ(p.unreadable_calls(), 2u);  // the one without a separator and the cut one without a name
+  EXPECT_TRUE(p.made_calls());
+}
+
 TEST(ToolCallParser, MissingEndMarkersAreForgiven) {
   // The next call's begin marker, or the block's end, closes a call whose end marker was left out.
   const std::string text = s(kCallsBegin) + s(kCallBegin) + "function" + s(kSep) + "a\n```json\n{}\n```" +

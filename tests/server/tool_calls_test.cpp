@@ -292,6 +292,11 @@ TEST(ToolCallsServer, AnswerWithCalls) {
   const std::string prompt = v3_tokenizer().decode(h.engine->last_prompt());
   EXPECT_EQ(prompt.find("## Tools"), std::string::npos);
 
+  // Counted for alerting: 2 + 1 calls so far.
+  const std::string metrics = get(h.port, "/metrics").body;
+  EXPECT_NE(metrics.find("\ndsinfer_tool_calls_total 3\n"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("\ndsinfer_tool_call_parse_failures_total 0\n"), std::string::npos);
+
   // JSON mode and tools exclude each other.
   expect_error(post(h.port, "/v1/chat/completions",
                     chat_body({{"response_format", {{"type", "json_object"}}}}).dump()),
@@ -380,6 +385,21 @@ TEST(ToolCallsServer, CutShortCallEndsWithLength) {
   const std::string args = choice["message"]["tool_calls"][0]["function"]["arguments"];
   EXPECT_FALSE(args.empty());
   EXPECT_EQ(std::string("{\"city\": \"Paris\"}").rfind(args, 0), 0u) << args;  // a start of the arguments
+}
+
+TEST(ToolCallsServer, UnreadableCallsStayTextAndAreCounted) {
+  const std::string broken = "Trying." + s(kCallsBegin) + s(kCallBegin) + "get weather" + s(kSep) + "{}" +
+                             s(kCallEnd) + s(kCallsEnd);
+  ServerHarness h({}, scripted(broken));
+  HttpResult r = post(h.port, "/v1/chat/completions", chat_body(json::object()).dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json choice = json::parse(r.body)["choices"][0];
+  EXPECT_EQ(choice["message"]["content"],
+            "Trying." + s(kCallBegin) + "get weather" + s(kSep) + "{}" + s(kCallEnd));
+  EXPECT_FALSE(choice["message"].contains("tool_calls"));
+  EXPECT_EQ(choice["finish_reason"], "stop");
+  EXPECT_NE(get(h.port, "/metrics").body.find("\ndsinfer_tool_call_parse_failures_total 1\n"),
+            std::string::npos);
 }
 
 TEST(ToolCallsServer, ToolResultsContinueTheConversation) {
