@@ -140,6 +140,8 @@ void EngineImpl::validate(const GenerationRequest& request) const {
   request.sampling.validate(vocab_);
   DSI_CHECK(!request.sampling.json_object || (tokenizer_ && !eos_ids_.empty()),
             "response_format json_object needs the model's tokenizer and an end-of-sequence token");
+  DSI_CHECK(!request.sampling.json_tool_arguments || tokenizer_,
+            "JSON tool arguments need the model's tokenizer");
   const int64_t total = static_cast<int64_t>(prompt.size()) + request.sampling.max_tokens;
   DSI_CHECK(total <= context_, "the prompt has ", prompt.size(), " tokens and max_tokens is ",
             request.sampling.max_tokens, ": ", total, " tokens exceed the model's context of ", context_,
@@ -227,8 +229,8 @@ void EngineImpl::shutdown(std::chrono::milliseconds timeout) {
 
 void EngineImpl::admit(Submission sub) {
   // The vocabulary trie of JSON-constrained decoding, built at the first such request (once per engine).
-  if (sub.request.sampling.json_object && tokenizer_ && !json_vocab_)
-    json_vocab_ = std::make_shared<const TokenTrie>(*tokenizer_);
+  const bool constrained = sub.request.sampling.json_object || sub.request.sampling.json_tool_arguments;
+  if (constrained && tokenizer_ && !json_vocab_) json_vocab_ = std::make_shared<const TokenTrie>(*tokenizer_);
   auto state =
       std::make_unique<RequestState>(sub.id, std::move(sub.request), tokenizer_ ? &*tokenizer_ : nullptr,
                                      eos_ids_, context_, sub.arrival, json_vocab_, vocab_);

@@ -92,29 +92,37 @@ void TokenTrie::allowed(const JsonRecognizer& state, std::span<uint32_t> mask) c
   }
 }
 
-JsonConstraint::JsonConstraint(std::shared_ptr<const TokenTrie> trie, Tokenizer tokenizer, int32_t vocab,
-                               std::vector<int32_t> eos_ids)
-    : trie_(std::move(trie)), tokenizer_(std::move(tokenizer)), vocab_(vocab), eos_ids_(std::move(eos_ids)) {
+JsonMaskCache::JsonMaskCache(std::shared_ptr<const TokenTrie> trie, int32_t vocab)
+    : trie_(std::move(trie)), vocab_(vocab) {
   DSI_CHECK(trie_ != nullptr && vocab_ > 0, "json constraint: no vocabulary");
-  eos_mask_.assign(static_cast<size_t>(vocab_ + 31) / 32, 0u);
-  for (int32_t id : eos_ids_)
-    if (id >= 0 && id < vocab_) eos_mask_[id / 32] |= 1u << (id % 32);
 }
 
-std::span<const uint32_t> JsonConstraint::allowed() {
-  if (state_.complete()) return eos_mask_;
+std::span<const uint32_t> JsonMaskCache::allowed(const JsonRecognizer& state) {
   for (size_t i = 0; i < cache_.size(); ++i) {
-    if (cache_[i].state == state_) {
+    if (cache_[i].state == state) {
       std::rotate(cache_.begin() + static_cast<std::ptrdiff_t>(i),
                   cache_.begin() + static_cast<std::ptrdiff_t>(i) + 1, cache_.end());
       return cache_.back().mask;
     }
   }
-  if (cache_.size() == kCacheEntries) cache_.erase(cache_.begin());
-  Cached entry{state_, std::vector<uint32_t>(static_cast<size_t>(vocab_ + 31) / 32, 0u)};
-  trie_->allowed(state_, entry.mask);
+  if (cache_.size() == kEntries) cache_.erase(cache_.begin());
+  Cached entry{state, std::vector<uint32_t>(static_cast<size_t>(vocab_ + 31) / 32, 0u)};
+  trie_->allowed(state, entry.mask);
   cache_.push_back(std::move(entry));
   return cache_.back().mask;
+}
+
+JsonConstraint::JsonConstraint(std::shared_ptr<const TokenTrie> trie, Tokenizer tokenizer, int32_t vocab,
+                               std::vector<int32_t> eos_ids)
+    : masks_(std::move(trie), vocab), tokenizer_(std::move(tokenizer)), eos_ids_(std::move(eos_ids)) {
+  eos_mask_.assign(static_cast<size_t>(vocab + 31) / 32, 0u);
+  for (int32_t id : eos_ids_)
+    if (id >= 0 && id < vocab) eos_mask_[id / 32] |= 1u << (id % 32);
+}
+
+std::span<const uint32_t> JsonConstraint::allowed() {
+  if (state_.complete()) return eos_mask_;
+  return masks_.allowed(state_);
 }
 
 void JsonConstraint::advance(int32_t token) {
@@ -128,6 +136,71 @@ void JsonConstraint::advance(int32_t token) {
   DSI_CHECK(next.feed(tokenizer_.token_bytes(token)), "json constraint: token ", token,
             " does not continue the JSON object");
   state_ = next;
+}
+
+ToolArgumentsConstraint::ToolArgumentsConstraint(std::shared_ptr<const TokenTrie> trie, Tokenizer tokenizer,
+                                                 int32_t vocab, Start start)
+    : masks_(std::move(trie), vocab),
+      tokenizer_(std::move(tokenizer)),
+      state_(start == Start::kFree     ? State::kFree
+             : start == Start::kInCall ? State::kInCall
+                                       : State::kArguments),
+      json_(true, true) {}
+
+std::span<const uint32_t> ToolArgumentsConstraint::allowed() {
+  if (state_ != State::kArguments) return {};
+  return masks_.allowed(json_);
+}
+
+void ToolArgumentsConstraint::advance(int32_t token) {
+  if (!tokenizer_.has_id(token)) return;
+  take(tokenizer_.token_bytes(token));
+}
+
+// The state machine over the answer's bytes; a token may hold a marker's end and what follows it.
+void ToolArgumentsConstraint::take(std::string_view bytes) {
+  while (!bytes.empty()) {
+    if (state_ == State::kArguments) {
+      size_t used = 0;
+      while (used < bytes.size() && !json_.complete()) {
+        if (!json_.feed(static_cast<uint8_t>(bytes[used]))) break;
+        ++used;
+      }
+      if (!json_.complete() && used == bytes.size()) return;  // the arguments go on
+      // Complete (or broken, which frees the text rather than failing the request): free text follows.
+      state_ = State::kFree;
+      tail_.clear();
+      json_ = JsonRecognizer(true, true);
+      bytes.remove_prefix(used);
+      continue;
+    }
+    // Free text or inside a call: look for the next marker in the text's tail.
+    tail_ += bytes;
+    bytes = {};
+    const std::string_view marker = state_ == State::kFree ? kCallBegin : kFence;
+    size_t at = tail_.find(marker);
+    if (state_ == State::kInCall) {
+      const size_t end = tail_.find(kCallEnd);
+      if (end != std::string::npos && (at == std::string::npos || end < at)) {  // a call without a fence
+        state_ = State::kFree;
+        const std::string rest = tail_.substr(end + kCallEnd.size());
+        tail_.clear();
+        take(rest);
+        return;
+      }
+    }
+    if (at == std::string::npos) {
+      // Keep only what may start a marker.
+      const size_t keep = std::max(kCallBegin.size(), kCallEnd.size());
+      if (tail_.size() > keep) tail_.erase(0, tail_.size() - keep);
+      return;
+    }
+    const std::string rest = tail_.substr(at + marker.size());
+    tail_.clear();
+    state_ = state_ == State::kFree ? State::kInCall : State::kArguments;
+    take(rest);
+    return;
+  }
 }
 
 }  // namespace dsinfer

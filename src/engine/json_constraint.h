@@ -46,7 +46,26 @@ class TokenTrie {
   std::vector<std::pair<int32_t, std::string>> string_special_;
 };
 
-// One request's constraint: its recogniser state and the allowed tokens for it (cached per state).
+// The allowed-token masks of recogniser states over a model's vocabulary, the last few kept.
+class JsonMaskCache {
+ public:
+  JsonMaskCache(std::shared_ptr<const TokenTrie> trie, int32_t vocab);
+  // (vocab + 31) / 32 words; valid until the next call.
+  std::span<const uint32_t> allowed(const JsonRecognizer& state);
+  int32_t vocab() const { return vocab_; }
+
+ private:
+  struct Cached {
+    JsonRecognizer state;
+    std::vector<uint32_t> mask;
+  };
+  static constexpr size_t kEntries = 16;
+  std::shared_ptr<const TokenTrie> trie_;
+  int32_t vocab_;
+  std::vector<Cached> cache_;  // most recently used last
+};
+
+// One request's constraint to one JSON object: its recogniser state and the allowed tokens for it.
 class JsonConstraint {
  public:
   // vocab: the model's (logits) vocabulary; eos_ids: the tokens that end the answer, allowed once (and only
@@ -61,19 +80,42 @@ class JsonConstraint {
   bool complete() const { return state_.complete(); }
 
  private:
-  struct Cached {
-    JsonRecognizer state;
-    std::vector<uint32_t> mask;
-  };
-  static constexpr size_t kCacheEntries = 16;
-
-  std::shared_ptr<const TokenTrie> trie_;
+  JsonMaskCache masks_;
   Tokenizer tokenizer_;
-  int32_t vocab_;
   std::vector<int32_t> eos_ids_;
   JsonRecognizer state_;
-  std::vector<Cached> cache_;  // most recently used last
   std::vector<uint32_t> eos_mask_;
+};
+
+// DeepSeek-V3 tool calls with JSON arguments: the answer is free text, except that after a call's opening
+// (<｜tool▁call▁begin｜>) and its arguments' fence ("```json\n") the tokens must form one JSON object; once
+// it is complete the text is free again (the fence's end, the next call).
+class ToolArgumentsConstraint {
+ public:
+  // Where the prompt leaves the answer: in free text, inside a call before its arguments (tool_choice
+  // "required"), or at the arguments (a named function).
+  enum class Start { kFree, kInCall, kArguments };
+  static constexpr std::string_view kCallBegin = "<｜tool▁call▁begin｜>";
+  static constexpr std::string_view kCallEnd = "<｜tool▁call▁end｜>";
+  static constexpr std::string_view kFence = "```json\n";
+
+  ToolArgumentsConstraint(std::shared_ptr<const TokenTrie> trie, Tokenizer tokenizer, int32_t vocab,
+                          Start start);
+  // The allowed next tokens, or an empty span when the text is free.
+  std::span<const uint32_t> allowed();
+  // Moves past a sampled token (a token that breaks the arguments frees the text: never throws).
+  void advance(int32_t token);
+  bool in_arguments() const { return state_ == State::kArguments; }
+
+ private:
+  enum class State { kFree, kInCall, kArguments };
+  void take(std::string_view bytes);
+
+  JsonMaskCache masks_;
+  Tokenizer tokenizer_;
+  State state_;
+  std::string tail_;     // the free text's last bytes: markers split across tokens
+  JsonRecognizer json_;  // the arguments (free_after: a token may close the object and go on)
 };
 
 }  // namespace dsinfer

@@ -25,8 +25,9 @@ constexpr std::string_view kLiterals[] = {"true", "false", "null"};
 
 }  // namespace
 
-JsonRecognizer::JsonRecognizer(bool object_only) {
+JsonRecognizer::JsonRecognizer(bool object_only, bool free_after) {
   s_.object_only = object_only ? 1 : 0;
+  s_.free_after = free_after ? 1 : 0;
 }
 
 bool JsonRecognizer::feed(uint8_t byte) {
@@ -226,7 +227,7 @@ bool JsonRecognizer::step(uint8_t byte) {
       break;
   }
   // Between tokens.
-  if (s_.mode == kAfterValue && s_.depth == 0) return false;  // nothing follows the top-level value
+  if (s_.mode == kAfterValue && s_.depth == 0) return s_.free_after;  // after the value: nothing, or anything
   if (is_ws(byte)) return whitespace(byte);
   s_.whitespace = 0;
   switch (s_.mode) {

@@ -4,7 +4,8 @@
 //
 // Beyond RFC 8259, for generation: nesting is at most kMaxDepth containers deep, a run of whitespace outside
 // strings at most kMaxWhitespaceRun bytes (a model cannot loop on newlines), nothing at all may follow the
-// top-level value, and strings must be well-formed UTF-8 (no overlong forms or surrogates).
+// top-level value (unless free_after), and strings must be well-formed UTF-8 (no overlong forms or
+// surrogates).
 #pragma once
 #include <cstdint>
 #include <string_view>
@@ -16,8 +17,9 @@ class JsonRecognizer {
   static constexpr int kMaxDepth = 48;  // <= 64: the stack is a bit set
   static constexpr int kMaxWhitespaceRun = 48;
 
-  // object_only: the top-level value must be an object (OpenAI's json_object mode).
-  explicit JsonRecognizer(bool object_only = true);
+  // object_only: the top-level value must be an object (OpenAI's json_object mode). free_after: once the
+  // top-level value is complete any bytes may follow (they are not JSON's: the value is embedded in text).
+  explicit JsonRecognizer(bool object_only = true, bool free_after = false);
 
   // Moves past `byte` and returns true when it continues a valid prefix; returns false and leaves the state
   // as it was otherwise.
@@ -72,7 +74,8 @@ class JsonRecognizer {
     uint8_t whitespace = 0;  // the current run outside strings
     uint8_t object_only = 1;
     uint8_t depth = 0;
-    uint8_t pad[6] = {};   // explicit, so that no padding byte escapes memcmp
+    uint8_t free_after = 0;
+    uint8_t pad[5] = {};   // explicit, so that no padding byte escapes memcmp
     uint64_t objects = 0;  // bit d: the container at depth d is an object (else an array); 0 above depth
   } s_;
   static_assert(sizeof(State) == 24, "State has no implicit padding (compared with memcmp)");

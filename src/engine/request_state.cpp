@@ -22,6 +22,14 @@ RequestState::RequestState(uint64_t id, GenerationRequest request, const Tokeniz
               "response_format json_object needs the model's tokenizer");
     DSI_CHECK(!eos_token_ids.empty(), "response_format json_object needs an end-of-sequence token");
     json_.emplace(std::move(json_vocab), *tokenizer_, vocab, std::move(eos_token_ids));
+  } else if (request_.sampling.json_tool_arguments) {
+    DSI_CHECK(tokenizer_ && json_vocab && vocab > 0, "JSON tool arguments need the model's tokenizer");
+    using Start = ToolArgumentsConstraint::Start;
+    const int32_t start = request_.sampling.tool_arguments_start;
+    tool_args_.emplace(std::move(json_vocab), *tokenizer_, vocab,
+                       start == 2   ? Start::kArguments
+                       : start == 1 ? Start::kInCall
+                                    : Start::kFree);
   }
 }
 
@@ -49,7 +57,7 @@ Usage RequestState::usage(int32_t cached_tokens) const {
 RequestEvent RequestState::on_logits(const float* logits, int32_t vocab, int64_t sequence_tokens,
                                      int32_t cached_tokens) {
   SampledToken sampled;
-  sampled.token = json_ ? sampler_.sample(logits, vocab, json_->allowed()) : sampler_.sample(logits, vocab);
+  sampled.token = sampler_.sample(logits, vocab, allowed_tokens());
   if (request_.sampling.logprobs > 0) {
     sampled.logprob = Sampler::logprob_of(logits, vocab, sampled.token);
     sampled.top = Sampler::top_logprobs(logits, vocab, request_.sampling.logprobs);
@@ -62,6 +70,7 @@ RequestEvent RequestState::on_token(const SampledToken& sampled, int64_t sequenc
   DSI_CHECK(sampled.error.empty(), sampled.error);
   const int32_t token = sampled.token;
   if (json_) json_->advance(token);
+  if (tool_args_) tool_args_->advance(token);
   sampler_.accept(token);
   last_token_ = token;
   ++completion_tokens_;

@@ -39,7 +39,7 @@ class RequestState {
   // The request's sampling parameters and state for Backend::sample (valid until the next on_token).
   SamplingRow sampling_row() {
     SamplingRow row = sampler_.row();
-    if (json_) row.allowed = json_->allowed();
+    row.allowed = allowed_tokens();
     return row;
   }
   // Handles a token a backend sampled for this request (with its logprobs when the request asked for
@@ -61,6 +61,12 @@ class RequestState {
 
  private:
   RequestEvent base_event() const;
+  // The constraint's allowed tokens for the next one (empty: any).
+  std::span<const uint32_t> allowed_tokens() {
+    if (json_) return json_->allowed();
+    if (tool_args_) return tool_args_->allowed();
+    return {};
+  }
   Usage usage(int32_t cached_tokens) const;
 
   uint64_t id_;
@@ -68,7 +74,8 @@ class RequestState {
   const Tokenizer* tokenizer_;
   int64_t context_;
   Sampler sampler_;
-  std::optional<JsonConstraint> json_;  // response_format json_object
+  std::optional<JsonConstraint> json_;                // response_format json_object
+  std::optional<ToolArgumentsConstraint> tool_args_;  // tool calls' arguments as JSON
   StopChecker stops_;
   std::optional<IncrementalDetokenizer> detok_;
   int32_t completion_tokens_ = 0;

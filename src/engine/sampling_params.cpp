@@ -53,6 +53,10 @@ void SamplingParams::validate(int32_t vocab_size) const {
       !(json_object && ignore_eos),
       "sampling: json_object (response_format) cannot be combined with ignore_eos: the answer ends with the "
       "object");
+  DSI_CHECK(!(json_object && json_tool_arguments),
+            "sampling: json_object and json_tool_arguments cannot be combined");
+  DSI_CHECK(tool_arguments_start >= 0 && tool_arguments_start <= 2,
+            "sampling: tool_arguments_start must be 0, 1 or 2, got ", tool_arguments_start);
   DSI_CHECK(logprobs >= 0 && logprobs <= kMaxLogprobs, "sampling: logprobs must be in [0, ", kMaxLogprobs,
             "], got ", logprobs);
 }

@@ -42,6 +42,11 @@ struct SamplingParams {
   // response_format json_object: the answer is one JSON object and then an end-of-sequence token (only
   // tokens that continue a valid prefix are sampled). Not with ignore_eos.
   bool json_object = false;
+  // DeepSeek-V3 tool calls: each call's arguments (after <｜tool▁call▁begin｜> ... "```json\n") must be one
+  // JSON object; the rest of the answer is free. tool_arguments_start says where the prompt left the answer:
+  // 0 free text, 1 inside a call before its arguments, 2 at the arguments. Not with json_object.
+  bool json_tool_arguments = false;
+  int32_t tool_arguments_start = 0;
 
   // Throws dsinfer::Error naming the bad field, its value and its allowed range.
   void validate(int32_t vocab_size) const;

@@ -400,6 +400,10 @@ CompletionRequest parse_completion_request(const json& body, bool chat, const To
     r.tools = parse_tool_request(body);
     const ToolPrompt tp = chat_template_inputs(body, messages, r.tools, tok);
     r.tool_prefill = tp.prefill;
+    if (r.tools.active() && tp.v3_layout) {
+      r.sampling.json_tool_arguments = true;  // the arguments are held to JSON objects
+      r.sampling.tool_arguments_start = tp.arguments_start;
+    }
     try {
       r.prompts.push_back(encode_chat_prompt(tok, tp.messages, true, tp.variables, tp.prefill));
     } catch (const ApiError&) {

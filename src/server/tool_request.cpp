@@ -229,6 +229,8 @@ ToolPrompt tool_prompt(const ToolRequest& r, const json& messages, const Tokeniz
     p.messages.insert(p.messages.begin() + static_cast<std::ptrdiff_t>(at),
                       json{{"role", "system"}, {"content", tools_description(r)}});
   }
+  p.v3_layout = v3_layout;
+  p.arguments_start = r.choice == ToolChoice::kRequired ? 1 : r.choice == ToolChoice::kNamed ? 2 : 0;
   if (r.choice == ToolChoice::kRequired) {
     p.prefill = str_cat(kCallsBegin, kCallBegin, v3_layout ? str_cat("function", kSep) : "");
   } else if (r.choice == ToolChoice::kNamed) {

@@ -42,6 +42,10 @@ struct ToolPrompt {
   nlohmann::json messages;
   nlohmann::json variables;  // template variables: {"tools": [...]} for templates that render tools
   std::string prefill;       // written after the generation prompt: the opening of the required call
+  // The calls are in DeepSeek-V3's layout (fenced JSON arguments), whose arguments the engine can hold to
+  // JSON; where the prefill leaves the answer (SamplingParams::tool_arguments_start).
+  bool v3_layout = false;
+  int32_t arguments_start = 0;
 };
 
 // Throws ApiError (400) for active tools when the tokenizer lacks DeepSeek's tool-call tokens.

@@ -15,6 +15,7 @@
 
 #include "core/error.h"
 #include "engine/json_recognizer.h"
+#include "engine/request_state.h"
 
 namespace dsinfer {
 namespace {
@@ -91,6 +92,14 @@ TEST(JsonRecognizer, BoundsNestingAndWhitespace) {
   // A run ends at any other byte; strings may hold any amount of spaces.
   EXPECT_TRUE(
       complete_document("{" + spaces + "\"a\"" + spaces + ":" + spaces + "\"" + spaces + spaces + "\"}"));
+}
+
+TEST(JsonRecognizer, FreeAfterTheValueWhenEmbedded) {
+  JsonRecognizer embedded(true, true);
+  EXPECT_TRUE(embedded.feed(std::string_view("{\"a\": [1]}\n```<anything>")));
+  EXPECT_TRUE(embedded.complete());
+  JsonRecognizer whole(true, false);
+  EXPECT_FALSE(whole.feed(std::string_view("{\"a\": [1]}\n")));
 }
 
 TEST(JsonRecognizer, StatesCompareAndRefusalsLeaveTheStateAlone) {
@@ -264,6 +273,99 @@ TEST(JsonConstraintBench, DISABLED_MaskCost) {
     for (uint32_t w : mask) allowed += static_cast<size_t>(__builtin_popcount(w));
     std::printf("after '%s': %.3f ms, %zu tokens allowed\n", prefix, each, allowed);
   }
+}
+
+}  // namespace
+}  // namespace dsinfer
+
+namespace dsinfer {
+namespace {
+
+const Tokenizer& v3_tokenizer() {
+  static const Tokenizer tok = Tokenizer::load(std::string(DSINFER_TEST_DATA) + "/tokenizer/deepseek-v3");
+  return tok;
+}
+
+std::shared_ptr<const TokenTrie> v3_trie() {
+  static const std::shared_ptr<const TokenTrie> trie = std::make_shared<const TokenTrie>(v3_tokenizer());
+  return trie;
+}
+
+bool has_bit(std::span<const uint32_t> mask, int32_t id) {
+  return ((mask[id / 32] >> (id % 32)) & 1u) != 0;
+}
+
+constexpr int32_t kV3Vocab = 129280;
+
+// A DeepSeek-V3 answer with text, two calls and text between: the mask is on exactly while each call's
+// arguments are written, and allows each of their tokens.
+TEST(ToolArgumentsConstraint, OnlyTheArgumentsAreHeldToJson) {
+  const Tokenizer& tok = v3_tokenizer();
+  const std::string opening = "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>";
+  const std::string answer =
+      "Let me check ```json\n[1]``` first." + opening +
+      "get_weather\n```json\n{\"city\": \"Paris\", \"days\": [1, 2]}\n```<｜tool▁call▁end｜>\n"
+      "<｜tool▁call▁begin｜>function<｜tool▁sep｜>get_time\n```json\n{}\n```"
+      "<｜tool▁call▁end｜><｜tool▁calls▁end｜>";
+  const std::vector<int32_t> ids = tok.encode(answer);
+  ToolArgumentsConstraint c(v3_trie(), tok, kV3Vocab, ToolArgumentsConstraint::Start::kFree);
+  std::string text, constrained;
+  for (int32_t id : ids) {
+    const std::span<const uint32_t> mask = c.allowed();
+    if (!mask.empty()) {
+      EXPECT_TRUE(has_bit(mask, id)) << "token " << tok.decode({id}) << " after " << text;
+      constrained += tok.decode({id});
+    }
+    c.advance(id);
+    text += tok.decode({id});
+  }
+  // The markdown block in the text is free (no call opened it); the arguments of both calls were held (the
+  // tokens that close them carry the newline after them).
+  EXPECT_EQ(constrained, "{\"city\": \"Paris\", \"days\": [1, 2]}\n{}\n");
+  EXPECT_TRUE(c.allowed().empty());
+}
+
+TEST(ToolArgumentsConstraint, StartsWhereThePromptLeftTheAnswer) {
+  const Tokenizer& tok = v3_tokenizer();
+  ToolArgumentsConstraint named(v3_trie(), tok, kV3Vocab, ToolArgumentsConstraint::Start::kArguments);
+  ASSERT_FALSE(named.allowed().empty());
+  EXPECT_FALSE(has_bit(named.allowed(), tok.encode("hello")[0]));  // the object must open
+  EXPECT_TRUE(has_bit(named.allowed(), tok.encode("{")[0]));
+  ToolArgumentsConstraint required(v3_trie(), tok, kV3Vocab, ToolArgumentsConstraint::Start::kInCall);
+  EXPECT_TRUE(required.allowed().empty());  // the name is free
+  for (int32_t id : tok.encode("get_time\n```json\n")) required.advance(id);
+  EXPECT_TRUE(required.in_arguments());
+  // A call closed without a fence frees the text.
+  ToolArgumentsConstraint bare(v3_trie(), tok, kV3Vocab, ToolArgumentsConstraint::Start::kInCall);
+  for (int32_t id : tok.encode("f<｜tool▁call▁end｜>then ```json\n")) bare.advance(id);
+  EXPECT_FALSE(bare.in_arguments());
+}
+
+// Through RequestState (the engine's per-request step): logits that favour text where the arguments go still
+// give a JSON object.
+TEST(ToolArgumentsConstraint, RequestStateSamplesInsideTheMask) {
+  const Tokenizer& tok = v3_tokenizer();
+  GenerationRequest request;
+  request.prompt_ids = tok.encode("<｜User｜>weather?<｜Assistant｜>");
+  request.sampling.temperature = 0.0f;
+  request.sampling.max_tokens = 12;
+  request.sampling.json_tool_arguments = true;
+  request.sampling.tool_arguments_start = 2;  // a named function: at its arguments
+  RequestState state(1, request, &tok, {*tok.eos_id()}, 4096, RequestState::Clock::now(), v3_trie(),
+                     kV3Vocab);
+  std::vector<float> logits(kV3Vocab, 0.0f);
+  const int32_t hello = tok.encode(" hello")[0];
+  const int32_t brace = tok.encode("{")[0];
+  logits[hello] = 10.0f;  // the model's favourite, not JSON
+  logits[brace] = 1.0f;
+  const RequestEvent first = state.on_logits(logits.data(), kV3Vocab, 10, 0);
+  ASSERT_EQ(first.token_ids.size(), 1u);
+  EXPECT_EQ(first.token_ids[0], brace);
+  // The sampling row carries the same mask for the backends.
+  const SamplingRow row = state.sampling_row();
+  ASSERT_FALSE(row.allowed.empty());
+  EXPECT_FALSE(has_bit(row.allowed, hello));
+  EXPECT_FALSE(has_bit(row.allowed, *tok.eos_id()));  // the arguments cannot end the answer
 }
 
 }  // namespace
