@@ -98,7 +98,7 @@ class EngineImpl : public Engine {
   std::shared_ptr<Model> model_;
   std::optional<Tokenizer> tokenizer_;
   std::vector<int32_t> eos_ids_;
-  std::shared_ptr<const TokenTrie> json_vocab_;  // response_format json_object (built when first asked)
+  std::shared_ptr<const TokenTrie> json_vocab_;  // JSON-constrained decoding (built with the engine)
   int64_t context_;
   int32_t vocab_;
   std::unique_ptr<KvCache> cache_;

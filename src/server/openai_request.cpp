@@ -294,6 +294,21 @@ void refuse_unsupported(const json& body, bool chat) {
   }
 }
 
+// OpenAI content parts as one string (text parts only).
+std::string flattened_parts(const json& parts, size_t i) {
+  std::string text;
+  for (const json& part : parts) {
+    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+        !part["text"].is_string()) {
+      throw bad_request(
+          str_cat("messages[", i, "].content: only {\"type\": \"text\", \"text\": ...} parts are supported"),
+          "messages", "invalid_value");
+    }
+    text += part["text"].get<std::string>();
+  }
+  return text;
+}
+
 }  // namespace
 
 json parse_json_body(const std::string& body) {
@@ -321,25 +336,6 @@ json parse_json_body(const std::string& body) {
   if (!j.is_object()) throw bad_request("the request body must be a JSON object", "", "invalid_json");
   return j;
 }
-
-namespace {
-
-// OpenAI content parts as one string (text parts only).
-std::string flattened_parts(const json& parts, size_t i) {
-  std::string text;
-  for (const json& part : parts) {
-    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
-        !part["text"].is_string()) {
-      throw bad_request(
-          str_cat("messages[", i, "].content: only {\"type\": \"text\", \"text\": ...} parts are supported"),
-          "messages", "invalid_value");
-    }
-    text += part["text"].get<std::string>();
-  }
-  return text;
-}
-
-}  // namespace
 
 json normalize_messages(const json& messages) {
   if (!messages.is_array()) {
