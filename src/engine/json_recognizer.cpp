@@ -55,13 +55,6 @@ bool JsonRecognizer::operator==(const JsonRecognizer& other) const {
   return std::memcmp(&s_, &other.s_, sizeof(State)) == 0;
 }
 
-uint64_t JsonRecognizer::hash() const {
-  uint64_t h = 1469598103934665603ull;
-  const auto* bytes = reinterpret_cast<const uint8_t*>(&s_);
-  for (size_t i = 0; i < sizeof(State); ++i) h = (h ^ bytes[i]) * 1099511628211ull;
-  return h;
-}
-
 bool JsonRecognizer::whitespace(uint8_t byte) {
   if (s_.whitespace >= kMaxWhitespaceRun) return false;
   ++s_.whitespace;

@@ -36,8 +36,6 @@ class JsonRecognizer {
 
   // Equal states accept the same continuations (the key of a cache of allowed-token sets).
   bool operator==(const JsonRecognizer& other) const;
-  // A hash of the state, consistent with ==.
-  uint64_t hash() const;
 
  private:
   enum Mode : uint8_t {
@@ -62,7 +60,7 @@ class JsonRecognizer {
   bool string_byte(uint8_t byte);
   bool number_byte(uint8_t byte);
 
-  // The state; everything here is compared and hashed.
+  // The state; everything here is compared (the mask cache's key).
   struct State {
     uint8_t mode = kValue;
     uint8_t count = 0;        // per mode: hex digits, number phase, literal bytes matched

@@ -108,7 +108,6 @@ TEST(JsonRecognizer, StatesCompareAndRefusalsLeaveTheStateAlone) {
   ASSERT_TRUE(a.feed(std::string_view("{\"k\": \"v")));
   ASSERT_TRUE(b.feed(std::string_view("{\"k\": \"v")));
   EXPECT_TRUE(a == b);
-  EXPECT_EQ(a.hash(), b.hash());
   EXPECT_FALSE(b.feed(static_cast<uint8_t>(0x01)));
   EXPECT_TRUE(a == b);  // unchanged by the refusal
   ASSERT_TRUE(b.feed(static_cast<uint8_t>('x')));
