@@ -66,10 +66,11 @@ uint32_t TokenTrie::build(std::vector<std::pair<std::string, int32_t>>& tokens, 
   return node;
 }
 
-void TokenTrie::visit(uint32_t node, const JsonRecognizer& state, std::span<uint32_t> mask) const {
+template <class Recognizer>
+void TokenTrie::visit(uint32_t node, const Recognizer& state, std::span<uint32_t> mask) const {
   const Node& n = nodes_[node];
   for (uint32_t e = n.first_edge; e < n.first_edge + n.num_edges; ++e) {
-    JsonRecognizer next = state;
+    Recognizer next = state;
     if (!next.feed_or_spoil(edges_[e].byte)) continue;
     const uint32_t child = edges_[e].child;
     for (int32_t t = nodes_[child].first_token; t >= 0; t = next_token_[t]) {
@@ -79,25 +80,31 @@ void TokenTrie::visit(uint32_t node, const JsonRecognizer& state, std::span<uint
   }
 }
 
-void TokenTrie::allowed(const JsonRecognizer& state, std::span<uint32_t> mask) const {
+template <class Recognizer>
+void TokenTrie::allowed(const Recognizer& state, std::span<uint32_t> mask) const {
   if (!state.in_plain_string()) {
     visit(0, state, mask);
     return;
   }
   for (size_t w = 0; w < string_safe_.size() && w < mask.size(); ++w) mask[w] |= string_safe_[w];
   for (const auto& [id, bytes] : string_special_) {
-    JsonRecognizer next = state;
+    Recognizer next = state;
     if (static_cast<size_t>(id) / 32 < mask.size() && next.feed(std::string_view(bytes)))
       mask[id / 32] |= 1u << (id % 32);
   }
 }
 
-JsonMaskCache::JsonMaskCache(std::shared_ptr<const TokenTrie> trie, int32_t vocab)
+template void TokenTrie::allowed(const JsonRecognizer&, std::span<uint32_t>) const;
+template void TokenTrie::allowed(const JsonSchemaRecognizer&, std::span<uint32_t>) const;
+
+template <class Recognizer>
+BasicJsonMaskCache<Recognizer>::BasicJsonMaskCache(std::shared_ptr<const TokenTrie> trie, int32_t vocab)
     : trie_(std::move(trie)), vocab_(vocab) {
   DSI_CHECK(trie_ != nullptr && vocab_ > 0, "json constraint: no vocabulary");
 }
 
-std::span<const uint32_t> JsonMaskCache::allowed(const JsonRecognizer& state) {
+template <class Recognizer>
+std::span<const uint32_t> BasicJsonMaskCache<Recognizer>::allowed(const Recognizer& state) {
   for (size_t i = 0; i < cache_.size(); ++i) {
     if (cache_[i].state == state) {
       std::rotate(cache_.begin() + static_cast<std::ptrdiff_t>(i),
@@ -112,30 +119,53 @@ std::span<const uint32_t> JsonMaskCache::allowed(const JsonRecognizer& state) {
   return cache_.back().mask;
 }
 
+template class BasicJsonMaskCache<JsonRecognizer>;
+template class BasicJsonMaskCache<JsonSchemaRecognizer>;
+
 JsonConstraint::JsonConstraint(std::shared_ptr<const TokenTrie> trie, Tokenizer tokenizer, int32_t vocab,
-                               std::vector<int32_t> eos_ids)
-    : masks_(std::move(trie), vocab), tokenizer_(std::move(tokenizer)), eos_ids_(std::move(eos_ids)) {
+                               std::vector<int32_t> eos_ids, std::shared_ptr<const JsonSchema> schema)
+    : schema_(std::move(schema)),
+      walk_(schema_ ? decltype(walk_)(
+                          Walk<JsonSchemaRecognizer>{{trie, vocab}, JsonSchemaRecognizer(schema_.get())})
+                    : decltype(walk_)(Walk<JsonRecognizer>{{trie, vocab}, JsonRecognizer()})),
+      tokenizer_(std::move(tokenizer)),
+      eos_ids_(std::move(eos_ids)) {
   eos_mask_.assign(static_cast<size_t>(vocab + 31) / 32, 0u);
   for (int32_t id : eos_ids_)
     if (id >= 0 && id < vocab) eos_mask_[id / 32] |= 1u << (id % 32);
 }
 
+bool JsonConstraint::complete() const {
+  return std::visit([](const auto& w) { return w.state.complete(); }, walk_);
+}
+
 std::span<const uint32_t> JsonConstraint::allowed() {
-  if (state_.complete()) return eos_mask_;
-  return masks_.allowed(state_);
+  return std::visit(
+      [&](auto& w) -> std::span<const uint32_t> {
+        const std::span<const uint32_t> more = w.masks.allowed(w.state);
+        if (!w.state.complete()) return more;
+        // Complete: the end, or (a number, a literal that a longer one extends) more of the value.
+        eos_or_more_ = eos_mask_;
+        for (size_t i = 0; i < more.size() && i < eos_or_more_.size(); ++i) eos_or_more_[i] |= more[i];
+        return eos_or_more_;
+      },
+      walk_);
 }
 
 void JsonConstraint::advance(int32_t token) {
   if (std::find(eos_ids_.begin(), eos_ids_.end(), token) != eos_ids_.end()) {
-    DSI_CHECK(state_.complete(),
-              "json constraint: an end-of-sequence token before the JSON object is complete");
+    DSI_CHECK(complete(), "json constraint: an end-of-sequence token before the JSON value is complete");
     return;
   }
   DSI_CHECK(tokenizer_.has_id(token), "json constraint: token ", token, " is outside the vocabulary");
-  JsonRecognizer next = state_;
-  DSI_CHECK(next.feed(tokenizer_.token_bytes(token)), "json constraint: token ", token,
-            " does not continue the JSON object");
-  state_ = next;
+  std::visit(
+      [&](auto& w) {
+        auto next = w.state;
+        DSI_CHECK(next.feed(tokenizer_.token_bytes(token)), "json constraint: token ", token,
+                  " does not continue the JSON value");
+        w.state = next;
+      },
+      walk_);
 }
 
 ToolArgumentsConstraint::ToolArgumentsConstraint(std::shared_ptr<const TokenTrie> trie, Tokenizer tokenizer,

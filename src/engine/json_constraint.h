@@ -1,13 +1,16 @@
-// Constrained decoding to one JSON object (OpenAI's response_format json_object): the vocabulary as a byte
-// trie walked from a JsonRecognizer state gives the tokens that may come next, as a bitmask over the model's
-// vocabulary that the samplers apply (disallowed logits become -inf).
+// Constrained decoding to JSON (OpenAI's response_format json_object and json_schema): the vocabulary as a
+// byte trie walked from a recogniser state (JsonRecognizer, or JsonSchemaRecognizer for a schema) gives the
+// tokens that may come next, as a bitmask over the model's vocabulary that the samplers apply (disallowed
+// logits become -inf).
 #pragma once
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <variant>
 #include <vector>
 
 #include "engine/json_recognizer.h"
+#include "engine/json_schema_recognizer.h"
 #include "tokenizer/tokenizer.h"
 
 namespace dsinfer {
@@ -20,8 +23,9 @@ class TokenTrie {
   explicit TokenTrie(const Tokenizer& tokenizer);
 
   // Sets bit t (mask[t / 32] >> (t % 32)) for every token t whose bytes `state` accepts in full; the caller
-  // sizes and clears `mask`.
-  void allowed(const JsonRecognizer& state, std::span<uint32_t> mask) const;
+  // sizes and clears `mask`. Recognizer: JsonRecognizer or JsonSchemaRecognizer.
+  template <class Recognizer>
+  void allowed(const Recognizer& state, std::span<uint32_t> mask) const;
   size_t num_nodes() const { return nodes_.size(); }
 
  private:
@@ -34,7 +38,8 @@ class TokenTrie {
     uint32_t child;
   };
   uint32_t build(std::vector<std::pair<std::string, int32_t>>& tokens, size_t lo, size_t hi, size_t depth);
-  void visit(uint32_t node, const JsonRecognizer& state, std::span<uint32_t> mask) const;
+  template <class Recognizer>
+  void visit(uint32_t node, const Recognizer& state, std::span<uint32_t> mask) const;
 
   std::vector<Node> nodes_;
   std::vector<Edge> edges_;
@@ -47,16 +52,17 @@ class TokenTrie {
 };
 
 // The allowed-token masks of recogniser states over a model's vocabulary, the last few kept.
-class JsonMaskCache {
+template <class Recognizer>
+class BasicJsonMaskCache {
  public:
-  JsonMaskCache(std::shared_ptr<const TokenTrie> trie, int32_t vocab);
+  BasicJsonMaskCache(std::shared_ptr<const TokenTrie> trie, int32_t vocab);
   // (vocab + 31) / 32 words; valid until the next call.
-  std::span<const uint32_t> allowed(const JsonRecognizer& state);
+  std::span<const uint32_t> allowed(const Recognizer& state);
   int32_t vocab() const { return vocab_; }
 
  private:
   struct Cached {
-    JsonRecognizer state;
+    Recognizer state;
     std::vector<uint32_t> mask;
   };
   static constexpr size_t kEntries = 16;
@@ -64,27 +70,36 @@ class JsonMaskCache {
   int32_t vocab_;
   std::vector<Cached> cache_;  // most recently used last
 };
+using JsonMaskCache = BasicJsonMaskCache<JsonRecognizer>;
+using JsonSchemaMaskCache = BasicJsonMaskCache<JsonSchemaRecognizer>;
 
-// One request's constraint to one JSON object: its recogniser state and the allowed tokens for it.
+// One request's constraint to one JSON object (json_object) or one value of a schema (json_schema): its
+// recogniser state and the allowed tokens for it.
 class JsonConstraint {
  public:
   // vocab: the model's (logits) vocabulary; eos_ids: the tokens that end the answer, allowed once (and only
-  // once) the object is complete.
+  // once) the value is complete. schema: null for any JSON object.
   JsonConstraint(std::shared_ptr<const TokenTrie> trie, Tokenizer tokenizer, int32_t vocab,
-                 std::vector<int32_t> eos_ids);
+                 std::vector<int32_t> eos_ids, std::shared_ptr<const JsonSchema> schema = nullptr);
 
   // The allowed next tokens: (vocab + 31) / 32 words. Valid until the next advance().
   std::span<const uint32_t> allowed();
   // Moves past a sampled token; throws when the token was not allowed (an EOS token changes nothing).
   void advance(int32_t token);
-  bool complete() const { return state_.complete(); }
+  bool complete() const;
 
  private:
-  JsonMaskCache masks_;
+  template <class Recognizer>
+  struct Walk {
+    BasicJsonMaskCache<Recognizer> masks;
+    Recognizer state;
+  };
+  std::shared_ptr<const JsonSchema> schema_;  // owns what the schema walk's states point at
+  std::variant<Walk<JsonRecognizer>, Walk<JsonSchemaRecognizer>> walk_;
   Tokenizer tokenizer_;
   std::vector<int32_t> eos_ids_;
-  JsonRecognizer state_;
   std::vector<uint32_t> eos_mask_;
+  std::vector<uint32_t> eos_or_more_;  // a complete value that may still go on (a number): both
 };
 
 // DeepSeek-V3 tool calls with JSON arguments: the answer is free text, except that after a call's opening

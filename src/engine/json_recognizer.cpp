@@ -3,23 +3,17 @@
 
 #include <cstring>
 
+#include "engine/json_lexer.h"
+
 namespace dsinfer {
 
 static_assert(JsonRecognizer::kMaxDepth <= 64, "the container stack is a 64-bit set");
 
 namespace {
 
-bool is_ws(uint8_t b) {
-  return b == ' ' || b == '\t' || b == '\n' || b == '\r';
-}
-
-bool is_digit(uint8_t b) {
-  return b >= '0' && b <= '9';
-}
-
-bool is_hex(uint8_t b) {
-  return is_digit(b) || (b >= 'a' && b <= 'f') || (b >= 'A' && b <= 'F');
-}
+using json_lex::is_digit;
+using json_lex::is_hex;
+using json_lex::is_ws;
 
 constexpr std::string_view kLiterals[] = {"true", "false", "null"};
 
@@ -46,9 +40,7 @@ bool JsonRecognizer::feed(std::string_view bytes) {
 bool JsonRecognizer::complete() const {
   if (s_.depth != 0) return false;
   if (s_.mode == kAfterValue) return true;
-  const bool number_can_end =
-      s_.count == kZero || s_.count == kInt || s_.count == kFrac || s_.count == kExpDigits;
-  return s_.mode == kNumber && number_can_end;
+  return s_.mode == kNumber && json_lex::number_can_end(s_.count);
 }
 
 bool JsonRecognizer::operator==(const JsonRecognizer& other) const {
@@ -75,10 +67,6 @@ bool JsonRecognizer::value_start(uint8_t byte) {
       s_.mode = kString;
       s_.string_key = 0;
       return true;
-    case '-':
-      s_.mode = kNumber;
-      s_.count = kMinus;
-      return true;
     case 't':
     case 'f':
     case 'n':
@@ -87,9 +75,8 @@ bool JsonRecognizer::value_start(uint8_t byte) {
       s_.count = 1;
       return true;
     default:
-      if (!is_digit(byte)) return false;
+      if (!json_lex::number_start(byte, s_.count)) return false;
       s_.mode = kNumber;
-      s_.count = byte == '0' ? kZero : kInt;
       return true;
   }
 }
@@ -106,77 +93,36 @@ bool JsonRecognizer::end_container(uint8_t byte) {
 }
 
 bool JsonRecognizer::string_byte(uint8_t byte) {
-  if (s_.utf8_left > 0) {
-    if (byte < s_.utf8_low || byte > s_.utf8_high) return false;
-    --s_.utf8_left;
-    s_.utf8_low = 0x80;
-    s_.utf8_high = 0xBF;
-    return true;
+  json_lex::Utf8State u{s_.utf8_left, s_.utf8_low, s_.utf8_high};
+  switch (json_lex::string_byte(u, byte)) {
+    case json_lex::StringByte::kRejected:
+      return false;
+    case json_lex::StringByte::kContent:
+      s_.utf8_left = u.left;
+      s_.utf8_low = u.low;
+      s_.utf8_high = u.high;
+      return true;
+    case json_lex::StringByte::kQuote:
+      s_.mode = s_.string_key ? kColon : kAfterValue;
+      s_.string_key = 0;
+      return true;
+    case json_lex::StringByte::kBackslash:
+      s_.mode = kEscape;
+      return true;
   }
-  if (byte == '"') {
-    s_.mode = s_.string_key ? kColon : kAfterValue;
-    s_.string_key = 0;
-    return true;
-  }
-  if (byte == '\\') {
-    s_.mode = kEscape;
-    return true;
-  }
-  if (byte < 0x20) return false;  // control characters must be escaped
-  if (byte < 0x80) return true;
-  // A UTF-8 lead byte: how many continuation bytes follow and the range of the first (RFC 3629).
-  if (byte >= 0xC2 && byte <= 0xDF) {
-    s_.utf8_left = 1;
-  } else if (byte >= 0xE0 && byte <= 0xEF) {
-    s_.utf8_left = 2;
-    if (byte == 0xE0) s_.utf8_low = 0xA0;   // no overlong forms
-    if (byte == 0xED) s_.utf8_high = 0x9F;  // no surrogates
-  } else if (byte >= 0xF0 && byte <= 0xF4) {
-    s_.utf8_left = 3;
-    if (byte == 0xF0) s_.utf8_low = 0x90;
-    if (byte == 0xF4) s_.utf8_high = 0x8F;  // at most U+10FFFF
-  } else {
-    return false;
-  }
-  return true;
+  return false;
 }
 
 bool JsonRecognizer::number_byte(uint8_t byte) {
-  const bool digit = is_digit(byte);
-  const bool exp = byte == 'e' || byte == 'E';
-  switch (s_.count) {
-    case kMinus:
-      if (!digit) return false;
-      s_.count = byte == '0' ? kZero : kInt;
+  switch (json_lex::number_byte(s_.count, byte)) {
+    case json_lex::NumberByte::kRejected:
+      return false;
+    case json_lex::NumberByte::kContinues:
       return true;
-    case kZero:
-    case kInt:
-      if (digit && s_.count == kInt) return true;
-      if (byte == '.') return s_.count = kDot, true;
-      if (exp) return s_.count = kExp, true;
-      break;
-    case kDot:
-      if (!digit) return false;
-      s_.count = kFrac;
-      return true;
-    case kFrac:
-      if (digit) return true;
-      if (exp) return s_.count = kExp, true;
-      break;
-    case kExp:
-      if (byte == '+' || byte == '-') return s_.count = kExpSign, true;
-      if (!digit) return false;
-      s_.count = kExpDigits;
-      return true;
-    case kExpSign:
-      if (!digit) return false;
-      s_.count = kExpDigits;
-      return true;
-    case kExpDigits:
-      if (digit) return true;
+    case json_lex::NumberByte::kEnded:
       break;
   }
-  // The number has ended (kZero, kInt, kFrac, kExpDigits): the byte is the next token's.
+  // The number has ended: the byte is the next token's.
   s_.mode = kAfterValue;
   s_.count = 0;
   return step(byte);
@@ -192,9 +138,7 @@ bool JsonRecognizer::step(uint8_t byte) {
         s_.count = 0;
         return true;
       }
-      if (byte != '"' && byte != '\\' && byte != '/' && byte != 'b' && byte != 'f' && byte != 'n' &&
-          byte != 'r' && byte != 't')
-        return false;
+      if (!json_lex::is_escape(byte)) return false;
       s_.mode = kString;
       return true;
     case kUnicode:

@@ -51,7 +51,6 @@ class JsonRecognizer {
     kNumber,      // inside a number: `count` is its NumberPhase
     kLiteral,     // inside true / false / null: `literal` and `count` (bytes matched)
   };
-  enum NumberPhase : uint8_t { kMinus, kZero, kInt, kDot, kFrac, kExp, kExpSign, kExpDigits };
 
   bool step(uint8_t byte);
   bool value_start(uint8_t byte);
@@ -63,8 +62,8 @@ class JsonRecognizer {
   // The state; everything here is compared (the mask cache's key).
   struct State {
     uint8_t mode = kValue;
-    uint8_t count = 0;        // per mode: hex digits, number phase, literal bytes matched
-    uint8_t literal = 0;      // 0 true, 1 false, 2 null
+    uint8_t count = 0;    // per mode: hex digits, number phase (json_lex::NumberPhase), literal bytes matched
+    uint8_t literal = 0;  // 0 true, 1 false, 2 null
     uint8_t string_key = 0;   // the string being read is an object key
     uint8_t utf8_left = 0;    // continuation bytes still due in a string
     uint8_t utf8_low = 0x80;  // the allowed range of the next continuation byte (overlong / surrogate rules)

@@ -21,7 +21,8 @@ RequestState::RequestState(uint64_t id, GenerationRequest request, const Tokeniz
     DSI_CHECK(tokenizer_ && json_vocab && vocab > 0,
               "response_format json_object needs the model's tokenizer");
     DSI_CHECK(!eos_token_ids.empty(), "response_format json_object needs an end-of-sequence token");
-    json_.emplace(std::move(json_vocab), *tokenizer_, vocab, std::move(eos_token_ids));
+    json_.emplace(std::move(json_vocab), *tokenizer_, vocab, std::move(eos_token_ids),
+                  request_.sampling.json_schema);
   } else if (request_.sampling.json_tool_arguments) {
     DSI_CHECK(tokenizer_ && json_vocab && vocab > 0, "JSON tool arguments need the model's tokenizer");
     using Start = ToolArgumentsConstraint::Start;

@@ -74,7 +74,7 @@ class RequestState {
   const Tokenizer* tokenizer_;
   int64_t context_;
   Sampler sampler_;
-  std::optional<JsonConstraint> json_;                // response_format json_object
+  std::optional<JsonConstraint> json_;                // response_format json_object / json_schema
   std::optional<ToolArgumentsConstraint> tool_args_;  // tool calls' arguments as JSON
   StopChecker stops_;
   std::optional<IncrementalDetokenizer> detok_;

@@ -53,6 +53,7 @@ void SamplingParams::validate(int32_t vocab_size) const {
       !(json_object && ignore_eos),
       "sampling: json_object (response_format) cannot be combined with ignore_eos: the answer ends with the "
       "object");
+  DSI_CHECK(json_object || !json_schema, "sampling: json_schema needs json_object (it narrows JSON mode)");
   DSI_CHECK(!(json_object && json_tool_arguments),
             "sampling: json_object and json_tool_arguments cannot be combined");
   DSI_CHECK(tool_arguments_start >= 0 && tool_arguments_start <= 2,

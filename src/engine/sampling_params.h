@@ -1,11 +1,14 @@
 // Per-request sampling and stopping parameters (OpenAI/vLLM-style) and their validation.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 namespace dsinfer {
+
+class JsonSchema;  // engine/json_schema.h
 
 struct SamplingParams {
   // Largest accepted `logprobs` (the OpenAI API allows up to 20 top logprobs per token).
@@ -42,6 +45,9 @@ struct SamplingParams {
   // response_format json_object: the answer is one JSON object and then an end-of-sequence token (only
   // tokens that continue a valid prefix are sampled). Not with ignore_eos.
   bool json_object = false;
+  // response_format json_schema (with json_object set): the answer is one value of this schema instead (any
+  // top-level type the schema allows), compiled by JsonSchema::compile.
+  std::shared_ptr<const JsonSchema> json_schema;
   // DeepSeek-V3 tool calls: each call's arguments (after <｜tool▁call▁begin｜> ... "```json\n") must be one
   // JSON object; the rest of the answer is free. tool_arguments_start says where the prompt left the answer:
   // 0 free text, 1 inside a call before its arguments, 2 at the arguments. Not with json_object.

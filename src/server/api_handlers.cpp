@@ -95,7 +95,7 @@ void handle_completions(ServerContext& ctx, const HttpRequest& req, const std::s
     const json body = parse_json_body(req.body);
     check_model(ctx, body);
     Engine& engine = ready_engine(ctx);
-    CompletionRequest parsed = parse_completion_request(body, chat, engine.tokenizer(), ctx.limits);
+    CompletionRequest parsed = parse_completion_request(body, chat, engine.tokenizer(), ctx.limits, req.body);
     // JSON mode: the whole answer is the object, never thinking.
     if (chat && !parsed.sampling.json_object &&
         reasoning_enabled(ctx.config.server.reasoning_parser, engine.tokenizer())) {

@@ -10,6 +10,7 @@
 #include "engine/prompt.h"
 #include "server/api_error.h"
 #include "server/json_depth.h"
+#include "server/response_format.h"
 
 namespace dsinfer::server {
 
@@ -277,15 +278,6 @@ void refuse_unsupported(const json& body, bool chat) {
         refuse("best_of", "is not supported unless it equals 'n' (no server-side choice among candidates)");
     }
   }
-  if (present(body, "response_format")) {
-    const json& format = body["response_format"];
-    if (!format.is_object() || !format.contains("type") || !format["type"].is_string())
-      throw bad_request("'response_format' must be an object with a string 'type'", "response_format",
-                        "invalid_type");
-    if (format["type"] != "text" && format["type"] != "json_object")
-      refuse("response_format", str_cat("of type ", format["type"].dump(),
-                                        " is not supported (\"text\" and \"json_object\" are)"));
-  }
   if (chat) {
     const bool functions =
         present(body, "functions") && body["functions"].is_array() && !body["functions"].empty();
@@ -384,7 +376,7 @@ ToolPrompt chat_template_inputs(const json& body, const json& messages, const To
 }
 
 CompletionRequest parse_completion_request(const json& body, bool chat, const Tokenizer& tok,
-                                           const ModelLimits& limits) {
+                                           const ModelLimits& limits, std::string_view raw_body) {
   refuse_unsupported(body, chat);
   CompletionRequest r;
   r.chat = chat;
@@ -427,17 +419,19 @@ CompletionRequest parse_completion_request(const json& body, bool chat, const To
   if (present(body, "stop_token_ids"))
     s.stop_token_ids = stop_token_ids(body["stop_token_ids"], limits.vocab_size);
   if (present(body, "logit_bias")) read_logit_bias(body["logit_bias"], limits.vocab_size, s);
-  if (present(body, "response_format") && body["response_format"]["type"] == "json_object") {
+  if (const ResponseFormat format = parse_response_format(body, raw_body); format.json) {
+    const char* type = format.schema ? "json_schema" : "json_object";
     if (r.tools.active()) {
-      throw bad_request(
-          "'response_format' json_object cannot be combined with tools (set \"tool_choice\": \"none\")",
-          "response_format", "invalid_value");
+      throw bad_request(str_cat("'response_format' ", type,
+                                " cannot be combined with tools (set \"tool_choice\": \"none\")"),
+                        "response_format", "invalid_value");
     }
     if (s.ignore_eos) {
-      throw bad_request("'response_format' json_object cannot be combined with 'ignore_eos'",
+      throw bad_request(str_cat("'response_format' ", type, " cannot be combined with 'ignore_eos'"),
                         "response_format", "invalid_value");
     }
     s.json_object = true;
+    s.json_schema = format.schema;
   }
 
   // logprobs: completions take an integer (alternatives per token); chat a boolean plus top_logprobs.

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/sampling_params.h"
@@ -49,8 +50,9 @@ nlohmann::json parse_json_body(const std::string& body);
 
 // Throws ApiError (400) for wrong types, missing fields, out-of-range values, unencodable prompts and
 // prompt + max_tokens beyond max_model_len. Does not check `model` (the caller knows the served names).
+// raw_body: the body's text, for what needs its key order (a json_schema's properties); may be empty.
 CompletionRequest parse_completion_request(const nlohmann::json& body, bool chat, const Tokenizer& tokenizer,
-                                           const ModelLimits& limits);
+                                           const ModelLimits& limits, std::string_view raw_body = {});
 
 // The chat template's inputs for a chat body: the tool additions (tool_prompt) and `chat_template_kwargs`
 // (extra template variables, e.g. {"thinking": true} for DeepSeek-V3.1; those the server sets are refused).

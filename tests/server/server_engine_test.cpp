@@ -8,6 +8,8 @@
 #include <thread>
 
 #include "engine/json_recognizer.h"
+#include "engine/json_schema.h"
+#include "engine/json_schema_recognizer.h"
 #include "http_test_client.h"
 #include "server/server.h"
 
@@ -159,6 +161,58 @@ TEST(ServerEngineTest, JsonObjectAnswersAreJson) {
     EXPECT_EQ(streamed, text);
   }
   EXPECT_GT(complete, 0);  // the tiny model does close objects within 48 tokens
+}
+
+// response_format json_schema through the real engine: every answer is a prefix the schema allows (the keys
+// in the schema's declared order, not alphabetical), one that ended by itself validates, streamed = whole.
+TEST(ServerEngineTest, JsonSchemaAnswersFollowTheSchema) {
+  RealServer s;
+  const std::string schema = R"({"type": "object", "properties": {"size": {"type": "integer"},
+      "kind": {"enum": ["small", "large", null]}, "tags": {"type": "array", "items": {"type": "boolean"},
+      "maxItems": 2}}, "required": ["size", "kind", "tags"], "additionalProperties": false})";
+  const auto compiled = JsonSchema::compile(nlohmann::ordered_json::parse(schema));
+  int complete = 0;
+  for (int seed = 1; seed <= 6; ++seed) {
+    const std::string body = R"({"messages": [{"role": "user", "content": "Describe it."}], "max_tokens": 64,
+        "seed": )" + std::to_string(seed) +
+                             R"(, "response_format": {"type": "json_schema", "json_schema":
+        {"name": "thing", "strict": true, "schema": )" +
+                             schema + "}}";
+    const json whole = json::parse(post(s.port, "/v1/chat/completions", body + "}").body);
+    ASSERT_TRUE(whole.contains("choices")) << whole.dump();
+    const std::string text = whole["choices"][0]["message"]["content"];
+    JsonSchemaRecognizer r(compiled.get());
+    EXPECT_TRUE(r.feed(text)) << text;
+    if (whole["choices"][0]["finish_reason"] == "stop") {
+      ++complete;
+      EXPECT_TRUE(r.complete()) << text;
+      const nlohmann::ordered_json answer = nlohmann::ordered_json::parse(text);
+      std::vector<std::string> keys;
+      for (const auto& [k, v] : answer.items()) keys.push_back(k);
+      EXPECT_EQ(keys, (std::vector<std::string>{"size", "kind", "tags"})) << text;
+      EXPECT_TRUE(answer["size"].is_number_integer()) << text;
+      EXPECT_LE(answer["tags"].size(), 2u) << text;
+    }
+    std::string streamed;
+    for (const std::string& p :
+         sse_payloads(post(s.port, "/v1/chat/completions", body + R"(, "stream": true})").body)) {
+      if (p == "[DONE]") continue;
+      streamed += json::parse(p)["choices"][0]["delta"].value("content", "");
+    }
+    EXPECT_EQ(streamed, text);
+  }
+  EXPECT_GT(complete, 0);
+  // Any top-level type, on text completions too.
+  const json array = json::parse(post(s.port, "/v1/completions", R"({"prompt": "x = ", "max_tokens": 40,
+      "temperature": 0, "response_format": {"type": "json_schema", "json_schema": {"name": "list",
+      "schema": {"type": "array", "items": {"type": "integer"}, "minItems": 1, "maxItems": 3}}}})")
+                                     .body);
+  const std::string list = array["choices"][0]["text"];
+  EXPECT_EQ(list.find_first_not_of(" \t\r\n"), list.find('[')) << list;  // whitespace may come first
+  if (array["choices"][0]["finish_reason"] == "stop") {
+    const json parsed = json::parse(list);
+    EXPECT_TRUE(parsed.is_array() && !parsed.empty() && parsed.size() <= 3) << list;
+  }
 }
 
 TEST(ServerEngineTest, DisconnectFreesTheEngineRequest) {

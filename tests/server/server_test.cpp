@@ -324,10 +324,28 @@ TEST(ServerTest, BadInputClasses) {
   expect_error(post(p, "/v1/completions", R"({"prompt": "x", "logit_bias": [1]})"), 400, "logit_bias",
                "invalid_type");
   const std::string hi = R"("messages": [{"role": "user", "content": "hi"}], "max_tokens": 2)";
+  // json_schema (served: server_engine_test.cpp): the envelope checked, unenforceable schemas refused with
+  // the keyword and its location.
   expect_error(
       post(p, "/v1/chat/completions",
            "{" + hi + R"(, "response_format": {"type": "json_schema", "json_schema": {"name": "x"}}})"),
-      400, "response_format", kUnsupported);
+      400, "response_format.json_schema.schema", "invalid_type");
+  expect_error(post(p, "/v1/chat/completions",
+                    "{" + hi + R"(, "response_format": {"type": "json_schema", "json_schema": {"name": "a b",
+                    "schema": {}}}})"),
+               400, "response_format.json_schema.name", "invalid_value");
+  const HttpResult pattern = post(p, "/v1/chat/completions", "{" + hi + R"(, "response_format": {"type":
+      "json_schema", "json_schema": {"name": "x", "schema": {"type": "object", "properties": {"zip": {"type":
+      "string", "pattern": "^[0-9]{5}$"}}}}}})");
+  expect_error(pattern, 400, "response_format.json_schema.schema", "invalid_value");
+  EXPECT_NE(pattern.body.find("at #/properties/zip: 'pattern' is not supported"), std::string::npos)
+      << pattern.body;
+  expect_error(post(p, "/v1/chat/completions", "{" + hi + R"(, "response_format": {"type": "xml"}})"), 400,
+               "response_format", kUnsupported);
+  expect_error(post(p, "/v1/chat/completions",
+                    "{" + hi + R"(, "response_format": {"type": "json_schema", "json_schema": {"name": "x",
+                    "schema": {"type": "string"}}}, "ignore_eos": true})"),
+               400, "response_format", "invalid_value");
   // json_object (served: server_engine_test.cpp) excludes tools and ignore_eos.
   expect_error(post(p, "/v1/chat/completions",
                     "{" + hi + R"(, "response_format": {"type": "json_object"}, "ignore_eos": true})"),

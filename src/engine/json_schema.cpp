@@ -1,0 +1,589 @@
+// JsonSchema::compile: a JSON Schema document to the recogniser's node graph (see the header). Nodes are
+// filled in one pass ($ref targets on first use, so recursion works); choices are flattened, merged and
+// checked, tries built and minimum depths worked out once everything is known.
+#include "engine/json_schema.h"
+
+#include <algorithm>
+#include <array>
+#include <map>
+#include <set>
+
+#include "core/error.h"
+
+namespace dsinfer {
+
+using ojson = nlohmann::ordered_json;
+
+namespace {
+
+// Ignored: they describe values without constraining them (format included: an annotation unless a
+// validator opts in to asserting it).
+const std::set<std::string> kAnnotations = {
+    "title",           "description",      "default",       "examples",  "example",
+    "format",          "$schema",          "$id",           "$comment",  "$defs",
+    "definitions",     "deprecated",       "readOnly",      "writeOnly", "$anchor",
+    "contentEncoding", "contentMediaType", "discriminator", "xml",       "externalDocs"};
+
+// Constraints the recogniser cannot enforce: refused rather than ignored (an answer could break them).
+const std::set<std::string> kUnsupported = {"pattern",
+                                            "minLength",
+                                            "maxLength",
+                                            "minimum",
+                                            "maximum",
+                                            "exclusiveMinimum",
+                                            "exclusiveMaximum",
+                                            "multipleOf",
+                                            "minProperties",
+                                            "maxProperties",
+                                            "patternProperties",
+                                            "propertyNames",
+                                            "dependentRequired",
+                                            "dependentSchemas",
+                                            "dependencies",
+                                            "if",
+                                            "then",
+                                            "else",
+                                            "not",
+                                            "uniqueItems",
+                                            "contains",
+                                            "minContains",
+                                            "maxContains",
+                                            "prefixItems",
+                                            "unevaluatedProperties",
+                                            "unevaluatedItems",
+                                            "additionalItems",
+                                            "$dynamicRef",
+                                            "$recursiveRef"};
+
+const std::set<std::string> kTypes = {"object", "array", "string", "number", "integer", "boolean", "null"};
+
+std::string child_path(const std::string& path, const std::string& key) {
+  std::string escaped;
+  for (char c : key) {
+    if (c == '~')
+      escaped += "~0";
+    else if (c == '/')
+      escaped += "~1";
+    else
+      escaped += c;
+  }
+  return path + "/" + escaped;
+}
+
+// The JSON type name of a value, as "type" spells it (integers count as both integer and number).
+bool has_type(const ojson& v, const std::string& type) {
+  if (type == "object") return v.is_object();
+  if (type == "array") return v.is_array();
+  if (type == "string") return v.is_string();
+  if (type == "boolean") return v.is_boolean();
+  if (type == "null") return v.is_null();
+  if (type == "integer")
+    return v.is_number_integer() ||
+           (v.is_number_float() &&
+            v.get<double>() == static_cast<double>(static_cast<int64_t>(v.get<double>())));
+  return type == "number" && v.is_number();
+}
+
+}  // namespace
+
+class JsonSchemaCompiler {
+ public:
+  explicit JsonSchemaCompiler(const ojson& doc) : doc_(doc), out_(std::make_shared<JsonSchema>()) {}
+
+  std::shared_ptr<const JsonSchema> run() {
+    out_->root_ = ref("#", "#");
+    resolve_choices();
+    build_tries();
+    check_choices();
+    min_depths();
+    const uint8_t depth = out_->nodes_[out_->root_].min_depth;
+    DSI_CHECK(depth <= JsonSchema::kMaxDepth, "the schema needs answers nested deeper than ",
+              JsonSchema::kMaxDepth,
+              " levels, or without end (a required property or item refers back to its own schema)");
+    return out_;
+  }
+
+ private:
+  using Kind = JsonSchema::Kind;
+
+  uint16_t new_node(Kind kind, const std::string& path) {
+    DSI_CHECK(out_->nodes_.size() < JsonSchema::kMaxNodes, "the schema is too large (more than ",
+              JsonSchema::kMaxNodes, " value shapes)");
+    out_->nodes_.emplace_back();
+    out_->nodes_.back().kind = kind;
+    values_.emplace_back();
+    paths_.push_back(path);
+    return static_cast<uint16_t>(out_->nodes_.size() - 1);
+  }
+
+  uint16_t compile(const ojson& s, const std::string& path) {
+    const uint16_t id = new_node(Kind::kChoice, path);
+    fill(id, s, path);
+    return id;
+  }
+
+  // Any JSON value: a choice of every type, containers holding any values.
+  uint16_t any() {
+    if (any_ >= 0) return static_cast<uint16_t>(any_);
+    const uint16_t id = new_node(Kind::kChoice, "(any value)");
+    any_ = id;
+    const uint16_t object = new_node(Kind::kObject, "(any object)");
+    out_->nodes_[object].extra = id;
+    const uint16_t array = new_node(Kind::kArray, "(any array)");
+    out_->nodes_[array].items = id;
+    const uint16_t literals = new_node(Kind::kLiteral, "(true, false, null)");
+    values_[literals] = {"true", "false", "null"};
+    const uint16_t string = new_node(Kind::kString, "(any string)");
+    const uint16_t number = new_node(Kind::kNumber, "(any number)");
+    out_->nodes_[id].branches = {object, array, string, number, literals};
+    return id;
+  }
+
+  [[noreturn]] void refuse(const std::string& path, const std::string& what) {
+    fail("at ", path, ": ", what);
+  }
+
+  uint16_t ref(const std::string& pointer, const std::string& path) {
+    if (auto it = refs_.find(pointer); it != refs_.end()) return it->second;
+    if (pointer.empty() || pointer[0] != '#')
+      refuse(path, str_cat("$ref \"", pointer,
+                           "\" is not supported (only references into this document, \"#...\")"));
+    const ojson* target = nullptr;
+    try {
+      target = &doc_.at(ojson::json_pointer(pointer.substr(1)));
+    } catch (const std::exception&) {
+      refuse(path, str_cat("$ref \"", pointer, "\" points at nothing in the schema"));
+    }
+    const uint16_t id = new_node(Kind::kChoice, pointer);
+    refs_[pointer] = id;
+    fill(id, *target, pointer);
+    return id;
+  }
+
+  void fill(uint16_t id, const ojson& s, const std::string& path) {
+    if (s.is_boolean()) {
+      if (!s.get<bool>()) refuse(path, "the schema `false` allows no value");
+      const uint16_t any_value = any();
+      out_->nodes_[id].branches = {any_value};
+      return;
+    }
+    if (!s.is_object()) refuse(path, "a schema must be an object or a boolean");
+    std::vector<std::string> constraints;  // keywords other than annotations
+    for (const auto& [key, value] : s.items()) {
+      if (kUnsupported.count(key))
+        refuse(path, str_cat("'", key,
+                             "' is not supported by constrained decoding (supported: type, properties, "
+                             "required, additionalProperties, items, minItems, maxItems, enum, const, anyOf, "
+                             "oneOf, allOf of one schema, $ref)"));
+      if (!kAnnotations.count(key)) constraints.push_back(key);
+    }
+    auto only = [&](std::initializer_list<const char*> allowed, const char* what) {
+      for (const std::string& key : constraints) {
+        bool ok = false;
+        for (const char* a : allowed) ok = ok || key == a;
+        if (!ok) refuse(path, str_cat("'", key, "' beside '", what, "' is not supported"));
+      }
+    };
+    if (s.contains("$ref")) {
+      only({"$ref"}, "$ref");
+      if (!s["$ref"].is_string()) refuse(path, "'$ref' must be a string");
+      const uint16_t target = ref(s["$ref"].get<std::string>(), path);
+      out_->nodes_[id].branches = {target};
+      return;
+    }
+    std::vector<std::string> types = declared_types(s, path);
+    if (s.contains("enum") || s.contains("const")) {
+      only({"enum", "const", "type", "nullable"}, s.contains("enum") ? "enum" : "const");
+      literal(id, s, types, path);
+      return;
+    }
+    for (const char* key : {"anyOf", "oneOf", "allOf"}) {
+      if (!s.contains(key)) continue;
+      only({key}, key);
+      const ojson& list = s[key];
+      if (!list.is_array() || list.empty())
+        refuse(path, str_cat("'", key, "' must be a non-empty list of schemas"));
+      if (std::string(key) == "allOf" && list.size() != 1)
+        refuse(path, "'allOf' with more than one schema is not supported");
+      std::vector<uint16_t> branches;  // (compile() may move the nodes: no reference into them across it)
+      for (size_t i = 0; i < list.size(); ++i)
+        branches.push_back(compile(list[i], child_path(child_path(path, key), std::to_string(i))));
+      out_->nodes_[id].branches = std::move(branches);
+      return;
+    }
+    if (types.empty()) {  // no type: read from the keywords present, else any value
+      if (s.contains("properties") || s.contains("required") || s.contains("additionalProperties"))
+        types = {"object"};
+      else if (s.contains("items") || s.contains("minItems") || s.contains("maxItems"))
+        types = {"array"};
+      else {
+        const uint16_t any_value = any();
+        out_->nodes_[id].branches = {any_value};
+        return;
+      }
+    }
+    std::vector<uint16_t> branches;
+    for (const std::string& type : types) branches.push_back(typed(s, type, path));
+    out_->nodes_[id].branches = std::move(branches);
+  }
+
+  std::vector<std::string> declared_types(const ojson& s, const std::string& path) {
+    std::vector<std::string> types;
+    if (s.contains("type")) {
+      const ojson& t = s["type"];
+      if (t.is_string()) {
+        types.push_back(t.get<std::string>());
+      } else if (t.is_array() && !t.empty()) {
+        for (const ojson& e : t) {
+          if (!e.is_string()) refuse(path, "'type' must be a string or a list of strings");
+          types.push_back(e.get<std::string>());
+        }
+      } else {
+        refuse(path, "'type' must be a string or a non-empty list of strings");
+      }
+      for (const std::string& type : types)
+        if (!kTypes.count(type)) refuse(path, str_cat("unknown type \"", type, "\""));
+    }
+    if (s.contains("nullable") && s["nullable"] == true && !types.empty() &&
+        std::find(types.begin(), types.end(), "null") == types.end())
+      types.push_back("null");
+    return types;
+  }
+
+  void literal(uint16_t id, const ojson& s, const std::vector<std::string>& types, const std::string& path) {
+    std::vector<ojson> values;
+    if (s.contains("const")) values.push_back(s["const"]);
+    if (s.contains("enum")) {
+      if (!s["enum"].is_array() || s["enum"].empty()) refuse(path, "'enum' must be a non-empty list");
+      if (s.contains("const")) refuse(path, "'enum' beside 'const' is not supported");
+      for (const ojson& v : s["enum"]) values.push_back(v);
+    }
+    const uint16_t node = new_node(Kind::kLiteral, path);
+    for (const ojson& v : values) {
+      bool typed_ok = types.empty();
+      for (const std::string& t : types) typed_ok = typed_ok || has_type(v, t);
+      if (typed_ok) values_[node].push_back(v.dump());
+    }
+    if (values_[node].empty()) refuse(path, "no 'enum' / 'const' value has the declared type");
+    out_->nodes_[id].branches = {node};
+  }
+
+  uint16_t typed(const ojson& s, const std::string& type, const std::string& path) {
+    if (type == "string") return new_node(Kind::kString, path);
+    if (type == "number") return new_node(Kind::kNumber, path);
+    if (type == "integer") return new_node(Kind::kInteger, path);
+    if (type == "boolean" || type == "null") {
+      const uint16_t node = new_node(Kind::kLiteral, path);
+      values_[node] =
+          type == "null" ? std::vector<std::string>{"null"} : std::vector<std::string>{"true", "false"};
+      return node;
+    }
+    return type == "object" ? object(s, path) : array(s, path);
+  }
+
+  uint16_t object(const ojson& s, const std::string& path) {
+    const uint16_t id = new_node(Kind::kObject, path);
+    std::vector<JsonSchema::Property> properties;
+    if (s.contains("properties")) {
+      const ojson& props = s["properties"];
+      if (!props.is_object()) refuse(path, "'properties' must be an object of schemas");
+      if (props.size() > JsonSchema::kMaxNodes) refuse(path, "too many properties");
+      for (const auto& [name, schema] : props.items())
+        properties.push_back(
+            {name, compile(schema, child_path(child_path(path, "properties"), name)), false});
+    }
+    if (s.contains("required")) {
+      const ojson& required = s["required"];
+      if (!required.is_array()) refuse(path, "'required' must be a list of property names");
+      for (const ojson& name : required) {
+        if (!name.is_string()) refuse(path, "'required' must be a list of property names");
+        auto it = std::find_if(properties.begin(), properties.end(), [&](const JsonSchema::Property& p) {
+          return p.name == name.get<std::string>();
+        });
+        if (it == properties.end())
+          refuse(path, str_cat("required property \"", name.get<std::string>(),
+                               "\" is not among 'properties' (it could not be generated)"));
+        it->required = true;
+      }
+    }
+    int32_t extra = -1;
+    if (properties.empty()) {
+      const ojson additional = s.value("additionalProperties", ojson(true));
+      if (additional.is_boolean())
+        extra = additional.get<bool>() ? any() : -1;
+      else
+        extra = compile(additional, child_path(path, "additionalProperties"));
+    }
+    JsonSchema::Node& node = out_->nodes_[id];
+    node.next_required.assign(properties.size() + 1, static_cast<uint16_t>(properties.size()));
+    for (size_t i = properties.size(); i-- > 0;)
+      node.next_required[i] = properties[i].required ? static_cast<uint16_t>(i) : node.next_required[i + 1];
+    node.properties = std::move(properties);
+    node.extra = extra;
+    return id;
+  }
+
+  uint16_t array(const ojson& s, const std::string& path) {
+    const uint16_t id = new_node(Kind::kArray, path);
+    uint32_t min_items = 0, max_items = UINT32_MAX;
+    auto count = [&](const char* key) {
+      const ojson& v = s[key];
+      if (!v.is_number_unsigned()) refuse(path, str_cat("'", key, "' must be a non-negative integer"));
+      return v.get<uint64_t>();
+    };
+    if (s.contains("minItems")) {
+      const uint64_t n = count("minItems");
+      if (n > JsonSchema::kMaxItemsTracked)
+        refuse(path, str_cat("'minItems' above ", JsonSchema::kMaxItemsTracked, " is not supported"));
+      min_items = static_cast<uint32_t>(n);
+    }
+    if (s.contains("maxItems")) {
+      const uint64_t n = count("maxItems");
+      if (n < min_items) refuse(path, "'maxItems' is below 'minItems': no array fits");
+      if (n <= JsonSchema::kMaxItemsTracked) max_items = static_cast<uint32_t>(n);
+    }
+    uint16_t items = 0;
+    const ojson spec = s.value("items", ojson(true));
+    if (spec.is_array()) refuse(path, "'items' as a list (tuples) is not supported");
+    if (spec == ojson(false)) {
+      if (min_items > 0) refuse(path, "'items' is false but 'minItems' asks for items");
+      max_items = 0;
+      items = any();
+    } else {
+      items = compile(spec, child_path(path, "items"));
+    }
+    JsonSchema::Node& node = out_->nodes_[id];
+    node.items = items;
+    node.min_items = min_items;
+    node.max_items = max_items;
+    return id;
+  }
+
+  // Choices hold only concrete shapes: nested choices flattened, literal sets merged, duplicates dropped.
+  void resolve_choices() {
+    const size_t n = out_->nodes_.size();
+    for (size_t id = 0; id < n; ++id) {
+      if (out_->nodes_[id].kind != Kind::kChoice) continue;
+      std::vector<uint16_t> flat;
+      std::set<size_t> seen;
+      flatten(id, flat, seen, id);
+      std::vector<uint16_t> merged = merge(flat, paths_[id]);
+      out_->nodes_[id].branches = std::move(merged);
+    }
+  }
+
+  void flatten(size_t id, std::vector<uint16_t>& flat, std::set<size_t>& seen, size_t top) {
+    for (uint16_t b : out_->nodes_[id].branches) {
+      if (out_->nodes_[b].kind != Kind::kChoice) {
+        if (std::find(flat.begin(), flat.end(), b) == flat.end()) flat.push_back(b);
+        continue;
+      }
+      if (b == top || !seen.insert(b).second) {
+        if (b == top) refuse(paths_[top], "the schema refers to itself without a value in between");
+        continue;
+      }
+      flatten(b, flat, seen, top);
+    }
+  }
+
+  std::vector<uint16_t> merge(const std::vector<uint16_t>& flat,
+                              std::string path) {  // (path: a copy, new_node grows paths_)
+    std::vector<uint16_t> out;
+    int32_t string = -1, number = -1, integer = -1, object = -1, array = -1;
+    std::vector<std::string> literals;
+    for (uint16_t b : flat) {
+      const Kind kind = out_->nodes_[b].kind;
+      auto take = [&](int32_t& slot, const char* what) {
+        if (slot >= 0 && (kind == Kind::kObject || kind == Kind::kArray))
+          refuse(path, str_cat("anyOf / oneOf / type list with two ", what,
+                               " branches is not supported (branches must begin differently: different "
+                               "types, or literals)"));
+        if (slot < 0) slot = b;
+      };
+      switch (kind) {
+        case Kind::kString:
+          take(string, "string");
+          break;
+        case Kind::kNumber:
+          take(number, "number");
+          break;
+        case Kind::kInteger:
+          take(integer, "integer");
+          break;
+        case Kind::kObject:
+          take(object, "object");
+          break;
+        case Kind::kArray:
+          take(array, "array");
+          break;
+        case Kind::kLiteral:
+          for (const std::string& v : values_[b])
+            if (std::find(literals.begin(), literals.end(), v) == literals.end()) literals.push_back(v);
+          break;
+        case Kind::kChoice:
+          break;
+      }
+    }
+    if (number >= 0) integer = -1;  // a number covers the integers
+    // Literals an open shape already covers go; ones that would compete with it are refused.
+    std::vector<std::string> kept;
+    for (const std::string& v : literals) {
+      const char c = v[0];
+      const bool numeric = c == '-' || (c >= '0' && c <= '9');
+      if ((c == '"' && string >= 0) || (numeric && number >= 0)) continue;
+      if (numeric && integer >= 0) {
+        if (v.find_first_of(".eE") == std::string::npos) continue;
+        refuse(path, str_cat("the literal ", v, " competes with an integer branch"));
+      }
+      if ((c == '{' && object >= 0) || (c == '[' && array >= 0))
+        refuse(path,
+               str_cat("the literal ", v, " competes with an ", c == '{' ? "object" : "array", " branch"));
+      kept.push_back(v);
+    }
+    for (int32_t slot : {object, array, string, number, integer})
+      if (slot >= 0) out.push_back(static_cast<uint16_t>(slot));
+    if (!kept.empty()) {
+      const uint16_t node = new_node(Kind::kLiteral, path);
+      values_[node] = std::move(kept);
+      out.push_back(node);
+    }
+    if (out.empty()) refuse(path, "no value can match this schema (it refers only to itself)");
+    return out;
+  }
+
+  uint16_t new_trie_node() {
+    DSI_CHECK(out_->trie_.size() < JsonSchema::kMaxTrieNodes,
+              "the schema is too large (its enum values and property names exceed ",
+              JsonSchema::kMaxTrieNodes, " trie nodes)");
+    out_->trie_.emplace_back();
+    return static_cast<uint16_t>(out_->trie_.size() - 1);
+  }
+
+  uint16_t add_to_trie(uint16_t at, const std::string& bytes, int16_t property) {
+    for (char ch : bytes) {
+      const uint8_t b = static_cast<uint8_t>(ch);
+      if (property >= 0) out_->trie_[at].below.push_back(static_cast<uint16_t>(property));
+      const int32_t next = out_->trie_next(at, b);
+      if (next >= 0) {
+        at = static_cast<uint16_t>(next);
+        continue;
+      }
+      const uint16_t child = new_trie_node();
+      out_->trie_[at].edges.emplace_back(b, child);
+      at = child;
+    }
+    out_->trie_[at].terminal = true;
+    if (property >= 0) {
+      out_->trie_[at].property = property;
+      out_->trie_[at].below.push_back(static_cast<uint16_t>(property));
+    }
+    return at;
+  }
+
+  void build_tries() {
+    for (size_t id = 0; id < out_->nodes_.size(); ++id) {
+      JsonSchema::Node& node = out_->nodes_[id];
+      if (node.kind == Kind::kLiteral) {
+        node.literal_root = new_trie_node();
+        for (const std::string& v : values_[id]) add_to_trie(out_->nodes_[id].literal_root, v, -1);
+      } else if (node.kind == Kind::kObject && !node.properties.empty()) {
+        node.key_root = new_trie_node();
+        for (size_t k = 0; k < out_->nodes_[id].properties.size(); ++k)
+          add_to_trie(out_->nodes_[id].key_root, ojson(out_->nodes_[id].properties[k].name).dump(),
+                      static_cast<int16_t>(k));
+      }
+    }
+  }
+
+  // Branches of a choice must begin with different bytes (the recogniser decides at the first byte).
+  void check_choices() {
+    for (size_t id = 0; id < out_->nodes_.size(); ++id) {
+      const JsonSchema::Node& node = out_->nodes_[id];
+      if (node.kind != Kind::kChoice) continue;
+      for (int byte = 0; byte < 256; ++byte) {
+        int starts = 0;
+        for (uint16_t b : node.branches) starts += out_->may_start(b, static_cast<uint8_t>(byte));
+        if (starts > 1)
+          refuse(paths_[id],
+                 str_cat("two branches of anyOf / oneOf can begin with '", static_cast<char>(byte),
+                         "' (branches must begin differently: different types, or literals)"));
+      }
+    }
+  }
+
+  void min_depths() {
+    constexpr int kInf = JsonSchema::kUnbounded;
+    std::vector<int> depth(out_->nodes_.size(), kInf);
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (size_t id = 0; id < out_->nodes_.size(); ++id) {
+        const JsonSchema::Node& node = out_->nodes_[id];
+        int d = 0;
+        switch (node.kind) {
+          case Kind::kObject:
+            d = 1;
+            for (const auto& p : node.properties)
+              if (p.required) d = std::max(d, depth[p.node] >= kInf ? kInf : 1 + depth[p.node]);
+            break;
+          case Kind::kArray:
+            d = node.min_items > 0 ? (depth[node.items] >= kInf ? kInf : 1 + depth[node.items]) : 1;
+            break;
+          case Kind::kChoice:
+            d = kInf;
+            for (uint16_t b : node.branches) d = std::min(d, depth[b]);
+            break;
+          default:
+            break;
+        }
+        d = std::min(d, kInf);
+        if (d < depth[id]) {
+          depth[id] = d;
+          changed = true;
+        }
+      }
+    }
+    for (size_t id = 0; id < out_->nodes_.size(); ++id)
+      out_->nodes_[id].min_depth = static_cast<uint8_t>(depth[id]);
+  }
+
+  const ojson& doc_;
+  std::shared_ptr<JsonSchema> out_;
+  std::vector<std::vector<std::string>> values_;  // by node: a literal node's compact values
+  std::vector<std::string> paths_;                // by node: where it came from (for errors)
+  std::map<std::string, uint16_t> refs_;
+  int32_t any_ = -1;
+};
+
+std::shared_ptr<const JsonSchema> JsonSchema::compile(const ojson& schema) {
+  return JsonSchemaCompiler(schema).run();
+}
+
+int32_t JsonSchema::trie_next(uint16_t at, uint8_t byte) const {
+  for (const auto& [b, child] : trie_[at].edges)
+    if (b == byte) return child;
+  return -1;
+}
+
+bool JsonSchema::may_start(uint16_t i, uint8_t byte) const {
+  const Node& n = nodes_[i];
+  switch (n.kind) {
+    case Kind::kObject:
+      return byte == '{';
+    case Kind::kArray:
+      return byte == '[';
+    case Kind::kString:
+      return byte == '"';
+    case Kind::kNumber:
+    case Kind::kInteger:
+      return byte == '-' || (byte >= '0' && byte <= '9');
+    case Kind::kLiteral:
+      return trie_next(n.literal_root, byte) >= 0;
+    case Kind::kChoice:
+      for (uint16_t b : n.branches)
+        if (may_start(b, byte)) return true;
+      return false;
+  }
+  return false;
+}
+
+}  // namespace dsinfer

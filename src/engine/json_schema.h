@@ -1,0 +1,88 @@
+// JsonSchema: a JSON Schema (OpenAI's response_format json_schema) compiled into the graph that
+// JsonSchemaRecognizer walks byte by byte: one node per value shape (object with its properties in the
+// declared order, array, string, number, integer, a set of literal values, or a choice decided by the
+// value's first byte), plus byte tries for literal values and property keys.
+//
+// What is enforced: type (one or a list), properties / required / additionalProperties, items / minItems /
+// maxItems, enum / const, anyOf / oneOf whose branches begin differently (e.g. a type or null), allOf of
+// one schema, $ref into the document ($defs, definitions, any JSON pointer; recursion included), nullable.
+// Annotations are ignored (title, description, default, examples, format, ...); keywords that constrain
+// values in ways the recogniser cannot follow (pattern, minLength, minimum, ...) are refused with an error
+// naming them, never silently dropped.
+//
+// How answers are shaped (each still valid against the schema): properties come in the schema's order,
+// optional ones may be left out; an object with properties gets no other keys; literals are written in
+// their compact form.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace dsinfer {
+
+class JsonSchema {
+ public:
+  // Throws dsinfer::Error naming the schema location (a JSON pointer) and what is wrong or unsupported.
+  static std::shared_ptr<const JsonSchema> compile(const nlohmann::ordered_json& schema);
+
+  static constexpr int kMaxDepth = 32;  // nesting of arrays and objects in an answer
+  static constexpr uint32_t kMaxItemsTracked = 255;
+  static constexpr size_t kMaxNodes = 4096;
+  static constexpr size_t kMaxTrieNodes = 60000;
+
+  enum class Kind : uint8_t { kObject, kArray, kString, kNumber, kInteger, kLiteral, kChoice };
+  struct Property {
+    std::string name;
+    uint16_t node = 0;
+    bool required = false;
+  };
+  struct Node {
+    Kind kind = Kind::kLiteral;
+    // kObject: properties in order (keys read through the key trie at key_root), or, without properties,
+    // free keys whose values follow `extra` (-1: no keys at all).
+    std::vector<Property> properties;
+    std::vector<uint16_t>
+        next_required;  // [properties + 1]: the first required index at or after i (or size)
+    uint16_t key_root = 0;
+    int32_t extra = -1;
+    // kArray
+    uint16_t items = 0;
+    uint32_t min_items = 0;
+    uint32_t max_items = UINT32_MAX;  // beyond kMaxItemsTracked: unbounded
+    // kLiteral: the values' compact serialisations in the literal trie
+    uint16_t literal_root = 0;
+    // kChoice: branches whose first bytes differ
+    std::vector<uint16_t> branches;
+    // Arrays and objects an answer needs below (and including) this value (kUnbounded: none is finite).
+    uint8_t min_depth = 0;
+  };
+  static constexpr uint8_t kUnbounded = 255;
+
+  // Literal values and keys: byte tries. A key trie's leaves carry the property index; every node lists the
+  // property indices below it (ascending) so that a prefix is only taken when an allowed key can follow.
+  struct TrieNode {
+    std::vector<std::pair<uint8_t, uint16_t>> edges;  // by byte
+    bool terminal = false;
+    int16_t property = -1;
+    std::vector<uint16_t> below;
+  };
+
+  const Node& node(uint16_t i) const { return nodes_[i]; }
+  const TrieNode& trie(uint16_t i) const { return trie_[i]; }
+  uint16_t root() const { return root_; }
+  size_t num_nodes() const { return nodes_.size(); }
+  // The trie node after `byte` from `at`, or -1.
+  int32_t trie_next(uint16_t at, uint8_t byte) const;
+  // Whether a value of node i may begin with `byte`.
+  bool may_start(uint16_t i, uint8_t byte) const;
+
+ private:
+  friend class JsonSchemaCompiler;
+  std::vector<Node> nodes_;
+  std::vector<TrieNode> trie_;
+  uint16_t root_ = 0;
+};
+
+}  // namespace dsinfer

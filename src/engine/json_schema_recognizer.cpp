@@ -1,0 +1,282 @@
+// JsonSchemaRecognizer: JSON's grammar steered by a compiled schema (see the header). The lexical parts
+// (strings, numbers) are json_lex's, shared with JsonRecognizer.
+#include "engine/json_schema_recognizer.h"
+
+#include <cstring>
+
+#include "engine/json_lexer.h"
+
+namespace dsinfer {
+
+using Kind = JsonSchema::Kind;
+
+JsonSchemaRecognizer::JsonSchemaRecognizer(const JsonSchema* schema) : schema_(schema) {
+  s_.value = schema->root();
+}
+
+bool JsonSchemaRecognizer::feed(uint8_t byte) {
+  const State saved = s_;
+  if (step(byte)) return true;
+  s_ = saved;
+  return false;
+}
+
+bool JsonSchemaRecognizer::feed(std::string_view bytes) {
+  for (char c : bytes)
+    if (!step(static_cast<uint8_t>(c))) return false;
+  return true;
+}
+
+bool JsonSchemaRecognizer::complete() const {
+  if (s_.depth != 0) return false;
+  switch (s_.mode) {
+    case kAfterValue:
+      return true;
+    case kNumber:
+      return json_lex::number_can_end(s_.count);
+    case kLiteral:
+      return schema_->trie(s_.literal).terminal;
+    default:
+      return false;
+  }
+}
+
+bool JsonSchemaRecognizer::operator==(const JsonSchemaRecognizer& other) const {
+  return schema_ == other.schema_ && std::memcmp(&s_, &other.s_, sizeof(State)) == 0;
+}
+
+bool JsonSchemaRecognizer::fits(uint16_t node) const {
+  return s_.depth + schema_->node(node).min_depth <= kMaxDepth;
+}
+
+void JsonSchemaRecognizer::finish_value() {
+  s_.mode = kAfterValue;
+  s_.count = 0;
+  s_.value = 0;
+  s_.literal = 0;
+  if (s_.depth > 0 && schema_->node(top().node).kind == Kind::kArray && top().progress < UINT16_MAX)
+    ++top().progress;
+}
+
+bool JsonSchemaRecognizer::value_start(uint16_t id, uint8_t byte) {
+  const JsonSchema::Node& node = schema_->node(id);
+  switch (node.kind) {
+    case Kind::kChoice:
+      for (uint16_t b : node.branches)
+        if (schema_->may_start(b, byte) && fits(b)) return value_start(b, byte);
+      return false;
+    case Kind::kObject:
+    case Kind::kArray:
+      if (byte != (node.kind == Kind::kObject ? '{' : '[') || !fits(id)) return false;
+      s_.frames[s_.depth++] = Frame{id, 0};
+      s_.mode = node.kind == Kind::kObject ? kOpenObject : kOpenArray;
+      s_.value = 0;
+      return true;
+    case Kind::kString:
+      if (byte != '"') return false;
+      s_.mode = kString;
+      s_.value = id;
+      s_.string_key = 0;
+      return true;
+    case Kind::kNumber:
+    case Kind::kInteger:
+      if (!json_lex::number_start(byte, s_.count)) return false;
+      s_.mode = kNumber;
+      s_.value = id;
+      return true;
+    case Kind::kLiteral: {
+      const int32_t next = schema_->trie_next(node.literal_root, byte);
+      if (next < 0) return false;
+      s_.mode = kLiteral;
+      s_.value = id;
+      s_.literal = static_cast<uint16_t>(next);
+      const JsonSchema::TrieNode& t = schema_->trie(s_.literal);
+      if (t.terminal && t.edges.empty()) finish_value();
+      return true;
+    }
+  }
+  return false;
+}
+
+// Property k may come next: it is not before the object's position, no required property is skipped to
+// reach it, and its value can still be completed within the depth limit (required ones always can).
+bool JsonSchemaRecognizer::key_allowed(const Frame& f, uint16_t k) const {
+  const JsonSchema::Node& object = schema_->node(f.node);
+  if (k < f.progress || k >= object.properties.size() || k > object.next_required[f.progress]) return false;
+  return object.properties[k].required || fits(object.properties[k].node);
+}
+
+bool JsonSchemaRecognizer::key_reachable(const Frame& f, uint16_t trie_node) const {
+  for (uint16_t k : schema_->trie(trie_node).below)
+    if (key_allowed(f, k)) return true;
+  return false;
+}
+
+// At a key's opening quote: a listed property's name, or any string for an object of free keys.
+bool JsonSchemaRecognizer::key_start() {
+  const JsonSchema::Node& object = schema_->node(top().node);
+  if (!object.properties.empty()) {
+    const int32_t next = schema_->trie_next(object.key_root, '"');
+    if (next < 0 || !key_reachable(top(), static_cast<uint16_t>(next))) return false;
+    s_.mode = kKeyLiteral;
+    s_.literal = static_cast<uint16_t>(next);
+    return true;
+  }
+  if (object.extra < 0 || !fits(static_cast<uint16_t>(object.extra))) return false;
+  s_.mode = kString;
+  s_.string_key = 1;
+  return true;
+}
+
+bool JsonSchemaRecognizer::close(uint8_t byte) {
+  if (s_.depth == 0) return false;
+  const Frame& f = top();
+  const JsonSchema::Node& node = schema_->node(f.node);
+  if (node.kind == Kind::kObject) {
+    if (byte != '}' || (!node.properties.empty() && node.next_required[f.progress] < node.properties.size()))
+      return false;
+  } else {
+    if (byte != ']' || f.progress < node.min_items) return false;
+  }
+  s_.frames[--s_.depth] = Frame{};
+  finish_value();
+  return true;
+}
+
+bool JsonSchemaRecognizer::string_byte(uint8_t byte) {
+  json_lex::Utf8State u{s_.utf8_left, s_.utf8_low, s_.utf8_high};
+  switch (json_lex::string_byte(u, byte)) {
+    case json_lex::StringByte::kRejected:
+      return false;
+    case json_lex::StringByte::kContent:
+      s_.utf8_left = u.left;
+      s_.utf8_low = u.low;
+      s_.utf8_high = u.high;
+      return true;
+    case json_lex::StringByte::kBackslash:
+      s_.mode = kEscape;
+      return true;
+    case json_lex::StringByte::kQuote:
+      break;
+  }
+  if (s_.string_key) {  // a free key: its value follows the object's `extra` schema
+    s_.string_key = 0;
+    s_.mode = kColon;
+    s_.value = static_cast<uint16_t>(schema_->node(top().node).extra);
+    return true;
+  }
+  finish_value();
+  return true;
+}
+
+bool JsonSchemaRecognizer::literal_byte(uint8_t byte) {
+  const int32_t next = schema_->trie_next(s_.literal, byte);
+  if (next >= 0) {
+    s_.literal = static_cast<uint16_t>(next);
+    const JsonSchema::TrieNode& t = schema_->trie(s_.literal);
+    if (t.terminal && t.edges.empty()) finish_value();
+    return true;
+  }
+  if (!schema_->trie(s_.literal).terminal) return false;
+  finish_value();  // a literal that a longer one extends ("1" of "1", "10") ended: the byte is what follows
+  return step(byte);
+}
+
+bool JsonSchemaRecognizer::key_byte(uint8_t byte) {
+  const int32_t next = schema_->trie_next(s_.literal, byte);
+  if (next < 0 || !key_reachable(top(), static_cast<uint16_t>(next))) return false;
+  s_.literal = static_cast<uint16_t>(next);
+  const int16_t k = schema_->trie(s_.literal).property;
+  if (k < 0) return true;
+  // The closing quote: the key is read.
+  top().progress = static_cast<uint16_t>(k + 1);
+  s_.mode = kColon;
+  s_.literal = 0;
+  s_.value = schema_->node(top().node).properties[static_cast<size_t>(k)].node;
+  return true;
+}
+
+bool JsonSchemaRecognizer::step(uint8_t byte) {
+  switch (s_.mode) {
+    case kString:
+      return string_byte(byte);
+    case kEscape:
+      if (!json_lex::is_escape(byte)) return false;
+      s_.mode = byte == 'u' ? kUnicode : kString;
+      s_.count = 0;
+      return true;
+    case kUnicode:
+      if (!json_lex::is_hex(byte)) return false;
+      if (++s_.count == 4) {
+        s_.mode = kString;
+        s_.count = 0;
+      }
+      return true;
+    case kNumber:
+      switch (json_lex::number_byte(s_.count, byte, schema_->node(s_.value).kind == Kind::kInteger)) {
+        case json_lex::NumberByte::kRejected:
+          return false;
+        case json_lex::NumberByte::kContinues:
+          return true;
+        case json_lex::NumberByte::kEnded:
+          break;
+      }
+      finish_value();
+      return step(byte);
+    case kLiteral:
+      return literal_byte(byte);
+    case kKeyLiteral:
+      return key_byte(byte);
+    default:
+      return between(byte);
+  }
+}
+
+// Between tokens: whitespace, punctuation, the start of a value or key.
+bool JsonSchemaRecognizer::between(uint8_t byte) {
+  if (s_.mode == kAfterValue && s_.depth == 0) return false;  // nothing after the value
+  if (json_lex::is_ws(byte)) {
+    if (s_.whitespace >= kMaxWhitespaceRun) return false;
+    ++s_.whitespace;
+    return true;
+  }
+  s_.whitespace = 0;
+  switch (s_.mode) {
+    case kValue:
+      return value_start(s_.value, byte);
+    case kOpenArray: {
+      if (byte == ']') return close(byte);
+      const JsonSchema::Node& array = schema_->node(top().node);
+      return array.max_items > 0 && value_start(array.items, byte);
+    }
+    case kOpenObject:
+      if (byte == '}') return close(byte);
+      [[fallthrough]];
+    case kKey:
+      return byte == '"' && key_start();
+    case kColon:
+      if (byte != ':') return false;
+      s_.mode = kValue;
+      return true;
+    case kAfterValue: {
+      if (byte != ',') return close(byte);
+      const Frame& f = top();
+      const JsonSchema::Node& node = schema_->node(f.node);
+      if (node.kind == Kind::kArray) {
+        if ((node.max_items != UINT32_MAX && f.progress >= node.max_items) || !fits(node.items)) return false;
+        s_.mode = kValue;
+        s_.value = node.items;
+        return true;
+      }
+      const bool more = node.properties.empty() ? node.extra >= 0 && fits(static_cast<uint16_t>(node.extra))
+                                                : key_reachable(f, node.key_root);
+      if (!more) return false;
+      s_.mode = kKey;
+      return true;
+    }
+    default:
+      return false;
+  }
+}
+
+}  // namespace dsinfer

@@ -1,0 +1,416 @@
+// response_format json_schema: JsonSchema::compile (what it refuses, with the schema location),
+// JsonSchemaRecognizer (documents the schema accepts go through byte by byte, others stop at the first wrong
+// byte; random walks never reach a dead end and every document they complete validates), and the masks over
+// DeepSeek-V3's vocabulary (equal to checking each token alone; sampling inside them gives valid answers).
+#include "engine/json_schema.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "engine/json_constraint.h"
+#include "engine/json_schema_recognizer.h"
+
+namespace dsinfer {
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+std::shared_ptr<const JsonSchema> compiled(const std::string& schema) {
+  return JsonSchema::compile(ojson::parse(schema));
+}
+
+bool accepts(const JsonSchema& schema, const std::string& text) {
+  JsonSchemaRecognizer r(&schema);
+  return r.feed(text) && r.complete();
+}
+
+// The first byte refused (text.size() when all are taken).
+size_t accepted_prefix(const JsonSchema& schema, const std::string& text) {
+  JsonSchemaRecognizer r(&schema);
+  for (size_t i = 0; i < text.size(); ++i)
+    if (!r.feed(static_cast<uint8_t>(text[i]))) return i;
+  return text.size();
+}
+
+std::string compile_error(const std::string& schema) {
+  try {
+    compiled(schema);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(JsonSchemaCompile, RefusesWhatItCannotEnforceAndSaysWhere) {
+  EXPECT_NE(
+      compile_error(R"({"type": "object", "properties": {"name": {"type": "string", "pattern": "^a"}}})")
+          .find("at #/properties/name: 'pattern' is not supported"),
+      std::string::npos);
+  EXPECT_NE(compile_error(R"({"type": "integer", "minimum": 0})").find("'minimum'"), std::string::npos);
+  EXPECT_NE(compile_error(R"({"type": "object", "properties": {"a": {}}, "required": ["b"]})")
+                .find("required property \"b\" is not among 'properties'"),
+            std::string::npos);
+  EXPECT_NE(compile_error(R"({"anyOf": [{"type": "object"}, {"type": "object", "properties": {"a": {}}}]})")
+                .find("two object branches"),
+            std::string::npos);
+  EXPECT_NE(compile_error(R"({"$ref": "#/$defs/missing"})").find("points at nothing"), std::string::npos);
+  EXPECT_NE(compile_error(R"({"$ref": "https://example.com/s.json"})").find("only references into this"),
+            std::string::npos);
+  EXPECT_NE(compile_error("false").find("allows no value"), std::string::npos);
+  EXPECT_NE(compile_error(R"({"type": "date"})").find("unknown type \"date\""), std::string::npos);
+  EXPECT_NE(compile_error(R"({"anyOf": [{"$ref": "#"}]})").find("refers to itself"), std::string::npos);
+  // A required property that always needs another level: no finite answer.
+  EXPECT_NE(
+      compile_error(R"({"type": "object", "properties": {"next": {"$ref": "#"}}, "required": ["next"]})")
+          .find("without end"),
+      std::string::npos);
+  EXPECT_NE(compile_error(R"({"type": "array", "minItems": 3, "maxItems": 2})").find("below 'minItems'"),
+            std::string::npos);
+  EXPECT_NE(compile_error(R"({"type": "string", "enum": [1, 2]})").find("declared type"), std::string::npos);
+  EXPECT_NE(compile_error(R"({"allOf": [{"type": "string"}, {"type": "string"}]})").find("allOf"),
+            std::string::npos);
+  EXPECT_NE(compile_error(R"({"type": "array", "items": [{"type": "string"}]})").find("tuples"),
+            std::string::npos);
+  // Annotations and unknown keywords are not constraints.
+  EXPECT_EQ(compile_error(R"({"title": "T", "description": "d", "type": "string", "format": "date-time",
+                             "default": "x", "examples": ["y"], "x-vendor": 1})"),
+            "");
+}
+
+TEST(JsonSchemaRecognizer, ObjectsFollowTheirPropertiesInOrder) {
+  const auto s = compiled(R"({"type": "object", "properties": {
+      "name": {"type": "string"}, "age": {"type": "integer"}, "tags": {"type": "array", "items": {"type": "string"}}},
+      "required": ["name", "age"], "additionalProperties": false})");
+  EXPECT_TRUE(accepts(*s, R"({"name": "Ada", "age": 36})"));
+  EXPECT_TRUE(accepts(*s, R"({"name":"Ada","age":-1,"tags":["a","b"]})"));
+  EXPECT_TRUE(accepts(*s, "{\n  \"name\": \"\\u00e9\",\n  \"age\": 0\n}"));
+  EXPECT_FALSE(accepts(*s, R"({"name": "Ada"})"));                      // age is required
+  EXPECT_EQ(accepted_prefix(*s, R"({"name": "Ada"})"), 14u);            // '}' before the required age
+  EXPECT_EQ(accepted_prefix(*s, R"({"age": 3})"), 2u);                  // "a" of "age" would skip "name"
+  EXPECT_EQ(accepted_prefix(*s, R"({"name": 1})"), 9u);                 // a string value
+  EXPECT_EQ(accepted_prefix(*s, R"({"name": "x", "age": 1.5})"), 22u);  // an integer
+  EXPECT_EQ(accepted_prefix(*s, R"({"name": "x", "age": 1, "other": 1})"), 25u);  // no other keys
+  EXPECT_EQ(accepted_prefix(*s, R"({"name": "x", "age": 1, "tags": [1]})"), 33u);
+  EXPECT_EQ(accepted_prefix(*s, R"({"name": "x", "age": 1} )"), 23u);  // nothing after the value
+  // Optional properties may be left out; a ',' only where a property can still follow.
+  const auto t = compiled(R"({"properties": {"a": {"type": "boolean"}, "b": {"type": "null"}}})");
+  EXPECT_TRUE(accepts(*t, "{}"));
+  EXPECT_TRUE(accepts(*t, R"({"b": null})"));
+  EXPECT_TRUE(accepts(*t, R"({"a": true, "b": null})"));
+  EXPECT_EQ(accepted_prefix(*t, R"({"b": null, )"), 10u);
+}
+
+TEST(JsonSchemaRecognizer, ScalarsLiteralsAndChoices) {
+  EXPECT_TRUE(accepts(*compiled(R"({"type": "number"})"), "-12.5e+3"));
+  EXPECT_TRUE(accepts(*compiled(R"({"type": "integer"})"), "-120"));
+  EXPECT_FALSE(accepts(*compiled(R"({"type": "integer"})"), "1.0"));
+  EXPECT_FALSE(accepts(*compiled(R"({"type": "integer"})"), "1e3"));
+  const auto e = compiled(R"({"enum": ["red", "green", 1, 10, null, {"k": [1, 2]}]})");
+  for (const char* ok : {"\"red\"", "\"green\"", "1", "10", "null", "{\"k\":[1,2]}"})
+    EXPECT_TRUE(accepts(*e, ok)) << ok;
+  for (const char* bad : {"\"re\"", "\"blue\"", "2", "100", "{\"k\": [1,2]}", "true"})
+    EXPECT_FALSE(accepts(*e, bad)) << bad;
+  // Optional[int] as pydantic writes it, and a type list.
+  const auto o = compiled(R"({"anyOf": [{"type": "integer"}, {"type": "null"}], "default": null})");
+  EXPECT_TRUE(accepts(*o, "7"));
+  EXPECT_TRUE(accepts(*o, "null"));
+  EXPECT_FALSE(accepts(*o, "\"7\""));
+  const auto l = compiled(R"({"type": ["string", "boolean"]})");
+  EXPECT_TRUE(accepts(*l, "\"x\""));
+  EXPECT_TRUE(accepts(*l, "false"));
+  EXPECT_FALSE(accepts(*l, "null"));
+  // Literals a branch already covers merge into it; integer and number merge to number.
+  const auto m =
+      compiled(R"({"anyOf": [{"type": "string"}, {"const": "x"}, {"type": "integer"}, {"type": "number"}]})");
+  EXPECT_TRUE(accepts(*m, "\"y\""));
+  EXPECT_TRUE(accepts(*m, "2.5"));
+  EXPECT_TRUE(accepts(*compiled(R"({"type": "string", "nullable": true})"), "null"));
+}
+
+TEST(JsonSchemaRecognizer, ArraysMapsRefsAndAnyValues) {
+  const auto a = compiled(R"({"type": "array", "items": {"type": "integer"}, "minItems": 1, "maxItems": 3})");
+  EXPECT_FALSE(accepts(*a, "[]"));
+  EXPECT_TRUE(accepts(*a, "[1]"));
+  EXPECT_TRUE(accepts(*a, "[1, 2, 3]"));
+  EXPECT_EQ(accepted_prefix(*a, "[1, 2, 3, 4]"), 8u);
+  const auto map = compiled(R"({"type": "object", "additionalProperties": {"type": "integer"}})");
+  EXPECT_TRUE(accepts(*map, R"({"a": 1, "b": 2})"));
+  EXPECT_FALSE(accepts(*map, R"({"a": "1"})"));
+  EXPECT_TRUE(accepts(*compiled(R"({"type": "object", "additionalProperties": false})"), "{}"));
+  EXPECT_FALSE(accepts(*compiled(R"({"type": "object", "additionalProperties": false})"), R"({"a": 1})"));
+  // Recursion through $defs.
+  const auto tree = compiled(R"({"$ref": "#/$defs/node", "$defs": {"node": {"type": "object",
+      "properties": {"value": {"type": "integer"}, "children": {"type": "array", "items": {"$ref": "#/$defs/node"}}},
+      "required": ["value", "children"]}}})");
+  EXPECT_TRUE(accepts(
+      *tree,
+      R"({"value": 1, "children": [{"value": 2, "children": []}, {"value": 3, "children": [{"value": 4, "children": []}]}]})"));
+  EXPECT_FALSE(accepts(*tree, R"({"value": 1, "children": [{"value": 2}]})"));
+  // {} and true: any JSON value.
+  for (const char* schema : {"{}", "true"}) {
+    const auto any = compiled(schema);
+    for (const char* doc : {"1", "\"s\"", "[1, {\"a\": [null, true]}]", "{\"x\": {\"y\": -0.5e1}}", "false"})
+      EXPECT_TRUE(accepts(*any, doc)) << schema << " " << doc;
+  }
+}
+
+// A small validator of the supported keywords, independent of the recogniser (for the random walks).
+bool valid(const ojson& v, const ojson& schema, const ojson& root) {
+  if (schema.is_boolean()) return schema.get<bool>();
+  if (schema.contains("$ref")) {
+    const std::string ref = schema["$ref"];
+    return valid(v, root.at(ojson::json_pointer(ref.substr(1))), root);
+  }
+  if (schema.contains("const")) return v == schema["const"];
+  if (schema.contains("enum")) {
+    for (const ojson& e : schema["enum"])
+      if (e == v) return true;
+    return false;
+  }
+  for (const char* key : {"anyOf", "oneOf"}) {
+    if (!schema.contains(key)) continue;
+    int matches = 0;
+    for (const ojson& b : schema[key]) matches += valid(v, b, root);
+    return key[0] == 'a' ? matches > 0 : matches == 1;
+  }
+  if (schema.contains("type")) {
+    const std::string t = schema["type"];
+    const bool ok =
+        (t == "object" && v.is_object()) || (t == "array" && v.is_array()) ||
+        (t == "string" && v.is_string()) || (t == "number" && v.is_number()) ||
+        (t == "integer" && (v.is_number_integer() ||
+                            (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>()))) ||
+        (t == "boolean" && v.is_boolean()) || (t == "null" && v.is_null());
+    if (!ok) return false;
+  }
+  if (v.is_object()) {
+    const ojson props = schema.value("properties", ojson::object());
+    for (const auto& [k, sub] : v.items()) {
+      if (props.contains(k)) {
+        if (!valid(sub, props[k], root)) return false;
+      } else if (!valid(sub, schema.value("additionalProperties", ojson(true)), root)) {
+        return false;
+      }
+    }
+    for (const ojson& r : schema.value("required", ojson::array()))
+      if (!v.contains(r.get<std::string>())) return false;
+  }
+  if (v.is_array()) {
+    if (v.size() < schema.value("minItems", 0u) || v.size() > schema.value("maxItems", 1000000u))
+      return false;
+    for (const ojson& item : v)
+      if (!valid(item, schema.value("items", ojson(true)), root)) return false;
+  }
+  return true;
+}
+
+// Random walks over the bytes the recogniser takes (structure favoured over long strings and numbers):
+// every state takes some byte or is complete, and every completed document validates.
+void walk_randomly(const std::string& schema_text, int walks, int expect_completed) {
+  const ojson schema = ojson::parse(schema_text);
+  const auto s = JsonSchema::compile(schema);
+  std::mt19937 rng(1234);
+  int completed = 0;
+  for (int w = 0; w < walks; ++w) {
+    JsonSchemaRecognizer r(s.get());
+    std::string text;
+    for (int step = 0; step < 3000; ++step) {
+      if (r.complete() && (rng() % 4 == 0)) break;
+      std::vector<uint8_t> bytes;
+      for (int b = 0; b < 256; ++b) {
+        JsonSchemaRecognizer next = r;
+        if (next.feed(static_cast<uint8_t>(b))) bytes.push_back(static_cast<uint8_t>(b));
+      }
+      if (bytes.empty()) {
+        ASSERT_TRUE(r.complete()) << "dead end after " << text;
+        break;
+      }
+      // Prefer punctuation and quotes (to close strings), then anything; numbers stay short (nlohmann's
+      // parser holds doubles: 1e999 would not parse).
+      const bool long_number = text.size() >= 3 && text.find_last_not_of("0123456789eE+-.") < text.size() - 3;
+      if (long_number) {
+        std::vector<uint8_t> other;
+        for (uint8_t b : bytes)
+          if (std::string_view("0123456789eE+-.").find(static_cast<char>(b)) == std::string_view::npos)
+            other.push_back(b);
+        if (!other.empty()) bytes = other;
+      }
+      std::vector<uint8_t> structural;
+      for (uint8_t b : bytes)
+        if (std::string_view("{}[],:\"tfn0123456789").find(static_cast<char>(b)) != std::string_view::npos)
+          structural.push_back(b);
+      const bool pick_structural = !structural.empty() && rng() % 5 != 0;
+      const std::vector<uint8_t>& from = pick_structural ? structural : bytes;
+      const uint8_t b = from[rng() % from.size()];
+      ASSERT_TRUE(r.feed(b));
+      text += static_cast<char>(b);
+    }
+    if (!r.complete()) continue;
+    ++completed;
+    ASSERT_TRUE(ojson::accept(text)) << text;
+    EXPECT_TRUE(valid(ojson::parse(text), schema, schema)) << schema_text << "\n" << text;
+  }
+  EXPECT_GE(completed, expect_completed) << schema_text;
+}
+
+TEST(JsonSchemaRecognizer, RandomWalksNeverDeadEndAndValidate) {
+  walk_randomly(R"({"type": "object", "properties": {"name": {"type": "string"}, "n": {"type": "integer"},
+      "kind": {"enum": ["a", "ab", 1, 10]}, "maybe": {"anyOf": [{"type": "number"}, {"type": "null"}]},
+      "list": {"type": "array", "items": {"type": "boolean"}, "minItems": 2, "maxItems": 4}},
+      "required": ["name", "kind", "list"]})",
+                200, 100);
+  walk_randomly(R"({"type": "object", "additionalProperties": {"type": "array", "items": {}}})", 200, 100);
+  // Recursion with a way out: deep walks must close before the depth limit.
+  walk_randomly(R"({"anyOf": [{"type": "array", "items": {"$ref": "#"}, "minItems": 1}, {"type": "null"}]})",
+                200, 100);
+  walk_randomly(R"({"type": "object", "properties": {"v": {"type": "integer"}, "kids": {"type": "array",
+      "items": {"$ref": "#"}}}, "required": ["v", "kids"]})",
+                200, 100);
+}
+
+TEST(JsonSchemaRecognizer, DepthLimitLeavesAWayOut) {
+  const auto s = compiled(R"({"anyOf": [{"type": "array", "items": {"$ref": "#"}}, {"type": "integer"}]})");
+  JsonSchemaRecognizer r(s.get());
+  for (int i = 0; i < JsonSchema::kMaxDepth; ++i) ASSERT_TRUE(r.feed(static_cast<uint8_t>('['))) << i;
+  EXPECT_FALSE(r.feed(static_cast<uint8_t>('[')));  // one more level would not fit
+  EXPECT_TRUE(r.feed(static_cast<uint8_t>('1')));
+  // A required nested object needs two levels: at depth 31 its array can open only empty.
+  const auto t = compiled(R"({"anyOf": [{"type": "array", "items": {"$ref": "#"}},
+      {"type": "object", "properties": {"o": {"type": "object"}}, "required": ["o"]}]})");
+  JsonSchemaRecognizer q(t.get());
+  for (int i = 0; i < JsonSchema::kMaxDepth - 1; ++i) ASSERT_TRUE(q.feed(static_cast<uint8_t>('[')));
+  EXPECT_FALSE(q.feed(static_cast<uint8_t>('{')));
+  EXPECT_TRUE(q.feed(static_cast<uint8_t>(']')));
+}
+
+TEST(JsonSchemaRecognizer, StatesCompareAndRefusalsLeaveTheStateAlone) {
+  const auto s = compiled(R"({"type": "object", "properties": {"a": {"type": "string"}}})");
+  JsonSchemaRecognizer x(s.get()), y(s.get());
+  ASSERT_TRUE(x.feed(std::string_view("{\"a\": \"hello")));
+  ASSERT_TRUE(y.feed(std::string_view("{\"a\":\"h")));
+  EXPECT_TRUE(x.in_plain_string());
+  EXPECT_TRUE(x == y);  // string content and whitespace already ended are not state
+  const JsonSchemaRecognizer before = x;
+  EXPECT_FALSE(x.feed(static_cast<uint8_t>(0x01)));
+  EXPECT_TRUE(x == before);
+}
+
+// The masks over DeepSeek-V3's vocabulary equal checking each token on its own from the same state, along a
+// document that passes keys, literals, numbers, strings (with escapes) and nested containers.
+TEST(JsonSchemaMasks, EqualCheckingEveryToken) {
+  const Tokenizer tok = Tokenizer::load(std::string(DSINFER_TEST_DATA) + "/tokenizer/deepseek-v3");
+  const TokenTrie trie(tok);
+  const int32_t vocab = 129280;
+  const auto s = compiled(R"({"type": "object", "properties": {"title": {"type": "string"},
+      "year": {"type": "integer"}, "genre": {"enum": ["drama", "documentary", "comedy"]},
+      "cast": {"type": "array", "items": {"type": "object", "properties": {"name": {"type": "string"},
+      "lead": {"type": "boolean"}}, "required": ["name"]}}, "rating": {"anyOf": [{"type": "number"},
+      {"type": "null"}]}}, "required": ["title", "year", "genre"]})");
+  const std::string doc =
+      "{\"title\": \"Das \\\"Boot\\\" \u00e9\", \"year\": 1981, \"genre\": \"drama\", "
+      "\"cast\": [{\"name\": \"J\u00fcrgen\", \"lead\": true}], \"rating\": 8.4}";
+  JsonSchemaRecognizer state(s.get());
+  const std::vector<int32_t> added = tok.added_token_ids();
+  for (size_t i = 0; i <= doc.size(); ++i) {
+    if (i % 5 == 0 || i == doc.size()) {
+      std::vector<uint32_t> mask(static_cast<size_t>(vocab + 31) / 32, 0u);
+      trie.allowed(state, mask);
+      std::vector<uint32_t> brute(mask.size(), 0u);
+      for (int32_t id = 0; id < tok.vocab_size(); ++id) {
+        if (!tok.has_id(id) || std::find(added.begin(), added.end(), id) != added.end()) continue;
+        const std::string& bytes = tok.token_bytes(id);
+        JsonSchemaRecognizer next = state;
+        if (!bytes.empty() && next.feed(bytes)) brute[id / 32] |= 1u << (id % 32);
+      }
+      ASSERT_EQ(mask, brute) << "after " << doc.substr(0, i);
+    }
+    if (i < doc.size()) {
+      ASSERT_TRUE(state.feed(static_cast<uint8_t>(doc[i]))) << doc.substr(0, i + 1);
+    }
+  }
+  EXPECT_TRUE(state.complete());
+}
+
+// Sampling inside the masks (random logits, DeepSeek-V3's vocabulary, through JsonConstraint): every answer
+// that ends with EOS validates, and EOS is offered exactly when the value is complete (a number: also more).
+TEST(JsonSchemaMasks, SampledAnswersValidate) {
+  const Tokenizer tok = Tokenizer::load(std::string(DSINFER_TEST_DATA) + "/tokenizer/deepseek-v3");
+  const auto trie = std::make_shared<const TokenTrie>(tok);
+  const int32_t vocab = 129280;
+  const int32_t eos = *tok.eos_id();
+  const std::string text = R"({"type": "object", "properties": {"id": {"type": "integer"},
+      "level": {"enum": ["low", "high"]}, "notes": {"type": "array", "items": {"type": "string"}, "maxItems": 2}},
+      "required": ["id", "level"]})";
+  const ojson schema = ojson::parse(text);
+  const auto s = JsonSchema::compile(schema);
+  std::mt19937 rng(7);
+  int ended = 0;
+  for (int run = 0; run < 12; ++run) {
+    JsonConstraint c(trie, tok, vocab, {eos}, s);
+    std::string out;
+    for (int step = 0; step < 80; ++step) {
+      const std::span<const uint32_t> m = c.allowed();
+      std::vector<int32_t> ids;
+      for (int32_t id = 0; id < vocab; ++id)
+        if ((m[id / 32] >> (id % 32)) & 1u) ids.push_back(id);
+      ASSERT_FALSE(ids.empty()) << "no token allowed after " << out;
+      const bool eos_allowed = std::find(ids.begin(), ids.end(), eos) != ids.end();
+      EXPECT_EQ(eos_allowed, c.complete()) << out;
+      // Short tokens and EOS favoured, so that answers end within the budget.
+      int32_t pick = ids[rng() % ids.size()];
+      if (eos_allowed && rng() % 2 == 0) pick = eos;
+      for (int tries = 0; tries < 8 && tok.token_bytes(pick).size() > 2 && pick != eos; ++tries)
+        pick = ids[rng() % ids.size()];
+      c.advance(pick);
+      if (pick == eos) {
+        ++ended;
+        EXPECT_TRUE(valid(ojson::parse(out), schema, schema)) << out;
+        break;
+      }
+      out += tok.token_bytes(pick);
+    }
+  }
+  EXPECT_GT(ended, 3);
+}
+
+// The cost of schema masks on DeepSeek-V3's vocabulary (a measurement, not a check):
+//   build/tests/json_schema_test --gtest_also_run_disabled_tests --gtest_filter='*SchemaMaskCost*'
+TEST(JsonSchemaBench, DISABLED_SchemaMaskCost) {
+  const Tokenizer v3 = Tokenizer::load(std::string(DSINFER_TEST_DATA) + "/tokenizer/deepseek-v3");
+  using Clock = std::chrono::steady_clock;
+  const auto ms = [](Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
+  const TokenTrie trie(v3);
+  const int32_t vocab = 129280;
+  const auto schema = compiled(R"({"type": "object", "properties": {"title": {"type": "string"},
+      "year": {"type": "integer"}, "genre": {"enum": ["drama", "documentary", "comedy"]},
+      "tags": {"type": "array", "items": {}}}, "required": ["title", "year", "genre"]})");
+  for (const char* prefix :
+       {"", "{", "{\"ti", "{\"title\": ", "{\"title\": \"Das B", "{\"title\": \"x\", \"year\": 19",
+        "{\"title\": \"x\", \"year\": 1, \"genre\": \"d",
+        "{\"title\": \"x\", \"year\": 1, \"genre\": \"drama\", \"tags\": [1, "}) {
+    JsonSchemaRecognizer state(schema.get());
+    ASSERT_TRUE(state.feed(std::string_view(prefix))) << prefix;
+    std::vector<uint32_t> mask(static_cast<size_t>(vocab + 31) / 32);
+    constexpr int kRepeats = 20;
+    const auto a = Clock::now();
+    for (int i = 0; i < kRepeats; ++i) {
+      std::fill(mask.begin(), mask.end(), 0u);
+      trie.allowed(state, mask);
+    }
+    const double each = ms(Clock::now() - a) / kRepeats;
+    size_t allowed = 0;
+    for (uint32_t w : mask) allowed += static_cast<size_t>(__builtin_popcount(w));
+    std::printf("after '%s': %.3f ms, %zu tokens allowed\n", prefix, each, allowed);
+  }
+}
+
+}  // namespace
+}  // namespace dsinfer
