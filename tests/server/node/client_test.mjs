@@ -56,6 +56,41 @@ assert.equal(usage.completion_tokens, chat.usage.completion_tokens);
 const many = await client.chat.completions.create({ model, messages, max_tokens: 4, n: 2, temperature: 0 });
 assert.deepEqual(many.choices.map((c) => c.index), [0, 1]);
 
+// Structured outputs: the SDK's parse helper with a strict JSON schema (bounded: a boolean and an enum, so the
+// answer ends within max_tokens even through the longest whitespace runs).
+const parsed = await client.beta.chat.completions.parse({
+  model,
+  messages: [{ role: "user", content: "Is it ready?" }],
+  max_tokens: 400,
+  temperature: 0,
+  response_format: {
+    type: "json_schema",
+    json_schema: {
+      name: "status",
+      strict: true,
+      schema: {
+        type: "object",
+        properties: { ready: { type: "boolean" }, level: { enum: ["low", "high"] } },
+        required: ["ready", "level"],
+        additionalProperties: false,
+      },
+    },
+  },
+});
+const status = parsed.choices[0].message.parsed;
+assert.equal(parsed.choices[0].finish_reason, "stop");
+assert.deepEqual(Object.keys(status), ["ready", "level"]);
+assert.equal(typeof status.ready, "boolean");
+assert.ok(["low", "high"].includes(status.level));
+console.log(`structured output: ${parsed.choices[0].message.content}`);
+await assert.rejects(
+  client.chat.completions.create({
+    model, messages, max_tokens: 4,
+    response_format: { type: "json_schema", json_schema: { name: "s", schema: { type: "string", pattern: "^a" } } },
+  }),
+  (err) => err instanceof OpenAI.BadRequestError && /pattern/.test(err.message),
+);
+
 await assert.rejects(
   client.completions.create({ model: "no-such-model", prompt: "x", max_tokens: 1 }),
   (err) => err instanceof OpenAI.APIError && err.status === 404,
