@@ -2,6 +2,7 @@
 #include "engine/json_constraint.h"
 
 #include <algorithm>
+#include <cctype>
 #include <unordered_set>
 
 #include "core/error.h"
@@ -169,17 +170,38 @@ void JsonConstraint::advance(int32_t token) {
 }
 
 ToolArgumentsConstraint::ToolArgumentsConstraint(std::shared_ptr<const TokenTrie> trie, Tokenizer tokenizer,
-                                                 int32_t vocab, Start start)
-    : masks_(std::move(trie), vocab),
+                                                 int32_t vocab, Start start, Schemas schemas,
+                                                 std::string function)
+    : masks_(trie, vocab),
+      schema_masks_(std::move(trie), vocab),
       tokenizer_(std::move(tokenizer)),
+      schemas_(std::move(schemas)),
       state_(start == Start::kFree     ? State::kFree
              : start == Start::kInCall ? State::kInCall
                                        : State::kArguments),
-      json_(true, true) {}
+      json_(true, true) {
+  if (state_ == State::kArguments) open_arguments(function);
+}
+
+// A call's arguments begin: held to its function's schema when there is one, else to any JSON object.
+void ToolArgumentsConstraint::open_arguments(std::string_view function) {
+  json_ = JsonRecognizer(true, true);
+  schema_json_.reset();
+  for (const auto& [name, schema] : schemas_)
+    if (name == function && schema) schema_json_.emplace(schema.get(), /*free_after=*/true);
+}
+
+bool ToolArgumentsConstraint::feed_arguments(uint8_t byte) {
+  return schema_json_ ? schema_json_->feed(byte) : json_.feed(byte);
+}
+
+bool ToolArgumentsConstraint::arguments_complete() const {
+  return schema_json_ ? schema_json_->complete() : json_.complete();
+}
 
 std::span<const uint32_t> ToolArgumentsConstraint::allowed() {
   if (state_ != State::kArguments) return {};
-  return masks_.allowed(json_);
+  return schema_json_ ? schema_masks_.allowed(*schema_json_) : masks_.allowed(json_);
 }
 
 void ToolArgumentsConstraint::advance(int32_t token) {
@@ -187,20 +209,34 @@ void ToolArgumentsConstraint::advance(int32_t token) {
   take(tokenizer_.token_bytes(token));
 }
 
+namespace {
+
+// The function name in a call's text before its fence: after the separator (or all of it), trimmed.
+std::string_view call_function(std::string_view text) {
+  const size_t sep = text.rfind(ToolArgumentsConstraint::kSep);
+  if (sep != std::string_view::npos) text.remove_prefix(sep + ToolArgumentsConstraint::kSep.size());
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.front()))) text.remove_prefix(1);
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.remove_suffix(1);
+  return text;
+}
+
+}  // namespace
+
 // The state machine over the answer's bytes; a token may hold a marker's end and what follows it.
 void ToolArgumentsConstraint::take(std::string_view bytes) {
   while (!bytes.empty()) {
     if (state_ == State::kArguments) {
       size_t used = 0;
-      while (used < bytes.size() && !json_.complete()) {
-        if (!json_.feed(static_cast<uint8_t>(bytes[used]))) break;
+      while (used < bytes.size() && !arguments_complete()) {
+        if (!feed_arguments(static_cast<uint8_t>(bytes[used]))) break;
         ++used;
       }
-      if (!json_.complete() && used == bytes.size()) return;  // the arguments go on
+      if (!arguments_complete() && used == bytes.size()) return;  // the arguments go on
       // Complete (or broken, which frees the text rather than failing the request): free text follows.
       state_ = State::kFree;
       tail_.clear();
       json_ = JsonRecognizer(true, true);
+      schema_json_.reset();
       bytes.remove_prefix(used);
       continue;
     }
@@ -220,14 +256,20 @@ void ToolArgumentsConstraint::take(std::string_view bytes) {
       }
     }
     if (at == std::string::npos) {
-      // Keep only what may start a marker.
-      const size_t keep = std::max(kCallBegin.size(), kCallEnd.size());
+      // Keep what may start a marker; in a call, its text (the function name) up to a bound.
+      const size_t keep =
+          state_ == State::kInCall ? kMaxCallText : std::max(kCallBegin.size(), kCallEnd.size());
       if (tail_.size() > keep) tail_.erase(0, tail_.size() - keep);
       return;
     }
     const std::string rest = tail_.substr(at + marker.size());
+    if (state_ == State::kFree) {
+      state_ = State::kInCall;
+    } else {
+      state_ = State::kArguments;
+      open_arguments(call_function(std::string_view(tail_).substr(0, at)));
+    }
     tail_.clear();
-    state_ = state_ == State::kFree ? State::kInCall : State::kArguments;
     take(rest);
     return;
   }

@@ -5,7 +5,9 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
+#include <string>
 #include <variant>
 #include <vector>
 
@@ -103,8 +105,9 @@ class JsonConstraint {
 };
 
 // DeepSeek-V3 tool calls with JSON arguments: the answer is free text, except that after a call's opening
-// (<｜tool▁call▁begin｜>) and its arguments' fence ("```json\n") the tokens must form one JSON object; once
-// it is complete the text is free again (the fence's end, the next call).
+// (<｜tool▁call▁begin｜>), its function name and its arguments' fence ("```json\n") the tokens must form one
+// JSON object, one of the function's parameter schema when it has one; once it is complete the text is free
+// again (the fence's end, the next call).
 class ToolArgumentsConstraint {
  public:
   // Where the prompt leaves the answer: in free text, inside a call before its arguments (tool_choice
@@ -112,25 +115,38 @@ class ToolArgumentsConstraint {
   enum class Start { kFree, kInCall, kArguments };
   static constexpr std::string_view kCallBegin = "<｜tool▁call▁begin｜>";
   static constexpr std::string_view kCallEnd = "<｜tool▁call▁end｜>";
+  static constexpr std::string_view kSep = "<｜tool▁sep｜>";
   static constexpr std::string_view kFence = "```json\n";
+  // Functions by name and their parameters compiled with JsonSchema::compile(..., object_root = true).
+  using Schemas = std::vector<std::pair<std::string, std::shared_ptr<const JsonSchema>>>;
 
+  // function: at Start::kArguments, the function whose arguments come first.
   ToolArgumentsConstraint(std::shared_ptr<const TokenTrie> trie, Tokenizer tokenizer, int32_t vocab,
-                          Start start);
+                          Start start, Schemas schemas = {}, std::string function = {});
   // The allowed next tokens, or an empty span when the text is free.
   std::span<const uint32_t> allowed();
   // Moves past a sampled token (a token that breaks the arguments frees the text: never throws).
   void advance(int32_t token);
   bool in_arguments() const { return state_ == State::kArguments; }
+  // The current call's arguments follow its function's schema.
+  bool schema_bound() const { return schema_json_.has_value(); }
 
  private:
   enum class State { kFree, kInCall, kArguments };
+  static constexpr size_t kMaxCallText = 256;  // a call's text before its fence kept for the name
   void take(std::string_view bytes);
+  void open_arguments(std::string_view function);
+  bool feed_arguments(uint8_t byte);
+  bool arguments_complete() const;
 
   JsonMaskCache masks_;
+  JsonSchemaMaskCache schema_masks_;
   Tokenizer tokenizer_;
+  Schemas schemas_;
   State state_;
-  std::string tail_;     // the free text's last bytes: markers split across tokens
+  std::string tail_;     // the free text's last bytes (markers split across tokens); in a call, its text
   JsonRecognizer json_;  // the arguments (free_after: a token may close the object and go on)
+  std::optional<JsonSchemaRecognizer> schema_json_;  // instead, when the function has a schema
 };
 
 }  // namespace dsinfer

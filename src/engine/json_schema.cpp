@@ -90,12 +90,19 @@ class JsonSchemaCompiler {
  public:
   explicit JsonSchemaCompiler(const ojson& doc) : doc_(doc), out_(std::make_shared<JsonSchema>()) {}
 
-  std::shared_ptr<const JsonSchema> run() {
+  std::shared_ptr<const JsonSchema> run(bool object_root) {
     out_->root_ = ref("#", "#");
     resolve_choices();
     build_tries();
     check_choices();
     min_depths();
+    if (object_root) {
+      int32_t object = -1;
+      for (uint16_t b : out_->nodes_[out_->root_].branches)
+        if (out_->nodes_[b].kind == Kind::kObject) object = b;
+      if (object < 0) refuse("#", "the schema must describe a JSON object");
+      out_->root_ = static_cast<uint16_t>(object);
+    }
     const uint8_t depth = out_->nodes_[out_->root_].min_depth;
     DSI_CHECK(depth <= JsonSchema::kMaxDepth, "the schema needs answers nested deeper than ",
               JsonSchema::kMaxDepth,
@@ -554,8 +561,8 @@ class JsonSchemaCompiler {
   int32_t any_ = -1;
 };
 
-std::shared_ptr<const JsonSchema> JsonSchema::compile(const ojson& schema) {
-  return JsonSchemaCompiler(schema).run();
+std::shared_ptr<const JsonSchema> JsonSchema::compile(const ojson& schema, bool object_root) {
+  return JsonSchemaCompiler(schema).run(object_root);
 }
 
 int32_t JsonSchema::trie_next(uint16_t at, uint8_t byte) const {

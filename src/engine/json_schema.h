@@ -25,7 +25,10 @@ namespace dsinfer {
 class JsonSchema {
  public:
   // Throws dsinfer::Error naming the schema location (a JSON pointer) and what is wrong or unsupported.
-  static std::shared_ptr<const JsonSchema> compile(const nlohmann::ordered_json& schema);
+  // object_root: the value must be an object (a function's parameters): the schema's object branch is
+  // taken, and a schema without one is refused.
+  static std::shared_ptr<const JsonSchema> compile(const nlohmann::ordered_json& schema,
+                                                   bool object_root = false);
 
   static constexpr int kMaxDepth = 32;  // nesting of arrays and objects in an answer
   static constexpr uint32_t kMaxItemsTracked = 255;

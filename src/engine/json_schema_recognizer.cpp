@@ -10,8 +10,9 @@ namespace dsinfer {
 
 using Kind = JsonSchema::Kind;
 
-JsonSchemaRecognizer::JsonSchemaRecognizer(const JsonSchema* schema) : schema_(schema) {
+JsonSchemaRecognizer::JsonSchemaRecognizer(const JsonSchema* schema, bool free_after) : schema_(schema) {
   s_.value = schema->root();
+  s_.free_after = free_after ? 1 : 0;
 }
 
 bool JsonSchemaRecognizer::feed(uint8_t byte) {
@@ -234,7 +235,7 @@ bool JsonSchemaRecognizer::step(uint8_t byte) {
 
 // Between tokens: whitespace, punctuation, the start of a value or key.
 bool JsonSchemaRecognizer::between(uint8_t byte) {
-  if (s_.mode == kAfterValue && s_.depth == 0) return false;  // nothing after the value
+  if (s_.mode == kAfterValue && s_.depth == 0) return s_.free_after;  // after the value: nothing, or anything
   if (json_lex::is_ws(byte)) {
     if (s_.whitespace >= kMaxWhitespaceRun) return false;
     ++s_.whitespace;

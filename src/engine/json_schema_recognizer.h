@@ -6,7 +6,7 @@
 // Guarantees for generation: every accepted prefix can still be completed (no dead ends: containers open
 // only where the schema's required nesting still fits in JsonSchema::kMaxDepth levels, a key or ',' only
 // where a property can follow), whitespace runs outside strings are at most kMaxWhitespaceRun bytes, and
-// nothing follows the value.
+// nothing follows the value (unless free_after).
 #pragma once
 #include <cstdint>
 #include <string_view>
@@ -20,8 +20,9 @@ class JsonSchemaRecognizer {
   static constexpr int kMaxDepth = JsonSchema::kMaxDepth;
   static constexpr int kMaxWhitespaceRun = 48;
 
-  // `schema` must outlive the recogniser and its copies.
-  explicit JsonSchemaRecognizer(const JsonSchema* schema);
+  // `schema` must outlive the recogniser and its copies. free_after: once the value is complete any bytes may
+  // follow (the value is embedded in text, e.g. a tool call's arguments).
+  explicit JsonSchemaRecognizer(const JsonSchema* schema, bool free_after = false);
 
   // Moves past `byte` and returns true when it continues an accepted prefix; false and unchanged otherwise.
   bool feed(uint8_t byte);
@@ -83,7 +84,8 @@ class JsonSchemaRecognizer {
     uint8_t utf8_high = 0xBF;
     uint16_t value = 0;    // the node of the value expected or being read
     uint16_t literal = 0;  // trie node in a literal or key
-    uint8_t pad[4] = {};
+    uint8_t free_after = 0;
+    uint8_t pad[3] = {};
     Frame frames[kMaxDepth] = {};
   } s_;
   static_assert(sizeof(State) == 16 + 4 * kMaxDepth, "State has no implicit padding (compared with memcmp)");

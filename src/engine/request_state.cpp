@@ -30,7 +30,8 @@ RequestState::RequestState(uint64_t id, GenerationRequest request, const Tokeniz
     tool_args_.emplace(std::move(json_vocab), *tokenizer_, vocab,
                        start == 2   ? Start::kArguments
                        : start == 1 ? Start::kInCall
-                                    : Start::kFree);
+                                    : Start::kFree,
+                       request_.sampling.tool_schemas, request_.sampling.tool_arguments_function);
   }
 }
 

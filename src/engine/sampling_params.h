@@ -4,6 +4,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace dsinfer {
@@ -53,6 +54,11 @@ struct SamplingParams {
   // 0 free text, 1 inside a call before its arguments, 2 at the arguments. Not with json_object.
   bool json_tool_arguments = false;
   int32_t tool_arguments_start = 0;
+  // With json_tool_arguments: the functions whose parameters are held to their schema (compiled with
+  // JsonSchema::compile(..., object_root = true)); calls to others get any JSON object. At start 2, the
+  // function whose arguments the prompt opened.
+  std::vector<std::pair<std::string, std::shared_ptr<const JsonSchema>>> tool_schemas;
+  std::string tool_arguments_function;
 
   // Throws dsinfer::Error naming the bad field, its value and its allowed range.
   void validate(int32_t vocab_size) const;

@@ -389,8 +389,10 @@ CompletionRequest parse_completion_request(const json& body, bool chat, const To
     const ToolPrompt tp = chat_template_inputs(body, messages, r.tools, tok);
     r.tool_prefill = tp.prefill;
     if (r.tools.active() && tp.v3_layout) {
-      r.sampling.json_tool_arguments = true;  // the arguments are held to JSON objects
+      r.sampling.json_tool_arguments = true;  // the arguments are held to JSON objects, or their schemas
       r.sampling.tool_arguments_start = tp.arguments_start;
+      r.sampling.tool_schemas = tool_parameter_schemas(r.tools, raw_body);
+      r.sampling.tool_arguments_function = r.tools.forced_name;
     }
     try {
       r.prompts.push_back(encode_chat_prompt(tok, tp.messages, true, tp.variables, tp.prefill));

@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "engine/json_schema.h"
 #include "server/api_error.h"
+#include "server/ordered_body.h"
 
 namespace dsinfer::server {
 
@@ -20,19 +21,6 @@ bool valid_schema_name(const std::string& name) {
   for (char c : name)
     if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-')) return false;
   return true;
-}
-
-// The schema with the key order of the request's text (nlohmann::json keeps keys sorted).
-ordered_json ordered_schema(const json& schema, std::string_view raw_body) {
-  if (!raw_body.empty()) {
-    try {
-      const ordered_json body = ordered_json::parse(raw_body);
-      return body.at(kParam).at("json_schema").at("schema");
-    } catch (const std::exception&) {
-      // Parsed once already; fall back to the sorted copy below.
-    }
-  }
-  return ordered_json::parse(schema.dump());
 }
 
 }  // namespace
@@ -73,7 +61,8 @@ ResponseFormat parse_response_format(const json& body, std::string_view raw_body
                       "response_format.json_schema.schema", "invalid_type");
   }
   try {
-    out.schema = JsonSchema::compile(ordered_schema(envelope["schema"], raw_body));
+    out.schema = JsonSchema::compile(ordered_part(
+        raw_body, ordered_json::json_pointer("/response_format/json_schema/schema"), envelope["schema"]));
   } catch (const Error& e) {
     throw bad_request(str_cat("'response_format.json_schema.schema' cannot be enforced: ", e.what()),
                       "response_format.json_schema.schema", "invalid_value");

@@ -6,7 +6,9 @@
 #include <set>
 
 #include "core/error.h"
+#include "engine/json_schema.h"
 #include "server/api_error.h"
+#include "server/ordered_body.h"
 #include "server/tool_call_parser.h"
 
 namespace dsinfer::server {
@@ -131,6 +133,29 @@ void inline_calls_after_text(json& messages) {
 }
 
 }  // namespace
+
+std::vector<std::pair<std::string, std::shared_ptr<const JsonSchema>>> tool_parameter_schemas(
+    const ToolRequest& request, std::string_view raw_body) {
+  std::vector<std::pair<std::string, std::shared_ptr<const JsonSchema>>> out;
+  for (size_t i = 0; i < request.tools.size(); ++i) {
+    const json& fn = request.tools[i]["function"];
+    if (!present(fn, "parameters")) continue;
+    const nlohmann::ordered_json params = ordered_part(
+        raw_body, nlohmann::ordered_json::json_pointer(str_cat("/tools/", i, "/function/parameters")),
+        fn["parameters"]);
+    try {
+      out.emplace_back(fn["name"].get<std::string>(), JsonSchema::compile(params, /*object_root=*/true));
+    } catch (const Error& e) {
+      if (fn.value("strict", false)) {
+        throw bad_request(
+            str_cat("tools[", i, "].function.parameters cannot be enforced (strict): ", e.what()), "tools",
+            "invalid_value");
+      }
+      // Not strict: the arguments are held to a JSON object only.
+    }
+  }
+  return out;
+}
 
 ToolRequest parse_tool_request(const json& body) {
   ToolRequest r;

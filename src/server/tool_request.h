@@ -3,10 +3,18 @@
 // tools described in a system message when the template does not render them, and the opening of a call
 // written after the generation prompt when a call is required).
 #pragma once
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 #include "tokenizer/tokenizer.h"
+
+namespace dsinfer {
+class JsonSchema;
+}
 
 namespace dsinfer::server {
 
@@ -54,6 +62,13 @@ ToolPrompt tool_prompt(const ToolRequest& request, const nlohmann::json& message
 
 // Whether a chat template renders the `tools` variable itself (DeepSeek-V3.1's does, V3's and R1's do not).
 bool template_renders_tools(const std::string& chat_template);
+
+// The declared functions' parameter schemas, for holding a call's arguments to them (DeepSeek-V3's layout):
+// compiled in the order the request's text declares the properties. A function without parameters, or whose
+// parameters use what the decoder cannot enforce (see docs/configuration.md, response_format json_schema),
+// gets none (any JSON object), unless it is strict: then ApiError (400) naming tools[i].function.parameters.
+std::vector<std::pair<std::string, std::shared_ptr<const JsonSchema>>> tool_parameter_schemas(
+    const ToolRequest& request, std::string_view raw_body);
 
 // "call_" and 24 random letters and digits.
 std::string new_tool_call_id();

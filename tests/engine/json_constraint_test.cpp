@@ -15,6 +15,7 @@
 
 #include "core/error.h"
 #include "engine/json_recognizer.h"
+#include "engine/json_schema.h"
 #include "engine/request_state.h"
 
 namespace dsinfer {
@@ -340,6 +341,52 @@ TEST(ToolArgumentsConstraint, StartsWhereThePromptLeftTheAnswer) {
   EXPECT_FALSE(bare.in_arguments());
 }
 
+// With the functions' parameter schemas: a call to get_weather is held to its schema (its keys, its enum),
+// found by the name the model writes; a call to a function without one, to any object.
+TEST(ToolArgumentsConstraint, CallsFollowTheirFunctionsSchema) {
+  const Tokenizer& tok = v3_tokenizer();
+  const auto weather = JsonSchema::compile(nlohmann::ordered_json::parse(R"({"type": "object", "properties":
+      {"city": {"type": "string"}, "unit": {"enum": ["celsius", "fahrenheit"]}}, "required": ["city"],
+      "additionalProperties": false})"),
+                                           /*object_root=*/true);
+  const ToolArgumentsConstraint::Schemas schemas = {{"get_weather", weather}};
+  const std::string answer =
+      "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n"
+      "{\"city\": \"Paris\", \"unit\": \"celsius\"}\n```<｜tool▁call▁end｜>\n"
+      "<｜tool▁call▁begin｜>function<｜tool▁sep｜>get_time\n```json\n{\"zone\": 1}\n```<｜tool▁call▁end｜>";
+  ToolArgumentsConstraint c(v3_trie(), tok, kV3Vocab, ToolArgumentsConstraint::Start::kFree, schemas);
+  std::string text;
+  int bound_tokens = 0, free_object_tokens = 0;
+  for (int32_t id : tok.encode(answer)) {
+    const std::span<const uint32_t> mask = c.allowed();
+    if (!mask.empty()) {
+      EXPECT_TRUE(has_bit(mask, id)) << tok.decode({id}) << " after " << text;
+      (c.schema_bound() ? bound_tokens : free_object_tokens) += 1;
+      if (c.schema_bound() && text.size() > 0 && text.back() == '{') {
+        // Right after get_weather's '{': only its first key (or whitespace) may follow, not another.
+        EXPECT_FALSE(has_bit(mask, tok.encode("\"zone")[0]));
+      }
+    }
+    c.advance(id);
+    text += tok.decode({id});
+  }
+  EXPECT_GT(bound_tokens, 3);
+  EXPECT_GT(free_object_tokens, 3);
+  // A named function at the start: bound from the first token; an enum value outside the schema is refused.
+  ToolArgumentsConstraint named(v3_trie(), tok, kV3Vocab, ToolArgumentsConstraint::Start::kArguments, schemas,
+                                "get_weather");
+  EXPECT_TRUE(named.schema_bound());
+  for (int32_t id : tok.encode("{\"city\": \"Oslo\", \"unit\": \"")) named.advance(id);
+  EXPECT_TRUE(has_bit(named.allowed(), tok.encode("cel")[0]));
+  EXPECT_FALSE(has_bit(named.allowed(), tok.encode("kel")[0]));
+  // Required: the name comes from the answer itself.
+  ToolArgumentsConstraint required(v3_trie(), tok, kV3Vocab, ToolArgumentsConstraint::Start::kInCall,
+                                   schemas);
+  for (int32_t id : tok.encode("get_weather\n```json\n")) required.advance(id);
+  EXPECT_TRUE(required.in_arguments());
+  EXPECT_TRUE(required.schema_bound());
+}
+
 // Through RequestState (the engine's per-request step): logits that favour text where the arguments go still
 // give a JSON object.
 TEST(ToolArgumentsConstraint, RequestStateSamplesInsideTheMask) {
@@ -365,6 +412,39 @@ TEST(ToolArgumentsConstraint, RequestStateSamplesInsideTheMask) {
   ASSERT_FALSE(row.allowed.empty());
   EXPECT_FALSE(has_bit(row.allowed, hello));
   EXPECT_FALSE(has_bit(row.allowed, *tok.eos_id()));  // the arguments cannot end the answer
+}
+
+// RequestState passes the function's schema on: a key the schema lacks loses to one it has.
+TEST(ToolArgumentsConstraint, RequestStateHoldsANamedCallToItsSchema) {
+  const Tokenizer& tok = v3_tokenizer();
+  GenerationRequest request;
+  request.prompt_ids = tok.encode("<｜User｜>weather?<｜Assistant｜>");
+  request.sampling.temperature = 0.0f;
+  request.sampling.max_tokens = 12;
+  request.sampling.json_tool_arguments = true;
+  request.sampling.tool_arguments_start = 2;
+  request.sampling.tool_arguments_function = "get_weather";
+  request.sampling.tool_schemas = {
+      {"get_weather",
+       JsonSchema::compile(nlohmann::ordered_json::parse(
+                               R"({"properties": {"city": {"type": "string"}}, "required": ["city"]})"),
+                           true)}};
+  RequestState state(1, request, &tok, {*tok.eos_id()}, 4096, RequestState::Clock::now(), v3_trie(),
+                     kV3Vocab);
+  std::vector<float> logits(kV3Vocab, 0.0f);
+  const int32_t brace = tok.encode("{")[0];
+  logits[brace] = 10.0f;
+  ASSERT_EQ(state.on_logits(logits.data(), kV3Vocab, 10, 0).token_ids.at(0), brace);
+  const int32_t quote = tok.encode("\"")[0];
+  logits[quote] = 20.0f;
+  ASSERT_EQ(state.on_logits(logits.data(), kV3Vocab, 11, 0).token_ids.at(0), quote);
+  const int32_t zone = tok.encode("zone")[0];
+  const int32_t city = tok.encode("city")[0];
+  ASSERT_NE(zone, city);
+  logits.assign(kV3Vocab, 0.0f);
+  logits[zone] = 10.0f;  // the model's favourite, not a parameter
+  logits[city] = 1.0f;
+  EXPECT_EQ(state.on_logits(logits.data(), kV3Vocab, 12, 0).token_ids.at(0), city);
 }
 
 }  // namespace

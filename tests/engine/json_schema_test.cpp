@@ -85,6 +85,17 @@ TEST(JsonSchemaCompile, RefusesWhatItCannotEnforceAndSaysWhere) {
             "");
 }
 
+TEST(JsonSchemaCompile, FunctionParametersMustDescribeAnObject) {
+  const auto nullable = JsonSchema::compile(ojson::parse(R"({"type": ["object", "null"]})"), true);
+  EXPECT_TRUE(accepts(*nullable, "{}"));
+  EXPECT_FALSE(accepts(*nullable, "null"));
+  EXPECT_TRUE(accepts(*JsonSchema::compile(ojson::parse("{}"), true), R"({"any": [1]})"));
+  EXPECT_THROW(JsonSchema::compile(ojson::parse(R"({"type": "string"})"), true), Error);
+  // Embedded in text (free_after): once the object is closed anything may follow.
+  JsonSchemaRecognizer r(nullable.get(), /*free_after=*/true);
+  EXPECT_TRUE(r.feed(std::string_view("{}\n```")));
+}
+
 TEST(JsonSchemaRecognizer, ObjectsFollowTheirPropertiesInOrder) {
   const auto s = compiled(R"({"type": "object", "properties": {
       "name": {"type": "string"}, "age": {"type": "integer"}, "tags": {"type": "array", "items": {"type": "string"}}},

@@ -55,6 +55,7 @@ class FakeEngine : public Engine {
     uint64_t h = request_hash(r.request.prompt_ids, r.request.sampling.seed.value_or(0));
     r.state = h;
     last_prompt_ = r.request.prompt_ids;
+    last_sampling_ = r.request.sampling;
     reqs_[id] = std::move(r);
     order_.push_back(id);
     ++submitted_;
@@ -123,6 +124,11 @@ class FakeEngine : public Engine {
   std::vector<int32_t> last_prompt() const {
     std::lock_guard<std::mutex> lock(mu_);
     return last_prompt_;
+  }
+  // The sampling parameters of the latest submitted request.
+  SamplingParams last_sampling() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return last_sampling_;
   }
   size_t live() const {
     std::lock_guard<std::mutex> lock(mu_);
@@ -251,6 +257,7 @@ class FakeEngine : public Engine {
   std::vector<int32_t> words_;
   std::vector<int32_t> script_;
   std::vector<int32_t> last_prompt_;
+  SamplingParams last_sampling_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::map<uint64_t, Req> reqs_;

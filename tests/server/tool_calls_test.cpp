@@ -297,6 +297,26 @@ TEST(ToolCallsServer, AnswerWithCalls) {
   EXPECT_NE(metrics.find("\ndsinfer_tool_calls_total 3\n"), std::string::npos) << metrics;
   EXPECT_NE(metrics.find("\ndsinfer_tool_call_parse_failures_total 0\n"), std::string::npos);
 
+  // The engine holds get_weather's arguments to its parameters (get_time declares none: any object).
+  r = post(h.port, "/v1/chat/completions", chat_body(json::object()).dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  const SamplingParams sampling = h.engine->last_sampling();
+  EXPECT_TRUE(sampling.json_tool_arguments);
+  ASSERT_EQ(sampling.tool_schemas.size(), 1u);
+  EXPECT_EQ(sampling.tool_schemas[0].first, "get_weather");
+  // Parameters the decoder cannot enforce: refused for a strict function, any object for another.
+  json strict_tool = json::parse(R"({"type": "function", "function": {"name": "lookup", "strict": true,
+      "parameters": {"type": "object", "properties": {"zip": {"type": "string", "pattern": "^[0-9]+$"}}}}})");
+  r = post(h.port, "/v1/chat/completions", chat_body({{"tools", {strict_tool}}}).dump());
+  expect_error(r, 400, "tools", "invalid_value");
+  EXPECT_NE(r.body.find("tools[0].function.parameters cannot be enforced (strict)"), std::string::npos)
+      << r.body;
+  EXPECT_NE(r.body.find("'pattern'"), std::string::npos) << r.body;
+  strict_tool["function"]["strict"] = false;
+  r = post(h.port, "/v1/chat/completions", chat_body({{"tools", {strict_tool}}}).dump());
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_TRUE(h.engine->last_sampling().tool_schemas.empty());
+
   // JSON mode and tools exclude each other.
   expect_error(post(h.port, "/v1/chat/completions",
                     chat_body({{"response_format", {{"type", "json_object"}}}}).dump()),
