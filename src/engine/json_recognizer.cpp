@@ -93,14 +93,10 @@ bool JsonRecognizer::end_container(uint8_t byte) {
 }
 
 bool JsonRecognizer::string_byte(uint8_t byte) {
-  json_lex::Utf8State u{s_.utf8_left, s_.utf8_low, s_.utf8_high};
-  switch (json_lex::string_byte(u, byte)) {
+  switch (json_lex::string_byte(s_.utf8, byte)) {
     case json_lex::StringByte::kRejected:
       return false;
     case json_lex::StringByte::kContent:
-      s_.utf8_left = u.left;
-      s_.utf8_low = u.low;
-      s_.utf8_high = u.high;
       return true;
     case json_lex::StringByte::kQuote:
       s_.mode = s_.string_key ? kColon : kAfterValue;

@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <string_view>
 
+#include "engine/json_lexer.h"
+
 namespace dsinfer {
 
 class JsonRecognizer {
@@ -32,7 +34,7 @@ class JsonRecognizer {
   bool complete() const;
   // Inside a string between characters. Every such state accepts the same byte strings without '"' and '\\'
   // (string content is not state).
-  bool in_plain_string() const { return s_.mode == kString && s_.utf8_left == 0; }
+  bool in_plain_string() const { return s_.mode == kString && s_.utf8.left == 0; }
 
   // Equal states accept the same continuations (the key of a cache of allowed-token sets).
   bool operator==(const JsonRecognizer& other) const;
@@ -64,11 +66,9 @@ class JsonRecognizer {
     uint8_t mode = kValue;
     uint8_t count = 0;    // per mode: hex digits, number phase (json_lex::NumberPhase), literal bytes matched
     uint8_t literal = 0;  // 0 true, 1 false, 2 null
-    uint8_t string_key = 0;   // the string being read is an object key
-    uint8_t utf8_left = 0;    // continuation bytes still due in a string
-    uint8_t utf8_low = 0x80;  // the allowed range of the next continuation byte (overlong / surrogate rules)
-    uint8_t utf8_high = 0xBF;
-    uint8_t whitespace = 0;  // the current run outside strings
+    uint8_t string_key = 0;    // the string being read is an object key
+    json_lex::Utf8State utf8;  // in a string: UTF-8 continuation bytes due and their allowed range
+    uint8_t whitespace = 0;    // the current run outside strings
     uint8_t object_only = 1;
     uint8_t depth = 0;
     uint8_t free_after = 0;

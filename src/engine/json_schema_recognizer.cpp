@@ -145,14 +145,10 @@ bool JsonSchemaRecognizer::close(uint8_t byte) {
 }
 
 bool JsonSchemaRecognizer::string_byte(uint8_t byte) {
-  json_lex::Utf8State u{s_.utf8_left, s_.utf8_low, s_.utf8_high};
-  switch (json_lex::string_byte(u, byte)) {
+  switch (json_lex::string_byte(s_.utf8, byte)) {
     case json_lex::StringByte::kRejected:
       return false;
     case json_lex::StringByte::kContent:
-      s_.utf8_left = u.left;
-      s_.utf8_low = u.low;
-      s_.utf8_high = u.high;
       return true;
     case json_lex::StringByte::kBackslash:
       s_.mode = kEscape;

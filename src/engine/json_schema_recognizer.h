@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "engine/json_lexer.h"
 #include "engine/json_schema.h"
 
 namespace dsinfer {
@@ -33,7 +34,7 @@ class JsonSchemaRecognizer {
   // A whole value has been read (a number or literal may still go on: "1" then "12").
   bool complete() const;
   // Inside a string between characters: every such state accepts the same strings without '"' and '\\'.
-  bool in_plain_string() const { return s_.mode == kString && s_.utf8_left == 0; }
+  bool in_plain_string() const { return s_.mode == kString && s_.utf8.left == 0; }
 
   bool operator==(const JsonSchemaRecognizer& other) const;
 
@@ -78,12 +79,10 @@ class JsonSchemaRecognizer {
     uint8_t count = 0;  // hex digits or number phase
     uint8_t depth = 0;  // open containers (frames in use; those above are zero)
     uint8_t whitespace = 0;
-    uint8_t string_key = 0;  // the string is a free key (an object without listed properties)
-    uint8_t utf8_left = 0;
-    uint8_t utf8_low = 0x80;
-    uint8_t utf8_high = 0xBF;
-    uint16_t value = 0;    // the node of the value expected or being read
-    uint16_t literal = 0;  // trie node in a literal or key
+    uint8_t string_key = 0;    // the string is a free key (an object without listed properties)
+    json_lex::Utf8State utf8;  // in a string: UTF-8 continuation bytes due and their allowed range
+    uint16_t value = 0;        // the node of the value expected or being read
+    uint16_t literal = 0;      // trie node in a literal or key
     uint8_t free_after = 0;
     uint8_t pad[3] = {};
     Frame frames[kMaxDepth] = {};

@@ -17,6 +17,7 @@
 #include "engine/json_recognizer.h"
 #include "engine/json_schema.h"
 #include "engine/request_state.h"
+#include "mask_cost.h"
 
 namespace dsinfer {
 namespace {
@@ -261,17 +262,7 @@ TEST(JsonConstraintBench, DISABLED_MaskCost) {
        {"", "{", "{\"key", "{\"key\": ", "{\"key\": \"text", "{\"key\": 12", "{\"k\": [1, "}) {
     JsonRecognizer state;
     ASSERT_TRUE(state.feed(std::string_view(prefix)));
-    std::vector<uint32_t> mask(static_cast<size_t>(vocab + 31) / 32);
-    constexpr int kRepeats = 20;
-    const auto a = Clock::now();
-    for (int i = 0; i < kRepeats; ++i) {
-      std::fill(mask.begin(), mask.end(), 0u);
-      trie.allowed(state, mask);
-    }
-    const double each = ms(Clock::now() - a) / kRepeats;
-    size_t allowed = 0;
-    for (uint32_t w : mask) allowed += static_cast<size_t>(__builtin_popcount(w));
-    std::printf("after '%s': %.3f ms, %zu tokens allowed\n", prefix, each, allowed);
+    print_mask_cost(trie, state, vocab, prefix);
   }
 }
 

@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "engine/json_constraint.h"
 #include "engine/json_schema_recognizer.h"
+#include "mask_cost.h"
 
 namespace dsinfer {
 namespace {
@@ -396,8 +397,6 @@ TEST(JsonSchemaMasks, SampledAnswersValidate) {
 //   build/tests/json_schema_test --gtest_also_run_disabled_tests --gtest_filter='*SchemaMaskCost*'
 TEST(JsonSchemaBench, DISABLED_SchemaMaskCost) {
   const Tokenizer v3 = Tokenizer::load(std::string(DSINFER_TEST_DATA) + "/tokenizer/deepseek-v3");
-  using Clock = std::chrono::steady_clock;
-  const auto ms = [](Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
   const TokenTrie trie(v3);
   const int32_t vocab = 129280;
   const auto schema = compiled(R"({"type": "object", "properties": {"title": {"type": "string"},
@@ -409,17 +408,7 @@ TEST(JsonSchemaBench, DISABLED_SchemaMaskCost) {
         "{\"title\": \"x\", \"year\": 1, \"genre\": \"drama\", \"tags\": [1, "}) {
     JsonSchemaRecognizer state(schema.get());
     ASSERT_TRUE(state.feed(std::string_view(prefix))) << prefix;
-    std::vector<uint32_t> mask(static_cast<size_t>(vocab + 31) / 32);
-    constexpr int kRepeats = 20;
-    const auto a = Clock::now();
-    for (int i = 0; i < kRepeats; ++i) {
-      std::fill(mask.begin(), mask.end(), 0u);
-      trie.allowed(state, mask);
-    }
-    const double each = ms(Clock::now() - a) / kRepeats;
-    size_t allowed = 0;
-    for (uint32_t w : mask) allowed += static_cast<size_t>(__builtin_popcount(w));
-    std::printf("after '%s': %.3f ms, %zu tokens allowed\n", prefix, each, allowed);
+    print_mask_cost(trie, state, vocab, prefix);
   }
 }
 
