@@ -24,14 +24,27 @@ TokenTrie::TokenTrie(const Tokenizer& tok) {
   JsonRecognizer in_string;
   DSI_CHECK(in_string.feed(std::string_view("{\"")) && in_string.in_plain_string(), "json: no string state");
   string_safe_.assign(static_cast<size_t>(n + 31) / 32, 0u);
+  safe_chars_.assign(static_cast<size_t>(n), kNotSafe);
   for (const auto& [bytes, id] : tokens) {
     if (bytes.find_first_of("\"\\") != std::string::npos) {
       string_special_.emplace_back(id, bytes);
       continue;
     }
     JsonRecognizer next = in_string;
-    if (next.feed(std::string_view(bytes))) string_safe_[id / 32] |= 1u << (id % 32);
+    if (!next.feed(std::string_view(bytes))) continue;
+    string_safe_[id / 32] |= 1u << (id % 32);
+    // Characters: bytes that are not UTF-8 continuations (a token may end inside a character).
+    int32_t chars = 0;
+    for (char c : bytes) chars += (static_cast<uint8_t>(c) & 0xC0) != 0x80;
+    max_safe_chars_ = std::max(max_safe_chars_, chars);
+    // (Longer ones stay kNotSafe: left out near a bound, which only costs the model that token there.)
+    if (chars < kNotSafe) safe_chars_[static_cast<size_t>(id)] = static_cast<uint8_t>(chars);
   }
+  safe_upto_.assign(static_cast<size_t>(std::min(max_safe_chars_, kUptoSets)),
+                    std::vector<uint32_t>(string_safe_.size(), 0u));
+  for (size_t id = 0; id < safe_chars_.size(); ++id)
+    for (int32_t c = safe_chars_[id]; c < static_cast<int32_t>(safe_upto_.size()); ++c)
+      safe_upto_[static_cast<size_t>(c)][id / 32] |= 1u << (id % 32);
   std::sort(tokens.begin(), tokens.end());
   next_token_.assign(static_cast<size_t>(n), -1);
   nodes_.reserve(tokens.size() * 2);
@@ -83,11 +96,20 @@ void TokenTrie::visit(uint32_t node, const Recognizer& state, std::span<uint32_t
 
 template <class Recognizer>
 void TokenTrie::allowed(const Recognizer& state, std::span<uint32_t> mask) const {
-  if (!state.in_plain_string()) {
+  const int32_t budget = state.string_budget();
+  if (budget < 0) {
     visit(0, state, mask);
     return;
   }
-  for (size_t w = 0; w < string_safe_.size() && w < mask.size(); ++w) mask[w] |= string_safe_[w];
+  const std::vector<uint32_t>* set = budget >= max_safe_chars_                          ? &string_safe_
+                                     : budget < static_cast<int32_t>(safe_upto_.size()) ? &safe_upto_[budget]
+                                                                                        : nullptr;
+  if (set) {
+    for (size_t w = 0; w < set->size() && w < mask.size(); ++w) mask[w] |= (*set)[w];
+  } else {
+    for (size_t id = 0; id < safe_chars_.size() && id / 32 < mask.size(); ++id)
+      if (safe_chars_[id] <= budget) mask[id / 32] |= 1u << (id % 32);
+  }
   for (const auto& [id, bytes] : string_special_) {
     Recognizer next = state;
     if (static_cast<size_t>(id) / 32 < mask.size() && next.feed(std::string_view(bytes)))

@@ -46,10 +46,18 @@ class TokenTrie {
   std::vector<Node> nodes_;
   std::vector<Edge> edges_;
   std::vector<int32_t> next_token_;  // by token id: the next token with the same bytes, -1 at the end
-  // Inside a string (JsonRecognizer::in_plain_string) the allowed set is string_safe_ (tokens without '"'
-  // or '\\' that a string accepts, the same in every such state) plus those of string_special_ (tokens
-  // with '"' or '\\') that this state accepts: no walk of the trie.
+  // Inside a string (string_budget() >= 0) the allowed set is string_safe_ (tokens without '"' or '\\'
+  // that a string accepts, the same in every such state) plus those of string_special_ (tokens with '"' or
+  // '\\') that this state accepts: no walk of the trie. A length-bounded string with fewer characters left
+  // than the longest safe token takes the safe tokens with at most that many (safe_chars_).
   std::vector<uint32_t> string_safe_;
+  std::vector<uint8_t> safe_chars_;  // by token id: characters of a safe token (kNotSafe: not one)
+  int32_t max_safe_chars_ = 0;
+  static constexpr uint8_t kNotSafe = 255;
+  // safe_upto_[c]: the safe tokens of at most c characters, for c below kUptoSets (a budget that small takes
+  // a copy; a larger one below max_safe_chars_ filters safe_chars_).
+  static constexpr int32_t kUptoSets = 48;
+  std::vector<std::vector<uint32_t>> safe_upto_;
   std::vector<std::pair<int32_t, std::string>> string_special_;
 };
 

@@ -7,6 +7,7 @@
 // top-level value (unless free_after), and strings must be well-formed UTF-8 (no overlong forms or
 // surrogates).
 #pragma once
+#include <climits>
 #include <cstdint>
 #include <string_view>
 
@@ -35,6 +36,8 @@ class JsonRecognizer {
   // Inside a string between characters. Every such state accepts the same byte strings without '"' and '\\'
   // (string content is not state).
   bool in_plain_string() const { return s_.mode == kString && s_.utf8.left == 0; }
+  // How many more characters the plain string may take (no bound here: INT32_MAX); -1 elsewhere.
+  int32_t string_budget() const { return in_plain_string() ? INT32_MAX : -1; }
 
   // Equal states accept the same continuations (the key of a cache of allowed-token sets).
   bool operator==(const JsonRecognizer& other) const;

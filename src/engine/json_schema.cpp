@@ -26,8 +26,6 @@ const std::set<std::string> kAnnotations = {
 
 // Constraints the recogniser cannot enforce: refused rather than ignored (an answer could break them).
 const std::set<std::string> kUnsupported = {"pattern",
-                                            "minLength",
-                                            "maxLength",
                                             "minimum",
                                             "maximum",
                                             "exclusiveMinimum",
@@ -178,10 +176,12 @@ class JsonSchemaCompiler {
     std::vector<std::string> constraints;  // keywords other than annotations
     for (const auto& [key, value] : s.items()) {
       if (kUnsupported.count(key))
-        refuse(path, str_cat("'", key,
-                             "' is not supported by constrained decoding (supported: type, properties, "
-                             "required, additionalProperties, items, minItems, maxItems, enum, const, anyOf, "
-                             "oneOf, allOf of one schema, $ref)"));
+        refuse(path,
+               str_cat("'", key,
+                       "' is not supported by constrained decoding (supported: type, properties, "
+                       "required, additionalProperties, items, minItems, maxItems, minLength, maxLength, "
+                       "enum, const, anyOf, "
+                       "oneOf, allOf of one schema, $ref)"));
       if (!kAnnotations.count(key)) constraints.push_back(key);
     }
     auto only = [&](std::initializer_list<const char*> allowed, const char* what) {
@@ -276,7 +276,7 @@ class JsonSchemaCompiler {
   }
 
   uint16_t typed(const ojson& s, const std::string& type, const std::string& path) {
-    if (type == "string") return new_node(Kind::kString, path);
+    if (type == "string") return string(s, path);
     if (type == "number") return new_node(Kind::kNumber, path);
     if (type == "integer") return new_node(Kind::kInteger, path);
     if (type == "boolean" || type == "null") {
@@ -286,6 +286,24 @@ class JsonSchemaCompiler {
       return node;
     }
     return type == "object" ? object(s, path) : array(s, path);
+  }
+
+  uint16_t string(const ojson& s, const std::string& path) {
+    const uint16_t id = new_node(Kind::kString, path);
+    uint32_t bounds[2] = {0, UINT32_MAX};
+    const char* keys[2] = {"minLength", "maxLength"};
+    for (int i = 0; i < 2; ++i) {
+      if (!s.contains(keys[i])) continue;
+      const ojson& v = s[keys[i]];
+      if (!v.is_number_unsigned()) refuse(path, str_cat("'", keys[i], "' must be a non-negative integer"));
+      if (v.get<uint64_t>() > JsonSchema::kMaxStringLength)
+        refuse(path, str_cat("'", keys[i], "' above ", JsonSchema::kMaxStringLength, " is not supported"));
+      bounds[i] = static_cast<uint32_t>(v.get<uint64_t>());
+    }
+    if (bounds[1] < bounds[0]) refuse(path, "'maxLength' is below 'minLength': no string fits");
+    out_->nodes_[id].min_length = bounds[0];
+    out_->nodes_[id].max_length = bounds[1];
+    return id;
   }
 
   uint16_t object(const ojson& s, const std::string& path) {
@@ -401,7 +419,9 @@ class JsonSchemaCompiler {
     for (uint16_t b : flat) {
       const Kind kind = out_->nodes_[b].kind;
       auto take = [&](int32_t& slot, const char* what) {
-        if (slot >= 0 && (kind == Kind::kObject || kind == Kind::kArray))
+        const bool bounded = kind == Kind::kString && slot >= 0 &&
+                             (out_->nodes_[b].length_bounded() || out_->nodes_[slot].length_bounded());
+        if (slot >= 0 && (kind == Kind::kObject || kind == Kind::kArray || bounded))
           refuse(path, str_cat("anyOf / oneOf / type list with two ", what,
                                " branches is not supported (branches must begin differently: different "
                                "types, or literals)"));
@@ -437,6 +457,8 @@ class JsonSchemaCompiler {
     for (const std::string& v : literals) {
       const char c = v[0];
       const bool numeric = c == '-' || (c >= '0' && c <= '9');
+      if (c == '"' && string >= 0 && out_->nodes_[string].length_bounded())
+        refuse(path, str_cat("the literal ", v, " competes with a string branch with length bounds"));
       if ((c == '"' && string >= 0) || (numeric && number >= 0)) continue;
       if (numeric && integer >= 0) {
         if (v.find_first_of(".eE") == std::string::npos) continue;

@@ -4,11 +4,11 @@
 // value's first byte), plus byte tries for literal values and property keys.
 //
 // What is enforced: type (one or a list), properties / required / additionalProperties, items / minItems /
-// maxItems, enum / const, anyOf / oneOf whose branches begin differently (e.g. a type or null), allOf of
-// one schema, $ref into the document ($defs, definitions, any JSON pointer; recursion included), nullable.
-// Annotations are ignored (title, description, default, examples, format, ...); keywords that constrain
-// values in ways the recogniser cannot follow (pattern, minLength, minimum, ...) are refused with an error
-// naming them, never silently dropped.
+// maxItems, minLength / maxLength, enum / const, anyOf / oneOf whose branches begin differently (e.g. a type
+// or null), allOf of one schema, $ref into the document ($defs, definitions, any JSON pointer; recursion
+// included), nullable. Annotations are ignored (title, description, default, examples, format, ...); keywords
+// that constrain values in ways the recogniser cannot follow (pattern, minLength, minimum, ...) are refused
+// with an error naming them, never silently dropped.
 //
 // How answers are shaped (each still valid against the schema): properties come in the schema's order,
 // optional ones may be left out; an object with properties gets no other keys; literals are written in
@@ -32,6 +32,7 @@ class JsonSchema {
 
   static constexpr int kMaxDepth = 32;  // nesting of arrays and objects in an answer
   static constexpr uint32_t kMaxItemsTracked = 255;
+  static constexpr uint32_t kMaxStringLength = 65535;  // the largest minLength / maxLength
   static constexpr size_t kMaxNodes = 4096;
   static constexpr size_t kMaxTrieNodes = 60000;
 
@@ -56,6 +57,10 @@ class JsonSchema {
     uint32_t max_items = UINT32_MAX;  // beyond kMaxItemsTracked: unbounded
     // kLiteral: the values' compact serialisations in the literal trie
     uint16_t literal_root = 0;
+    // kString: bounds on its length in characters (code points); counted only when bounded
+    uint32_t min_length = 0;
+    uint32_t max_length = UINT32_MAX;
+    bool length_bounded() const { return min_length > 0 || max_length != UINT32_MAX; }
     // kChoice: branches whose first bytes differ
     std::vector<uint16_t> branches;
     // Arrays and objects an answer needs below (and including) this value (kUnbounded: none is finite).

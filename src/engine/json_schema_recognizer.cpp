@@ -144,18 +144,42 @@ bool JsonSchemaRecognizer::close(uint8_t byte) {
   return true;
 }
 
+int32_t JsonSchemaRecognizer::string_budget() const {
+  if (!in_plain_string()) return -1;
+  if (s_.string_key) return INT32_MAX;
+  const JsonSchema::Node& node = schema_->node(s_.value);
+  if (!node.length_bounded() || node.max_length == UINT32_MAX) return INT32_MAX;
+  return static_cast<int32_t>(node.max_length) - s_.chars;
+}
+
+// A length-bounded string's count of characters (code points): a new character at each byte that is not a
+// UTF-8 continuation and at each escape; a \u escape of a low surrogate (\uDC00-\uDFFF) completes the
+// character its high surrogate began, so it is not counted again.
+bool JsonSchemaRecognizer::count_char(uint8_t byte) {
+  if (s_.string_key) return true;
+  const JsonSchema::Node& node = schema_->node(s_.value);
+  if (!node.length_bounded() || (byte >= 0x80 && byte <= 0xBF)) return true;
+  if (s_.chars >= node.max_length) return false;
+  ++s_.chars;
+  return true;
+}
+
 bool JsonSchemaRecognizer::string_byte(uint8_t byte) {
+  const bool continuation = s_.utf8.left > 0;
   switch (json_lex::string_byte(s_.utf8, byte)) {
     case json_lex::StringByte::kRejected:
       return false;
     case json_lex::StringByte::kContent:
-      return true;
+      return continuation || count_char(byte);
     case json_lex::StringByte::kBackslash:
+      if (!count_char(byte)) return false;
       s_.mode = kEscape;
       return true;
     case json_lex::StringByte::kQuote:
       break;
   }
+  if (!s_.string_key && s_.chars < schema_->node(s_.value).min_length) return false;  // too short
+  s_.chars = 0;
   if (s_.string_key) {  // a free key: its value follows the object's `extra` schema
     s_.string_key = 0;
     s_.mode = kColon;
@@ -204,6 +228,13 @@ bool JsonSchemaRecognizer::step(uint8_t byte) {
       return true;
     case kUnicode:
       if (!json_lex::is_hex(byte)) return false;
+      if (s_.count == 0 && (byte == 'd' || byte == 'D') && !s_.string_key &&
+          schema_->node(s_.value).length_bounded())
+        s_.surrogate = 1;
+      if (s_.count == 1 && s_.surrogate) {
+        if ((byte >= 'c' && byte <= 'f') || (byte >= 'C' && byte <= 'F')) --s_.chars;  // a low surrogate
+        s_.surrogate = 0;
+      }
       if (++s_.count == 4) {
         s_.mode = kString;
         s_.count = 0;

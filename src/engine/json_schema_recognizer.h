@@ -8,6 +8,7 @@
 // where a property can follow), whitespace runs outside strings are at most kMaxWhitespaceRun bytes, and
 // nothing follows the value (unless free_after).
 #pragma once
+#include <climits>
 #include <cstdint>
 #include <string_view>
 
@@ -35,6 +36,8 @@ class JsonSchemaRecognizer {
   bool complete() const;
   // Inside a string between characters: every such state accepts the same strings without '"' and '\\'.
   bool in_plain_string() const { return s_.mode == kString && s_.utf8.left == 0; }
+  // In a plain string: how many more characters it may take (INT32_MAX when unbounded); -1 elsewhere.
+  int32_t string_budget() const;
 
   bool operator==(const JsonSchemaRecognizer& other) const;
 
@@ -68,6 +71,7 @@ class JsonSchemaRecognizer {
   bool key_allowed(const Frame& f, uint16_t k) const;
   bool key_reachable(const Frame& f, uint16_t trie_node) const;
   bool string_byte(uint8_t byte);
+  bool count_char(uint8_t byte);
   bool literal_byte(uint8_t byte);
   bool key_byte(uint8_t byte);
   Frame& top() { return s_.frames[s_.depth - 1]; }
@@ -84,7 +88,8 @@ class JsonSchemaRecognizer {
     uint16_t value = 0;        // the node of the value expected or being read
     uint16_t literal = 0;      // trie node in a literal or key
     uint8_t free_after = 0;
-    uint8_t pad[3] = {};
+    uint8_t surrogate = 0;  // in a \u escape of a length-bounded string that began with 'd'
+    uint16_t chars = 0;     // characters so far in a length-bounded string
     Frame frames[kMaxDepth] = {};
   } s_;
   static_assert(sizeof(State) == 16 + 4 * kMaxDepth, "State has no implicit padding (compared with memcmp)");

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -76,6 +77,13 @@ TEST(JsonSchemaCompile, RefusesWhatItCannotEnforceAndSaysWhere) {
   EXPECT_NE(compile_error(R"({"type": "array", "minItems": 3, "maxItems": 2})").find("below 'minItems'"),
             std::string::npos);
   EXPECT_NE(compile_error(R"({"type": "string", "enum": [1, 2]})").find("declared type"), std::string::npos);
+  EXPECT_NE(compile_error(R"({"type": "string", "minLength": 3, "maxLength": 2})").find("below 'minLength'"),
+            std::string::npos);
+  EXPECT_NE(compile_error(R"({"type": "string", "maxLength": 70000})").find("above 65535"),
+            std::string::npos);
+  EXPECT_NE(compile_error(R"({"anyOf": [{"type": "string", "maxLength": 3}, {"const": "long value"}]})")
+                .find("length bounds"),
+            std::string::npos);
   EXPECT_NE(compile_error(R"({"allOf": [{"type": "string"}, {"type": "string"}]})").find("allOf"),
             std::string::npos);
   EXPECT_NE(compile_error(R"({"type": "array", "items": [{"type": "string"}]})").find("tuples"),
@@ -118,6 +126,28 @@ TEST(JsonSchemaRecognizer, ObjectsFollowTheirPropertiesInOrder) {
   EXPECT_TRUE(accepts(*t, R"({"b": null})"));
   EXPECT_TRUE(accepts(*t, R"({"a": true, "b": null})"));
   EXPECT_EQ(accepted_prefix(*t, R"({"b": null, )"), 10u);
+}
+
+TEST(JsonSchemaRecognizer, StringLengthsCountCharacters) {
+  const auto s = compiled(R"({"type": "string", "minLength": 2, "maxLength": 4})");
+  EXPECT_TRUE(accepts(*s, "\"ab\""));
+  EXPECT_TRUE(accepts(*s, "\"abcd\""));
+  EXPECT_EQ(accepted_prefix(*s, "\"a\""), 2u);                            // too short to close
+  EXPECT_EQ(accepted_prefix(*s, "\"abcde\""), 5u);                        // the fifth character
+  EXPECT_TRUE(accepts(*s, "\"\xC3\xA9\xE4\xB8\xAD\xF0\x9F\x98\x80!\""));  // é 中 😀 !: four characters
+  EXPECT_TRUE(accepts(*s, "\"\\n\\t\\u00e9\""));                          // escapes are one character each
+  EXPECT_TRUE(accepts(*s, "\"\\uD83D\\uDE00x\""));                        // a surrogate pair is one character
+  EXPECT_FALSE(accepts(*s, "\"\\n\\n\\n\\n\\n\""));
+  // Unbounded strings do not count (equal states stay equal), bounded ones do.
+  const auto free_text = compiled(R"({"type": "string"})");
+  JsonSchemaRecognizer a(free_text.get()), b(free_text.get());
+  ASSERT_TRUE(a.feed(std::string_view("\"abc")));
+  ASSERT_TRUE(b.feed(std::string_view("\"x")));
+  EXPECT_TRUE(a == b);
+  EXPECT_EQ(a.string_budget(), INT32_MAX);
+  JsonSchemaRecognizer c(s.get());
+  ASSERT_TRUE(c.feed(std::string_view("\"ab")));
+  EXPECT_EQ(c.string_budget(), 2);
 }
 
 TEST(JsonSchemaRecognizer, ScalarsLiteralsAndChoices) {
@@ -215,6 +245,11 @@ bool valid(const ojson& v, const ojson& schema, const ojson& root) {
     for (const ojson& r : schema.value("required", ojson::array()))
       if (!v.contains(r.get<std::string>())) return false;
   }
+  if (v.is_string()) {
+    size_t chars = 0;
+    for (char c : v.get<std::string>()) chars += (static_cast<uint8_t>(c) & 0xC0) != 0x80;
+    if (chars < schema.value("minLength", 0u) || chars > schema.value("maxLength", 1000000u)) return false;
+  }
   if (v.is_array()) {
     if (v.size() < schema.value("minItems", 0u) || v.size() > schema.value("maxItems", 1000000u))
       return false;
@@ -275,7 +310,7 @@ void walk_randomly(const std::string& schema_text, int walks, int expect_complet
 
 TEST(JsonSchemaRecognizer, RandomWalksNeverDeadEndAndValidate) {
   walk_randomly(R"({"type": "object", "properties": {"name": {"type": "string"}, "n": {"type": "integer"},
-      "kind": {"enum": ["a", "ab", 1, 10]}, "maybe": {"anyOf": [{"type": "number"}, {"type": "null"}]},
+      "kind": {"enum": ["a", "ab", 1, 10]}, "code": {"type": "string", "minLength": 2, "maxLength": 5}, "maybe": {"anyOf": [{"type": "number"}, {"type": "null"}]},
       "list": {"type": "array", "items": {"type": "boolean"}, "minItems": 2, "maxItems": 4}},
       "required": ["name", "kind", "list"]})",
                 200, 100);
@@ -321,7 +356,7 @@ TEST(JsonSchemaMasks, EqualCheckingEveryToken) {
   const Tokenizer tok = Tokenizer::load(std::string(DSINFER_TEST_DATA) + "/tokenizer/deepseek-v3");
   const TokenTrie trie(tok);
   const int32_t vocab = 129280;
-  const auto s = compiled(R"({"type": "object", "properties": {"title": {"type": "string"},
+  const auto s = compiled(R"({"type": "object", "properties": {"title": {"type": "string", "maxLength": 12},
       "year": {"type": "integer"}, "genre": {"enum": ["drama", "documentary", "comedy"]},
       "cast": {"type": "array", "items": {"type": "object", "properties": {"name": {"type": "string"},
       "lead": {"type": "boolean"}}, "required": ["name"]}}, "rating": {"anyOf": [{"type": "number"},
@@ -332,7 +367,7 @@ TEST(JsonSchemaMasks, EqualCheckingEveryToken) {
   JsonSchemaRecognizer state(s.get());
   const std::vector<int32_t> added = tok.added_token_ids();
   for (size_t i = 0; i <= doc.size(); ++i) {
-    if (i % 5 == 0 || i == doc.size()) {
+    if (i % 5 == 0 || i == doc.size() || (i > 10 && i < 30)) {  // every byte of the bounded title
       std::vector<uint32_t> mask(static_cast<size_t>(vocab + 31) / 32, 0u);
       trie.allowed(state, mask);
       std::vector<uint32_t> brute(mask.size(), 0u);
@@ -349,6 +384,21 @@ TEST(JsonSchemaMasks, EqualCheckingEveryToken) {
     }
   }
   EXPECT_TRUE(state.complete());
+  // Bounded strings with every kind of budget: a precomputed set, a filtered one, all safe tokens.
+  for (int max_length : {2, 3, 47, 48, 60, 100, 150, 1000}) {
+    const auto bounded = compiled(str_cat(R"({"type": "string", "maxLength": )", max_length, "}"));
+    JsonSchemaRecognizer in_string(bounded.get());
+    ASSERT_TRUE(in_string.feed(std::string_view("\"ab")));
+    std::vector<uint32_t> mask(static_cast<size_t>(vocab + 31) / 32, 0u);
+    trie.allowed(in_string, mask);
+    std::vector<uint32_t> brute(mask.size(), 0u);
+    for (int32_t id = 0; id < tok.vocab_size(); ++id) {
+      if (!tok.has_id(id) || std::find(added.begin(), added.end(), id) != added.end()) continue;
+      JsonSchemaRecognizer next = in_string;
+      if (!tok.token_bytes(id).empty() && next.feed(tok.token_bytes(id))) brute[id / 32] |= 1u << (id % 32);
+    }
+    EXPECT_EQ(mask, brute) << "maxLength " << max_length;
+  }
 }
 
 // Sampling inside the masks (random logits, DeepSeek-V3's vocabulary, through JsonConstraint): every answer
@@ -399,7 +449,8 @@ TEST(JsonSchemaBench, DISABLED_SchemaMaskCost) {
   const Tokenizer v3 = Tokenizer::load(std::string(DSINFER_TEST_DATA) + "/tokenizer/deepseek-v3");
   const TokenTrie trie(v3);
   const int32_t vocab = 129280;
-  const auto schema = compiled(R"({"type": "object", "properties": {"title": {"type": "string"},
+  const auto schema =
+      compiled(R"({"type": "object", "properties": {"title": {"type": "string", "maxLength": 40},
       "year": {"type": "integer"}, "genre": {"enum": ["drama", "documentary", "comedy"]},
       "tags": {"type": "array", "items": {}}}, "required": ["title", "year", "genre"]})");
   for (const char* prefix :
