@@ -216,6 +216,7 @@ class JsonSchemaCompiler {
       for (size_t i = 0; i < list.size(); ++i)
         branches.push_back(compile(list[i], child_path(child_path(path, key), std::to_string(i))));
       out_->nodes_[id].branches = std::move(branches);
+      if (std::string(key) == "oneOf") exclusive_.insert(id);
       return;
     }
     if (types.empty()) {  // no type: read from the keywords present, else any value
@@ -391,28 +392,36 @@ class JsonSchemaCompiler {
       if (out_->nodes_[id].kind != Kind::kChoice) continue;
       std::vector<uint16_t> flat;
       std::set<size_t> seen;
-      flatten(id, flat, seen, id);
-      std::vector<uint16_t> merged = merge(flat, paths_[id]);
+      bool overlap = false;  // a branch reached twice: a value could match two branches
+      flatten(id, flat, seen, id, overlap);
+      std::vector<uint16_t> merged =
+          merge(flat, paths_[id], exclusive_.count(static_cast<uint16_t>(id)) > 0, overlap);
       out_->nodes_[id].branches = std::move(merged);
     }
   }
 
-  void flatten(size_t id, std::vector<uint16_t>& flat, std::set<size_t>& seen, size_t top) {
+  void flatten(size_t id, std::vector<uint16_t>& flat, std::set<size_t>& seen, size_t top, bool& overlap) {
     for (uint16_t b : out_->nodes_[id].branches) {
       if (out_->nodes_[b].kind != Kind::kChoice) {
-        if (std::find(flat.begin(), flat.end(), b) == flat.end()) flat.push_back(b);
+        if (std::find(flat.begin(), flat.end(), b) == flat.end())
+          flat.push_back(b);
+        else
+          overlap = true;
         continue;
       }
-      if (b == top || !seen.insert(b).second) {
-        if (b == top) refuse(paths_[top], "the schema refers to itself without a value in between");
+      if (b == top) refuse(paths_[top], "the schema refers to itself without a value in between");
+      if (!seen.insert(b).second) {
+        overlap = true;
         continue;
       }
-      flatten(b, flat, seen, top);
+      flatten(b, flat, seen, top, overlap);
     }
   }
 
+  // exclusive (oneOf): branches that overlap are refused, since merging them would let a value match two.
   std::vector<uint16_t> merge(const std::vector<uint16_t>& flat,
-                              std::string path) {  // (path: a copy, new_node grows paths_)
+                              std::string path,  // (a copy: new_node grows paths_)
+                              bool exclusive, bool overlap) {
     std::vector<uint16_t> out;
     int32_t string = -1, number = -1, integer = -1, object = -1, array = -1;
     std::vector<std::string> literals;
@@ -425,6 +434,7 @@ class JsonSchemaCompiler {
           refuse(path, str_cat("anyOf / oneOf / type list with two ", what,
                                " branches is not supported (branches must begin differently: different "
                                "types, or literals)"));
+        if (slot >= 0) overlap = true;
         if (slot < 0) slot = b;
       };
       switch (kind) {
@@ -444,13 +454,18 @@ class JsonSchemaCompiler {
           take(array, "array");
           break;
         case Kind::kLiteral:
-          for (const std::string& v : values_[b])
-            if (std::find(literals.begin(), literals.end(), v) == literals.end()) literals.push_back(v);
+          for (const std::string& v : values_[b]) {
+            if (std::find(literals.begin(), literals.end(), v) == literals.end())
+              literals.push_back(v);
+            else
+              overlap = true;
+          }
           break;
         case Kind::kChoice:
           break;
       }
     }
+    if (number >= 0 && integer >= 0) overlap = true;
     if (number >= 0) integer = -1;  // a number covers the integers
     // Literals an open shape already covers go; ones that would compete with it are refused.
     std::vector<std::string> kept;
@@ -459,8 +474,12 @@ class JsonSchemaCompiler {
       const bool numeric = c == '-' || (c >= '0' && c <= '9');
       if (c == '"' && string >= 0 && out_->nodes_[string].length_bounded())
         refuse(path, str_cat("the literal ", v, " competes with a string branch with length bounds"));
-      if ((c == '"' && string >= 0) || (numeric && number >= 0)) continue;
+      if ((c == '"' && string >= 0) || (numeric && number >= 0)) {
+        overlap = true;
+        continue;
+      }
       if (numeric && integer >= 0) {
+        overlap = true;
         if (v.find_first_of(".eE") == std::string::npos) continue;
         refuse(path, str_cat("the literal ", v, " competes with an integer branch"));
       }
@@ -469,6 +488,10 @@ class JsonSchemaCompiler {
                str_cat("the literal ", v, " competes with an ", c == '{' ? "object" : "array", " branch"));
       kept.push_back(v);
     }
+    if (exclusive && overlap)
+      refuse(path,
+             "oneOf branches overlap (a value could match two of them); use anyOf, or branches of different "
+             "types");
     for (int32_t slot : {object, array, string, number, integer})
       if (slot >= 0) out.push_back(static_cast<uint16_t>(slot));
     if (!kept.empty()) {
@@ -580,6 +603,7 @@ class JsonSchemaCompiler {
   std::vector<std::vector<std::string>> values_;  // by node: a literal node's compact values
   std::vector<std::string> paths_;                // by node: where it came from (for errors)
   std::map<std::string, uint16_t> refs_;
+  std::set<uint16_t> exclusive_;  // choices from oneOf
   int32_t any_ = -1;
 };
 
