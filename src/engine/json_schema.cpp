@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <map>
 #include <set>
 
@@ -26,10 +27,6 @@ const std::set<std::string> kAnnotations = {
 
 // Constraints the recogniser cannot enforce: refused rather than ignored (an answer could break them).
 const std::set<std::string> kUnsupported = {"pattern",
-                                            "minimum",
-                                            "maximum",
-                                            "exclusiveMinimum",
-                                            "exclusiveMaximum",
                                             "multipleOf",
                                             "minProperties",
                                             "maxProperties",
@@ -52,6 +49,8 @@ const std::set<std::string> kUnsupported = {"pattern",
                                             "additionalItems",
                                             "$dynamicRef",
                                             "$recursiveRef"};
+
+const char* const kNumberBounds[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
 
 const std::set<std::string> kTypes = {"object", "array", "string", "number", "integer", "boolean", "null"};
 
@@ -225,6 +224,9 @@ class JsonSchemaCompiler {
       else if (s.contains("items") || s.contains("minItems") || s.contains("maxItems"))
         types = {"array"};
       else {
+        for (const char* key : kNumberBounds)
+          if (s.contains(key))
+            refuse(path, str_cat("'", key, "' without \"type\": \"integer\" is not supported"));
         const uint16_t any_value = any();
         out_->nodes_[id].branches = {any_value};
         return;
@@ -278,8 +280,14 @@ class JsonSchemaCompiler {
 
   uint16_t typed(const ojson& s, const std::string& type, const std::string& path) {
     if (type == "string") return string(s, path);
-    if (type == "number") return new_node(Kind::kNumber, path);
-    if (type == "integer") return new_node(Kind::kInteger, path);
+    if (type == "number") {
+      for (const char* key : kNumberBounds)
+        if (s.contains(key))
+          refuse(path, str_cat("'", key,
+                               "' on numbers is not supported (on integers it is: \"type\": \"integer\")"));
+      return new_node(Kind::kNumber, path);
+    }
+    if (type == "integer") return integer(s, path);
     if (type == "boolean" || type == "null") {
       const uint16_t node = new_node(Kind::kLiteral, path);
       values_[node] =
@@ -287,6 +295,31 @@ class JsonSchemaCompiler {
       return node;
     }
     return type == "object" ? object(s, path) : array(s, path);
+  }
+
+  // Bounds as the closed range of integers they allow, clamped to what an answer can hold.
+  uint16_t integer(const ojson& s, const std::string& path) {
+    const uint16_t id = new_node(Kind::kInteger, path);
+    double lo = -static_cast<double>(JsonSchema::kMaxIntegerBound);
+    double hi = static_cast<double>(JsonSchema::kMaxIntegerBound);
+    for (const char* key : kNumberBounds) {
+      if (!s.contains(key)) continue;
+      if (!s[key].is_number()) refuse(path, str_cat("'", key, "' must be a number"));
+      const double v = s[key].get<double>();
+      const std::string k = key;
+      if (k == "minimum") lo = std::max(lo, std::ceil(v));
+      if (k == "exclusiveMinimum") lo = std::max(lo, std::floor(v) + 1);
+      if (k == "maximum") hi = std::min(hi, std::floor(v));
+      if (k == "exclusiveMaximum") hi = std::min(hi, std::ceil(v) - 1);
+    }
+    const double bound = static_cast<double>(JsonSchema::kMaxIntegerBound);
+    lo = std::clamp(lo, -bound, bound);
+    hi = std::clamp(hi, -bound, bound);
+    if (lo > hi) refuse(path, "no integer lies within 'minimum' / 'maximum'");
+    // Exact for integers below 2^53; larger bounds are rounded by the double they were written as.
+    out_->nodes_[id].minimum = static_cast<int64_t>(lo);
+    out_->nodes_[id].maximum = static_cast<int64_t>(hi);
+    return id;
   }
 
   uint16_t string(const ojson& s, const std::string& path) {
@@ -428,8 +461,11 @@ class JsonSchemaCompiler {
     for (uint16_t b : flat) {
       const Kind kind = out_->nodes_[b].kind;
       auto take = [&](int32_t& slot, const char* what) {
-        const bool bounded = kind == Kind::kString && slot >= 0 &&
-                             (out_->nodes_[b].length_bounded() || out_->nodes_[slot].length_bounded());
+        const bool bounded =
+            slot >= 0 && ((kind == Kind::kString &&
+                           (out_->nodes_[b].length_bounded() || out_->nodes_[slot].length_bounded())) ||
+                          (kind == Kind::kInteger &&
+                           (out_->nodes_[b].integer_bounded() || out_->nodes_[slot].integer_bounded())));
         if (slot >= 0 && (kind == Kind::kObject || kind == Kind::kArray || bounded))
           refuse(path, str_cat("anyOf / oneOf / type list with two ", what,
                                " branches is not supported (branches must begin differently: different "
@@ -480,6 +516,8 @@ class JsonSchemaCompiler {
       }
       if (numeric && integer >= 0) {
         overlap = true;
+        if (out_->nodes_[integer].integer_bounded())
+          refuse(path, str_cat("the literal ", v, " competes with an integer branch with bounds"));
         if (v.find_first_of(".eE") == std::string::npos) continue;
         refuse(path, str_cat("the literal ", v, " competes with an integer branch"));
       }

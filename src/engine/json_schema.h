@@ -4,7 +4,8 @@
 // value's first byte), plus byte tries for literal values and property keys.
 //
 // What is enforced: type (one or a list), properties / required / additionalProperties, items / minItems /
-// maxItems, minLength / maxLength, enum / const, anyOf / oneOf whose branches begin differently (e.g. a type
+// maxItems, minLength / maxLength, minimum / maximum / exclusiveMinimum / exclusiveMaximum on integers,
+// enum / const, anyOf / oneOf whose branches begin differently (e.g. a type
 // or null), allOf of one schema, $ref into the document ($defs, definitions, any JSON pointer; recursion
 // included), nullable. Annotations are ignored (title, description, default, examples, format, ...); keywords
 // that constrain values in ways the recogniser cannot follow (pattern, minLength, minimum, ...) are refused
@@ -33,6 +34,8 @@ class JsonSchema {
   static constexpr int kMaxDepth = 32;  // nesting of arrays and objects in an answer
   static constexpr uint32_t kMaxItemsTracked = 255;
   static constexpr uint32_t kMaxStringLength = 65535;  // the largest minLength / maxLength
+  // Integers have at most 18 digits (bounds beyond +-(10^18 - 1) are clamped to it).
+  static constexpr int64_t kMaxIntegerBound = 999'999'999'999'999'999;
   static constexpr size_t kMaxNodes = 4096;
   static constexpr size_t kMaxTrieNodes = 60000;
 
@@ -61,6 +64,10 @@ class JsonSchema {
     uint32_t min_length = 0;
     uint32_t max_length = UINT32_MAX;
     bool length_bounded() const { return min_length > 0 || max_length != UINT32_MAX; }
+    // kInteger: bounds (inclusive; within +-kMaxIntegerBound), tracked only when bounded
+    int64_t minimum = -kMaxIntegerBound;
+    int64_t maximum = kMaxIntegerBound;
+    bool integer_bounded() const { return minimum != -kMaxIntegerBound || maximum != kMaxIntegerBound; }
     // kChoice: branches whose first bytes differ
     std::vector<uint16_t> branches;
     // Arrays and objects an answer needs below (and including) this value (kUnbounded: none is finite).

@@ -34,12 +34,43 @@ bool JsonSchemaRecognizer::complete() const {
     case kAfterValue:
       return true;
     case kNumber:
-      return json_lex::number_can_end(s_.count);
+      return json_lex::number_can_end(s_.count) && integer_in_range();
     case kLiteral:
       return schema_->trie(s_.literal).terminal;
     default:
       return false;
   }
+}
+
+// A bounded integer's value so far lies in its range (unbounded numbers: always).
+bool JsonSchemaRecognizer::integer_in_range() const {
+  const JsonSchema::Node& node = schema_->node(s_.value);
+  if (node.kind != Kind::kInteger || !node.integer_bounded()) return true;
+  return s_.number >= node.minimum && s_.number <= node.maximum;
+}
+
+// A bounded integer's next byte: '-' only where negative values are allowed, a digit only where the digits so
+// far can still end in range (with more digits or without), the end only in range.
+bool JsonSchemaRecognizer::bounded_integer_byte(uint8_t byte) {
+  const JsonSchema::Node& node = schema_->node(s_.value);
+  if (byte == '-') return node.minimum < 0;
+  if (!json_lex::is_digit(byte)) return integer_in_range();  // the end (or a byte the lexer refuses)
+  const int64_t d = byte - '0';
+  const bool negative = s_.number < 0 || s_.count == json_lex::kMinus;
+  const int64_t magnitude = (s_.number < 0 ? -s_.number : s_.number) * 10 + d;
+  if (magnitude > JsonSchema::kMaxIntegerBound) return false;
+  // The values this prefix can become: magnitude * 10^j + [0, 10^j) for j more digits (none after a 0).
+  int64_t scale = 1;
+  for (int64_t m = magnitude; m <= JsonSchema::kMaxIntegerBound; m *= 10, scale *= 10) {
+    const int64_t low = negative ? -(m + scale - 1) : m;
+    const int64_t high = negative ? -m : m + scale - 1;
+    if (high >= node.minimum && low <= node.maximum) {
+      s_.number = negative ? -magnitude : magnitude;
+      return true;
+    }
+    if (magnitude == 0 || m > JsonSchema::kMaxIntegerBound / 10) break;
+  }
+  return false;
 }
 
 bool JsonSchemaRecognizer::operator==(const JsonSchemaRecognizer& other) const {
@@ -80,11 +111,20 @@ bool JsonSchemaRecognizer::value_start(uint16_t id, uint8_t byte) {
       s_.string_key = 0;
       return true;
     case Kind::kNumber:
-    case Kind::kInteger:
-      if (!json_lex::number_start(byte, s_.count)) return false;
+    case Kind::kInteger: {
+      uint8_t phase = 0;
+      if (!json_lex::number_start(byte, phase)) return false;
+      if (node.kind == Kind::kInteger && node.integer_bounded()) {
+        s_.value = id;
+        s_.count = json_lex::kZero;  // (not kMinus: a first digit is positive)
+        s_.number = 0;
+        if (!bounded_integer_byte(byte)) return false;
+      }
       s_.mode = kNumber;
       s_.value = id;
+      s_.count = phase;
       return true;
+    }
     case Kind::kLiteral: {
       const int32_t next = schema_->trie_next(node.literal_root, byte);
       if (next < 0) return false;
@@ -240,17 +280,27 @@ bool JsonSchemaRecognizer::step(uint8_t byte) {
         s_.count = 0;
       }
       return true;
-    case kNumber:
-      switch (json_lex::number_byte(s_.count, byte, schema_->node(s_.value).kind == Kind::kInteger)) {
+    case kNumber: {
+      const JsonSchema::Node& node = schema_->node(s_.value);
+      const bool bounded = node.kind == Kind::kInteger && node.integer_bounded();
+      const uint8_t phase = s_.count;
+      switch (json_lex::number_byte(s_.count, byte, node.kind == Kind::kInteger)) {
         case json_lex::NumberByte::kRejected:
           return false;
         case json_lex::NumberByte::kContinues:
+          if (!bounded) return true;
+          s_.count = phase;  // (bounded_integer_byte reads the sign from the phase before the digit)
+          if (!bounded_integer_byte(byte)) return false;
+          json_lex::number_byte(s_.count, byte, true);
           return true;
         case json_lex::NumberByte::kEnded:
           break;
       }
+      if (bounded && !integer_in_range()) return false;
+      s_.number = 0;
       finish_value();
       return step(byte);
+    }
     case kLiteral:
       return literal_byte(byte);
     case kKeyLiteral:

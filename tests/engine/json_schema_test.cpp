@@ -57,7 +57,11 @@ TEST(JsonSchemaCompile, RefusesWhatItCannotEnforceAndSaysWhere) {
       compile_error(R"({"type": "object", "properties": {"name": {"type": "string", "pattern": "^a"}}})")
           .find("at #/properties/name: 'pattern' is not supported"),
       std::string::npos);
-  EXPECT_NE(compile_error(R"({"type": "integer", "minimum": 0})").find("'minimum'"), std::string::npos);
+  EXPECT_NE(compile_error(R"({"type": "number", "minimum": 0})").find("'minimum' on numbers"),
+            std::string::npos);
+  EXPECT_NE(compile_error(R"({"minimum": 0})").find("without \"type\": \"integer\""), std::string::npos);
+  EXPECT_NE(compile_error(R"({"type": "integer", "minimum": 5, "maximum": 4})").find("no integer"),
+            std::string::npos);
   EXPECT_NE(compile_error(R"({"type": "object", "properties": {"a": {}}, "required": ["b"]})")
                 .find("required property \"b\" is not among 'properties'"),
             std::string::npos);
@@ -158,6 +162,28 @@ TEST(JsonSchemaRecognizer, StringLengthsCountCharacters) {
   JsonSchemaRecognizer c(s.get());
   ASSERT_TRUE(c.feed(std::string_view("\"ab")));
   EXPECT_EQ(c.string_budget(), 2);
+}
+
+TEST(JsonSchemaRecognizer, IntegerBoundsHoldEveryPrefix) {
+  const auto s = compiled(R"({"type": "integer", "minimum": 1, "maximum": 12})");
+  for (int v = -20; v <= 130; ++v) EXPECT_EQ(accepts(*s, std::to_string(v)), v >= 1 && v <= 12) << v;
+  EXPECT_EQ(accepted_prefix(*s, "0"), 0u);
+  EXPECT_EQ(accepted_prefix(*s, "-1"), 0u);  // no negative value fits
+  EXPECT_EQ(accepted_prefix(*s, "13"), 1u);  // "1" can still be 1, 10, 11, 12
+  const auto wide = compiled(R"({"type": "integer", "exclusiveMinimum": -6, "maximum": 250.5})");
+  for (int v = -300; v <= 300; ++v) EXPECT_EQ(accepts(*wide, std::to_string(v)), v > -6 && v <= 250) << v;
+  EXPECT_TRUE(accepts(*wide, "-0"));
+  // Inside an object: the digits that cannot end in range are refused where they come.
+  const auto o = compiled(R"({"type": "object", "properties": {"pct": {"type": "integer", "minimum": 0,
+      "maximum": 100}}, "required": ["pct"]})");
+  EXPECT_TRUE(accepts(*o, R"({"pct": 100})"));
+  EXPECT_EQ(accepted_prefix(*o, R"({"pct": 101})"), 10u);
+  EXPECT_EQ(accepted_prefix(*o, R"({"pct": -1})"), 8u);
+  EXPECT_EQ(accepted_prefix(*o, R"({"pct": 1000})"), 11u);
+  // Beyond 18 digits: clamped to what an answer can hold.
+  const auto big = compiled(R"({"type": "integer", "minimum": 0})");
+  EXPECT_TRUE(accepts(*big, "999999999999999999"));
+  EXPECT_FALSE(accepts(*big, "1000000000000000000"));
 }
 
 TEST(JsonSchemaRecognizer, ScalarsLiteralsAndChoices) {
@@ -262,6 +288,14 @@ bool valid(const ojson& v, const ojson& schema, const ojson& root) {
     for (const ojson& r : schema.value("required", ojson::array()))
       if (!v.contains(r.get<std::string>())) return false;
   }
+  if (v.is_number()) {
+    const double x = v.get<double>();
+    if ((schema.contains("minimum") && x < schema["minimum"].get<double>()) ||
+        (schema.contains("maximum") && x > schema["maximum"].get<double>()) ||
+        (schema.contains("exclusiveMinimum") && x <= schema["exclusiveMinimum"].get<double>()) ||
+        (schema.contains("exclusiveMaximum") && x >= schema["exclusiveMaximum"].get<double>()))
+      return false;
+  }
   if (v.is_string()) {
     size_t chars = 0;
     for (char c : v.get<std::string>()) chars += (static_cast<uint8_t>(c) & 0xC0) != 0x80;
@@ -341,7 +375,8 @@ void walk_randomly(const std::string& schema_text, int walks, int expect_complet
 
 TEST(JsonSchemaRecognizer, RandomWalksNeverDeadEndAndValidate) {
   walk_randomly(R"({"type": "object", "properties": {"name": {"type": "string"}, "n": {"type": "integer"},
-      "kind": {"enum": ["a", "ab", 1, 10]}, "code": {"type": "string", "minLength": 2, "maxLength": 5}, "maybe": {"anyOf": [{"type": "number"}, {"type": "null"}]},
+      "kind": {"enum": ["a", "ab", 1, 10]}, "code": {"type": "string", "minLength": 2, "maxLength": 5},
+      "score": {"type": "integer", "minimum": -30, "maximum": 1200}, "maybe": {"anyOf": [{"type": "number"}, {"type": "null"}]},
       "list": {"type": "array", "items": {"type": "boolean"}, "minItems": 2, "maxItems": 4}},
       "required": ["name", "kind", "list"]})",
                 200, 100);
@@ -388,6 +423,8 @@ ojson random_schema(std::mt19937& rng, int depth) {
     case 3:
     case 4:
       s["type"] = scalars[pick];
+      if (pick == 1 && rng() % 2) s["minimum"] = static_cast<int>(rng() % 50) - 20;
+      if (pick == 1 && rng() % 2) s["exclusiveMaximum"] = 40 + static_cast<int>(rng() % 80);
       break;
     case 5: {
       ojson values = ojson::array();
@@ -504,8 +541,8 @@ TEST(JsonSchemaMasks, EqualCheckingEveryToken) {
   const TokenTrie trie(tok);
   const int32_t vocab = 129280;
   const auto s = compiled(R"({"type": "object", "properties": {"title": {"type": "string", "maxLength": 12},
-      "year": {"type": "integer"}, "genre": {"enum": ["drama", "documentary", "comedy"]},
-      "cast": {"type": "array", "items": {"type": "object", "properties": {"name": {"type": "string"},
+      "year": {"type": "integer", "minimum": 1900, "maximum": 2030},
+      "genre": {"enum": ["drama", "documentary", "comedy"]}, "cast": {"type": "array", "items": {"type": "object", "properties": {"name": {"type": "string"},
       "lead": {"type": "boolean"}}, "required": ["name"]}}, "rating": {"anyOf": [{"type": "number"},
       {"type": "null"}]}}, "required": ["title", "year", "genre"]})");
   const std::string doc =
@@ -514,7 +551,9 @@ TEST(JsonSchemaMasks, EqualCheckingEveryToken) {
   JsonSchemaRecognizer state(s.get());
   const std::vector<int32_t> added = tok.added_token_ids();
   for (size_t i = 0; i <= doc.size(); ++i) {
-    if (i % 5 == 0 || i == doc.size() || (i > 10 && i < 30)) {  // every byte of the bounded title
+    const size_t year = doc.find("1981");
+    if (i % 5 == 0 || i == doc.size() || (i > 10 && i < 30) ||
+        (i >= year && i <= year + 5)) {  // bounded values
       std::vector<uint32_t> mask(static_cast<size_t>(vocab + 31) / 32, 0u);
       trie.allowed(state, mask);
       std::vector<uint32_t> brute(mask.size(), 0u);
