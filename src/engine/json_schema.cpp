@@ -280,13 +280,7 @@ class JsonSchemaCompiler {
 
   uint16_t typed(const ojson& s, const std::string& type, const std::string& path) {
     if (type == "string") return string(s, path);
-    if (type == "number") {
-      for (const char* key : kNumberBounds)
-        if (s.contains(key))
-          refuse(path, str_cat("'", key,
-                               "' on numbers is not supported (on integers it is: \"type\": \"integer\")"));
-      return new_node(Kind::kNumber, path);
-    }
+    if (type == "number") return number(s, path);
     if (type == "integer") return integer(s, path);
     if (type == "boolean" || type == "null") {
       const uint16_t node = new_node(Kind::kLiteral, path);
@@ -298,27 +292,57 @@ class JsonSchemaCompiler {
   }
 
   // Bounds as the closed range of integers they allow, clamped to what an answer can hold.
+  // A bound as an integer within +-kMaxIntegerBound (the widest an answer's 18 digits can hold).
+  static int64_t clamped(double v) {
+    constexpr int64_t kMax = JsonSchema::kMaxIntegerBound;
+    if (v >= static_cast<double>(kMax)) return kMax;
+    if (v <= -static_cast<double>(kMax)) return -kMax;
+    return static_cast<int64_t>(v);  // exact below 2^53; larger bounds are as the double written rounds them
+  }
+
+  // Bounds as the closed range of integers they allow.
   uint16_t integer(const ojson& s, const std::string& path) {
     const uint16_t id = new_node(Kind::kInteger, path);
-    double lo = -static_cast<double>(JsonSchema::kMaxIntegerBound);
-    double hi = static_cast<double>(JsonSchema::kMaxIntegerBound);
+    int64_t lo = -JsonSchema::kMaxIntegerBound, hi = JsonSchema::kMaxIntegerBound;
     for (const char* key : kNumberBounds) {
       if (!s.contains(key)) continue;
       if (!s[key].is_number()) refuse(path, str_cat("'", key, "' must be a number"));
       const double v = s[key].get<double>();
       const std::string k = key;
-      if (k == "minimum") lo = std::max(lo, std::ceil(v));
-      if (k == "exclusiveMinimum") lo = std::max(lo, std::floor(v) + 1);
-      if (k == "maximum") hi = std::min(hi, std::floor(v));
-      if (k == "exclusiveMaximum") hi = std::min(hi, std::ceil(v) - 1);
+      if (k == "minimum") lo = std::max(lo, clamped(std::ceil(v)));
+      if (k == "exclusiveMinimum") lo = std::max(lo, clamped(std::floor(v) + 1));
+      if (k == "maximum") hi = std::min(hi, clamped(std::floor(v)));
+      if (k == "exclusiveMaximum") hi = std::min(hi, clamped(std::ceil(v) - 1));
     }
-    const double bound = static_cast<double>(JsonSchema::kMaxIntegerBound);
-    lo = std::clamp(lo, -bound, bound);
-    hi = std::clamp(hi, -bound, bound);
     if (lo > hi) refuse(path, "no integer lies within 'minimum' / 'maximum'");
-    // Exact for integers below 2^53; larger bounds are rounded by the double they were written as.
-    out_->nodes_[id].minimum = static_cast<int64_t>(lo);
-    out_->nodes_[id].maximum = static_cast<int64_t>(hi);
+    out_->nodes_[id].minimum = lo;
+    out_->nodes_[id].maximum = hi;
+    return id;
+  }
+
+  // Numbers: bounds of integer value only (a fraction digit is then checked against them without decimal
+  // arithmetic); no exclusive ones (0 excluded would need to see a nonzero digit come).
+  uint16_t number(const ojson& s, const std::string& path) {
+    const uint16_t id = new_node(Kind::kNumber, path);
+    int64_t lo = -JsonSchema::kMaxIntegerBound, hi = JsonSchema::kMaxIntegerBound;
+    for (const char* key : kNumberBounds) {
+      if (!s.contains(key)) continue;
+      const std::string k = key;
+      if (k == "exclusiveMinimum" || k == "exclusiveMaximum") {
+        refuse(path, str_cat("'", key,
+                             "' on numbers is not supported (on integers it is; use 'minimum' / 'maximum')"));
+      }
+      if (!s[key].is_number()) refuse(path, str_cat("'", key, "' must be a number"));
+      const double v = s[key].get<double>();
+      if (v != std::floor(v)) {
+        refuse(path, str_cat("'", key, "' ", s[key].dump(),
+                             " on numbers is not supported (bounds of integer value are)"));
+      }
+      (k == "minimum" ? lo : hi) = clamped(v);
+    }
+    if (lo > hi) refuse(path, "no number lies within 'minimum' / 'maximum'");
+    out_->nodes_[id].minimum = lo;
+    out_->nodes_[id].maximum = hi;
     return id;
   }
 
@@ -464,8 +488,8 @@ class JsonSchemaCompiler {
         const bool bounded =
             slot >= 0 && ((kind == Kind::kString &&
                            (out_->nodes_[b].length_bounded() || out_->nodes_[slot].length_bounded())) ||
-                          (kind == Kind::kInteger &&
-                           (out_->nodes_[b].integer_bounded() || out_->nodes_[slot].integer_bounded())));
+                          ((kind == Kind::kInteger || kind == Kind::kNumber) &&
+                           (out_->nodes_[b].numeric_bounded() || out_->nodes_[slot].numeric_bounded())));
         if (slot >= 0 && (kind == Kind::kObject || kind == Kind::kArray || bounded))
           refuse(path, str_cat("anyOf / oneOf / type list with two ", what,
                                " branches is not supported (branches must begin differently: different "
@@ -501,7 +525,11 @@ class JsonSchemaCompiler {
           break;
       }
     }
-    if (number >= 0 && integer >= 0) overlap = true;
+    if (number >= 0 && integer >= 0) {
+      overlap = true;
+      if (out_->nodes_[number].numeric_bounded() || out_->nodes_[integer].numeric_bounded())
+        refuse(path, "an integer branch beside a number branch with bounds is not supported");
+    }
     if (number >= 0) integer = -1;  // a number covers the integers
     // Literals an open shape already covers go; ones that would compete with it are refused.
     std::vector<std::string> kept;
@@ -510,13 +538,15 @@ class JsonSchemaCompiler {
       const bool numeric = c == '-' || (c >= '0' && c <= '9');
       if (c == '"' && string >= 0 && out_->nodes_[string].length_bounded())
         refuse(path, str_cat("the literal ", v, " competes with a string branch with length bounds"));
+      if (numeric && number >= 0 && out_->nodes_[number].numeric_bounded())
+        refuse(path, str_cat("the literal ", v, " competes with a number branch with bounds"));
       if ((c == '"' && string >= 0) || (numeric && number >= 0)) {
         overlap = true;
         continue;
       }
       if (numeric && integer >= 0) {
         overlap = true;
-        if (out_->nodes_[integer].integer_bounded())
+        if (out_->nodes_[integer].numeric_bounded())
           refuse(path, str_cat("the literal ", v, " competes with an integer branch with bounds"));
         if (v.find_first_of(".eE") == std::string::npos) continue;
         refuse(path, str_cat("the literal ", v, " competes with an integer branch"));

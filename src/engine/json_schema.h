@@ -4,12 +4,12 @@
 // value's first byte), plus byte tries for literal values and property keys.
 //
 // What is enforced: type (one or a list), properties / required / additionalProperties, items / minItems /
-// maxItems, minLength / maxLength, minimum / maximum / exclusiveMinimum / exclusiveMaximum on integers,
-// enum / const, anyOf / oneOf whose branches begin differently (e.g. a type
-// or null), allOf of one schema, $ref into the document ($defs, definitions, any JSON pointer; recursion
-// included), nullable. Annotations are ignored (title, description, default, examples, format, ...); keywords
-// that constrain values in ways the recogniser cannot follow (pattern, minLength, minimum, ...) are refused
-// with an error naming them, never silently dropped.
+// maxItems, minLength / maxLength, minimum / maximum / exclusiveMinimum / exclusiveMaximum on integers (and
+// minimum / maximum of integer value on numbers), enum / const, anyOf / oneOf whose branches begin
+// differently (e.g. a type or null), allOf of one schema, $ref into the document ($defs, definitions, any
+// JSON pointer; recursion included), nullable. Annotations are ignored (title, description, default,
+// examples, format, ...); keywords that constrain values in ways the recogniser cannot follow (pattern,
+// minLength, minimum, ...) are refused with an error naming them, never silently dropped.
 //
 // How answers are shaped (each still valid against the schema): properties come in the schema's order,
 // optional ones may be left out; an object with properties gets no other keys; literals are written in
@@ -64,10 +64,10 @@ class JsonSchema {
     uint32_t min_length = 0;
     uint32_t max_length = UINT32_MAX;
     bool length_bounded() const { return min_length > 0 || max_length != UINT32_MAX; }
-    // kInteger: bounds (inclusive; within +-kMaxIntegerBound), tracked only when bounded
+    // kInteger, kNumber: bounds (inclusive integers within +-kMaxIntegerBound), tracked only when bounded
     int64_t minimum = -kMaxIntegerBound;
     int64_t maximum = kMaxIntegerBound;
-    bool integer_bounded() const { return minimum != -kMaxIntegerBound || maximum != kMaxIntegerBound; }
+    bool numeric_bounded() const { return minimum != -kMaxIntegerBound || maximum != kMaxIntegerBound; }
     // kChoice: branches whose first bytes differ
     std::vector<uint16_t> branches;
     // Arrays and objects an answer needs below (and including) this value (kUnbounded: none is finite).

@@ -34,7 +34,7 @@ bool JsonSchemaRecognizer::complete() const {
     case kAfterValue:
       return true;
     case kNumber:
-      return json_lex::number_can_end(s_.count) && integer_in_range();
+      return json_lex::number_can_end(s_.count) && (!bounded() || integer_part_in_range());
     case kLiteral:
       return schema_->trie(s_.literal).terminal;
     default:
@@ -42,35 +42,55 @@ bool JsonSchemaRecognizer::complete() const {
   }
 }
 
-// A bounded integer's value so far lies in its range (unbounded numbers: always).
-bool JsonSchemaRecognizer::integer_in_range() const {
+// The number being read has bounds (an integer or a number with minimum / maximum).
+bool JsonSchemaRecognizer::bounded() const {
   const JsonSchema::Node& node = schema_->node(s_.value);
-  if (node.kind != Kind::kInteger || !node.integer_bounded()) return true;
+  return (node.kind == Kind::kInteger || node.kind == Kind::kNumber) && node.numeric_bounded();
+}
+
+bool JsonSchemaRecognizer::integer_part_in_range() const {
+  const JsonSchema::Node& node = schema_->node(s_.value);
   return s_.number >= node.minimum && s_.number <= node.maximum;
 }
 
-// A bounded integer's next byte: '-' only where negative values are allowed, a digit only where the digits so
-// far can still end in range (with more digits or without), the end only in range.
-bool JsonSchemaRecognizer::bounded_integer_byte(uint8_t byte) {
+// An integer-part digit: taken when the digits so far can still make an integer part in range (with more
+// digits or without; any real in [min, max] has its integer part there, as both bounds are integers).
+bool JsonSchemaRecognizer::bounded_digit(int64_t digit, bool negative) {
   const JsonSchema::Node& node = schema_->node(s_.value);
-  if (byte == '-') return node.minimum < 0;
-  if (!json_lex::is_digit(byte)) return integer_in_range();  // the end (or a byte the lexer refuses)
-  const int64_t d = byte - '0';
-  const bool negative = s_.number < 0 || s_.count == json_lex::kMinus;
-  const int64_t magnitude = (s_.number < 0 ? -s_.number : s_.number) * 10 + d;
+  const int64_t magnitude = (s_.number < 0 ? -s_.number : s_.number) * 10 + digit;
   if (magnitude > JsonSchema::kMaxIntegerBound) return false;
-  // The values this prefix can become: magnitude * 10^j + [0, 10^j) for j more digits (none after a 0).
+  // The integer parts this prefix can become: magnitude * 10^j + [0, 10^j) for j more digits (none after a
+  // 0).
   int64_t scale = 1;
-  for (int64_t m = magnitude; m <= JsonSchema::kMaxIntegerBound; m *= 10, scale *= 10) {
+  for (int64_t m = magnitude;; m *= 10, scale *= 10) {
     const int64_t low = negative ? -(m + scale - 1) : m;
     const int64_t high = negative ? -m : m + scale - 1;
     if (high >= node.minimum && low <= node.maximum) {
       s_.number = negative ? -magnitude : magnitude;
       return true;
     }
-    if (magnitude == 0 || m > JsonSchema::kMaxIntegerBound / 10) break;
+    if (magnitude == 0 || m > JsonSchema::kMaxIntegerBound / 10) return false;
   }
-  return false;
+}
+
+// A byte inside a bounded number (after its first), checked before the lexer reads it: integer digits as
+// bounded_digit, '.' only after an integer part in range, a fraction digit other than 0 only where the value
+// is not pinned to a bound (1.x with maximum 1), no exponent, and the end only in range.
+bool JsonSchemaRecognizer::bounded_number_byte(uint8_t byte) {
+  const JsonSchema::Node& node = schema_->node(s_.value);
+  const bool negative = s_.flag != 0;
+  const uint8_t phase = s_.count;
+  if (json_lex::is_digit(byte)) {
+    if (phase == json_lex::kMinus || phase == json_lex::kInt) return bounded_digit(byte - '0', negative);
+    if (phase == json_lex::kDot || phase == json_lex::kFrac) {
+      const bool pinned = negative ? s_.number == node.minimum : s_.number == node.maximum;
+      return byte == '0' || !pinned;
+    }
+    return phase != json_lex::kZero || integer_part_in_range();  // after a leading 0: the number ends
+  }
+  if (byte == 'e' || byte == 'E') return false;
+  if (phase == json_lex::kZero || phase == json_lex::kInt) return integer_part_in_range();  // '.' or the end
+  return true;  // the lexer decides (after '.', or after fraction digits)
 }
 
 bool JsonSchemaRecognizer::operator==(const JsonSchemaRecognizer& other) const {
@@ -114,11 +134,16 @@ bool JsonSchemaRecognizer::value_start(uint16_t id, uint8_t byte) {
     case Kind::kInteger: {
       uint8_t phase = 0;
       if (!json_lex::number_start(byte, phase)) return false;
-      if (node.kind == Kind::kInteger && node.integer_bounded()) {
-        s_.value = id;
-        s_.count = json_lex::kZero;  // (not kMinus: a first digit is positive)
-        s_.number = 0;
-        if (!bounded_integer_byte(byte)) return false;
+      s_.value = id;
+      s_.number = 0;
+      s_.flag = 0;
+      if (bounded()) {
+        if (byte == '-') {
+          if (node.minimum >= 0) return false;
+          s_.flag = 1;
+        } else if (!bounded_digit(byte - '0', false)) {
+          return false;
+        }
       }
       s_.mode = kNumber;
       s_.value = id;
@@ -270,10 +295,10 @@ bool JsonSchemaRecognizer::step(uint8_t byte) {
       if (!json_lex::is_hex(byte)) return false;
       if (s_.count == 0 && (byte == 'd' || byte == 'D') && !s_.string_key &&
           schema_->node(s_.value).length_bounded())
-        s_.surrogate = 1;
-      if (s_.count == 1 && s_.surrogate) {
+        s_.flag = 1;
+      if (s_.count == 1 && s_.flag) {
         if ((byte >= 'c' && byte <= 'f') || (byte >= 'C' && byte <= 'F')) --s_.chars;  // a low surrogate
-        s_.surrogate = 0;
+        s_.flag = 0;
       }
       if (++s_.count == 4) {
         s_.mode = kString;
@@ -281,23 +306,17 @@ bool JsonSchemaRecognizer::step(uint8_t byte) {
       }
       return true;
     case kNumber: {
-      const JsonSchema::Node& node = schema_->node(s_.value);
-      const bool bounded = node.kind == Kind::kInteger && node.integer_bounded();
-      const uint8_t phase = s_.count;
-      switch (json_lex::number_byte(s_.count, byte, node.kind == Kind::kInteger)) {
+      if (bounded() && !bounded_number_byte(byte)) return false;
+      switch (json_lex::number_byte(s_.count, byte, schema_->node(s_.value).kind == Kind::kInteger)) {
         case json_lex::NumberByte::kRejected:
           return false;
         case json_lex::NumberByte::kContinues:
-          if (!bounded) return true;
-          s_.count = phase;  // (bounded_integer_byte reads the sign from the phase before the digit)
-          if (!bounded_integer_byte(byte)) return false;
-          json_lex::number_byte(s_.count, byte, true);
           return true;
         case json_lex::NumberByte::kEnded:
           break;
       }
-      if (bounded && !integer_in_range()) return false;
       s_.number = 0;
+      s_.flag = 0;
       finish_value();
       return step(byte);
     }

@@ -72,8 +72,10 @@ class JsonSchemaRecognizer {
   bool key_reachable(const Frame& f, uint16_t trie_node) const;
   bool string_byte(uint8_t byte);
   bool count_char(uint8_t byte);
-  bool integer_in_range() const;
-  bool bounded_integer_byte(uint8_t byte);
+  bool bounded() const;
+  bool integer_part_in_range() const;
+  bool bounded_digit(int64_t digit, bool negative);
+  bool bounded_number_byte(uint8_t byte);
   bool literal_byte(uint8_t byte);
   bool key_byte(uint8_t byte);
   Frame& top() { return s_.frames[s_.depth - 1]; }
@@ -90,9 +92,10 @@ class JsonSchemaRecognizer {
     uint16_t value = 0;        // the node of the value expected or being read
     uint16_t literal = 0;      // trie node in a literal or key
     uint8_t free_after = 0;
-    uint8_t surrogate = 0;  // in a \u escape of a length-bounded string that began with 'd'
-    uint16_t chars = 0;     // characters so far in a length-bounded string
-    int64_t number = 0;     // a bounded integer's value so far (its sign once it has a digit)
+    // In a \u escape of a length-bounded string: it began with 'd'. In a bounded number: it is negative.
+    uint8_t flag = 0;
+    uint16_t chars = 0;  // characters so far in a length-bounded string
+    int64_t number = 0;  // a bounded number's integer part so far, signed
     Frame frames[kMaxDepth] = {};
   } s_;
   static_assert(sizeof(State) == 24 + 4 * kMaxDepth, "State has no implicit padding (compared with memcmp)");

@@ -57,7 +57,9 @@ TEST(JsonSchemaCompile, RefusesWhatItCannotEnforceAndSaysWhere) {
       compile_error(R"({"type": "object", "properties": {"name": {"type": "string", "pattern": "^a"}}})")
           .find("at #/properties/name: 'pattern' is not supported"),
       std::string::npos);
-  EXPECT_NE(compile_error(R"({"type": "number", "minimum": 0})").find("'minimum' on numbers"),
+  EXPECT_NE(compile_error(R"({"type": "number", "minimum": 0.5})").find("bounds of integer value are"),
+            std::string::npos);
+  EXPECT_NE(compile_error(R"({"type": "number", "exclusiveMinimum": 0})").find("on numbers is not supported"),
             std::string::npos);
   EXPECT_NE(compile_error(R"({"minimum": 0})").find("without \"type\": \"integer\""), std::string::npos);
   EXPECT_NE(compile_error(R"({"type": "integer", "minimum": 5, "maximum": 4})").find("no integer"),
@@ -184,6 +186,23 @@ TEST(JsonSchemaRecognizer, IntegerBoundsHoldEveryPrefix) {
   const auto big = compiled(R"({"type": "integer", "minimum": 0})");
   EXPECT_TRUE(accepts(*big, "999999999999999999"));
   EXPECT_FALSE(accepts(*big, "1000000000000000000"));
+}
+
+TEST(JsonSchemaRecognizer, NumberBoundsOfIntegerValue) {
+  const auto unit = compiled(R"({"type": "number", "minimum": 0, "maximum": 1})");
+  for (const char* ok : {"0", "0.5", "1", "1.0", "1.000", "0.999", "0.0"})
+    EXPECT_TRUE(accepts(*unit, ok)) << ok;
+  for (const char* bad : {"1.5", "1.01", "-0.1", "2", "10", "1e0", "0.5e1"})
+    EXPECT_FALSE(accepts(*unit, bad)) << bad;
+  const auto sym = compiled(R"({"type": "number", "minimum": -1, "maximum": 1})");
+  for (const char* ok : {"-0.5", "-1.0", "-1", "-0", "0.25", "-0.999"}) EXPECT_TRUE(accepts(*sym, ok)) << ok;
+  for (const char* bad : {"-1.5", "-1.01", "-2", "1.1"}) EXPECT_FALSE(accepts(*sym, bad)) << bad;
+  const auto score = compiled(R"({"type": "number", "minimum": 10, "maximum": 250})");
+  for (const char* ok : {"10", "10.5", "99.99", "250", "250.0", "123"})
+    EXPECT_TRUE(accepts(*score, ok)) << ok;
+  for (const char* bad : {"9.99", "250.5", "251", "1", "0.5", "2500"})
+    EXPECT_FALSE(accepts(*score, bad)) << bad;
+  EXPECT_EQ(accepted_prefix(*score, "9.5"), 1u);  // 9 cannot end in range, but "9" may still become 90-99
 }
 
 TEST(JsonSchemaRecognizer, ScalarsLiteralsAndChoices) {
@@ -425,6 +444,8 @@ ojson random_schema(std::mt19937& rng, int depth) {
       s["type"] = scalars[pick];
       if (pick == 1 && rng() % 2) s["minimum"] = static_cast<int>(rng() % 50) - 20;
       if (pick == 1 && rng() % 2) s["exclusiveMaximum"] = 40 + static_cast<int>(rng() % 80);
+      if (pick == 2 && rng() % 2) s["minimum"] = static_cast<int>(rng() % 5) - 2;
+      if (pick == 2 && rng() % 2) s["maximum"] = 3 + static_cast<int>(rng() % 5);
       break;
     case 5: {
       ojson values = ojson::array();
@@ -543,7 +564,7 @@ TEST(JsonSchemaMasks, EqualCheckingEveryToken) {
   const auto s = compiled(R"({"type": "object", "properties": {"title": {"type": "string", "maxLength": 12},
       "year": {"type": "integer", "minimum": 1900, "maximum": 2030},
       "genre": {"enum": ["drama", "documentary", "comedy"]}, "cast": {"type": "array", "items": {"type": "object", "properties": {"name": {"type": "string"},
-      "lead": {"type": "boolean"}}, "required": ["name"]}}, "rating": {"anyOf": [{"type": "number"},
+      "lead": {"type": "boolean"}}, "required": ["name"]}}, "rating": {"anyOf": [{"type": "number", "minimum": 0, "maximum": 10},
       {"type": "null"}]}}, "required": ["title", "year", "genre"]})");
   const std::string doc =
       "{\"title\": \"Das \\\"Boot\\\" \u00e9\", \"year\": 1981, \"genre\": \"drama\", "
