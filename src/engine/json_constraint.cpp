@@ -193,7 +193,7 @@ void JsonConstraint::advance(int32_t token) {
 
 ToolArgumentsConstraint::ToolArgumentsConstraint(std::shared_ptr<const TokenTrie> trie, Tokenizer tokenizer,
                                                  int32_t vocab, Start start, Schemas schemas,
-                                                 std::string function)
+                                                 std::string function, bool bare)
     : masks_(trie, vocab),
       schema_masks_(std::move(trie), vocab),
       tokenizer_(std::move(tokenizer)),
@@ -201,6 +201,7 @@ ToolArgumentsConstraint::ToolArgumentsConstraint(std::shared_ptr<const TokenTrie
       state_(start == Start::kFree     ? State::kFree
              : start == Start::kInCall ? State::kInCall
                                        : State::kArguments),
+      bare_(bare),
       json_(true, true) {
   if (state_ == State::kArguments) open_arguments(function);
 }
@@ -233,7 +234,8 @@ void ToolArgumentsConstraint::advance(int32_t token) {
 
 namespace {
 
-// The function name in a call's text before its fence: after the separator (or all of it), trimmed.
+// The function name in a call's text before its fence (V3: after the separator, or all of it when the prompt
+// wrote the separator) or before its separator (V3.1: all of it), trimmed.
 std::string_view call_function(std::string_view text) {
   const size_t sep = text.rfind(ToolArgumentsConstraint::kSep);
   if (sep != std::string_view::npos) text.remove_prefix(sep + ToolArgumentsConstraint::kSep.size());
@@ -265,7 +267,7 @@ void ToolArgumentsConstraint::take(std::string_view bytes) {
     // Free text or inside a call: look for the next marker in the text's tail.
     tail_ += bytes;
     bytes = {};
-    const std::string_view marker = state_ == State::kFree ? kCallBegin : kFence;
+    const std::string_view marker = state_ == State::kFree ? kCallBegin : bare_ ? kSep : kFence;
     size_t at = tail_.find(marker);
     if (state_ == State::kInCall) {
       const size_t end = tail_.find(kCallEnd);

@@ -113,7 +113,8 @@ class JsonConstraint {
 };
 
 // DeepSeek-V3 tool calls with JSON arguments: the answer is free text, except that after a call's opening
-// (<｜tool▁call▁begin｜>), its function name and its arguments' fence ("```json\n") the tokens must form one
+// (<｜tool▁call▁begin｜>), its function name and its arguments' fence ("```json\n"; V3.1: the separator
+// after the name) the tokens must form one
 // JSON object, one of the function's parameter schema when it has one; once it is complete the text is free
 // again (the fence's end, the next call).
 class ToolArgumentsConstraint {
@@ -128,9 +129,11 @@ class ToolArgumentsConstraint {
   // Functions by name and their parameters compiled with JsonSchema::compile(..., object_root = true).
   using Schemas = std::vector<std::pair<std::string, std::shared_ptr<const JsonSchema>>>;
 
-  // function: at Start::kArguments, the function whose arguments come first.
+  // function: at Start::kArguments, the function whose arguments come first. bare: DeepSeek-V3.1's layout
+  // (<｜tool▁call▁begin｜>NAME<｜tool▁sep｜>ARGUMENTS<｜tool▁call▁end｜>: the arguments follow the separator)
+  // instead of V3's fenced one.
   ToolArgumentsConstraint(std::shared_ptr<const TokenTrie> trie, Tokenizer tokenizer, int32_t vocab,
-                          Start start, Schemas schemas = {}, std::string function = {});
+                          Start start, Schemas schemas = {}, std::string function = {}, bool bare = false);
   // The allowed next tokens, or an empty span when the text is free.
   std::span<const uint32_t> allowed();
   // Moves past a sampled token (a token that breaks the arguments frees the text: never throws).
@@ -152,6 +155,7 @@ class ToolArgumentsConstraint {
   Tokenizer tokenizer_;
   Schemas schemas_;
   State state_;
+  bool bare_;
   std::string tail_;     // the free text's last bytes (markers split across tokens); in a call, its text
   JsonRecognizer json_;  // the arguments (free_after: a token may close the object and go on)
   std::optional<JsonSchemaRecognizer> schema_json_;  // instead, when the function has a schema

@@ -31,7 +31,8 @@ RequestState::RequestState(uint64_t id, GenerationRequest request, const Tokeniz
                        start == 2   ? Start::kArguments
                        : start == 1 ? Start::kInCall
                                     : Start::kFree,
-                       request_.sampling.tool_schemas, request_.sampling.tool_arguments_function);
+                       request_.sampling.tool_schemas, request_.sampling.tool_arguments_function,
+                       request_.sampling.tool_arguments_bare);
   }
 }
 

@@ -49,9 +49,10 @@ struct SamplingParams {
   // response_format json_schema (with json_object set): the answer is one value of this schema instead (any
   // top-level type the schema allows), compiled by JsonSchema::compile.
   std::shared_ptr<const JsonSchema> json_schema;
-  // DeepSeek-V3 tool calls: each call's arguments (after <｜tool▁call▁begin｜> ... "```json\n") must be one
-  // JSON object; the rest of the answer is free. tool_arguments_start says where the prompt left the answer:
-  // 0 free text, 1 inside a call before its arguments, 2 at the arguments. Not with json_object.
+  // DeepSeek-V3 tool calls: each call's arguments (after <｜tool▁call▁begin｜> ... "```json\n", or V3.1's
+  // <｜tool▁sep｜>) must be one JSON object; the rest of the answer is free. tool_arguments_start says where
+  // the prompt left the answer: 0 free text, 1 inside a call before its arguments, 2 at the arguments. Not
+  // with json_object.
   bool json_tool_arguments = false;
   int32_t tool_arguments_start = 0;
   // With json_tool_arguments: the functions whose parameters are held to their schema (compiled with
@@ -59,6 +60,7 @@ struct SamplingParams {
   // function whose arguments the prompt opened.
   std::vector<std::pair<std::string, std::shared_ptr<const JsonSchema>>> tool_schemas;
   std::string tool_arguments_function;
+  bool tool_arguments_bare = false;  // DeepSeek-V3.1's layout: the arguments right after <｜tool▁sep｜>
 
   // Throws dsinfer::Error naming the bad field, its value and its allowed range.
   void validate(int32_t vocab_size) const;

@@ -388,11 +388,12 @@ CompletionRequest parse_completion_request(const json& body, bool chat, const To
     r.tools = parse_tool_request(body);
     const ToolPrompt tp = chat_template_inputs(body, messages, r.tools, tok);
     r.tool_prefill = tp.prefill;
-    if (r.tools.active() && tp.v3_layout) {
+    if (r.tools.active()) {
       r.sampling.json_tool_arguments = true;  // the arguments are held to JSON objects, or their schemas
       r.sampling.tool_arguments_start = tp.arguments_start;
       r.sampling.tool_schemas = tool_parameter_schemas(r.tools, raw_body);
       r.sampling.tool_arguments_function = r.tools.forced_name;
+      r.sampling.tool_arguments_bare = !tp.v3_layout;
     }
     try {
       r.prompts.push_back(encode_chat_prompt(tok, tp.messages, true, tp.variables, tp.prefill));

@@ -50,8 +50,8 @@ struct ToolPrompt {
   nlohmann::json messages;
   nlohmann::json variables;  // template variables: {"tools": [...]} for templates that render tools
   std::string prefill;       // written after the generation prompt: the opening of the required call
-  // The calls are in DeepSeek-V3's layout (fenced JSON arguments), whose arguments the engine can hold to
-  // JSON; where the prefill leaves the answer (SamplingParams::tool_arguments_start).
+  // The calls are in DeepSeek-V3's layout (fenced JSON arguments; else V3.1's bare one), and where the
+  // prefill leaves the answer (SamplingParams::tool_arguments_start).
   bool v3_layout = false;
   int32_t arguments_start = 0;
 };

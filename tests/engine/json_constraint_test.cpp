@@ -378,6 +378,38 @@ TEST(ToolArgumentsConstraint, CallsFollowTheirFunctionsSchema) {
   EXPECT_TRUE(required.schema_bound());
 }
 
+// DeepSeek-V3.1's bare layout: the arguments right after the separator, found by the name before it.
+TEST(ToolArgumentsConstraint, BareLayoutHoldsTheArgumentsAfterTheSeparator) {
+  const Tokenizer& tok = v3_tokenizer();
+  const auto weather = JsonSchema::compile(
+      nlohmann::ordered_json::parse(R"({"properties": {"city": {"type": "string"}}, "required": ["city"]})"),
+      true);
+  const std::string answer =
+      "Sure.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{\"city\": \"Paris\"}"
+      "<｜tool▁call▁end｜><｜tool▁call▁begin｜>other<｜tool▁sep｜>{\"x\": [1]}<｜tool▁call▁end｜>"
+      "<｜tool▁calls▁end｜>";
+  ToolArgumentsConstraint c(v3_trie(), tok, kV3Vocab, ToolArgumentsConstraint::Start::kFree,
+                            {{"get_weather", weather}}, "", /*bare=*/true);
+  std::string text, bound, free_object;
+  for (int32_t id : tok.encode(answer)) {
+    const std::span<const uint32_t> mask = c.allowed();
+    if (!mask.empty()) {
+      EXPECT_TRUE(has_bit(mask, id)) << tok.decode({id}) << " after " << text;
+      (c.schema_bound() ? bound : free_object) += tok.decode({id});
+    }
+    c.advance(id);
+    text += tok.decode({id});
+  }
+  EXPECT_EQ(bound, "{\"city\": \"Paris\"}");
+  EXPECT_EQ(free_object, "{\"x\": [1]}");
+  EXPECT_TRUE(c.allowed().empty());
+  // A named function: the prompt ends at the separator.
+  ToolArgumentsConstraint named(v3_trie(), tok, kV3Vocab, ToolArgumentsConstraint::Start::kArguments,
+                                {{"get_weather", weather}}, "get_weather", true);
+  EXPECT_TRUE(named.schema_bound());
+  EXPECT_FALSE(has_bit(named.allowed(), tok.encode("hello")[0]));
+}
+
 // Through RequestState (the engine's per-request step): logits that favour text where the arguments go still
 // give a JSON object.
 TEST(ToolArgumentsConstraint, RequestStateSamplesInsideTheMask) {
