@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <list>
 #include <map>
+#include <mutex>
 #include <set>
 
 #include "core/error.h"
@@ -346,17 +348,26 @@ class JsonSchemaCompiler {
     return id;
   }
 
+  // A keyword that counts (minLength, maxItems, ...): a non-negative integer, written as 3 or 3.0.
+  uint64_t count(const ojson& s, const char* key, const std::string& path) {
+    const ojson& v = s[key];
+    if (v.is_number_unsigned()) return v.get<uint64_t>();
+    if (v.is_number() && v.get<double>() >= 0 && v.get<double>() == std::floor(v.get<double>()) &&
+        v.get<double>() < 1e18)
+      return static_cast<uint64_t>(v.get<double>());
+    refuse(path, str_cat("'", key, "' must be a non-negative integer"));
+  }
+
   uint16_t string(const ojson& s, const std::string& path) {
     const uint16_t id = new_node(Kind::kString, path);
     uint32_t bounds[2] = {0, UINT32_MAX};
     const char* keys[2] = {"minLength", "maxLength"};
     for (int i = 0; i < 2; ++i) {
       if (!s.contains(keys[i])) continue;
-      const ojson& v = s[keys[i]];
-      if (!v.is_number_unsigned()) refuse(path, str_cat("'", keys[i], "' must be a non-negative integer"));
-      if (v.get<uint64_t>() > JsonSchema::kMaxStringLength)
+      const uint64_t n = count(s, keys[i], path);
+      if (n > JsonSchema::kMaxStringLength)
         refuse(path, str_cat("'", keys[i], "' above ", JsonSchema::kMaxStringLength, " is not supported"));
-      bounds[i] = static_cast<uint32_t>(v.get<uint64_t>());
+      bounds[i] = static_cast<uint32_t>(n);
     }
     if (bounds[1] < bounds[0]) refuse(path, "'maxLength' is below 'minLength': no string fits");
     out_->nodes_[id].min_length = bounds[0];
@@ -409,11 +420,7 @@ class JsonSchemaCompiler {
   uint16_t array(const ojson& s, const std::string& path) {
     const uint16_t id = new_node(Kind::kArray, path);
     uint32_t min_items = 0, max_items = UINT32_MAX;
-    auto count = [&](const char* key) {
-      const ojson& v = s[key];
-      if (!v.is_number_unsigned()) refuse(path, str_cat("'", key, "' must be a non-negative integer"));
-      return v.get<uint64_t>();
-    };
+    auto count = [&](const char* key) { return this->count(s, key, path); };
     if (s.contains("minItems")) {
       const uint64_t n = count("minItems");
       if (n > JsonSchema::kMaxItemsTracked)
@@ -563,9 +570,17 @@ class JsonSchemaCompiler {
     for (int32_t slot : {object, array, string, number, integer})
       if (slot >= 0) out.push_back(static_cast<uint16_t>(slot));
     if (!kept.empty()) {
-      const uint16_t node = new_node(Kind::kLiteral, path);
-      values_[node] = std::move(kept);
-      out.push_back(node);
+      // One literal branch kept whole is reused; otherwise the kept values make a new set.
+      int32_t reuse = -1;
+      for (uint16_t b : flat)
+        if (out_->nodes_[b].kind == Kind::kLiteral && values_[b] == kept) reuse = b;
+      if (reuse >= 0) {
+        out.push_back(static_cast<uint16_t>(reuse));
+      } else {
+        const uint16_t node = new_node(Kind::kLiteral, path);
+        values_[node] = std::move(kept);
+        out.push_back(node);
+      }
     }
     if (out.empty()) refuse(path, "no value can match this schema (it refers only to itself)");
     return out;
@@ -600,10 +615,22 @@ class JsonSchemaCompiler {
     return at;
   }
 
+  // Tries for the literal sets the resolved choices use (merging leaves the sets it merged unused) and for
+  // the keys of objects with properties.
   void build_tries() {
+    std::vector<bool> used(out_->nodes_.size(), false);
+    size_t bytes = 0;
+    for (const JsonSchema::Node& node : out_->nodes_) {
+      if (node.kind != Kind::kChoice) continue;
+      for (uint16_t b : node.branches) used[b] = true;
+    }
+    for (size_t id = 0; id < out_->nodes_.size(); ++id)
+      if (used[id])
+        for (const std::string& v : values_[id]) bytes += v.size();
+    out_->trie_.reserve(std::min(bytes + out_->nodes_.size(), JsonSchema::kMaxTrieNodes));
     for (size_t id = 0; id < out_->nodes_.size(); ++id) {
       JsonSchema::Node& node = out_->nodes_[id];
-      if (node.kind == Kind::kLiteral) {
+      if (node.kind == Kind::kLiteral && used[id]) {
         node.literal_root = new_trie_node();
         for (const std::string& v : values_[id]) add_to_trie(out_->nodes_[id].literal_root, v, -1);
       } else if (node.kind == Kind::kObject && !node.properties.empty()) {
@@ -677,6 +704,26 @@ class JsonSchemaCompiler {
 
 std::shared_ptr<const JsonSchema> JsonSchema::compile(const ojson& schema, bool object_root) {
   return JsonSchemaCompiler(schema).run(object_root);
+}
+
+std::shared_ptr<const JsonSchema> JsonSchema::compile_cached(const ojson& schema, bool object_root) {
+  static std::mutex mu;
+  static std::list<std::pair<std::string, std::shared_ptr<const JsonSchema>>> cache;  // most recent first
+  std::string key = schema.dump();
+  key.push_back(object_root ? 'o' : 'v');
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    for (auto it = cache.begin(); it != cache.end(); ++it) {
+      if (it->first != key) continue;
+      cache.splice(cache.begin(), cache, it);
+      return cache.front().second;
+    }
+  }
+  std::shared_ptr<const JsonSchema> compiled = compile(schema, object_root);  // (outside the lock)
+  std::lock_guard<std::mutex> lock(mu);
+  cache.emplace_front(key, compiled);
+  if (cache.size() > kCachedSchemas) cache.pop_back();
+  return compiled;
 }
 
 int32_t JsonSchema::trie_next(uint16_t at, uint8_t byte) const {

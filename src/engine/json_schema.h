@@ -30,6 +30,11 @@ class JsonSchema {
   // taken, and a schema without one is refused.
   static std::shared_ptr<const JsonSchema> compile(const nlohmann::ordered_json& schema,
                                                    bool object_root = false);
+  // compile() through a process-wide cache of the last kCachedSchemas schemas by their text (requests of one
+  // application repeat theirs); thread-safe. Refusals are not cached.
+  static std::shared_ptr<const JsonSchema> compile_cached(const nlohmann::ordered_json& schema,
+                                                          bool object_root = false);
+  static constexpr size_t kCachedSchemas = 64;
 
   static constexpr int kMaxDepth = 32;  // nesting of arrays and objects in an answer
   static constexpr uint32_t kMaxItemsTracked = 255;

@@ -61,7 +61,7 @@ ResponseFormat parse_response_format(const json& body, std::string_view raw_body
                       "response_format.json_schema.schema", "invalid_type");
   }
   try {
-    out.schema = JsonSchema::compile(ordered_part(
+    out.schema = JsonSchema::compile_cached(ordered_part(
         raw_body, ordered_json::json_pointer("/response_format/json_schema/schema"), envelope["schema"]));
   } catch (const Error& e) {
     throw bad_request(str_cat("'response_format.json_schema.schema' cannot be enforced: ", e.what()),

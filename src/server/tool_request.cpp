@@ -144,7 +144,8 @@ std::vector<std::pair<std::string, std::shared_ptr<const JsonSchema>>> tool_para
         raw_body, nlohmann::ordered_json::json_pointer(str_cat("/tools/", i, "/function/parameters")),
         fn["parameters"]);
     try {
-      out.emplace_back(fn["name"].get<std::string>(), JsonSchema::compile(params, /*object_root=*/true));
+      out.emplace_back(fn["name"].get<std::string>(),
+                       JsonSchema::compile_cached(params, /*object_root=*/true));
     } catch (const Error& e) {
       if (fn.value("strict", false)) {
         throw bad_request(

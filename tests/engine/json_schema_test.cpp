@@ -121,6 +121,19 @@ TEST(JsonSchemaCompile, FunctionParametersMustDescribeAnObject) {
   EXPECT_TRUE(r.feed(std::string_view("{}\n```")));
 }
 
+TEST(JsonSchemaCompile, CachedCompilationsAreShared) {
+  const ojson a = ojson::parse(R"({"type": "object", "properties": {"x": {"type": "integer"}, "y": {}}})");
+  const ojson b = ojson::parse(R"({"type": "object", "properties": {"y": {}, "x": {"type": "integer"}}})");
+  const auto first = JsonSchema::compile_cached(a);
+  EXPECT_EQ(JsonSchema::compile_cached(a), first);
+  EXPECT_NE(JsonSchema::compile_cached(b), first);        // another key order is another schema
+  EXPECT_NE(JsonSchema::compile_cached(a, true), first);  // and so is an object root
+  EXPECT_THROW(JsonSchema::compile_cached(ojson::parse(R"({"pattern": "x"})")), Error);
+  for (size_t i = 0; i <= JsonSchema::kCachedSchemas; ++i)
+    JsonSchema::compile_cached(ojson::parse(str_cat(R"({"const": )", i, "}")));
+  EXPECT_NE(JsonSchema::compile_cached(a), first);  // evicted by the newer ones, compiled again
+}
+
 TEST(JsonSchemaRecognizer, ObjectsFollowTheirPropertiesInOrder) {
   const auto s = compiled(R"({"type": "object", "properties": {
       "name": {"type": "string"}, "age": {"type": "integer"}, "tags": {"type": "array", "items": {"type": "string"}}},
@@ -667,6 +680,43 @@ TEST(JsonSchemaBench, DISABLED_SchemaMaskCost) {
     JsonSchemaRecognizer state(schema.get());
     ASSERT_TRUE(state.feed(std::string_view(prefix))) << prefix;
     print_mask_cost(trie, state, vocab, prefix);
+  }
+}
+
+// The cost of compiling schemas (a measurement, not a check): a pydantic-style model and a large synthetic
+// schema (100 properties, a third of them enums of 250 values).
+//   build/tests/json_schema_test --gtest_also_run_disabled_tests --gtest_filter='*SchemaCompileCost*'
+TEST(JsonSchemaBench, DISABLED_SchemaCompileCost) {
+  const ojson movie = ojson::parse(R"({"$defs": {"Genre": {"enum": ["drama", "comedy", "documentary",
+      "thriller"], "title": "Genre", "type": "string"}, "Person": {"properties": {"name": {"title": "Name",
+      "type": "string", "maxLength": 80}, "born": {"anyOf": [{"type": "integer", "minimum": 1850, "maximum":
+      2025}, {"type": "null"}], "default": null}}, "required": ["name"], "title": "Person", "type": "object"}},
+      "properties": {"title": {"title": "Title", "type": "string"}, "year": {"title": "Year", "type":
+      "integer", "minimum": 1888}, "genre": {"$ref": "#/$defs/Genre"}, "cast": {"items": {"$ref":
+      "#/$defs/Person"}, "title": "Cast", "type": "array", "maxItems": 20}, "rating": {"type": "number",
+      "minimum": 0, "maximum": 10}, "tags": {"items": {"type": "string"}, "type": "array"}, "awards":
+      {"additionalProperties": {"type": "integer"}, "type": "object"}}, "required": ["title", "year",
+      "genre", "cast"], "title": "Movie", "type": "object"})");
+  ojson large = {{"type", "object"}};
+  ojson countries = ojson::array();
+  for (int i = 0; i < 250; ++i) countries.push_back(str_cat("Country number ", i));
+  for (int i = 0; i < 100; ++i) {
+    large["properties"][str_cat("field_", i)] =
+        i % 3 == 0   ? ojson{{"type", "string"}, {"maxLength", 80}}
+        : i % 3 == 1 ? ojson{{"enum", countries}}
+                     : ojson{{"type", "array"}, {"items", {{"type", "integer"}, {"minimum", 0}}}};
+  }
+  using Clock = std::chrono::steady_clock;
+  for (const auto& [name, schema] : {std::pair{"movie", movie}, std::pair{"large", large}}) {
+    const int n = std::string(name) == "movie" ? 2000 : 20;
+    const auto a = Clock::now();
+    for (int i = 0; i < n; ++i) JsonSchema::compile(schema);
+    const auto b = Clock::now();
+    for (int i = 0; i < n; ++i) JsonSchema::compile_cached(schema);
+    const auto c = Clock::now();
+    std::printf("%s (%zu bytes): compile %.4f ms, through the cache %.4f ms\n", name, schema.dump().size(),
+                std::chrono::duration<double, std::milli>(b - a).count() / n,
+                std::chrono::duration<double, std::milli>(c - b).count() / n);
   }
 }
 
