@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "engine/prompt.h"
+#include "model/json_fields.h"
 #include "server/api_error.h"
 #include "server/json_depth.h"
 #include "server/response_format.h"
@@ -18,9 +19,7 @@ using nlohmann::json;
 
 namespace {
 
-bool present(const json& body, const char* key) {
-  return body.contains(key) && !body[key].is_null();
-}
+using json_fields::present;
 
 std::optional<double> number(const json& body, const char* key) {
   if (!present(body, key)) return std::nullopt;

@@ -58,13 +58,14 @@ size_t marker_prefix_at_end(std::string_view text) {
   return hold;
 }
 
-// The first of `markers` in text: its position and which (npos when none).
+// The first of `markers` in text at or after `from`: its position and which (npos when none).
 std::pair<size_t, std::string_view> first_marker(std::string_view text,
-                                                 std::initializer_list<std::string_view> markers) {
+                                                 std::initializer_list<std::string_view> markers,
+                                                 size_t from = 0) {
   size_t best = std::string_view::npos;
   std::string_view which;
   for (std::string_view m : markers) {
-    const size_t at = text.find(m);
+    const size_t at = text.find(m, from);
     if (at < best) {
       best = at;
       which = m;
@@ -150,14 +151,20 @@ void ToolCallParser::step(ToolParseOutput& out, bool at_end) {
       }
       case State::kInCall: {
         // A call ends at its end marker; a missing one is forgiven when the next call or the block ends.
-        const auto [at, which] = first_marker(text, {kCallEnd, kCallBegin, kCallsEnd});
+        // The text already searched is not searched again (but for a marker's start at its end).
+        const size_t longest = std::max({kCallEnd.size(), kCallBegin.size(), kCallsEnd.size()});
+        const size_t from = call_scanned_ >= longest ? call_scanned_ - longest + 1 : 0;
+        const auto [at, which] = first_marker(text, {kCallEnd, kCallBegin, kCallsEnd}, from);
         if (at == std::string_view::npos) {
+          call_scanned_ = text.size();
           if (!at_end) return;
           end_call(out, text, false);
           pending_.clear();
+          call_scanned_ = 0;
           state_ = State::kContent;
           return;
         }
+        call_scanned_ = 0;
         end_call(out, text.substr(0, at), true);
         state_ = which == kCallBegin  ? State::kInCall
                  : which == kCallsEnd ? State::kContent

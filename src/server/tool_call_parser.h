@@ -52,7 +52,8 @@ class ToolCallParser {
   void end_call(ToolParseOutput& out, std::string_view call_text, bool complete);
 
   State state_ = State::kContent;
-  std::string pending_;  // text not yet classified
+  std::string pending_;      // text not yet classified
+  size_t call_scanned_ = 0;  // in a call: how much of pending_ was searched for its end without finding it
   size_t calls_made_ = 0;
   size_t unreadable_ = 0;
 };

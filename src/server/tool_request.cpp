@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "engine/json_schema.h"
+#include "model/json_fields.h"
 #include "server/api_error.h"
 #include "server/ordered_body.h"
 #include "server/tool_call_parser.h"
@@ -17,9 +18,7 @@ using nlohmann::json;
 
 namespace {
 
-bool present(const json& body, const char* key) {
-  return body.contains(key) && !body[key].is_null();
-}
+using json_fields::present;
 
 bool valid_name(const std::string& name) {
   static const std::regex pattern("[A-Za-z0-9_.-]{1,64}");
