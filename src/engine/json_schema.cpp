@@ -77,9 +77,8 @@ bool has_type(const ojson& v, const std::string& type) {
   if (type == "boolean") return v.is_boolean();
   if (type == "null") return v.is_null();
   if (type == "integer")
-    return v.is_number_integer() ||
-           (v.is_number_float() &&
-            v.get<double>() == static_cast<double>(static_cast<int64_t>(v.get<double>())));
+    return v.is_number_integer() || (v.is_number_float() && std::isfinite(v.get<double>()) &&
+                                     v.get<double>() == std::floor(v.get<double>()));
   return type == "number" && v.is_number();
 }
 
@@ -167,6 +166,13 @@ class JsonSchemaCompiler {
   }
 
   void fill(uint16_t id, const ojson& s, const std::string& path) {
+    // Schemas nest (and refer on) through recursion here: bounded, so that no schema can exhaust the stack.
+    struct Depth {
+      int& d;
+      explicit Depth(int& depth) : d(depth) { ++d; }
+      ~Depth() { --d; }
+    } depth(fill_depth_);
+    if (fill_depth_ > kMaxFillDepth) refuse(path, "the schema nests (through its references) too deeply");
     if (s.is_boolean()) {
       if (!s.get<bool>()) refuse(path, "the schema `false` allows no value");
       const uint16_t any_value = any();
@@ -700,6 +706,8 @@ class JsonSchemaCompiler {
   std::map<std::string, uint16_t> refs_;
   std::set<uint16_t> exclusive_;  // choices from oneOf
   int32_t any_ = -1;
+  static constexpr int kMaxFillDepth = 256;
+  int fill_depth_ = 0;
 };
 
 std::shared_ptr<const JsonSchema> JsonSchema::compile(const ojson& schema, bool object_root) {

@@ -104,6 +104,12 @@ TEST(JsonSchemaCompile, RefusesWhatItCannotEnforceAndSaysWhere) {
             std::string::npos);
   EXPECT_NE(compile_error(R"({"type": "array", "items": [{"type": "string"}]})").find("tuples"),
             std::string::npos);
+  // A chain of references deeper than the compiler recurses: refused, not a crash.
+  ojson chain = {{"$ref", "#/$defs/d0"}};
+  for (int i = 0; i < 600; ++i)
+    chain["$defs"][str_cat("d", i)] = {{"type", "array"}, {"items", {{"$ref", str_cat("#/$defs/d", i + 1)}}}};
+  chain["$defs"]["d600"] = {{"type", "null"}};
+  EXPECT_THROW(JsonSchema::compile(chain), Error);
   // Annotations and unknown keywords are not constraints.
   EXPECT_EQ(compile_error(R"({"title": "T", "description": "d", "type": "string", "format": "date-time",
                              "default": "x", "examples": ["y"], "x-vendor": 1})"),
