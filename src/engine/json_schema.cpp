@@ -9,6 +9,7 @@
 #include <list>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 
 #include "core/error.h"
@@ -494,6 +495,7 @@ class JsonSchemaCompiler {
                               bool exclusive, bool overlap) {
     std::vector<uint16_t> out;
     int32_t string = -1, number = -1, integer = -1, object = -1, array = -1;
+    std::vector<uint16_t> objects;
     std::vector<std::string> literals;
     for (uint16_t b : flat) {
       const Kind kind = out_->nodes_[b].kind;
@@ -503,7 +505,7 @@ class JsonSchemaCompiler {
                            (out_->nodes_[b].length_bounded() || out_->nodes_[slot].length_bounded())) ||
                           ((kind == Kind::kInteger || kind == Kind::kNumber) &&
                            (out_->nodes_[b].numeric_bounded() || out_->nodes_[slot].numeric_bounded())));
-        if (slot >= 0 && (kind == Kind::kObject || kind == Kind::kArray || bounded))
+        if (slot >= 0 && (kind == Kind::kArray || bounded))
           refuse(path, str_cat("anyOf / oneOf / type list with two ", what,
                                " branches is not supported (branches must begin differently: different "
                                "types, or literals)"));
@@ -521,7 +523,7 @@ class JsonSchemaCompiler {
           take(integer, "integer");
           break;
         case Kind::kObject:
-          take(object, "object");
+          objects.push_back(b);
           break;
         case Kind::kArray:
           take(array, "array");
@@ -538,6 +540,8 @@ class JsonSchemaCompiler {
           break;
       }
     }
+    if (objects.size() == 1) object = objects[0];
+    if (objects.size() > 1) object = object_union(objects, path);
     if (number >= 0 && integer >= 0) {
       overlap = true;
       if (out_->nodes_[number].numeric_bounded() || out_->nodes_[integer].numeric_bounded())
@@ -592,6 +596,78 @@ class JsonSchemaCompiler {
     return out;
   }
 
+  // The literal values a schema node allows, when that is all it allows (a const or enum, through $refs).
+  std::optional<std::vector<std::string>> literal_values(uint16_t id) {
+    if (out_->nodes_[id].kind != Kind::kChoice) return std::nullopt;
+    std::vector<uint16_t> flat;
+    std::set<size_t> seen;
+    bool overlap = false;
+    flatten(id, flat, seen, id, overlap);
+    std::vector<std::string> values;
+    for (uint16_t b : flat) {
+      if (out_->nodes_[b].kind != Kind::kLiteral) return std::nullopt;
+      values.insert(values.end(), values_[b].begin(), values_[b].end());
+    }
+    return values;
+  }
+
+  // Several object branches: one object union, told apart by the first property (in the first branch's
+  // order) that every branch requires with literal values no two branches share. Each branch gets that
+  // property moved to its front (the order of generation is ours to choose).
+  uint16_t object_union(const std::vector<uint16_t>& objects, const std::string& path) {
+    if (objects.size() > 255) refuse(path, "too many object branches");
+    const std::vector<JsonSchema::Property> first = out_->nodes_[objects[0]].properties;
+    for (const JsonSchema::Property& candidate : first) {
+      if (!candidate.required) continue;
+      std::vector<std::string> all;
+      std::vector<int16_t> tags;
+      bool ok = true;
+      for (size_t k = 0; k < objects.size() && ok; ++k) {
+        const std::vector<JsonSchema::Property>& props = out_->nodes_[objects[k]].properties;
+        auto it = std::find_if(props.begin(), props.end(),
+                               [&](const JsonSchema::Property& p) { return p.name == candidate.name; });
+        std::optional<std::vector<std::string>> values;
+        if (it != props.end() && it->required) values = literal_values(it->node);
+        ok = values.has_value() && !values->empty();
+        for (size_t v = 0; ok && v < values->size(); ++v) {
+          ok = std::find(all.begin(), all.end(), (*values)[v]) == all.end();
+          all.push_back((*values)[v]);
+          tags.push_back(static_cast<int16_t>(k));
+        }
+      }
+      if (!ok) continue;
+      for (uint16_t b : objects) discriminate(b, candidate.name, path);
+      const uint16_t literal = new_node(Kind::kLiteral, path);
+      values_[literal] = std::move(all);
+      value_tags_.resize(out_->nodes_.size());
+      value_tags_[literal] = std::move(tags);
+      const uint16_t id = new_node(Kind::kObject, path);
+      JsonSchema::Node& node = out_->nodes_[id];
+      node.properties = {{candidate.name, literal, true}};
+      node.next_required = {0, 1};
+      node.union_branches = objects;
+      return id;
+    }
+    refuse(path,
+           "anyOf / oneOf with several object branches needs a discriminator: a property every branch "
+           "requires, with const / enum values no two branches share");
+  }
+
+  // Moves the discriminator to the front of a branch's properties.
+  void discriminate(uint16_t object, const std::string& name, const std::string& path) {
+    auto [it, fresh] = discriminators_.emplace(object, name);
+    if (!fresh && it->second != name)
+      refuse(path, "an object is a branch of two unions with different discriminators");
+    JsonSchema::Node& node = out_->nodes_[object];
+    auto p = std::find_if(node.properties.begin(), node.properties.end(),
+                          [&](const JsonSchema::Property& q) { return q.name == name; });
+    std::rotate(node.properties.begin(), p, p + 1);
+    node.next_required.assign(node.properties.size() + 1, static_cast<uint16_t>(node.properties.size()));
+    for (size_t i = node.properties.size(); i-- > 0;)
+      node.next_required[i] =
+          node.properties[i].required ? static_cast<uint16_t>(i) : node.next_required[i + 1];
+  }
+
   uint16_t new_trie_node() {
     DSI_CHECK(out_->trie_.size() < JsonSchema::kMaxTrieNodes,
               "the schema is too large (its enum values and property names exceed ",
@@ -627,9 +703,11 @@ class JsonSchemaCompiler {
     std::vector<bool> used(out_->nodes_.size(), false);
     size_t bytes = 0;
     for (const JsonSchema::Node& node : out_->nodes_) {
+      if (node.kind == Kind::kObject && !node.union_branches.empty()) used[node.properties[0].node] = true;
       if (node.kind != Kind::kChoice) continue;
       for (uint16_t b : node.branches) used[b] = true;
     }
+    value_tags_.resize(out_->nodes_.size());
     for (size_t id = 0; id < out_->nodes_.size(); ++id)
       if (used[id])
         for (const std::string& v : values_[id]) bytes += v.size();
@@ -638,7 +716,9 @@ class JsonSchemaCompiler {
       JsonSchema::Node& node = out_->nodes_[id];
       if (node.kind == Kind::kLiteral && used[id]) {
         node.literal_root = new_trie_node();
-        for (const std::string& v : values_[id]) add_to_trie(out_->nodes_[id].literal_root, v, -1);
+        for (size_t i = 0; i < values_[id].size(); ++i)  // (a union's discriminator: leaves carry the branch)
+          add_to_trie(out_->nodes_[id].literal_root, values_[id][i],
+                      i < value_tags_[id].size() ? value_tags_[id][i] : int16_t{-1});
       } else if (node.kind == Kind::kObject && !node.properties.empty()) {
         node.key_root = new_trie_node();
         for (size_t k = 0; k < out_->nodes_[id].properties.size(); ++k)
@@ -674,6 +754,11 @@ class JsonSchemaCompiler {
         int d = 0;
         switch (node.kind) {
           case Kind::kObject:
+            if (!node.union_branches.empty()) {  // opened only where every branch fits
+              d = 0;
+              for (uint16_t b : node.union_branches) d = std::max(d, depth[b]);
+              break;
+            }
             d = 1;
             for (const auto& p : node.properties)
               if (p.required) d = std::max(d, depth[p.node] >= kInf ? kInf : 1 + depth[p.node]);
@@ -704,7 +789,9 @@ class JsonSchemaCompiler {
   std::vector<std::vector<std::string>> values_;  // by node: a literal node's compact values
   std::vector<std::string> paths_;                // by node: where it came from (for errors)
   std::map<std::string, uint16_t> refs_;
-  std::set<uint16_t> exclusive_;  // choices from oneOf
+  std::set<uint16_t> exclusive_;                    // choices from oneOf
+  std::vector<std::vector<int16_t>> value_tags_;    // by node: a union discriminator's branch per value
+  std::map<uint16_t, std::string> discriminators_;  // union branches: the property moved to their front
   int32_t any_ = -1;
   static constexpr int kMaxFillDepth = 256;
   int fill_depth_ = 0;

@@ -6,14 +6,16 @@
 // What is enforced: type (one or a list), properties / required / additionalProperties, items / minItems /
 // maxItems, minLength / maxLength, minimum / maximum / exclusiveMinimum / exclusiveMaximum on integers (and
 // minimum / maximum of integer value on numbers), enum / const, anyOf / oneOf whose branches begin
-// differently (e.g. a type or null), allOf of one schema, $ref into the document ($defs, definitions, any
-// JSON pointer; recursion included), nullable. Annotations are ignored (title, description, default,
-// examples, format, ...); keywords that constrain values in ways the recogniser cannot follow (pattern,
-// minLength, minimum, ...) are refused with an error naming them, never silently dropped.
+// differently (e.g. a type or null) or are objects told apart by a discriminator (a property all of them
+// require, with const / enum values no two share: pydantic's discriminated unions), allOf of one schema,
+// $ref into the document ($defs, definitions, any JSON pointer; recursion included), nullable. Annotations
+// are ignored (title, description, default, examples, format, ...); keywords that constrain values in ways
+// the recogniser cannot follow (pattern, multipleOf, ...) are refused with an error naming them, never
+// silently dropped.
 //
-// How answers are shaped (each still valid against the schema): properties come in the schema's order,
-// optional ones may be left out; an object with properties gets no other keys; literals are written in
-// their compact form.
+// How answers are shaped (each still valid against the schema): properties come in the schema's order
+// (a union's discriminator first), optional ones may be left out; an object with properties gets no other
+// keys; literals are written in their compact form.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -55,8 +57,12 @@ class JsonSchema {
     // kObject: properties in order (keys read through the key trie at key_root), or, without properties,
     // free keys whose values follow `extra` (-1: no keys at all).
     std::vector<Property> properties;
-    std::vector<uint16_t>
-        next_required;  // [properties + 1]: the first required index at or after i (or size)
+    // [properties + 1]: the first required index at or after i (or size)
+    std::vector<uint16_t> next_required;
+    // An object union (anyOf / oneOf of objects told apart by a discriminator property): `properties` holds
+    // just the discriminator, whose literal values' trie leaves carry the branch index; once its value is
+    // read the object goes on as that branch (where the discriminator was moved to the front).
+    std::vector<uint16_t> union_branches;
     uint16_t key_root = 0;
     int32_t extra = -1;
     // kArray

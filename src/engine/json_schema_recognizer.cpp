@@ -102,6 +102,15 @@ bool JsonSchemaRecognizer::fits(uint16_t node) const {
 }
 
 void JsonSchemaRecognizer::finish_value() {
+  if (s_.mode == kLiteral &&
+      s_.depth > 0) {  // an object union's discriminator: the object is that branch now
+    const JsonSchema::Node& object = schema_->node(top().node);
+    if (!object.union_branches.empty()) {
+      const int16_t branch = schema_->trie(s_.literal).property;
+      top().node = object.union_branches[static_cast<size_t>(branch)];
+      top().progress = 1;  // past the discriminator, which each branch has first
+    }
+  }
   s_.mode = kAfterValue;
   s_.count = 0;
   s_.value = 0;
