@@ -57,8 +57,9 @@ bool JsonSchemaRecognizer::integer_part_in_range() const {
 // digits or without; any real in [min, max] has its integer part there, as both bounds are integers).
 bool JsonSchemaRecognizer::bounded_digit(int64_t digit, bool negative) {
   const JsonSchema::Node& node = schema_->node(s_.value);
-  const int64_t magnitude = (s_.number < 0 ? -s_.number : s_.number) * 10 + digit;
-  if (magnitude > JsonSchema::kMaxIntegerBound) return false;
+  const int64_t before = s_.number < 0 ? -s_.number : s_.number;
+  if (before > (JsonSchema::kMaxIntegerBound - digit) / 10) return false;  // beyond 18 digits
+  const int64_t magnitude = before * 10 + digit;
   // The integer parts this prefix can become: magnitude * 10^j + [0, 10^j) for j more digits (none after a
   // 0).
   int64_t scale = 1;

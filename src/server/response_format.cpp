@@ -63,7 +63,7 @@ ResponseFormat parse_response_format(const json& body, std::string_view raw_body
   try {
     out.schema = JsonSchema::compile_cached(ordered_part(
         raw_body, ordered_json::json_pointer("/response_format/json_schema/schema"), envelope["schema"]));
-  } catch (const Error& e) {
+  } catch (const std::exception& e) {  // (Error; anything else unexpected is still the schema's)
     throw bad_request(str_cat("'response_format.json_schema.schema' cannot be enforced: ", e.what()),
                       "response_format.json_schema.schema", "invalid_value");
   }

@@ -145,7 +145,7 @@ std::vector<std::pair<std::string, std::shared_ptr<const JsonSchema>>> tool_para
     try {
       out.emplace_back(fn["name"].get<std::string>(),
                        JsonSchema::compile_cached(params, /*object_root=*/true));
-    } catch (const Error& e) {
+    } catch (const std::exception& e) {  // (Error; anything else unexpected is still the schema's)
       if (fn.value("strict", false)) {
         throw bad_request(
             str_cat("tools[", i, "].function.parameters cannot be enforced (strict): ", e.what()), "tools",

@@ -11,6 +11,7 @@
 #include <climits>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
@@ -114,6 +115,77 @@ TEST(JsonSchemaCompile, RefusesWhatItCannotEnforceAndSaysWhere) {
   EXPECT_EQ(compile_error(R"({"title": "T", "description": "d", "type": "string", "format": "date-time",
                              "default": "x", "examples": ["y"], "x-vendor": 1})"),
             "");
+}
+
+// Requests send anything: keywords with values of every type, nested at random. Each one compiles or is
+// refused with dsinfer::Error (the server's 400), never another exception, and feeding a compiled one bytes
+// never fails.
+TEST(JsonSchemaCompile, MalformedSchemasAreRefusedWithErrors) {
+  std::mt19937 rng(17);
+  const char* keys[] = {"type",
+                        "properties",
+                        "required",
+                        "additionalProperties",
+                        "items",
+                        "minItems",
+                        "maxItems",
+                        "enum",
+                        "const",
+                        "anyOf",
+                        "oneOf",
+                        "allOf",
+                        "$ref",
+                        "minLength",
+                        "maxLength",
+                        "minimum",
+                        "maximum",
+                        "exclusiveMinimum",
+                        "exclusiveMaximum",
+                        "nullable",
+                        "$defs",
+                        "title"};
+  const std::vector<std::string> words = {"string", "integer", "object", "#", "#/$defs/a", "null"};
+  std::function<ojson(int)> junk = [&](int depth) -> ojson {
+    switch (rng() % 9) {
+      case 0:
+        return ojson(static_cast<int64_t>(rng()) - (int64_t{1} << 31));
+      case 1:
+        return ojson(static_cast<double>(rng()) / 7.0 - 1e9);
+      case 2:
+        return ojson(words[rng() % words.size()]);
+      case 3:
+        return ojson(rng() % 2 == 0);
+      case 4:
+        return ojson(nullptr);
+      case 5: {
+        ojson a = ojson::array();
+        for (int i = 0; depth > 0 && i < 3; ++i) a.push_back(junk(depth - 1));
+        return a;
+      }
+      default: {
+        ojson o = ojson::object();
+        for (int i = 0; depth > 0 && i < 3; ++i) o[keys[rng() % std::size(keys)]] = junk(depth - 1);
+        return o;
+      }
+    }
+  };
+  int compiled_count = 0;
+  for (int i = 0; i < 20000; ++i) {
+    const ojson schema = junk(4);
+    std::shared_ptr<const JsonSchema> s;
+    try {
+      s = JsonSchema::compile(schema);
+    } catch (const Error&) {
+      continue;
+    } catch (const std::exception& e) {
+      FAIL() << "not a dsinfer::Error: " << e.what() << "\n" << schema.dump();
+    }
+    ++compiled_count;
+    JsonSchemaRecognizer r(s.get());
+    const std::string_view bytes = "{}[]\",:0123456789truefalsenull abc-.";
+    for (int b = 0; b < 100; ++b) r.feed(static_cast<uint8_t>(bytes[rng() % bytes.size()]));
+  }
+  EXPECT_GT(compiled_count, 500);
 }
 
 TEST(JsonSchemaCompile, FunctionParametersMustDescribeAnObject) {
