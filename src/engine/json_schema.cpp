@@ -29,8 +29,7 @@ const std::set<std::string> kAnnotations = {
     "contentEncoding", "contentMediaType", "discriminator", "xml",       "externalDocs"};
 
 // Constraints the recogniser cannot enforce: refused rather than ignored (an answer could break them).
-const std::set<std::string> kUnsupported = {"pattern",
-                                            "multipleOf",
+const std::set<std::string> kUnsupported = {"multipleOf",
                                             "minProperties",
                                             "maxProperties",
                                             "patternProperties",
@@ -188,6 +187,7 @@ class JsonSchemaCompiler {
                str_cat("'", key,
                        "' is not supported by constrained decoding (supported: type, properties, "
                        "required, additionalProperties, items, minItems, maxItems, minLength, maxLength, "
+                       "pattern, format (date, time, date-time, uuid, ipv4), "
                        "enum, const, anyOf, "
                        "oneOf, allOf of one schema, $ref)"));
       if (!kAnnotations.count(key)) constraints.push_back(key);
@@ -236,6 +236,7 @@ class JsonSchemaCompiler {
         for (const char* key : kNumberBounds)
           if (s.contains(key))
             refuse(path, str_cat("'", key, "' without \"type\": \"integer\" is not supported"));
+        if (s.contains("pattern")) refuse(path, "'pattern' without \"type\": \"string\" is not supported");
         const uint16_t any_value = any();
         out_->nodes_[id].branches = {any_value};
         return;
@@ -379,6 +380,32 @@ class JsonSchemaCompiler {
     if (bounds[1] < bounds[0]) refuse(path, "'maxLength' is below 'minLength': no string fits");
     out_->nodes_[id].min_length = bounds[0];
     out_->nodes_[id].max_length = bounds[1];
+    // A pattern, or a format the decoder enforces (others stay annotations, as JSON Schema makes them).
+    JsonRegex regex;
+    bool has_regex = false;
+    if (s.contains("pattern")) {
+      if (!s["pattern"].is_string()) refuse(path, "'pattern' must be a string");
+      try {
+        regex = JsonRegex::compile(s["pattern"].get<std::string>());
+      } catch (const Error& e) {
+        refuse(path, e.what());
+      }
+      has_regex = true;
+    }
+    if (s.contains("format") && s["format"].is_string()) {
+      JsonRegex format;
+      if (JsonRegex::format(s["format"].get<std::string>(), format)) {
+        if (has_regex) refuse(path, "'pattern' beside an enforced 'format' is not supported");
+        regex = std::move(format);
+        has_regex = true;
+      }
+    }
+    if (has_regex) {
+      if (out_->nodes_[id].length_bounded())
+        refuse(path, "'minLength' / 'maxLength' beside 'pattern' or 'format' is not supported");
+      out_->nodes_[id].regex = static_cast<int32_t>(out_->regexes_.size());
+      out_->regexes_.push_back(std::move(regex));
+    }
     return id;
   }
 
@@ -501,8 +528,8 @@ class JsonSchemaCompiler {
       const Kind kind = out_->nodes_[b].kind;
       auto take = [&](int32_t& slot, const char* what) {
         const bool bounded =
-            slot >= 0 && ((kind == Kind::kString &&
-                           (out_->nodes_[b].length_bounded() || out_->nodes_[slot].length_bounded())) ||
+            slot >= 0 && ((kind == Kind::kString && (out_->nodes_[b].string_constrained() ||
+                                                     out_->nodes_[slot].string_constrained())) ||
                           ((kind == Kind::kInteger || kind == Kind::kNumber) &&
                            (out_->nodes_[b].numeric_bounded() || out_->nodes_[slot].numeric_bounded())));
         if (slot >= 0 && (kind == Kind::kArray || bounded))
@@ -553,7 +580,7 @@ class JsonSchemaCompiler {
     for (const std::string& v : literals) {
       const char c = v[0];
       const bool numeric = c == '-' || (c >= '0' && c <= '9');
-      if (c == '"' && string >= 0 && out_->nodes_[string].length_bounded())
+      if (c == '"' && string >= 0 && out_->nodes_[string].string_constrained())
         refuse(path, str_cat("the literal ", v, " competes with a string branch with length bounds"));
       if (numeric && number >= 0 && out_->nodes_[number].numeric_bounded())
         refuse(path, str_cat("the literal ", v, " competes with a number branch with bounds"));

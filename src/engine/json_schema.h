@@ -23,6 +23,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/json_regex.h"
+
 namespace dsinfer {
 
 class JsonSchema {
@@ -75,6 +77,8 @@ class JsonSchema {
     uint32_t min_length = 0;
     uint32_t max_length = UINT32_MAX;
     bool length_bounded() const { return min_length > 0 || max_length != UINT32_MAX; }
+    int32_t regex = -1;  // `pattern` or an enforced `format`: JsonSchema::regex(i)
+    bool string_constrained() const { return length_bounded() || regex >= 0; }
     // kInteger, kNumber: bounds (inclusive integers within +-kMaxIntegerBound), tracked only when bounded
     int64_t minimum = -kMaxIntegerBound;
     int64_t maximum = kMaxIntegerBound;
@@ -97,6 +101,7 @@ class JsonSchema {
 
   const Node& node(uint16_t i) const { return nodes_[i]; }
   const TrieNode& trie(uint16_t i) const { return trie_[i]; }
+  const JsonRegex& regex(int32_t i) const { return regexes_[static_cast<size_t>(i)]; }
   uint16_t root() const { return root_; }
   size_t num_nodes() const { return nodes_.size(); }
   // The trie node after `byte` from `at`, or -1.
@@ -108,6 +113,7 @@ class JsonSchema {
   friend class JsonSchemaCompiler;
   std::vector<Node> nodes_;
   std::vector<TrieNode> trie_;
+  std::vector<JsonRegex> regexes_;
   uint16_t root_ = 0;
 };
 

@@ -139,6 +139,7 @@ bool JsonSchemaRecognizer::value_start(uint16_t id, uint8_t byte) {
       s_.mode = kString;
       s_.value = id;
       s_.string_key = 0;
+      if (node.regex >= 0) s_.number = schema_->regex(node.regex).start();
       return true;
     case Kind::kNumber:
     case Kind::kInteger: {
@@ -223,6 +224,8 @@ int32_t JsonSchemaRecognizer::string_budget() const {
   if (!in_plain_string()) return -1;
   if (s_.string_key) return INT32_MAX;
   const JsonSchema::Node& node = schema_->node(s_.value);
+  if (node.regex >= 0)  // a pattern: every safe token fits only where its DFA takes anything (else walk)
+    return schema_->regex(node.regex).universal(static_cast<uint16_t>(s_.number)) ? INT32_MAX : -1;
   if (!node.length_bounded() || node.max_length == UINT32_MAX) return INT32_MAX;
   return static_cast<int32_t>(node.max_length) - s_.chars;
 }
@@ -239,22 +242,73 @@ bool JsonSchemaRecognizer::count_char(uint8_t byte) {
   return true;
 }
 
+// A pattern string's character (an ASCII code, or any non-ASCII character as one symbol): its DFA moves on,
+// into a live state only.
+bool JsonSchemaRecognizer::pattern_char(int symbol) {
+  if (s_.string_key) return true;
+  const int32_t regex = schema_->node(s_.value).regex;
+  if (regex < 0) return true;
+  const uint16_t next = schema_->regex(regex).next(static_cast<uint16_t>(s_.number), symbol);
+  if (next == JsonRegex::kDead) return false;
+  s_.number = next;
+  return true;
+}
+
+namespace {
+
+// The character an escape stands for ('u': none here, \u escapes are not taken in pattern strings).
+int escaped_symbol(uint8_t byte) {
+  switch (byte) {
+    case '"':
+      return '"';
+    case '\\':
+      return '\\';
+    case '/':
+      return '/';
+    case 'b':
+      return '\b';
+    case 'f':
+      return '\f';
+    case 'n':
+      return '\n';
+    case 'r':
+      return '\r';
+    case 't':
+      return '\t';
+    default:
+      return -1;
+  }
+}
+
+}  // namespace
+
 bool JsonSchemaRecognizer::string_byte(uint8_t byte) {
   const bool continuation = s_.utf8.left > 0;
+  const bool pattern = !s_.string_key && schema_->node(s_.value).regex >= 0;
   switch (json_lex::string_byte(s_.utf8, byte)) {
     case json_lex::StringByte::kRejected:
       return false;
     case json_lex::StringByte::kContent:
-      return continuation || count_char(byte);
+      return continuation || (count_char(byte) && pattern_char(JsonRegex::symbol(byte)));
     case json_lex::StringByte::kBackslash:
       if (!count_char(byte)) return false;
+      if (pattern) {  // only where some escape can go on
+        const JsonRegex& regex = schema_->regex(schema_->node(s_.value).regex);
+        bool any = false;
+        for (uint8_t e : std::string_view("\"\\/bfnrt"))
+          any = any || regex.next(static_cast<uint16_t>(s_.number), escaped_symbol(e)) != JsonRegex::kDead;
+        if (!any) return false;
+      }
       s_.mode = kEscape;
       return true;
     case json_lex::StringByte::kQuote:
       break;
   }
   if (!s_.string_key && s_.chars < schema_->node(s_.value).min_length) return false;  // too short
+  if (pattern && !schema_->regex(schema_->node(s_.value).regex).accepting(static_cast<uint16_t>(s_.number)))
+    return false;  // the pattern is not matched yet
   s_.chars = 0;
+  s_.number = 0;
   if (s_.string_key) {  // a free key: its value follows the object's `extra` schema
     s_.string_key = 0;
     s_.mode = kColon;
@@ -298,6 +352,9 @@ bool JsonSchemaRecognizer::step(uint8_t byte) {
       return string_byte(byte);
     case kEscape:
       if (!json_lex::is_escape(byte)) return false;
+      if (!s_.string_key && schema_->node(s_.value).regex >= 0 &&
+          (escaped_symbol(byte) < 0 || !pattern_char(escaped_symbol(byte))))
+        return false;  // in a pattern string: the escaped character must fit (no \u)
       s_.mode = byte == 'u' ? kUnicode : kString;
       s_.count = 0;
       return true;

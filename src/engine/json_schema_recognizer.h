@@ -72,6 +72,7 @@ class JsonSchemaRecognizer {
   bool key_reachable(const Frame& f, uint16_t trie_node) const;
   bool string_byte(uint8_t byte);
   bool count_char(uint8_t byte);
+  bool pattern_char(int symbol);
   bool bounded() const;
   bool integer_part_in_range() const;
   bool bounded_digit(int64_t digit, bool negative);

@@ -14,6 +14,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -54,10 +55,9 @@ std::string compile_error(const std::string& schema) {
 }
 
 TEST(JsonSchemaCompile, RefusesWhatItCannotEnforceAndSaysWhere) {
-  EXPECT_NE(
-      compile_error(R"({"type": "object", "properties": {"name": {"type": "string", "pattern": "^a"}}})")
-          .find("at #/properties/name: 'pattern' is not supported"),
-      std::string::npos);
+  EXPECT_NE(compile_error(R"({"type": "object", "properties": {"n": {"type": "integer", "multipleOf": 5}}})")
+                .find("at #/properties/n: 'multipleOf' is not supported"),
+            std::string::npos);
   EXPECT_NE(compile_error(R"({"type": "number", "minimum": 0.5})").find("bounds of integer value are"),
             std::string::npos);
   EXPECT_NE(compile_error(R"({"type": "number", "exclusiveMinimum": 0})").find("on numbers is not supported"),
@@ -296,6 +296,33 @@ TEST(JsonSchemaRecognizer, NumberBoundsOfIntegerValue) {
   EXPECT_EQ(accepted_prefix(*score, "9.5"), 1u);  // 9 cannot end in range, but "9" may still become 90-99
 }
 
+TEST(JsonSchemaRecognizer, PatternsAndFormatsHoldStrings) {
+  const auto s = compiled(R"({"type": "string", "pattern": "^[A-Z]{3}-\\d{3}$"})");
+  EXPECT_TRUE(accepts(*s, "\"ABC-123\""));
+  EXPECT_EQ(accepted_prefix(*s, "\"AB-123\""), 3u);
+  EXPECT_EQ(accepted_prefix(*s, "\"ABC-12\""), 7u);  // not matched yet: no closing quote
+  // JSON escapes stand for their characters; \u escapes are not taken in pattern strings.
+  const auto e = compiled(R"({"type": "string", "pattern": "^a\nb$"})");
+  EXPECT_TRUE(accepts(*e, "\"a\\nb\""));
+  EXPECT_EQ(accepted_prefix(*e, "\"a\\u000ab\""), 3u);
+  EXPECT_EQ(accepted_prefix(*e, "\"a\\tb\""), 3u);
+  // Formats the decoder enforces, and one it leaves an annotation.
+  const auto dt = compiled(R"({"type": "string", "format": "date-time"})");
+  EXPECT_TRUE(accepts(*dt, "\"2024-05-06T07:08:09.5Z\""));
+  EXPECT_FALSE(accepts(*dt, "\"tomorrow\""));
+  EXPECT_TRUE(accepts(*compiled(R"({"type": "string", "format": "email"})"), "\"not checked\""));
+  // Non-ASCII characters through '.', not through literals.
+  EXPECT_TRUE(accepts(*compiled(R"({"type": "string", "pattern": "^.{2}$"})"), "\"\xC3\xA9\xE4\xB8\xAD\""));
+  EXPECT_NE(compile_error(R"x({"type": "string", "pattern": "(?=x)"})x").find("at #: pattern: lookaround"),
+            std::string::npos);
+  EXPECT_NE(compile_error(R"({"type": "string", "pattern": "a", "maxLength": 3})").find("beside 'pattern'"),
+            std::string::npos);
+  EXPECT_NE(compile_error(R"({"pattern": "a"})").find("without \"type\": \"string\""), std::string::npos);
+  EXPECT_NE(
+      compile_error(R"({"anyOf": [{"type": "string", "pattern": "a"}, {"const": "b"}]})").find("competes"),
+      std::string::npos);
+}
+
 TEST(JsonSchemaRecognizer, ScalarsLiteralsAndChoices) {
   EXPECT_TRUE(accepts(*compiled(R"({"type": "number"})"), "-12.5e+3"));
   EXPECT_TRUE(accepts(*compiled(R"({"type": "integer"})"), "-120"));
@@ -406,6 +433,9 @@ bool valid(const ojson& v, const ojson& schema, const ojson& root) {
         (schema.contains("exclusiveMaximum") && x >= schema["exclusiveMaximum"].get<double>()))
       return false;
   }
+  if (v.is_string() && schema.contains("pattern") &&
+      !std::regex_search(v.get<std::string>(), std::regex(schema["pattern"].get<std::string>())))
+    return false;
   if (v.is_string()) {
     size_t chars = 0;
     for (char c : v.get<std::string>()) chars += (static_cast<uint8_t>(c) & 0xC0) != 0x80;
@@ -486,9 +516,10 @@ void walk_randomly(const std::string& schema_text, int walks, int expect_complet
 TEST(JsonSchemaRecognizer, RandomWalksNeverDeadEndAndValidate) {
   walk_randomly(R"({"type": "object", "properties": {"name": {"type": "string"}, "n": {"type": "integer"},
       "kind": {"enum": ["a", "ab", 1, 10]}, "code": {"type": "string", "minLength": 2, "maxLength": 5},
-      "score": {"type": "integer", "minimum": -30, "maximum": 1200}, "maybe": {"anyOf": [{"type": "number"}, {"type": "null"}]},
+      "score": {"type": "integer", "minimum": -30, "maximum": 1200},
+      "sku": {"type": "string", "pattern": "^[A-Z]{2}(-\\d{2,3})+$"}, "tag": {"type": "string", "pattern": "x+"}, "maybe": {"anyOf": [{"type": "number"}, {"type": "null"}]},
       "list": {"type": "array", "items": {"type": "boolean"}, "minItems": 2, "maxItems": 4}},
-      "required": ["name", "kind", "list"]})",
+      "required": ["name", "kind", "list", "sku"]})",
                 200, 100);
   walk_randomly(R"({"type": "object", "additionalProperties": {"type": "array", "items": {}}})", 200, 100);
   // Recursion with a way out: deep walks must close before the depth limit.
@@ -715,6 +746,28 @@ TEST(JsonSchemaMasks, EqualCheckingEveryToken) {
     }
   }
   EXPECT_TRUE(state.complete());
+  // A pattern string: the trie is walked through the DFA.
+  for (const auto& [regex, prefix] :
+       std::vector<std::pair<std::string, std::string>>{{"^[A-Z]{2}(-\\\\d{2,3})+$", "\""},
+                                                        {"^[A-Z]{2}(-\\\\d{2,3})+$", "\"AB"},
+                                                        {"^[A-Z]{2}(-\\\\d{2,3})+$", "\"AB-1"},
+                                                        {"^[A-Z]{2}(-\\\\d{2,3})+$", "\"AB-12"},
+                                                        {"^.+$", "\"AB"},    // the DFA takes anything
+                                                        {"x+", "\"ab"},      // not yet
+                                                        {"x+", "\"axb"}}) {  // from here on anything
+    const auto pattern = compiled(str_cat(R"({"type": "string", "pattern": ")", regex, "\"}"));
+    JsonSchemaRecognizer in_string(pattern.get());
+    ASSERT_TRUE(in_string.feed(std::string_view(prefix)));
+    std::vector<uint32_t> mask(static_cast<size_t>(vocab + 31) / 32, 0u);
+    trie.allowed(in_string, mask);
+    std::vector<uint32_t> brute(mask.size(), 0u);
+    for (int32_t id = 0; id < tok.vocab_size(); ++id) {
+      if (!tok.has_id(id) || std::find(added.begin(), added.end(), id) != added.end()) continue;
+      JsonSchemaRecognizer next = in_string;
+      if (!tok.token_bytes(id).empty() && next.feed(tok.token_bytes(id))) brute[id / 32] |= 1u << (id % 32);
+    }
+    EXPECT_EQ(mask, brute) << regex << " after " << prefix;
+  }
   // Bounded strings with every kind of budget: a precomputed set, a filtered one, all safe tokens.
   for (int max_length : {2, 3, 47, 48, 60, 100, 150, 1000}) {
     const auto bounded = compiled(str_cat(R"({"type": "string", "maxLength": )", max_length, "}"));
@@ -791,6 +844,13 @@ TEST(JsonSchemaBench, DISABLED_SchemaMaskCost) {
     JsonSchemaRecognizer state(schema.get());
     ASSERT_TRUE(state.feed(std::string_view(prefix))) << prefix;
     print_mask_cost(trie, state, vocab, prefix);
+  }
+  // Pattern strings walk the trie through their DFA: a narrow pattern and one that takes almost anything.
+  for (const char* pattern : {R"("^[A-Z]{2}-\\d+$")", R"("^.+$")"}) {
+    const auto p = compiled(str_cat(R"({"type": "string", "pattern": )", pattern, "}"));
+    JsonSchemaRecognizer state(p.get());
+    ASSERT_TRUE(state.feed(std::string_view("\"AB")));
+    print_mask_cost(trie, state, vocab, str_cat("\"AB with pattern ", pattern).c_str());
   }
 }
 
