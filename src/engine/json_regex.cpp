@@ -15,7 +15,10 @@ namespace {
 
 using Set = std::bitset<JsonRegex::kSymbols>;
 constexpr int kMaxRepeat = 64;
-constexpr size_t kMaxNfaStates = 20000;
+constexpr size_t kMaxNfaStates = 4000;
+// The subset construction's work (NFA states visited in closures) before a pattern is refused as too complex:
+// a pattern compiles on the server's I/O thread, within tens of milliseconds.
+constexpr size_t kMaxClosureWork = 5'000'000;
 
 Set range(int lo, int hi) {
   Set s;
@@ -360,15 +363,22 @@ struct Nfa {
     return {-1, -1};
   }
 
+  mutable size_t work = 0;
+
   std::vector<int> closure(std::vector<int> set) const {
+    work += set.size() + states.size() / 64;
+    if (work > kMaxClosureWork) fail("pattern: too complex to compile (its automaton grows too large)");
     std::vector<bool> in(states.size(), false);
     for (int s : set) in[static_cast<size_t>(s)] = true;
-    for (size_t k = 0; k < set.size(); ++k)
+    for (size_t k = 0; k < set.size(); ++k) {
+      work += states[static_cast<size_t>(set[k])].eps.size();
       for (int t : states[static_cast<size_t>(set[k])].eps)
         if (!in[static_cast<size_t>(t)]) {
           in[static_cast<size_t>(t)] = true;
           set.push_back(t);
         }
+    }
+    if (work > kMaxClosureWork) fail("pattern: too complex to compile (its automaton grows too large)");
     std::sort(set.begin(), set.end());
     return set;
   }

@@ -96,6 +96,9 @@ TEST(JsonRegex, RefusesWhatItDoesNotFollow) {
     EXPECT_THROW(JsonRegex::compile(p), Error) << p;
   }
   EXPECT_THROW(JsonRegex::compile("^a$b"), Error);
+  // Automata that would grow too large are refused early (a pattern compiles on the server's I/O thread).
+  for (const char* p : {"(.{1,64}){64}", "(a|b)*a(a|b){11}", "(.{0,60}x){20}"})
+    EXPECT_THROW(JsonRegex::compile(p), Error) << p;
   EXPECT_THROW(JsonRegex::compile("^[a]{0}b[c]{0}$x"), Error);
 }
 
