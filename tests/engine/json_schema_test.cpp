@@ -710,6 +710,19 @@ TEST(JsonSchemaRecognizer, StatesCompareAndRefusalsLeaveTheStateAlone) {
   EXPECT_TRUE(x == before);
 }
 
+// Every non-added token checked on its own from `state` (what the trie's mask must equal).
+std::vector<uint32_t> brute_force_mask(const Tokenizer& tok, const JsonSchemaRecognizer& state,
+                                       size_t words) {
+  const std::vector<int32_t> added = tok.added_token_ids();
+  std::vector<uint32_t> mask(words, 0u);
+  for (int32_t id = 0; id < tok.vocab_size(); ++id) {
+    if (!tok.has_id(id) || std::find(added.begin(), added.end(), id) != added.end()) continue;
+    JsonSchemaRecognizer next = state;
+    if (!tok.token_bytes(id).empty() && next.feed(tok.token_bytes(id))) mask[id / 32] |= 1u << (id % 32);
+  }
+  return mask;
+}
+
 // The masks over DeepSeek-V3's vocabulary equal checking each token on its own from the same state, along a
 // document that passes keys, literals, numbers, strings (with escapes) and nested containers.
 TEST(JsonSchemaMasks, EqualCheckingEveryToken) {
@@ -725,21 +738,13 @@ TEST(JsonSchemaMasks, EqualCheckingEveryToken) {
       "{\"title\": \"Das \\\"Boot\\\" \u00e9\", \"year\": 1981, \"genre\": \"drama\", "
       "\"cast\": [{\"name\": \"J\u00fcrgen\", \"lead\": true}], \"rating\": 8.4}";
   JsonSchemaRecognizer state(s.get());
-  const std::vector<int32_t> added = tok.added_token_ids();
   for (size_t i = 0; i <= doc.size(); ++i) {
     const size_t year = doc.find("1981");
     if (i % 5 == 0 || i == doc.size() || (i > 10 && i < 30) ||
         (i >= year && i <= year + 5)) {  // bounded values
       std::vector<uint32_t> mask(static_cast<size_t>(vocab + 31) / 32, 0u);
       trie.allowed(state, mask);
-      std::vector<uint32_t> brute(mask.size(), 0u);
-      for (int32_t id = 0; id < tok.vocab_size(); ++id) {
-        if (!tok.has_id(id) || std::find(added.begin(), added.end(), id) != added.end()) continue;
-        const std::string& bytes = tok.token_bytes(id);
-        JsonSchemaRecognizer next = state;
-        if (!bytes.empty() && next.feed(bytes)) brute[id / 32] |= 1u << (id % 32);
-      }
-      ASSERT_EQ(mask, brute) << "after " << doc.substr(0, i);
+      ASSERT_EQ(mask, brute_force_mask(tok, state, mask.size())) << "after " << doc.substr(0, i);
     }
     if (i < doc.size()) {
       ASSERT_TRUE(state.feed(static_cast<uint8_t>(doc[i]))) << doc.substr(0, i + 1);
@@ -760,13 +765,7 @@ TEST(JsonSchemaMasks, EqualCheckingEveryToken) {
     ASSERT_TRUE(in_string.feed(std::string_view(prefix)));
     std::vector<uint32_t> mask(static_cast<size_t>(vocab + 31) / 32, 0u);
     trie.allowed(in_string, mask);
-    std::vector<uint32_t> brute(mask.size(), 0u);
-    for (int32_t id = 0; id < tok.vocab_size(); ++id) {
-      if (!tok.has_id(id) || std::find(added.begin(), added.end(), id) != added.end()) continue;
-      JsonSchemaRecognizer next = in_string;
-      if (!tok.token_bytes(id).empty() && next.feed(tok.token_bytes(id))) brute[id / 32] |= 1u << (id % 32);
-    }
-    EXPECT_EQ(mask, brute) << regex << " after " << prefix;
+    EXPECT_EQ(mask, brute_force_mask(tok, in_string, mask.size())) << regex << " after " << prefix;
   }
   // Bounded strings with every kind of budget: a precomputed set, a filtered one, all safe tokens.
   for (int max_length : {2, 3, 47, 48, 60, 100, 150, 1000}) {
@@ -775,13 +774,7 @@ TEST(JsonSchemaMasks, EqualCheckingEveryToken) {
     ASSERT_TRUE(in_string.feed(std::string_view("\"ab")));
     std::vector<uint32_t> mask(static_cast<size_t>(vocab + 31) / 32, 0u);
     trie.allowed(in_string, mask);
-    std::vector<uint32_t> brute(mask.size(), 0u);
-    for (int32_t id = 0; id < tok.vocab_size(); ++id) {
-      if (!tok.has_id(id) || std::find(added.begin(), added.end(), id) != added.end()) continue;
-      JsonSchemaRecognizer next = in_string;
-      if (!tok.token_bytes(id).empty() && next.feed(tok.token_bytes(id))) brute[id / 32] |= 1u << (id % 32);
-    }
-    EXPECT_EQ(mask, brute) << "maxLength " << max_length;
+    EXPECT_EQ(mask, brute_force_mask(tok, in_string, mask.size())) << "maxLength " << max_length;
   }
 }
 
