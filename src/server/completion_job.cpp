@@ -56,9 +56,9 @@ CompletionJob::CompletionJob(ServerContext& ctx, CompletionRequest request, std:
           .count();
   header_.model = ctx_.model_name;
   for (size_t p = 0; p < req_.prompts.size(); ++p) {
-    for (int32_t i = 0; i < req_.n; ++i) {
+    for (int32_t i = 0; i < candidates(); ++i) {
       Choice c;
-      c.index = static_cast<int32_t>(p * req_.n + i);
+      c.index = static_cast<int32_t>(p * candidates() + i);
       c.prompt = p;
       if (req_.reasoning) c.reasoning_parser.emplace(req_.reasoning_opened);
       if (req_.tools.active()) {
@@ -98,9 +98,9 @@ void CompletionJob::start() {
     GenerationRequest g;
     g.prompt_ids = req_.prompts[c.prompt];
     g.sampling = req_.sampling;
-    // n > 1: distinct seeds derived from the request's seed (unseeded requests already differ).
-    if (req_.sampling.seed && req_.n > 1)
-      g.sampling.seed = *req_.sampling.seed + static_cast<uint64_t>(c.index % req_.n);
+    // n (or best_of) > 1: distinct seeds derived from the request's seed (unseeded requests already differ).
+    if (req_.sampling.seed && candidates() > 1)
+      g.sampling.seed = *req_.sampling.seed + static_cast<uint64_t>(c.index % candidates());
     g.on_event = [weak, post, i](const RequestEvent& ev) {
       post([weak, i, ev]() {
         if (auto self = weak.lock()) self->on_event(i, ev);
@@ -162,7 +162,8 @@ void CompletionJob::on_event(size_t index, const RequestEvent& ev) {
     first_token_ = Clock::now();
   c.completion_tokens += static_cast<int32_t>(ev.token_ids.size());
   Delta delta = take_delta(c, ev);
-  if (req_.top_logprobs >= 0) c.logprobs.insert(c.logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
+  if (req_.top_logprobs >= 0 || ranked())
+    c.logprobs.insert(c.logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
   if (ev.finished) {
     c.finished = true;
     c.finish_reason = reason_of(ev);
@@ -245,6 +246,30 @@ void CompletionJob::fail_stream(const std::string& message) {
   out_->end_stream();
 }
 
+double CompletionJob::mean_logprob(const Choice& c) {
+  if (c.logprobs.empty()) return 0.0;
+  double sum = 0.0;
+  for (const TokenLogprob& t : c.logprobs) sum += t.logprob;
+  return sum / static_cast<double>(c.logprobs.size());
+}
+
+std::vector<const CompletionJob::Choice*> CompletionJob::returned_choices() const {
+  std::vector<const Choice*> out;
+  for (size_t p = 0; p < req_.prompts.size(); ++p) {
+    std::vector<const Choice*> group;  // prompt p's candidates, in index order
+    for (const Choice& c : choices_)
+      if (c.prompt == p) group.push_back(&c);
+    if (ranked()) {
+      // The n best by mean log probability per token; ties keep the lower index.
+      std::stable_sort(group.begin(), group.end(),
+                       [](const Choice* a, const Choice* b) { return mean_logprob(*a) > mean_logprob(*b); });
+      group.resize(std::min(group.size(), static_cast<size_t>(req_.n)));
+    }
+    out.insert(out.end(), group.begin(), group.end());
+  }
+  return out;
+}
+
 void CompletionJob::complete() {
   done_ = true;
   if (cancel_timer_) cancel_timer_();
@@ -258,7 +283,7 @@ void CompletionJob::complete() {
   std::string error;
   for (const Choice& c : choices_) {
     completion_tokens += c.completion_tokens;
-    if (c.index % req_.n == 0) cached += c.cached_tokens;
+    if (c.index % candidates() == 0) cached += c.cached_tokens;
     most_tokens = std::max(most_tokens, c.completion_tokens);
     if (c.queue_delay >= 0 && queue_delay < 0) queue_delay = c.queue_delay;
     if (!c.error.empty() && error.empty()) error = c.error;
@@ -319,10 +344,16 @@ void CompletionJob::complete() {
     out_->end_stream();
   } else {
     std::vector<ChoiceOutput> outputs;
-    for (const Choice& c : choices_) {
-      const std::string echo = req_.echo_texts.empty() ? "" : req_.echo_texts[c.prompt];
-      ChoiceOutput o{c.index, echo + c.content, c.logprobs, c.finish_reason, c.calls, std::nullopt};
-      if (c.reasoning_parser) o.reasoning = c.reasoning;  // "" (no thinking): null
+    for (const Choice* c : returned_choices()) {
+      const std::string echo = req_.echo_texts.empty() ? "" : req_.echo_texts[c->prompt];
+      ChoiceOutput o{static_cast<int32_t>(outputs.size()),
+                     echo + c->content,
+                     c->logprobs,
+                     c->finish_reason,
+                     c->calls,
+                     std::nullopt};
+      if (req_.top_logprobs < 0) o.logprobs.clear();        // collected only to rank the candidates
+      if (c->reasoning_parser) o.reasoning = c->reasoning;  // "" (no thinking): null
       outputs.push_back(std::move(o));
     }
     HttpResponse r;

@@ -53,6 +53,13 @@ class CompletionJob : public std::enable_shared_from_this<CompletionJob> {
     double queue_delay = -1.0;
   };
 
+  // Engine requests per prompt: best_of when it asks for more than n, else n; ranked(): best_of > n.
+  int32_t candidates() const { return req_.best_of > req_.n ? req_.best_of : req_.n; }
+  bool ranked() const { return req_.best_of > req_.n; }
+  // The choices the answer holds, in order: every one, or per prompt the n best candidates.
+  std::vector<const Choice*> returned_choices() const;
+  static double mean_logprob(const Choice& c);
+
   void on_event(size_t choice, const RequestEvent& event);
   // The event's share of the answer: its text, or with the parsers the content, thinking and calls that
   // became final.

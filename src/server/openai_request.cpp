@@ -250,6 +250,29 @@ void read_logit_bias(const json& bias, int32_t vocab_size, SamplingParams& s) {
   }
 }
 
+// Completions' `best_of` (after n, stream and logprobs are read): candidates per prompt, at least n; more
+// than n need each token's logprob (to rank them) and cannot be streamed (the best are known at the end).
+void read_best_of(const json& body, CompletionRequest& r) {
+  const std::optional<int64_t> best_of = integer(body, "best_of");
+  if (!best_of || *best_of == r.n) return;
+  if (*best_of < 1 || *best_of > kMaxChoices)
+    throw bad_request(str_cat("'best_of' must be in [1, ", kMaxChoices, "]"), "best_of", "invalid_value");
+  if (*best_of < r.n) {
+    throw bad_request(str_cat("'best_of' (", *best_of, ") must be at least 'n' (", r.n, ")"), "best_of",
+                      "invalid_value");
+  }
+  if (r.stream) {
+    throw bad_request(
+        "'best_of' greater than 'n' cannot be streamed (the best candidates are known only at the end)",
+        "best_of", "invalid_value");
+  }
+  if (r.prompts.size() * static_cast<size_t>(*best_of) > static_cast<size_t>(kMaxChoices)) {
+    throw bad_request(str_cat("prompts x best_of must be at most ", kMaxChoices), "best_of", "invalid_value");
+  }
+  r.best_of = static_cast<int32_t>(*best_of);
+  r.sampling.logprobs = std::max<int32_t>(1, r.sampling.logprobs);  // each token's logprob, to rank them
+}
+
 // "sampling: top_p must be ..." -> "top_p".
 std::string field_of(const std::string& message) {
   const std::string prefix = "sampling: ";
@@ -270,11 +293,6 @@ void refuse_unsupported(const json& body, bool chat) {
         refuse("echo", "with 'logprobs' is not supported (the prompt's logprobs are not computed)");
       if (string(body, "suffix").value_or("") != "")
         throw bad_request("'echo' and 'suffix' cannot be combined", "echo", "invalid_value");
-    }
-    if (auto best_of = integer(body, "best_of")) {
-      const int64_t n = integer(body, "n").value_or(1);
-      if (*best_of != 1 && *best_of != n)
-        refuse("best_of", "is not supported unless it equals 'n' (no server-side choice among candidates)");
     }
   }
   if (chat) {
@@ -473,6 +491,7 @@ CompletionRequest parse_completion_request(const json& body, bool chat, const To
     r.include_usage = boolean(so, "include_usage").value_or(false);
   }
   r.user = string(body, "user").value_or("");
+  if (!chat) read_best_of(body, r);
 
   // max_tokens (max_completion_tokens wins for chat): default 16 for completions, the rest of the context
   // for chat.

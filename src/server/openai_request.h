@@ -19,6 +19,9 @@ struct CompletionRequest {
   std::vector<std::vector<int32_t>> prompts;  // one for chat; one per prompt for completions
   SamplingParams sampling;
   int32_t n = 1;
+  // Completions: candidates generated per prompt when more than n (`best_of`); the n with the highest mean
+  // log probability per token are returned. 0: n.
+  int32_t best_of = 0;
   bool stream = false;
   bool include_usage = false;
   // Completions: `logprobs` (top alternatives per token); chat: `top_logprobs` when `logprobs` is true.

@@ -1,6 +1,6 @@
 // The HTTP server in-process over loopback with the real batched engine (Engine::create, bundled
 // deepseek-v3-tiny-code on the CPU): 64 concurrent greedy streams equal their sequential runs, n > 1 with a
-// seed, logit_bias, a disconnect frees the engine's request, and the engine gauges reach /metrics.
+// seed, best_of ranking, logit_bias, a disconnect frees the engine's request, and the engine gauges reach /metrics.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -101,6 +101,39 @@ TEST(ServerEngineTest, SeededChoicesAndLogprobs) {
     EXPECT_EQ(a["choices"][i]["text"], b["choices"][i]["text"]);  // same seed, same output
     EXPECT_EQ(a["choices"][i]["logprobs"]["tokens"].size(),
               a["choices"][i]["logprobs"]["token_logprobs"].size());
+  }
+}
+
+// best_of > n returns, per prompt, the n candidates with the highest mean logprob per token: the same
+// candidates as n = best_of with the same seed (candidate i samples with seed + i), ranked by their reported
+// token_logprobs; every candidate's tokens are counted in usage.
+TEST(ServerEngineTest, BestOfReturnsTheCandidatesWithTheHighestMeanLogprob) {
+  RealServer s;
+  const std::string base = R"("prompt": "import os\n", "max_tokens": 10, "temperature": 1.0, "seed": 11)";
+  const json all =
+      json::parse(post(s.port, "/v1/completions", "{" + base + R"(, "n": 6, "logprobs": 0})").body);
+  ASSERT_EQ(all["choices"].size(), 6u) << all.dump();
+  std::vector<std::pair<double, std::string>> ranked;  // (-mean logprob, text) in candidate order
+  for (const json& c : all["choices"]) {
+    const json& lps = c["logprobs"]["token_logprobs"];
+    ASSERT_FALSE(lps.empty());
+    double sum = 0.0;
+    for (const json& v : lps) sum += v.get<double>();
+    ranked.emplace_back(-sum / static_cast<double>(lps.size()), c["text"].get<std::string>());
+  }
+  std::stable_sort(ranked.begin(), ranked.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  ASSERT_NE(ranked[0].second, ranked[5].second) << "the candidates should differ";
+  for (const char* logprobs : {"", R"(, "logprobs": 1)"}) {
+    const json best = json::parse(
+        post(s.port, "/v1/completions", "{" + base + R"(, "n": 2, "best_of": 6)" + logprobs + "}").body);
+    ASSERT_EQ(best["choices"].size(), 2u) << best.dump();
+    for (int i = 0; i < 2; ++i) {
+      EXPECT_EQ(best["choices"][i]["index"], i);
+      EXPECT_EQ(best["choices"][i]["text"], ranked[static_cast<size_t>(i)].second) << "rank " << i;
+      EXPECT_EQ(best["choices"][i]["logprobs"].is_null(), std::string(logprobs).empty());
+    }
+    EXPECT_EQ(best["usage"]["completion_tokens"], all["usage"]["completion_tokens"]);
   }
 }
 

@@ -312,7 +312,28 @@ TEST(ServerTest, BadInputClasses) {
   // Features not implemented, asked for with values that would change the answer: refused, never ignored.
   const char* kUnsupported = "unsupported_parameter";
   // echo and suffix: completion_options_test.cpp.
-  expect_error(post(p, "/v1/completions", R"({"prompt": "x", "best_of": 3})"), 400, "best_of", kUnsupported);
+  // best_of (ranked by the engine's logprobs: server_engine_test.cpp): at least n, not streamed, bounded.
+  expect_error(post(p, "/v1/completions", R"({"prompt": "x", "best_of": 1, "n": 2})"), 400, "best_of",
+               "invalid_value");
+  expect_error(post(p, "/v1/completions", R"({"prompt": "x", "best_of": 3, "stream": true})"), 400, "best_of",
+               "invalid_value");
+  expect_error(post(p, "/v1/completions", R"({"prompt": "x", "best_of": 129})"), 400, "best_of",
+               "invalid_value");
+  expect_error(post(p, "/v1/completions", R"({"prompt": ["x", "y", "z"], "best_of": 64})"), 400, "best_of",
+               "invalid_value");
+  expect_error(post(p, "/v1/completions", R"({"prompt": "x", "best_of": "3"})"), 400, "best_of",
+               "invalid_type");
+  {
+    const HttpResult r =
+        post(p, "/v1/completions", R"({"prompt": ["x", "y"], "max_tokens": 2, "best_of": 3})");
+    ASSERT_EQ(r.status, 200) << r.body;
+    const json j = json::parse(r.body);
+    ASSERT_EQ(j["choices"].size(), 2u);  // one per prompt, indexed as without best_of
+    EXPECT_EQ(j["choices"][0]["index"], 0);
+    EXPECT_EQ(j["choices"][1]["index"], 1);
+    EXPECT_TRUE(j["choices"][0]["logprobs"].is_null());  // collected to rank, not asked for
+    EXPECT_EQ(j["usage"]["completion_tokens"], 12);      // every candidate's tokens: 2 prompts x 3 x 2
+  }
   // logit_bias: token ids of the vocabulary (4096 here) as keys, biases in [-100, 100].
   for (const char* bad : {R"({"x": 1})", R"({"4096": 1})", R"({"-1": 1})", R"({"5": 100.5})",
                           R"({"5": -101})", R"({"05": 1, "5": 2})"}) {
