@@ -1,6 +1,7 @@
 // The HTTP server in-process over loopback with the real batched engine (Engine::create, bundled
 // deepseek-v3-tiny-code on the CPU): 64 concurrent greedy streams equal their sequential runs, n > 1 with a
-// seed, best_of ranking, logit_bias, a disconnect frees the engine's request, and the engine gauges reach /metrics.
+// seed, best_of ranking, logit_bias, a disconnect frees the engine's request, and the engine gauges reach
+// /metrics.
 #include <gtest/gtest.h>
 
 #include <atomic>
