@@ -395,6 +395,7 @@ ToolPrompt chat_template_inputs(const json& body, const json& messages, const To
 CompletionRequest parse_completion_request(const json& body, bool chat, const Tokenizer& tok,
                                            const ModelLimits& limits, std::string_view raw_body) {
   refuse_unsupported(body, chat);
+  OrderedBody ordered(raw_body);  // the schemas' key order, parsed once if a schema is read
   CompletionRequest r;
   r.chat = chat;
   r.model = string(body, "model").value_or("");
@@ -408,7 +409,7 @@ CompletionRequest parse_completion_request(const json& body, bool chat, const To
     if (r.tools.active()) {
       r.sampling.json_tool_arguments = true;  // the arguments are held to JSON objects, or their schemas
       r.sampling.tool_arguments_start = tp.arguments_start;
-      r.sampling.tool_schemas = tool_parameter_schemas(r.tools, raw_body);
+      r.sampling.tool_schemas = tool_parameter_schemas(r.tools, ordered);
       r.sampling.tool_arguments_function = r.tools.forced_name;
       r.sampling.tool_arguments_bare = !tp.v3_layout;
     }
@@ -439,7 +440,7 @@ CompletionRequest parse_completion_request(const json& body, bool chat, const To
   if (present(body, "stop_token_ids"))
     s.stop_token_ids = stop_token_ids(body["stop_token_ids"], limits.vocab_size);
   if (present(body, "logit_bias")) read_logit_bias(body["logit_bias"], limits.vocab_size, s);
-  if (const ResponseFormat format = parse_response_format(body, raw_body); format.json) {
+  if (const ResponseFormat format = parse_response_format(body, ordered); format.json) {
     const char* type = format.schema ? "json_schema" : "json_object";
     if (r.tools.active()) {
       throw bad_request(str_cat("'response_format' ", type,

@@ -25,7 +25,7 @@ bool valid_schema_name(const std::string& name) {
 
 }  // namespace
 
-ResponseFormat parse_response_format(const json& body, std::string_view raw_body) {
+ResponseFormat parse_response_format(const json& body, OrderedBody& ordered) {
   ResponseFormat out;
   if (!body.contains(kParam) || body[kParam].is_null()) return out;
   const json& format = body[kParam];
@@ -61,8 +61,8 @@ ResponseFormat parse_response_format(const json& body, std::string_view raw_body
                       "response_format.json_schema.schema", "invalid_type");
   }
   try {
-    out.schema = JsonSchema::compile_cached(ordered_part(
-        raw_body, ordered_json::json_pointer("/response_format/json_schema/schema"), envelope["schema"]));
+    out.schema = JsonSchema::compile_cached(
+        ordered.part(ordered_json::json_pointer("/response_format/json_schema/schema"), envelope["schema"]));
   } catch (const std::exception& e) {  // (Error; anything else unexpected is still the schema's)
     throw bad_request(str_cat("'response_format.json_schema.schema' cannot be enforced: ", e.what()),
                       "response_format.json_schema.schema", "invalid_value");

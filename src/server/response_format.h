@@ -6,6 +6,8 @@
 #include <nlohmann/json.hpp>
 #include <string_view>
 
+#include "server/ordered_body.h"
+
 namespace dsinfer {
 class JsonSchema;
 }
@@ -18,9 +20,9 @@ struct ResponseFormat {
 };
 
 // Throws ApiError (400) for a malformed response_format, an unknown type, or a schema that cannot be
-// enforced (the message names the schema location and keyword). raw_body: the request's text, read again
-// with its key order so that properties are generated in the order the schema declares them (empty: the
-// parsed body's order, alphabetical).
-ResponseFormat parse_response_format(const nlohmann::json& body, std::string_view raw_body);
+// enforced (the message names the schema location and keyword). The schema is read from `ordered` (the
+// request's text with its key order) so that properties are generated in the order the schema declares them
+// (an empty text: the parsed body's order, alphabetical).
+ResponseFormat parse_response_format(const nlohmann::json& body, OrderedBody& ordered);
 
 }  // namespace dsinfer::server

@@ -134,14 +134,14 @@ void inline_calls_after_text(json& messages) {
 }  // namespace
 
 std::vector<std::pair<std::string, std::shared_ptr<const JsonSchema>>> tool_parameter_schemas(
-    const ToolRequest& request, std::string_view raw_body) {
+    const ToolRequest& request, OrderedBody& ordered) {
   std::vector<std::pair<std::string, std::shared_ptr<const JsonSchema>>> out;
   for (size_t i = 0; i < request.tools.size(); ++i) {
     const json& fn = request.tools[i]["function"];
     if (!present(fn, "parameters")) continue;
-    const nlohmann::ordered_json params = ordered_part(
-        raw_body, nlohmann::ordered_json::json_pointer(str_cat("/tools/", i, "/function/parameters")),
-        fn["parameters"]);
+    const nlohmann::ordered_json params =
+        ordered.part(nlohmann::ordered_json::json_pointer(str_cat("/tools/", i, "/function/parameters")),
+                     fn["parameters"]);
     try {
       out.emplace_back(fn["name"].get<std::string>(),
                        JsonSchema::compile_cached(params, /*object_root=*/true));

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "server/ordered_body.h"
 #include "tokenizer/tokenizer.h"
 
 namespace dsinfer {
@@ -68,7 +69,7 @@ bool template_renders_tools(const std::string& chat_template);
 // parameters use what the decoder cannot enforce (see docs/configuration.md, response_format json_schema),
 // gets none (any JSON object), unless it is strict: then ApiError (400) naming tools[i].function.parameters.
 std::vector<std::pair<std::string, std::shared_ptr<const JsonSchema>>> tool_parameter_schemas(
-    const ToolRequest& request, std::string_view raw_body);
+    const ToolRequest& request, OrderedBody& ordered);
 
 // "call_" and 24 random letters and digits.
 std::string new_tool_call_id();
