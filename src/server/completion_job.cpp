@@ -346,13 +346,10 @@ void CompletionJob::complete() {
     std::vector<ChoiceOutput> outputs;
     for (const Choice* c : returned_choices()) {
       const std::string echo = req_.echo_texts.empty() ? "" : req_.echo_texts[c->prompt];
-      ChoiceOutput o{static_cast<int32_t>(outputs.size()),
-                     echo + c->content,
-                     c->logprobs,
-                     c->finish_reason,
-                     c->calls,
-                     std::nullopt};
-      if (req_.top_logprobs < 0) o.logprobs.clear();        // collected only to rank the candidates
+      ChoiceOutput o{static_cast<int32_t>(outputs.size()), echo + c->content,
+                     // collected without being asked for only to rank the candidates
+                     req_.top_logprobs >= 0 ? c->logprobs : std::vector<TokenLogprob>{}, c->finish_reason,
+                     c->calls, std::nullopt};
       if (c->reasoning_parser) o.reasoning = c->reasoning;  // "" (no thinking): null
       outputs.push_back(std::move(o));
     }
