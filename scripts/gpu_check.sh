@@ -2,7 +2,7 @@
 # Every GPU correctness check in one command, for the GPU machine (built binaries carried there): the CUDA op
 # tests, `eval golden --device cuda` on every fixture model the CUDA backend covers (the others are reported
 # as not covered), batched vs one-at-a-time agreement on the dense and DeepSeek fixtures, constrained decoding
-# through `dsinfer serve` (scripts/gpu_serve_check.py), and, where PyTorch
+# and prompt scoring through `dsinfer serve` (scripts/gpu_serve_check.py), and, where PyTorch
 # and transformers are present, the goldens of tests/gpu_references/ (scripts/gpu_reference_golden.sh: V2-Lite's
 # MLA shape, Llama at head_dim 128, Qwen2 at head_dim 64).
 # Logs go to LOG_DIR (default $OUT, else gpu-check-logs); a table of results is printed last. Exits non-zero
@@ -71,7 +71,7 @@ log="$logs/serve_constrained.log"
 timeout 600 python3 scripts/gpu_serve_check.py "$bin" --device cuda > "$log" 2>&1
 rc=$?
 line="$(grep -c '^PASS' "$log") passed, $(grep -c '^FAIL' "$log") failed"
-if [ $rc -eq 0 ]; then record "serve constrained decoding" PASS "$line"; else record "serve constrained decoding" FAIL "rc $rc $line"; fi
+if [ $rc -eq 0 ]; then record "serve constrained decoding, scoring" PASS "$line"; else record "serve constrained decoding, scoring" FAIL "rc $rc $line"; fi
 
 for ref_dir in tests/gpu_references/*/; do
   ref=$(basename "$ref_dir")

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Constrained decoding end to end through `dsinfer serve` on the GPU (the GPU sampling path's logit_bias and
-allowed-token masks): starts the server on the bundled deepseek-v3-tiny-code model, sends requests with
-`response_format` json_object and json_schema and with `logit_bias`, and checks what comes back. Prints one
+"""Constrained decoding and prompt scoring end to end through `dsinfer serve` on the GPU (the GPU sampling path's
+logit_bias, allowed-token masks and forced rows): starts the server on the bundled deepseek-v3-tiny-code model,
+sends requests with `response_format` json_object and json_schema, with `logit_bias`, and with `echo` and
+`logprobs` (the prompt's scores against the logprobs of the same tokens generated), and checks what comes back. Prints one
 line per check (PASS / FAIL and why) and exits non-zero when any fails. Standard library only.
 
 Usage: scripts/gpu_serve_check.py DSINFER [--device cuda] [--model models/deepseek-v3-tiny-code] [--port 18123]
@@ -163,6 +164,33 @@ def main():
         whole = post(base, "/v1/chat/completions", body)["choices"][0]["message"]["content"]
         record("json_schema streamed == whole", None if "".join(pieces) == whole else
                f"{''.join(pieces)[:60]!r} vs {whole[:60]!r}")
+        # echo with logprobs: the prompt's scores (one prefill) equal the logprobs the engine reported while it
+        # generated the same tokens (decode steps), within bf16 tolerance; the first token's entry is null.
+        prompt = "def fibonacci(n):"
+        gen = post(base, "/v1/completions", {"prompt": prompt, "max_tokens": 8, "temperature": 0.0,
+                                             "logprobs": 1})["choices"][0]["logprobs"]
+        ids = post(base, "/tokenize", {"prompt": prompt, "add_special_tokens": True})["tokens"]
+        pieces = [post(base, "/tokenize", {"prompt": t, "add_special_tokens": False})["tokens"]
+                  for t in gen["tokens"]]
+        if any(len(p) != 1 for p in pieces):
+            record("echo logprobs == generated logprobs", f"a generated piece is not one token: {pieces}")
+        else:
+            scored = ids + [p[0] for p in pieces]
+            r = post(base, "/v1/completions", {"prompt": scored, "max_tokens": 0, "echo": True, "logprobs": 1})
+            lp = r["choices"][0]["logprobs"]["token_logprobs"]
+            problems = []
+            if len(lp) != len(scored) or lp[0] is not None:
+                problems.append(f"{len(lp)} entries for {len(scored)} tokens, first {lp[0] if lp else None}")
+            else:
+                for i, want in enumerate(gen["token_logprobs"]):
+                    got = lp[len(ids) + i]
+                    if abs(got - want) > 0.05:
+                        problems.append(f"token {i}: scored {got:.4f}, generated {want:.4f}")
+                if any(v > 0 for v in lp[1:]):
+                    problems.append("a positive logprob")
+            if r["usage"]["completion_tokens"] != 0:
+                problems.append(f"completion_tokens {r['usage']['completion_tokens']}")
+            record("echo logprobs == generated logprobs", "; ".join(problems) or None)
     except Exception as e:  # a failed request is a failed check, with the server's last words
         record("requests", f"{type(e).__name__}: {e}")
     finally:

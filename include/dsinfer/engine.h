@@ -21,15 +21,18 @@ struct ModelConfig;
 
 struct EngineConfig {
   std::string model_dir;
-  std::string device = "auto";               // auto | cpu | cuda
-  std::string cuda_arch = "auto";            // CUDA kernel path: auto | sm_90 | sm_80 (DSINFER_CUDA_ARCH)
-  bool dummy_weights = false;                // random weights from config.json alone (benchmarks)
-  int32_t max_batch_size = 64;               // sequences per step
-  int32_t max_num_tokens = 2048;             // tokens per step (decode tokens + prefill chunks)
-  bool enable_chunked_context = true;        // split long prompts across steps
-  int32_t context_chunk_size = 512;          // tokens per prefill chunk (a multiple of kv_block_size is best)
-  int32_t kv_block_size = 64;                // tokens per KV block
-  int64_t max_tokens_in_paged_kv_cache = 0;  // > 0: KV capacity in tokens
+  std::string device = "auto";         // auto | cpu | cuda
+  std::string cuda_arch = "auto";      // CUDA kernel path: auto | sm_90 | sm_80 (DSINFER_CUDA_ARCH)
+  bool dummy_weights = false;          // random weights from config.json alone (benchmarks)
+  int32_t max_batch_size = 64;         // sequences per step
+  int32_t max_num_tokens = 2048;       // tokens per step (decode tokens + prefill chunks)
+  bool enable_chunked_context = true;  // split long prompts across steps
+  int32_t context_chunk_size = 512;    // tokens per prefill chunk (a multiple of kv_block_size is best)
+  // Logits rows a step may spend scoring prompts (SamplingParams::prompt_logprobs): a scored prompt is
+  // computed in chunks of at most this many positions, so a step's logits stay bounded.
+  int32_t max_prompt_logprob_rows = 2048;
+  int32_t kv_block_size = 64;                     // tokens per KV block
+  int64_t max_tokens_in_paged_kv_cache = 0;       // > 0: KV capacity in tokens
   double kv_cache_free_gpu_mem_fraction = 0.9;    // GPU: share of the memory left after weights + workspace
   int64_t cpu_kv_cache_bytes = int64_t{1} << 30;  // CPU backend: KV byte budget
   bool enable_prefix_caching = true;
@@ -62,6 +65,9 @@ struct RequestEvent {
   std::vector<int32_t> token_ids;  // new tokens since the previous event
   std::string text;                // new text (never a partial UTF-8 character, never part of a stop string)
   std::vector<TokenLogprob> logprobs;  // when requested, one per new token
+  // With SamplingParams::prompt_logprobs, in the request's first event only: the score of every prompt token
+  // after the first (entry i: prompt token i + 1 given tokens 0..i), with that many top alternatives.
+  std::vector<TokenLogprob> prompt_logprobs;
   bool finished = false;
   FinishReason finish_reason = FinishReason::kNone;
   std::string error;  // non-empty: the request failed (finished is true)

@@ -114,8 +114,15 @@ int32_t HostSampler::sample(const float* logits, int32_t vocab, const SamplingRo
 SampledToken HostSampler::sample_row(const float* logits, int32_t vocab, const SamplingRow& row) {
   SampledToken out;
   try {
-    DSI_CHECK(row.host_rng != nullptr, "sampler: the row has no host RNG");
-    out.token = sample(logits, vocab, row, *row.host_rng);
+    if (row.forced_token >= 0) {
+      DSI_CHECK(row.forced_token < vocab, "sampler: forced token ", row.forced_token,
+                " is outside the vocabulary of ", vocab);
+      max_and_log_sum_exp(logits, vocab);  // the checks a draw makes: NaN, +inf, every logit -inf
+      out.token = row.forced_token;
+    } else {
+      DSI_CHECK(row.host_rng != nullptr, "sampler: the row has no host RNG");
+      out.token = sample(logits, vocab, row, *row.host_rng);
+    }
     if (row.logprobs > 0) {
       out.logprob = logprob_of(logits, vocab, out.token);
       out.top = top_logprobs(logits, vocab, row.logprobs);

@@ -17,8 +17,9 @@ class HostSampler {
   // penalties, then greedy argmax (temperature 0) or temperature, top-k, top-p, min-p and a draw from the
   // renormalised distribution with `rng`. O(vocab) plus O(k log k) for the kept candidates.
   int32_t sample(const float* logits, int32_t vocab, const SamplingRow& row, std::mt19937_64& rng);
-  // sample() with row.host_rng plus the logprobs the row asks for; failures (NaN logits, penalty ids outside
-  // the vocabulary) land in SampledToken::error instead of throwing.
+  // sample() with row.host_rng (or row.forced_token, without a draw) plus the logprobs the row asks for;
+  // failures (NaN logits, penalty ids outside the vocabulary) land in SampledToken::error instead of
+  // throwing.
   SampledToken sample_row(const float* logits, int32_t vocab, const SamplingRow& row);
 
   // Applies the repetition, presence and frequency penalties of `row` to logits[0, vocab) in place.

@@ -32,6 +32,9 @@ struct SamplingRow {
   // -inf after the penalties and biases); empty: every token.
   std::span<const uint32_t> allowed;
   int32_t logprobs = 0;  // > 0: report the chosen token's logprob and the top `logprobs` alternatives
+  // >= 0: nothing is drawn, this token is the row's result (scoring a known token: prompt logprobs); the
+  // row's logits are still checked (NaN, +inf, all -inf) and its logprobs reported at this token.
+  int32_t forced_token = -1;
 
   bool has_penalties() const {
     return (repetition_penalty != 1.0f && !seen_tokens.empty()) ||

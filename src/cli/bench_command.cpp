@@ -65,6 +65,8 @@ struct BenchArgs {
   int32_t long_prompt_tokens = 1024;
   double long_prefill_share = 0.25;
   int32_t gpu_power_interval_ms = 100;  // 0: no power sampling
+  int32_t prompt_logprobs = -1;         // >= 0: every prompt is scored with this many alternatives
+  int32_t max_prompt_logprob_rows = 2048;
 };
 
 struct BenchRequest {
@@ -158,6 +160,7 @@ int run_bench(const BenchArgs& a) {
   config.enable_prefix_caching = !a.no_prefix_caching;
   config.async_scheduling = !a.no_async_scheduling;
   config.max_queue_length = std::max(config.max_queue_length, a.num_prompts + 1);
+  config.max_prompt_logprob_rows = a.max_prompt_logprob_rows;
   config.resilience.length_tiers.enabled = a.length_tiers;
   config.resilience.length_tiers.long_prompt_tokens = a.long_prompt_tokens;
   config.resilience.length_tiers.long_prefill_share = a.long_prefill_share;
@@ -219,6 +222,7 @@ int run_bench(const BenchArgs& a) {
     r.sampling.temperature = 0.0f;
     r.sampling.ignore_eos = true;
     r.sampling.max_tokens = requests[i].output_len;
+    r.sampling.prompt_logprobs = a.prompt_logprobs;
     r.on_event = [&, i](const RequestEvent& e) {
       if (!e.finished) return;
       std::lock_guard<std::mutex> lock(mutex);
@@ -304,6 +308,8 @@ int run_bench(const BenchArgs& a) {
         {"output_len", a.output_len},
         {"max_batch_size", a.max_batch_size},
         {"max_num_tokens", a.max_num_tokens},
+        {"prompt_logprobs", a.prompt_logprobs},
+        {"max_prompt_logprob_rows", a.max_prompt_logprob_rows},
         {"duration_s", seconds},
         {"requests_per_s", rps},
         {"input_tokens_per_s", in_tps},
@@ -404,6 +410,10 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--max-num-tokens", a->max_num_tokens, "Tokens per step (2048)");
   cmd->add_option("--context-chunk-size", a->chunk_size, "Prefill chunk tokens (512)");
   cmd->add_option("--kv-block-size", a->kv_block_size, "Tokens per KV block (64)");
+  cmd->add_option("--prompt-logprobs", a->prompt_logprobs,
+                  "Score every prompt token with this many alternatives, as echo + logprobs does (-1: off)");
+  cmd->add_option("--max-prompt-logprob-rows", a->max_prompt_logprob_rows,
+                  "Logits rows a step may spend scoring prompts (2048)");
   cmd->add_option("--max-kv-tokens", a->max_kv_tokens, "KV capacity in tokens (default: the byte budget)");
   cmd->add_flag("--no-prefix-caching", a->no_prefix_caching, "Disable prefix caching");
   cmd->add_flag("--no-async-scheduling", a->no_async_scheduling,

@@ -166,6 +166,9 @@ void add_serve_command(CLI::App& app) {
              [](C& c) { return &c.engine.enable_chunked_context; });
   flag<int32_t>(cmd, s, "--context-chunk-size", "Tokens per prefill chunk (512)",
                 [](C& c) { return &c.engine.context_chunk_size; });
+  flag<int32_t>(cmd, s, "--max-prompt-logprob-rows",
+                "Logits rows a step may spend scoring prompts (echo with logprobs) (2048)",
+                [](C& c) { return &c.engine.max_prompt_logprob_rows; });
   flag<int32_t>(cmd, s, "--kv-block-size", "Tokens per KV block (64)",
                 [](C& c) { return &c.engine.kv_block_size; });
   flag<int64_t>(cmd, s, "--max-tokens-in-paged-kv-cache", "KV capacity in tokens (0: from memory)",

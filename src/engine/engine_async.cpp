@@ -15,6 +15,7 @@ void EngineImpl::run_step_async() {
   std::vector<uint64_t> ids;  // the request of each entry, read while every Sequence pointer is valid
   ids.reserve(step.seqs.size());
   for (const ScheduledSeq& e : step.seqs) ids.push_back(e.seq->id);
+  const std::vector<PromptLogprobRow> scored = Scheduler::prompt_logprob_rows(step);  // pointers valid too
   Tensor logits;  // [sampled sequences, vocab], where the backend keeps them
   const bool launched = !step.empty() && launch_forward(step, &logits);
   // The previous step's tokens, while this step runs on the device.
@@ -51,12 +52,17 @@ void EngineImpl::run_step_async() {
     }
   }
   scheduler_->complete(live);
+  // The prompt-scoring rows after the sampled ones (sampled rows keep their indices: pending_row).
+  const std::vector<SamplingRow> score_rows = prompt_score_rows(scored);
+  rows.insert(rows.end(), score_rows.begin(), score_rows.end());
   try {
     backend_->sample_async(logits, rows);
   } catch (const std::exception& ex) {  // the whole call failed: every sampled request ends
     for (uint64_t id : row_ids) {
       if (id) abort_request(id, std::string("sampling failed: ") + ex.what());
     }
+    for (const PromptLogprobRow& r : scored)
+      abort_request(r.seq_id, std::string("sampling failed: ") + ex.what());
     return;
   }
   // The next step may compute these tokens before the host sees them, unless a token certainly ends its
@@ -73,6 +79,7 @@ void EngineImpl::run_step_async() {
     s->pending_row = static_cast<int32_t>(r);
   }
   inflight_ids_ = std::move(row_ids);
+  inflight_scored_ = scored;
   inflight_ = true;
 }
 
@@ -81,6 +88,8 @@ void EngineImpl::finish_inflight() {
   inflight_ = false;
   const std::vector<uint64_t> ids = std::move(inflight_ids_);
   inflight_ids_.clear();
+  const std::vector<PromptLogprobRow> scored = std::move(inflight_scored_);
+  inflight_scored_.clear();
   std::vector<SampledToken> sampled;
   // The wait is where the engine thread blocks on the device: the watchdog sees a hang here.
   begin_step_watch(Clock::now());
@@ -92,9 +101,13 @@ void EngineImpl::finish_inflight() {
     for (uint64_t id : ids) {
       if (id) abort_request(id, std::string("sampling failed: ") + ex.what());
     }
+    for (const PromptLogprobRow& r : scored)
+      abort_request(r.seq_id, std::string("sampling failed: ") + ex.what());
     return;
   }
   end_step_watch();
+  deliver_prompt_scores(scored, sampled, ids.size());  // before the first token's event, which carries them
+  sampled.resize(std::min(sampled.size(), ids.size()));
   deliver_tokens(ids, sampled);
 }
 

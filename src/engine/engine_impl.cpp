@@ -79,6 +79,9 @@ EngineImpl::EngineImpl(const EngineConfig& config, std::shared_ptr<Backend> back
   sc.max_num_tokens = config.max_num_tokens;
   sc.enable_chunked_context = config.enable_chunked_context;
   sc.context_chunk_size = config.context_chunk_size;
+  DSI_CHECK(config.max_prompt_logprob_rows >= 1, "max_prompt_logprob_rows must be >= 1, got ",
+            config.max_prompt_logprob_rows);
+  sc.max_prompt_logprob_rows = config.max_prompt_logprob_rows;
   const LengthTiersConfig& tiers = config.resilience.length_tiers;
   if (tiers.enabled) {
     sc.long_prompt_tokens = tiers.long_prompt_tokens;
@@ -116,10 +119,12 @@ void EngineImpl::profile_step_memory(const std::vector<KvLayerSpec>& layers) {
     plan.positions.push_back(t);
     plan.slot_mapping.push_back(t);
   }
-  for (int32_t r = std::max(0, T - config_.max_batch_size); r < T; ++r) plan.logits_rows.push_back(r);
+  // The most logits rows a step can have: its sampled rows and its prompt-scoring rows.
+  const int32_t rows = config_.max_batch_size + config_.max_prompt_logprob_rows;
+  for (int32_t r = std::max(0, T - rows); r < T; ++r) plan.logits_rows.push_back(r);
   try {
     KvCache cache(layers, blocks + model_->scratch_kv_blocks(), bs, model_->kv_device(), model_->kv_dtype());
-    model_->forward(plan, cache);
+    model_->forward_device(plan, cache);  // the logits stay on the GPU: their peak counts, no copy home
     cuda::synchronize();
   } catch (const std::exception& e) {
     fail(step_profile_error(e, T));
@@ -240,6 +245,7 @@ void EngineImpl::admit(Submission sub) {
   seq->order = sub.id;
   seq->tokens = state->request().prompt_ids;
   seq->prompt_len = static_cast<int32_t>(seq->tokens.size());
+  seq->prompt_logprobs = state->request().sampling.prompt_logprobs >= 0 && seq->prompt_len > 1;
   scheduler_->add(std::move(seq));
   requests_.emplace(sub.id, std::move(state));
 }
@@ -322,11 +328,43 @@ void EngineImpl::deliver_tokens(const std::vector<uint64_t>& ids, const std::vec
       on_request_end(id, event.error);
     } else {
       seq->tokens.push_back(state.last_token());
+      seq->prompt_logprobs = false;  // delivered with this first event: a recompute scores nothing
     }
     try {
       (finished ? *finished : state).deliver(event);
     } catch (const std::exception& ex) {
       log_warn("engine: event callback of request ", id, " threw: ", ex.what());
+    }
+  }
+}
+
+std::vector<SamplingRow> EngineImpl::prompt_score_rows(const std::vector<PromptLogprobRow>& scored) const {
+  std::vector<SamplingRow> rows;
+  rows.reserve(scored.size());
+  for (const PromptLogprobRow& r : scored) {
+    auto it = requests_.find(r.seq_id);
+    SamplingRow row;
+    row.temperature = 0.0f;
+    row.forced_token = r.target;
+    // The token's logprob always; the alternatives the request asked for (a request that ended meanwhile:
+    // its row is dropped).
+    row.logprobs =
+        std::max<int32_t>(1, it == requests_.end() ? 0 : it->second->request().sampling.prompt_logprobs);
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+void EngineImpl::deliver_prompt_scores(const std::vector<PromptLogprobRow>& scored,
+                                       const std::vector<SampledToken>& sampled, size_t first) {
+  for (size_t i = 0; i < scored.size(); ++i) {
+    const uint64_t id = scored[i].seq_id;
+    auto it = requests_.find(id);
+    if (it == requests_.end()) continue;  // ended meanwhile (or failed on an earlier row): dropped
+    try {
+      it->second->on_prompt_logprob(scored[i].position, sampled.at(first + i));
+    } catch (const std::exception& ex) {
+      abort_request(id, std::string("scoring the prompt failed: ") + ex.what());
     }
   }
 }
@@ -338,7 +376,8 @@ void EngineImpl::run_step() {
   }
   StepSchedule step = schedule_step();
   if (step.empty()) return;
-  Tensor logits;  // [sampled sequences, vocab], host or device
+  const std::vector<PromptLogprobRow> scored = Scheduler::prompt_logprob_rows(step);
+  Tensor logits;  // [sampled sequences + scored prompt positions, vocab], host or device
   if (!launch_forward(step, &logits)) return;
   scheduler_->complete(step);
   // One sampling call for the whole batch: on the GPU only the chosen tokens (and requested logprobs) come
@@ -350,13 +389,19 @@ void EngineImpl::run_step() {
     rows.push_back(requests_.at(e.seq->id)->sampling_row());
     ids.push_back(e.seq->id);
   }
+  const std::vector<SamplingRow> score_rows = prompt_score_rows(scored);
+  rows.insert(rows.end(), score_rows.begin(), score_rows.end());
   std::vector<SampledToken> sampled;
   try {
     sampled = backend_->sample(logits, rows);
   } catch (const std::exception& ex) {  // the whole call failed (not one row): every sampled request ends
     for (uint64_t id : ids) abort_request(id, std::string("sampling failed: ") + ex.what());
+    for (const PromptLogprobRow& r : scored)
+      abort_request(r.seq_id, std::string("sampling failed: ") + ex.what());
     return;
   }
+  deliver_prompt_scores(scored, sampled, ids.size());  // before the first token's event, which carries them
+  sampled.resize(std::min(sampled.size(), ids.size()));
   deliver_tokens(ids, sampled);
 }
 

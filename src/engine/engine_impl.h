@@ -68,6 +68,11 @@ class EngineImpl : public Engine {
   StepSchedule schedule_step();
   bool launch_forward(const StepSchedule& step, Tensor* logits);
   void deliver_tokens(const std::vector<uint64_t>& ids, const std::vector<SampledToken>& sampled);
+  // Prompt scoring (SamplingParams::prompt_logprobs): the forced rows that score `scored`, sampled after a
+  // step's sampled rows, and their results (sampled[first + i] for scored[i]) handed to their requests.
+  std::vector<SamplingRow> prompt_score_rows(const std::vector<PromptLogprobRow>& scored) const;
+  void deliver_prompt_scores(const std::vector<PromptLogprobRow>& scored,
+                             const std::vector<SampledToken>& sampled, size_t first);
   // Async scheduling (engine_async.cpp): launches step N+1, then finishes step N while it runs.
   void run_step_async();
   // Waits for the in-flight step's sampled tokens and delivers them (no-op when none is in flight).
@@ -109,6 +114,7 @@ class EngineImpl : public Engine {
   bool async_ = false;                  // async scheduling (EngineConfig::async_scheduling)
   bool inflight_ = false;               // a step's sampling is queued and its results not yet taken
   std::vector<uint64_t> inflight_ids_;  // the request of each of its rows (0: dropped row)
+  std::vector<PromptLogprobRow> inflight_scored_;  // its prompt-scoring rows, after those
   int64_t fed_tokens_ = 0;
   int64_t dropped_entries_ = 0;
 

@@ -17,6 +17,10 @@ RequestState::RequestState(uint64_t id, GenerationRequest request, const Tokeniz
       stops_(request_.sampling, eos_token_ids),
       arrival_(arrival) {
   if (tokenizer_) detok_.emplace(*tokenizer_, /*skip_special_tokens=*/true);
+  if (request_.sampling.prompt_logprobs >= 0 && request_.prompt_ids.size() > 1) {
+    prompt_scores_.resize(request_.prompt_ids.size() - 1);
+    prompt_scored_.assign(request_.prompt_ids.size() - 1, false);
+  }
   if (request_.sampling.json_object) {
     DSI_CHECK(tokenizer_ && json_vocab && vocab > 0,
               "response_format json_object needs the model's tokenizer");
@@ -68,9 +72,42 @@ RequestEvent RequestState::on_logits(const float* logits, int32_t vocab, int64_t
   return on_token(sampled, sequence_tokens, cached_tokens);
 }
 
+void RequestState::on_prompt_logprob(int32_t position, const SampledToken& scored) {
+  DSI_CHECK(position >= 0 && static_cast<size_t>(position) < prompt_scores_.size(), "request ", id_,
+            ": no prompt score at position ", position);
+  DSI_CHECK(scored.error.empty(), scored.error);
+  if (prompt_scores_sent_ || prompt_scored_[position]) return;
+  DSI_CHECK(scored.token == request_.prompt_ids[position + 1], "request ", id_, ": position ", position,
+            " scored token ", scored.token, ", not the prompt's ", request_.prompt_ids[position + 1]);
+  TokenLogprob& lp = prompt_scores_[position];
+  lp.token = scored.token;
+  lp.logprob = scored.logprob;
+  lp.top = scored.top;
+  if (lp.top.size() > static_cast<size_t>(request_.sampling.prompt_logprobs))
+    lp.top.resize(request_.sampling.prompt_logprobs);
+  prompt_scored_[position] = true;
+}
+
+std::vector<TokenLogprob> RequestState::take_prompt_scores() {
+  if (prompt_scores_sent_ || request_.sampling.prompt_logprobs < 0) return {};
+  prompt_scores_sent_ = true;
+  for (size_t p = 0; p < prompt_scored_.size(); ++p)
+    DSI_CHECK(prompt_scored_[p], "request ", id_, ": prompt position ", p, " was not scored");
+  return std::move(prompt_scores_);
+}
+
 RequestEvent RequestState::on_token(const SampledToken& sampled, int64_t sequence_tokens,
                                     int32_t cached_tokens) {
   DSI_CHECK(sampled.error.empty(), sampled.error);
+  if (request_.sampling.max_tokens == 0) {  // the prompt is scored, nothing generated: the token is dropped
+    finished_ = true;
+    RequestEvent e = base_event();
+    e.prompt_logprobs = take_prompt_scores();
+    e.finished = true;
+    e.finish_reason = FinishReason::kLength;
+    e.usage = usage(cached_tokens);
+    return e;
+  }
   const int32_t token = sampled.token;
   if (json_) json_->advance(token);
   if (tool_args_) tool_args_->advance(token);
@@ -79,6 +116,7 @@ RequestEvent RequestState::on_token(const SampledToken& sampled, int64_t sequenc
   ++completion_tokens_;
   if (first_token_ == Clock::time_point{}) first_token_ = Clock::now();
   RequestEvent e = base_event();
+  e.prompt_logprobs = take_prompt_scores();
   e.token_ids.push_back(token);
   if (request_.sampling.logprobs > 0) {
     TokenLogprob lp;

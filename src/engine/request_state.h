@@ -46,6 +46,10 @@ class RequestState {
   // them): records it, detokenizes, checks stops and returns the event to deliver. Throws when
   // `sampled.error` is set.
   RequestEvent on_token(const SampledToken& sampled, int64_t sequence_tokens, int32_t cached_tokens);
+  // Records the score of prompt token position + 1 (SamplingParams::prompt_logprobs; a forced row's result);
+  // the first event carries them all. A position scored again (a recompute) keeps its first score. Throws
+  // when `scored.error` is set.
+  void on_prompt_logprob(int32_t position, const SampledToken& scored);
   // A final event for a request that ends without a token (cancellation, failure, shutdown).
   RequestEvent abort_event(const std::string& error, int32_t cached_tokens);
   // Delivers an event through the request's callback (no-op without one).
@@ -68,6 +72,8 @@ class RequestState {
     return {};
   }
   Usage usage(int32_t cached_tokens) const;
+  // The prompt's scores for the first event (all positions scored by then), once.
+  std::vector<TokenLogprob> take_prompt_scores();
 
   uint64_t id_;
   GenerationRequest request_;
@@ -78,6 +84,9 @@ class RequestState {
   std::optional<ToolArgumentsConstraint> tool_args_;  // tool calls' arguments as JSON
   StopChecker stops_;
   std::optional<IncrementalDetokenizer> detok_;
+  std::vector<TokenLogprob> prompt_scores_;  // [prompt_len - 1] with prompt_logprobs
+  std::vector<bool> prompt_scored_;          // which of prompt_scores_ are in
+  bool prompt_scores_sent_ = false;
   int32_t completion_tokens_ = 0;
   int32_t last_token_ = -1;
   bool finished_ = false;

@@ -20,7 +20,12 @@ void SamplingParams::validate(int32_t vocab_size) const {
             "sampling: presence_penalty must be in [-2, 2], got ", presence_penalty);
   DSI_CHECK(frequency_penalty >= -2.0f && frequency_penalty <= 2.0f,
             "sampling: frequency_penalty must be in [-2, 2], got ", frequency_penalty);
-  DSI_CHECK(max_tokens >= 1, "sampling: max_tokens must be >= 1, got ", max_tokens);
+  if (prompt_logprobs >= 0) {
+    DSI_CHECK(max_tokens >= 0, "sampling: max_tokens must be >= 0, got ", max_tokens);
+  } else {
+    DSI_CHECK(max_tokens >= 1, "sampling: max_tokens must be >= 1 (0 only with prompt_logprobs), got ",
+              max_tokens);
+  }
   DSI_CHECK(stop.size() <= kMaxStopStrings, "sampling: stop must have at most ", kMaxStopStrings,
             " strings, got ", stop.size());
   for (size_t i = 0; i < stop.size(); ++i) {
@@ -60,6 +65,9 @@ void SamplingParams::validate(int32_t vocab_size) const {
             "sampling: tool_arguments_start must be 0, 1 or 2, got ", tool_arguments_start);
   DSI_CHECK(logprobs >= 0 && logprobs <= kMaxLogprobs, "sampling: logprobs must be in [0, ", kMaxLogprobs,
             "], got ", logprobs);
+  DSI_CHECK(prompt_logprobs >= -1 && prompt_logprobs <= kMaxLogprobs,
+            "sampling: prompt_logprobs must be in [-1, ", kMaxLogprobs, "] (-1 = off), got ",
+            prompt_logprobs);
 }
 
 }  // namespace dsinfer

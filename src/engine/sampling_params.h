@@ -32,12 +32,16 @@ struct SamplingParams {
   float presence_penalty = 0.0f;        // [-2, 2] OpenAI semantics over generated tokens: logit -= presence
   float frequency_penalty = 0.0f;       // [-2, 2]: logit -= frequency * count
   std::optional<uint64_t> seed;         // same seed + same inputs => same tokens
-  int32_t max_tokens = 16;              // >= 1
+  int32_t max_tokens = 16;              // >= 1 (>= 0 with prompt_logprobs: 0 scores the prompt only)
   std::vector<std::string> stop;        // stop strings (not in the output): <= kMaxStopStrings, each
                                         // non-empty and <= kMaxStopStringBytes
   std::vector<int32_t> stop_token_ids;  // <= kMaxStopTokenIds, each in [0, vocab_size)
   bool ignore_eos = false;
   int32_t logprobs = 0;  // number of top logprobs to return per token, [0, kMaxLogprobs] (0 = none)
+  // >= 0: also score the prompt (completions' echo with logprobs): the logprob of each prompt token after the
+  // first given the tokens before it, with this many top alternatives, [-1, kMaxLogprobs] (-1 = off). The
+  // prompt is then computed in full (no prefix-cache reuse) and its scores come with the first event.
+  int32_t prompt_logprobs = -1;
   // logit_bias (OpenAI): logit_bias_values[i] is added to the logit of logit_bias_ids[i] after the penalties
   // (-100 in effect bans a token, 100 in effect forces it). Distinct ids in [0, vocab_size), finite values in
   // [-kMaxLogitBiasValue, kMaxLogitBiasValue], at most kMaxLogitBias; reported logprobs stay the raw model's.

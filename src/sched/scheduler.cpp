@@ -57,13 +57,27 @@ bool Scheduler::remove(uint64_t id) {
   return true;
 }
 
-int32_t Scheduler::chunk_for(const Sequence& s, int32_t tokens_left) const {
+namespace {
+
+// Logits rows that score prompt tokens among positions [start, start + n) of s.
+int64_t prompt_rows_of(const Sequence& s, int64_t start, int64_t n) {
+  if (!s.prompt_logprobs) return 0;
+  return std::max<int64_t>(0, std::min<int64_t>(start + n, s.prompt_len - 1) - start);
+}
+
+}  // namespace
+
+int32_t Scheduler::chunk_for(const Sequence& s, int32_t tokens_left, int32_t prompt_rows_left) const {
   const int64_t remaining = s.remaining();
   int64_t n = remaining;
   if (config_.enable_chunked_context) n = std::min<int64_t>(n, chunk_size_);
   n = std::min<int64_t>(n, tokens_left);
+  // A scored prompt is split by the step's prompt-row budget (also with chunked context off: its logits
+  // rows must stay bounded).
+  if (prompt_rows_of(s, s.num_computed, n) > prompt_rows_left) n = std::max(0, prompt_rows_left);
   if (n < remaining) {
-    if (!config_.enable_chunked_context) return 0;  // the whole prompt must fit in one step
+    // Without chunked context the whole prompt must fit in one step.
+    if (!config_.enable_chunked_context && !s.prompt_logprobs) return 0;
     const int32_t bs = pool_.block_size();
     const int64_t end = (s.num_computed + n) / bs * bs;  // end the chunk on a block boundary when possible
     if (end > s.num_computed) n = end - s.num_computed;
@@ -79,7 +93,7 @@ bool Scheduler::preempt_request(uint64_t id) {
   Sequence* s = find(id);
   if (!s || s->status != SeqStatus::kRunning) return false;
   StepSchedule none;
-  Budget unused{0, 0};
+  Budget unused{0, 0, 0};
   preempt(s, none, unused);
   return true;
 }
@@ -89,6 +103,7 @@ void Scheduler::schedule_entry(Sequence* s, int32_t n, StepSchedule& out, Budget
   out.num_tokens += n;
   budget.tokens -= n;
   budget.seqs -= 1;
+  budget.prompt_rows -= static_cast<int32_t>(prompt_rows_of(*s, s->num_computed, n));
   s->scheduled_step = out.step;
 }
 
@@ -100,6 +115,7 @@ void Scheduler::preempt(Sequence* s, StepSchedule& out, Budget& budget) {
       out.num_tokens -= it->num_tokens;
       budget.tokens += it->num_tokens;
       budget.seqs += 1;
+      budget.prompt_rows += static_cast<int32_t>(prompt_rows_of(*s, it->start, it->num_tokens));
       out.seqs.erase(it);
     }
   }
@@ -136,7 +152,7 @@ bool Scheduler::reserve(Sequence* s, int64_t end, StepSchedule& out, Budget& bud
 StepSchedule Scheduler::schedule() {
   StepSchedule out;
   out.step = ++step_;
-  Budget budget{config_.max_num_tokens, config_.max_batch_size};
+  Budget budget{config_.max_num_tokens, config_.max_batch_size, config_.max_prompt_logprob_rows};
   if (batch_limit_ > 0) budget.seqs = std::min(budget.seqs, batch_limit_);
   // Length tiers: what long prefills may still take this step.
   int32_t long_left = config_.long_prefill_tokens > 0 ? config_.long_prefill_tokens : config_.max_num_tokens;
@@ -163,7 +179,8 @@ StepSchedule Scheduler::schedule() {
       continue;
     }
     const bool long_seq = is_long(*s);
-    const int32_t n = chunk_for(*s, long_seq ? std::min(budget.tokens, long_left) : budget.tokens);
+    const int32_t n =
+        chunk_for(*s, long_seq ? std::min(budget.tokens, long_left) : budget.tokens, budget.prompt_rows);
     if (n == 0) {
       ++i;
       continue;
@@ -194,12 +211,13 @@ StepSchedule Scheduler::schedule() {
     // resolves it before the next step is scheduled, so this wait is never observed).
     if (s->pending) break;
     int32_t hit = 0;
-    if (s->table.empty()) {
+    if (s->table.empty() && !s->prompt_logprobs) {  // a scored prompt needs the logits of every position
       // Keep at least the last token to compute: its logits give the next token.
       hit = s->table.match_prefix(pool_, s->tokens, s->num_tokens() - 1);
       s->num_computed = hit;
     }
-    const int32_t n = chunk_for(*s, long_seq ? std::min(budget.tokens, long_left) : budget.tokens);
+    const int32_t n =
+        chunk_for(*s, long_seq ? std::min(budget.tokens, long_left) : budget.tokens, budget.prompt_rows);
     const int32_t bs = pool_.block_size();
     if (long_seq && n == 0) {
       s->table.release(pool_);
@@ -281,7 +299,23 @@ BatchPlan Scheduler::build_plan(const StepSchedule& step) const {
     if (e.sample) plan.logits_rows.push_back(plan.cu_seqlens.back() - 1);
   }
   if (!plan.prev_sample_rows.empty()) plan.prev_sample_rows.resize(plan.token_ids.size(), -1);
+  for (const PromptLogprobRow& r : prompt_logprob_rows(step)) plan.logits_rows.push_back(r.row);
   return plan;
+}
+
+std::vector<PromptLogprobRow> Scheduler::prompt_logprob_rows(const StepSchedule& step) {
+  std::vector<PromptLogprobRow> rows;
+  int32_t offset = 0;  // the entry's first token index in the plan
+  for (const ScheduledSeq& e : step.seqs) {
+    const Sequence& s = *e.seq;
+    const int64_t end = e.start + prompt_rows_of(s, e.start, e.num_tokens);
+    for (int64_t p = e.start; p < end; ++p) {
+      rows.push_back(
+          {s.id, static_cast<int32_t>(p), s.tokens[p + 1], offset + static_cast<int32_t>(p - e.start)});
+    }
+    offset += e.num_tokens;
+  }
+  return rows;
 }
 
 int32_t Scheduler::occupied_slots() const {

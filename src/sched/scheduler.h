@@ -27,6 +27,9 @@ struct SchedulerConfig {
   // back shorter requests behind it when that share is spent.
   int32_t long_prompt_tokens = 0;
   int32_t long_prefill_tokens = 0;
+  // Logits rows a step may spend on scoring prompts (Sequence::prompt_logprobs), beside its sampled rows:
+  // bounds the step's logits ([rows, vocab] float32) whatever the prompts' lengths.
+  int32_t max_prompt_logprob_rows = 2048;
 };
 
 struct ScheduledSeq {
@@ -34,6 +37,15 @@ struct ScheduledSeq {
   int64_t start;       // first position computed this step (== num_computed before the step)
   int32_t num_tokens;  // positions [start, start + num_tokens) are computed this step
   bool sample;         // the step reaches the last known token: sample the next one from its logits
+};
+
+// A logits row that scores a prompt token: the logits at `position` give the logprob of `target`, the
+// prompt's token at position + 1. `row` is the row's token index in the step's plan.
+struct PromptLogprobRow {
+  uint64_t seq_id;
+  int32_t position;
+  int32_t target;
+  int32_t row;
 };
 
 struct StepSchedule {
@@ -68,8 +80,11 @@ class Scheduler {
   // Moves a running sequence back to waiting (blocks released, recomputed later): a failed step's
   // sequences are retried this way. False when `id` is not running.
   bool preempt_request(uint64_t id);
-  // The forward pass input for a schedule (before complete()).
+  // The forward pass input for a schedule (before complete()). Its logits rows: the sampled entries' rows
+  // in entry order, then prompt_logprob_rows(step) in order.
   BatchPlan build_plan(const StepSchedule& step) const;
+  // The rows of `step` that score prompt tokens, by entry, then position.
+  static std::vector<PromptLogprobRow> prompt_logprob_rows(const StepSchedule& step);
 
   int32_t num_running() const { return static_cast<int32_t>(running_.size()); }
   // Running sequences that hold a batch slot (all but those whose in-flight token ends them).
@@ -94,9 +109,10 @@ class Scheduler {
   struct Budget {
     int32_t tokens;
     int32_t seqs;
+    int32_t prompt_rows;  // logits rows left for scoring prompts
   };
-  // Tokens of `s` to compute this step within `tokens_left` (0: none fit).
-  int32_t chunk_for(const Sequence& s, int32_t tokens_left) const;
+  // Tokens of `s` to compute this step within `tokens_left` and the prompt rows left (0: none fit).
+  int32_t chunk_for(const Sequence& s, int32_t tokens_left, int32_t prompt_rows_left) const;
   bool is_long(const Sequence& s) const;
   // Grows s's table for `end` positions, preempting lower-ranked running sequences as needed. False when
   // s itself was preempted or failed.

@@ -31,6 +31,10 @@ struct Sequence {
   // Async scheduling: the token in flight certainly ends the request (max_tokens, context): the sequence
   // sits out the next step and its batch slot may go to an admission (its blocks stay until it ends).
   bool ending = false;
+  // The prompt is scored (prompt logprobs): every prompt position but the last gets a logits row, so the
+  // prompt is computed in full (no prefix-cache hit) in chunks within the step's prompt-row budget. The
+  // engine clears it once the scores are delivered (a recompute after preemption then needs none).
+  bool prompt_logprobs = false;
 
   int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
   // Tokens including a pending one: position known_tokens() - 1 is the last the sequence can compute.

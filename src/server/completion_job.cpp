@@ -162,6 +162,16 @@ void CompletionJob::on_event(size_t index, const RequestEvent& ev) {
     first_token_ = Clock::now();
   c.completion_tokens += static_cast<int32_t>(ev.token_ids.size());
   Delta delta = take_delta(c, ev);
+  const bool first_scores = scores_prompt() && !c.prompt_scored && ev.error.empty();
+  if (first_scores) {
+    c.prompt_scored = true;
+    c.prompt_logprobs = prompt_entries(c, ev);
+    const Tokenizer& tok = ctx_.engine.load()->tokenizer();
+    const int32_t first = c.prompt_logprobs.front().token;
+    const bool texted =
+        first < tok.vocab_size() && req_.echo_texts[c.prompt].rfind(tok.token_bytes(first), 0) == 0;
+    c.untexted = texted ? 0 : 1;
+  }
   if (req_.top_logprobs >= 0 || ranked())
     c.logprobs.insert(c.logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
   if (ev.finished) {
@@ -177,7 +187,9 @@ void CompletionJob::on_event(size_t index, const RequestEvent& ev) {
     // An answer that called functions and ended by itself asks for their results.
     if (!c.calls.empty() && c.finish_reason == "stop") c.finish_reason = "tool_calls";
   }
-  if (req_.stream && !disconnected_ && !out_->disconnected()) stream_delta(c, ev, std::move(delta));
+  if (req_.stream && !disconnected_ && !out_->disconnected()) {
+    stream_delta(c, ev, std::move(delta), first_scores ? c.prompt_logprobs : std::vector<TokenLogprob>{});
+  }
   if (ev.finished && --remaining_ == 0) complete();
 }
 
@@ -215,12 +227,23 @@ CompletionJob::Delta CompletionJob::take_delta(Choice& c, const RequestEvent& ev
   return d;
 }
 
-void CompletionJob::stream_delta(Choice& c, const RequestEvent& ev, Delta d) {
+std::vector<TokenLogprob> CompletionJob::prompt_entries(const Choice& c, const RequestEvent& first) const {
+  std::vector<TokenLogprob> out;
+  const std::vector<int32_t>& prompt = req_.prompts[c.prompt];
+  TokenLogprob head;  // nothing scores the first token
+  head.token = prompt.front();
+  out.push_back(std::move(head));
+  out.insert(out.end(), first.prompt_logprobs.begin(), first.prompt_logprobs.end());
+  return out;
+}
+
+void CompletionJob::stream_delta(Choice& c, const RequestEvent& ev, Delta d,
+                                 std::vector<TokenLogprob> prompt_logprobs) {
   const bool cancelled = ev.finished && !c.error.empty();
   if (cancelled) return;  // reported once, in complete()
   if (req_.chat && !c.role_sent) {
     c.role_sent = true;
-    ChoiceOutput role{c.index, "", {}, "", {}, {}};
+    ChoiceOutput role{c.index, "", {}, "", {}, {}, 0, 0};
     out_->write_chunk(sse_data(dump(chunk_body(header_, ctx_.engine.load()->tokenizer(), role,
                                                req_.top_logprobs, true, req_.include_usage, 0))));
   }
@@ -228,16 +251,25 @@ void CompletionJob::stream_delta(Choice& c, const RequestEvent& ev, Delta d) {
     c.echo_sent = true;
     d.text = req_.echo_texts[c.prompt] + d.text;
   }
-  if (d.text.empty() && d.reasoning.empty() && d.calls.empty() && ev.logprobs.empty() && !ev.finished) return;
+  if (d.text.empty() && d.reasoning.empty() && d.calls.empty() && ev.logprobs.empty() &&
+      prompt_logprobs.empty() && !ev.finished)
+    return;
   ChoiceOutput delta{
-      c.index, std::move(d.text), {}, ev.finished ? c.finish_reason : "", std::move(d.calls), std::nullopt};
+      c.index, std::move(d.text), {}, ev.finished ? c.finish_reason : "", std::move(d.calls), std::nullopt, 0,
+      0};
   if (!d.reasoning.empty()) delta.reasoning = std::move(d.reasoning);
-  if (req_.top_logprobs >= 0) delta.logprobs = ev.logprobs;
+  if (req_.top_logprobs >= 0) {
+    // The echoed prompt's entries lead the first chunk's (its text leads the chunk's text).
+    delta.unscored = prompt_logprobs.empty() ? 0 : 1;
+    delta.untexted = prompt_logprobs.empty() ? 0 : c.untexted;
+    delta.logprobs = std::move(prompt_logprobs);
+    delta.logprobs.insert(delta.logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
+  }
   const Tokenizer& tok = ctx_.engine.load()->tokenizer();
   out_->write_chunk(sse_data(
       dump(chunk_body(header_, tok, delta, req_.top_logprobs, false, req_.include_usage, c.text_offset))));
   // Counted in token bytes, as within a chunk: a token's bytes may reach the text only with a later one.
-  c.text_offset += logprobs_text_bytes(tok, delta.logprobs);
+  c.text_offset += logprobs_text_bytes(tok, delta.logprobs, delta.untexted);
 }
 
 void CompletionJob::fail_stream(const std::string& message) {
@@ -346,10 +378,21 @@ void CompletionJob::complete() {
     std::vector<ChoiceOutput> outputs;
     for (const Choice* c : returned_choices()) {
       const std::string echo = req_.echo_texts.empty() ? "" : req_.echo_texts[c->prompt];
-      ChoiceOutput o{static_cast<int32_t>(outputs.size()), echo + c->content,
-                     // collected without being asked for only to rank the candidates
-                     req_.top_logprobs >= 0 ? c->logprobs : std::vector<TokenLogprob>{}, c->finish_reason,
-                     c->calls, std::nullopt};
+      ChoiceOutput o{static_cast<int32_t>(outputs.size()),
+                     echo + c->content,
+                     {},
+                     c->finish_reason,
+                     c->calls,
+                     std::nullopt,
+                     0,
+                     0};
+      // Logprobs collected without being asked for only ranked the candidates.
+      if (req_.top_logprobs >= 0) {
+        o.unscored = c->prompt_logprobs.empty() ? 0 : 1;
+        o.untexted = c->prompt_logprobs.empty() ? 0 : c->untexted;
+        o.logprobs = c->prompt_logprobs;
+        o.logprobs.insert(o.logprobs.end(), c->logprobs.begin(), c->logprobs.end());
+      }
       if (c->reasoning_parser) o.reasoning = c->reasoning;  // "" (no thinking): null
       outputs.push_back(std::move(o));
     }

@@ -38,6 +38,12 @@ class CompletionJob : public std::enable_shared_from_this<CompletionJob> {
     bool role_sent = false;
     bool echo_sent = false;  // completions with echo: the prompt's text went out (streaming)
     std::vector<TokenLogprob> logprobs;
+    // Completions with echo and logprobs: the prompt's tokens with their scores (the first unscored), from
+    // the choice's first event.
+    std::vector<TokenLogprob> prompt_logprobs;
+    bool prompt_scored = false;
+    size_t untexted =
+        0;  // 1 when the prompt's first token is not in its echoed text (a BOS the tokenizer added)
     // Chat: the answer read for thinking and, with tools, for calls as it arrives. content is the text
     // outside both (all of it without parsers).
     std::optional<ReasoningParser> reasoning_parser;
@@ -59,6 +65,10 @@ class CompletionJob : public std::enable_shared_from_this<CompletionJob> {
   // The choices the answer holds, in order: every one, or per prompt the n best candidates.
   std::vector<const Choice*> returned_choices() const;
   static double mean_logprob(const Choice& c);
+  // Completions with echo and logprobs: the prompt's logprobs entries (its first token, then the engine's
+  // scores) and the choice's output logprobs led by them.
+  bool scores_prompt() const { return req_.sampling.prompt_logprobs >= 0; }
+  std::vector<TokenLogprob> prompt_entries(const Choice& c, const RequestEvent& first) const;
 
   void on_event(size_t choice, const RequestEvent& event);
   // The event's share of the answer: its text, or with the parsers the content, thinking and calls that
@@ -69,7 +79,10 @@ class CompletionJob : public std::enable_shared_from_this<CompletionJob> {
     std::vector<ToolCallOutput> calls;
   };
   Delta take_delta(Choice& c, const RequestEvent& event);
-  void stream_delta(Choice& c, const RequestEvent& event, Delta delta);
+  // Streams the event's delta; prompt_logprobs (the choice's first event, echo with logprobs) lead its
+  // logprobs.
+  void stream_delta(Choice& c, const RequestEvent& event, Delta delta,
+                    std::vector<TokenLogprob> prompt_logprobs);
   void complete();
   void fail_stream(const std::string& message);
 

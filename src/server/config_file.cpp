@@ -78,6 +78,7 @@ std::map<std::string, Section> base_sections() {
            DSI_ENGINE_KEY(int32_t, max_num_tokens),
            DSI_ENGINE_KEY(bool, enable_chunked_context),
            DSI_ENGINE_KEY(int32_t, context_chunk_size),
+           DSI_ENGINE_KEY(int32_t, max_prompt_logprob_rows),
            DSI_ENGINE_KEY(int32_t, kv_block_size),
            DSI_ENGINE_KEY(int64_t, max_tokens_in_paged_kv_cache),
            DSI_ENGINE_KEY(double, kv_cache_free_gpu_mem_fraction),
@@ -193,6 +194,8 @@ void validate(const ServeConfig& c) {
   DSI_CHECK(e.max_batch_size >= 1, "engine.max_batch_size must be >= 1, got ", e.max_batch_size);
   DSI_CHECK(e.max_num_tokens >= 1, "engine.max_num_tokens must be >= 1, got ", e.max_num_tokens);
   DSI_CHECK(e.context_chunk_size >= 1, "engine.context_chunk_size must be >= 1, got ", e.context_chunk_size);
+  DSI_CHECK(e.max_prompt_logprob_rows >= 1, "engine.max_prompt_logprob_rows must be >= 1, got ",
+            e.max_prompt_logprob_rows);
   DSI_CHECK(e.kv_block_size >= 1, "engine.kv_block_size must be >= 1, got ", e.kv_block_size);
   DSI_CHECK(e.max_tokens_in_paged_kv_cache >= 0, "engine.max_tokens_in_paged_kv_cache must be >= 0");
   DSI_CHECK(e.kv_cache_free_gpu_mem_fraction > 0 && e.kv_cache_free_gpu_mem_fraction <= 1,

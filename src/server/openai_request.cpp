@@ -289,8 +289,6 @@ void refuse_unsupported(const json& body, bool chat) {
   };
   if (!chat) {
     if (boolean(body, "echo").value_or(false)) {
-      if (present(body, "logprobs"))
-        refuse("echo", "with 'logprobs' is not supported (the prompt's logprobs are not computed)");
       if (string(body, "suffix").value_or("") != "")
         throw bad_request("'echo' and 'suffix' cannot be combined", "echo", "invalid_value");
     }
@@ -475,6 +473,9 @@ CompletionRequest parse_completion_request(const json& body, bool chat, const To
   }
   // The engine returns the sampled token's logprob only when at least one alternative is asked for.
   if (r.top_logprobs >= 0) s.logprobs = std::max<int32_t>(1, r.top_logprobs);
+  // echo with logprobs: the echoed prompt's tokens are scored too (the first has none: null).
+  const bool echo_scores = !chat && !r.echo_texts.empty() && r.top_logprobs >= 0;
+  if (echo_scores) s.prompt_logprobs = r.top_logprobs;
 
   if (auto n = integer(body, "n")) {
     if (*n < 1 || *n > kMaxChoices)
@@ -499,12 +500,17 @@ CompletionRequest parse_completion_request(const json& body, bool chat, const To
   const char* max_key =
       chat && present(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
   std::optional<int64_t> max_tokens = integer(body, max_key);
-  if (max_tokens && *max_tokens < 1)
-    throw bad_request(str_cat("'", max_key, "' must be >= 1"), max_key, "invalid_value");
+  // 0 scores the prompt and generates nothing (echo with logprobs: the prompt's loglikelihood).
+  if (max_tokens && *max_tokens < (echo_scores ? 0 : 1)) {
+    throw bad_request(echo_scores
+                          ? str_cat("'", max_key, "' must be >= 0")
+                          : str_cat("'", max_key, "' must be >= 1 (0 only with 'echo' and 'logprobs')"),
+                      max_key, "invalid_value");
+  }
   size_t longest = 0;
   for (const auto& p : r.prompts) longest = std::max(longest, p.size());
   const int64_t room = limits.max_model_len - static_cast<int64_t>(longest);
-  if (room < 1) {
+  if (room < (max_tokens && *max_tokens == 0 ? 0 : 1)) {  // a prompt scored alone may fill the context
     throw bad_request(str_cat("This model's maximum context length is ", limits.max_model_len,
                               " tokens, but the prompt has ", longest, " tokens"),
                       chat ? "messages" : "prompt", "context_length_exceeded");

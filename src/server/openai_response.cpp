@@ -79,7 +79,7 @@ json usage_json(int64_t prompt_tokens, int64_t completion_tokens, int64_t cached
 }
 
 json logprobs_json(const Tokenizer& tok, const std::vector<TokenLogprob>& lps, int32_t top, bool chat,
-                   size_t offset) {
+                   size_t offset, size_t unscored, size_t untexted) {
   if (top < 0) return nullptr;
   if (chat) {
     json content = json::array();
@@ -101,17 +101,23 @@ json logprobs_json(const Tokenizer& tok, const std::vector<TokenLogprob>& lps, i
   }
   json tokens = json::array(), token_logprobs = json::array(), top_logprobs = json::array(),
        text_offset = json::array();
-  for (const TokenLogprob& lp : lps) {
+  for (size_t k = 0; k < lps.size(); ++k) {
+    const TokenLogprob& lp = lps[k];
     tokens.push_back(token_text(tok, lp.token));
-    token_logprobs.push_back(lp.logprob);
-    json alts = json::object();
-    for (size_t i = 0; i < lp.top.size() && static_cast<int32_t>(i) < top; ++i) {
-      const std::string key = top_key(tok, lp.top[i].first);
-      if (!alts.contains(key)) alts[key] = lp.top[i].second;  // the likelier of two equal keys
+    if (k < unscored) {
+      token_logprobs.push_back(nullptr);
+      top_logprobs.push_back(nullptr);
+    } else {
+      token_logprobs.push_back(lp.logprob);
+      json alts = json::object();
+      for (size_t i = 0; i < lp.top.size() && static_cast<int32_t>(i) < top; ++i) {
+        const std::string key = top_key(tok, lp.top[i].first);
+        if (!alts.contains(key)) alts[key] = lp.top[i].second;  // the likelier of two equal keys
+      }
+      top_logprobs.push_back(alts);
     }
-    top_logprobs.push_back(alts);
     text_offset.push_back(offset);
-    offset += token_raw(tok, lp.token).size();
+    if (k >= untexted) offset += token_raw(tok, lp.token).size();
   }
   return {{"tokens", tokens},
           {"token_logprobs", token_logprobs},
@@ -119,9 +125,9 @@ json logprobs_json(const Tokenizer& tok, const std::vector<TokenLogprob>& lps, i
           {"text_offset", text_offset}};
 }
 
-size_t logprobs_text_bytes(const Tokenizer& tok, const std::vector<TokenLogprob>& lps) {
+size_t logprobs_text_bytes(const Tokenizer& tok, const std::vector<TokenLogprob>& lps, size_t untexted) {
   size_t bytes = 0;
-  for (const TokenLogprob& lp : lps) bytes += token_raw(tok, lp.token).size();
+  for (size_t k = untexted; k < lps.size(); ++k) bytes += token_raw(tok, lps[k].token).size();
   return bytes;
 }
 
@@ -142,7 +148,7 @@ json completion_body(const ResponseHeader& h, const Tokenizer& tok, const std::v
     } else {
       choice["text"] = c.text;
     }
-    choice["logprobs"] = logprobs_json(tok, c.logprobs, top_logprobs, h.chat);
+    choice["logprobs"] = logprobs_json(tok, c.logprobs, top_logprobs, h.chat, 0, c.unscored, c.untexted);
     choice["finish_reason"] = finish(c.finish_reason);
     out_choices.push_back(choice);
   }
@@ -167,9 +173,9 @@ json chunk_body(const ResponseHeader& h, const Tokenizer& tok, const ChoiceOutpu
   } else {
     choice["text"] = delta.text;
   }
-  choice["logprobs"] = delta.logprobs.empty()
-                           ? json(nullptr)
-                           : logprobs_json(tok, delta.logprobs, top_logprobs, h.chat, text_offset);
+  choice["logprobs"] = delta.logprobs.empty() ? json(nullptr)
+                                              : logprobs_json(tok, delta.logprobs, top_logprobs, h.chat,
+                                                              text_offset, delta.unscored, delta.untexted);
   choice["finish_reason"] = finish(delta.finish_reason);
   json chunk = {{"id", h.id},
                 {"object", h.chat ? "chat.completion.chunk" : "text_completion"},

@@ -508,5 +508,35 @@ TEST(SamplerTest, CpuBackendSampleReportsBadRowsAlone) {
   EXPECT_NE(out[1].error.find("nan"), std::string::npos) << out[1].error;
 }
 
+// A forced row (prompt scoring) draws nothing: its token is the given one, its logprobs reported there; a
+// forced token outside the vocabulary or bad logits fail that row alone.
+TEST(SamplerTest, ForcedRowsScoreTheGivenToken) {
+  CpuBackend cpu;
+  Tensor logits = Tensor::empty(DType::F32, {4, 6});
+  const float values[] = {0.5f, 2.0f, -1.0f, 3.0f, 0.0f, 1.0f};
+  for (int r = 0; r < 4; ++r) std::copy(values, values + 6, logits.f32() + r * 6);
+  logits.f32()[3 * 6 + 2] = NAN;
+  std::vector<SamplingRow> rows(4);
+  for (int r = 0; r < 4; ++r) {
+    rows[r].temperature = r == 0 ? 1.0f : 0.0f;  // no RNG given: a draw would fail
+    rows[r].logprobs = 2;
+  }
+  rows[0].forced_token = 2;  // not the argmax (3)
+  rows[1].forced_token = 5;
+  rows[2].forced_token = 6;  // outside the vocabulary
+  rows[3].forced_token = 0;  // NaN logits
+  const std::vector<SampledToken> out = cpu.sample(logits, rows);
+  ASSERT_TRUE(out[0].error.empty()) << out[0].error;
+  EXPECT_EQ(out[0].token, 2);
+  EXPECT_FLOAT_EQ(out[0].logprob, HostSampler::logprob_of(values, 6, 2));
+  ASSERT_EQ(out[0].top.size(), 2u);
+  EXPECT_EQ(out[0].top[0].first, 3);
+  EXPECT_EQ(out[0].top[1].first, 1);
+  EXPECT_EQ(out[1].token, 5);
+  EXPECT_FLOAT_EQ(out[1].logprob, HostSampler::logprob_of(values, 6, 5));
+  EXPECT_NE(out[2].error.find("outside the vocabulary"), std::string::npos) << out[2].error;
+  EXPECT_NE(out[3].error.find("nan"), std::string::npos) << out[3].error;
+}
+
 }  // namespace
 }  // namespace dsinfer

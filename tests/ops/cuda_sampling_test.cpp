@@ -424,6 +424,66 @@ TEST_F(CudaSamplingTest, LogprobsMatchHostLogSoftmax) {
   EXPECT_EQ(got[2].top[2].first, 65000);
 }
 
+// Forced rows (prompt scoring) on the GPU as on the host: the given token, its logprob and the top
+// alternatives of the raw logits, whatever the row's temperature, on the scoring kernel (float4 and scalar
+// rows; a near-flat row whose ties exceed shared memory, selected one by one; a row with -inf values; NaN
+// and all -inf rows fail alone) beside drawn rows in the same call (the sampling kernel's row list); a forced
+// token outside the vocabulary fails its row alone.
+TEST_F(CudaSamplingTest, ForcedRowsScoreTheGivenTokenAsOnTheHost) {
+  for (const int64_t V : {int64_t{1000}, int64_t{1001}, int64_t{5000}, kVocab}) {
+    const int64_t R = 9;
+    Tensor logits = random_logits(R, V, 3.0f);
+    float* flat = logits.f32() + 5 * V;  // row 5: every value equal, then a few larger
+    for (int64_t i = 0; i < V; ++i) flat[i] = 1.0f;
+    flat[V / 2] = 2.0f;
+    float* masked = logits.f32() + 6 * V;  // row 6: all but three -inf
+    for (int64_t i = 0; i < V; ++i) masked[i] = -INFINITY;
+    masked[3] = 0.5f;
+    masked[V - 1] = 0.25f;
+    masked[V / 3] = 0.5f;
+    logits.f32()[7 * V + 17] = NAN;                                       // row 7
+    for (int64_t i = 0; i < V; ++i) logits.f32()[8 * V + i] = -INFINITY;  // row 8
+    std::vector<SamplingRow> rows(R);
+    for (int64_t r = 0; r < R; ++r) {
+      rows[r] = row_with(r % 2 ? 0.0f : 0.8f, 5, r);
+      rows[r].forced_token = static_cast<int32_t>((r * 7919 + 13) % V);
+      rows[r].logprobs = r == 1 ? 1 : 5;
+    }
+    rows[3].forced_token = -1;  // drawn (greedy) among the scored rows
+    rows[3].temperature = 0.0f;
+    rows[4].forced_token = static_cast<int32_t>(V);  // outside
+    rows[5].logprobs = 20;
+    rows[6].logprobs = 5;  // more alternatives than finite values: -inf ones follow, lowest ids first
+    rows[6].forced_token = 3;
+    const std::vector<SampledToken> got = gpu.sample(cuda::to_device(logits), rows);
+    for (int64_t r : {0, 1, 2, 3, 5, 6}) {
+      const float* row = logits.f32() + r * V;
+      const std::string what = "V " + std::to_string(V) + " row " + std::to_string(r);
+      ASSERT_TRUE(got[r].error.empty()) << what << ": " << got[r].error;
+      if (r == 3) {
+        EXPECT_EQ(got[r].token, static_cast<int32_t>(std::max_element(row, row + V) - row)) << what;
+      } else {
+        EXPECT_EQ(got[r].token, rows[r].forced_token) << what;
+      }
+      EXPECT_NEAR(got[r].logprob, HostSampler::logprob_of(row, static_cast<int32_t>(V), got[r].token), 1e-4)
+          << what;
+      const auto ref = HostSampler::top_logprobs(row, static_cast<int32_t>(V), rows[r].logprobs);
+      ASSERT_EQ(got[r].top.size(), ref.size()) << what;
+      for (size_t i = 0; i < ref.size(); ++i) {
+        EXPECT_EQ(got[r].top[i].first, ref[i].first) << what << " rank " << i;
+        if (std::isinf(ref[i].second)) {
+          EXPECT_TRUE(std::isinf(got[r].top[i].second) && got[r].top[i].second < 0) << what << " rank " << i;
+        } else {
+          EXPECT_NEAR(got[r].top[i].second, ref[i].second, 1e-4) << what << " rank " << i;
+        }
+      }
+    }
+    EXPECT_NE(got[4].error.find("outside the vocabulary"), std::string::npos) << got[4].error;
+    EXPECT_NE(got[7].error.find("NaN"), std::string::npos) << got[7].error;
+    EXPECT_NE(got[8].error.find("-inf"), std::string::npos) << got[8].error;
+  }
+}
+
 TEST_F(CudaSamplingTest, BadRowsReportErrorsAlone) {
   Tensor logits = random_logits(4, 1000, 1.0f);
   logits.f32()[1 * 1000 + 10] = NAN;

@@ -130,6 +130,112 @@ TEST(Scheduler, PrefixHitCountsCachedTokens) {
   EXPECT_EQ(sched.prefix_hit_tokens(), 8);
 }
 
+std::unique_ptr<Sequence> scored_seq(uint64_t id, int32_t prompt_len, int32_t first_token = 0) {
+  auto s = make_seq(id, prompt_len, 0, first_token);
+  s->prompt_logprobs = true;
+  return s;
+}
+
+// Runs `sched` until `seqs` sequences sampled their first token; checks every step's prompt-scoring rows
+// against its plan and the row budget, and returns each sequence's scored positions in order.
+std::map<uint64_t, std::vector<int32_t>> scored_positions(Scheduler& sched, size_t seqs, int32_t budget,
+                                                          int32_t* steps) {
+  std::map<uint64_t, std::vector<int32_t>> seen;
+  std::set<uint64_t> sampled;
+  *steps = 0;
+  while (sched.has_work() && sampled.size() < seqs && *steps < 100) {
+    StepSchedule step = sched.schedule();
+    ++*steps;
+    const BatchPlan plan = sched.build_plan(step);
+    plan.validate(sched.pool().num_blocks());
+    const std::vector<PromptLogprobRow> rows = Scheduler::prompt_logprob_rows(step);
+    EXPECT_LE(static_cast<int32_t>(rows.size()), budget);
+    size_t num_sampled = 0;
+    for (const ScheduledSeq& e : step.seqs) num_sampled += e.sample ? 1 : 0;
+    // The plan's logits rows: the sampled entries' rows, then the scoring rows in order.
+    EXPECT_EQ(plan.logits_rows.size(), num_sampled + rows.size());
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const PromptLogprobRow& r = rows[i];
+      const Sequence& s = *sched.find(r.seq_id);
+      EXPECT_EQ(plan.logits_rows[num_sampled + i], r.row);
+      EXPECT_EQ(plan.positions[r.row], r.position);  // the row computes that position ...
+      EXPECT_EQ(plan.token_ids[r.row], s.tokens[r.position]);
+      EXPECT_EQ(r.target, s.tokens[r.position + 1]);  // ... and scores the prompt token after it
+      EXPECT_LT(r.position, s.prompt_len - 1);
+      seen[r.seq_id].push_back(r.position);
+    }
+    sched.complete(step);
+    for (const ScheduledSeq& e : step.seqs) {
+      if (!e.sample) continue;
+      sampled.insert(e.seq->id);
+      e.seq->tokens.push_back(7);
+      e.seq->prompt_logprobs = false;  // as the engine does once the first token is delivered
+    }
+    sched.check_invariants();
+  }
+  return seen;
+}
+
+std::vector<int32_t> iota_to(int32_t n) {
+  std::vector<int32_t> v(n);
+  for (int32_t i = 0; i < n; ++i) v[i] = i;
+  return v;
+}
+
+TEST(Scheduler, ScoredPromptsGetARowForEveryPositionWithinTheRowBudget) {
+  BlockPool pool(64, 4);
+  SchedulerConfig c;
+  c.max_num_tokens = 64;
+  c.context_chunk_size = 64;
+  c.max_prompt_logprob_rows = 5;
+  Scheduler sched(c, pool);
+  sched.add(scored_seq(1, 13));
+  sched.add(scored_seq(2, 9, 100));
+  int32_t steps = 0;
+  const auto seen = scored_positions(sched, 2, 5, &steps);
+  EXPECT_EQ(seen.at(1), iota_to(12));  // positions 0..11 score prompt tokens 1..12, each once, in order
+  EXPECT_EQ(seen.at(2), iota_to(8));
+  EXPECT_GE(steps, 4);  // 20 rows at 5 a step
+  // Once scored, a sequence decodes with no more scoring rows.
+  const StepSchedule next = sched.schedule();
+  EXPECT_TRUE(Scheduler::prompt_logprob_rows(next).empty());
+}
+
+TEST(Scheduler, ScoredPromptIsSplitByTheRowBudgetAlsoWithoutChunkedContext) {
+  BlockPool pool(64, 4);
+  SchedulerConfig c;
+  c.enable_chunked_context = false;
+  c.max_prompt_logprob_rows = 4;
+  Scheduler sched(c, pool);
+  sched.add(scored_seq(1, 11));
+  sched.add(make_seq(2, 11));  // unscored: still one step for its whole prompt
+  int32_t steps = 0;
+  const auto seen = scored_positions(sched, 2, 4, &steps);
+  EXPECT_EQ(seen.at(1), iota_to(10));
+  EXPECT_EQ(seen.count(2), 0u);
+}
+
+TEST(Scheduler, ScoredPromptTakesNoPrefixHit) {
+  BlockPool pool(16, 4);
+  Scheduler sched(SchedulerConfig{}, pool);
+  sched.add(make_seq(1, 10));
+  step_once(sched);
+  sched.remove(1);  // its two full blocks stay in the prefix cache
+  sched.add(scored_seq(2, 10));
+  StepSchedule s = sched.schedule();
+  ASSERT_EQ(s.seqs.size(), 1u);
+  EXPECT_EQ(s.seqs[0].start, 0);  // every position computed: each one's logits score a token
+  EXPECT_EQ(s.seqs[0].num_tokens, 10);
+  EXPECT_EQ(Scheduler::prompt_logprob_rows(s).size(), 9u);
+  EXPECT_EQ(sched.prefix_hit_tokens(), 0);
+  sched.complete(s);
+  sched.remove(2);
+  sched.add(make_seq(3, 10));  // unscored: hits as before
+  s = sched.schedule();
+  ASSERT_EQ(s.seqs.size(), 1u);
+  EXPECT_EQ(s.seqs[0].start, 8);
+}
+
 struct PropertyParam {
   uint32_t seed;
   int32_t num_blocks;
@@ -152,6 +258,7 @@ TEST_P(SchedulerPropertyTest, InvariantsHoldUnderRandomTraffic) {
   c.max_num_tokens = p.max_tokens;
   c.context_chunk_size = p.chunk;
   c.enable_chunked_context = p.chunked;
+  c.max_prompt_logprob_rows = 1 + static_cast<int32_t>(p.seed % 16);  // some prompts are scored
   Scheduler sched(c, pool);
   const int64_t capacity = static_cast<int64_t>(p.num_blocks) * p.block_size;
   std::map<uint64_t, int32_t> target;  // id -> total tokens at which it finishes
@@ -169,6 +276,7 @@ TEST_P(SchedulerPropertyTest, InvariantsHoldUnderRandomTraffic) {
         if (!p.chunked) len = std::min(len, p.max_tokens);
         auto s =
             make_seq(next_id, len, static_cast<int32_t>(rng() % 3), static_cast<int32_t>(rng() % 2) * 1000);
+        s->prompt_logprobs = rng() % 4 == 0;
         target[next_id] = len + 1 + static_cast<int32_t>(rng() % 30);
         live.insert(next_id);
         sched.add(std::move(s));
@@ -200,6 +308,9 @@ TEST_P(SchedulerPropertyTest, InvariantsHoldUnderRandomTraffic) {
     ASSERT_EQ(sum, step.num_tokens);
     BatchPlan plan = sched.build_plan(step);
     plan.validate(pool.num_blocks());
+    const std::vector<PromptLogprobRow> scored = Scheduler::prompt_logprob_rows(step);
+    ASSERT_LE(static_cast<int32_t>(scored.size()), c.max_prompt_logprob_rows);
+    for (const PromptLogprobRow& r : scored) ASSERT_EQ(plan.positions[r.row], r.position);
     sched.check_invariants();
     sched.complete(step);
     for (uint64_t id : step.failed) {
@@ -210,6 +321,7 @@ TEST_P(SchedulerPropertyTest, InvariantsHoldUnderRandomTraffic) {
       if (!e.sample) continue;
       Sequence* s = e.seq;
       s->tokens.push_back(static_cast<int32_t>(rng() % 100));
+      s->prompt_logprobs = false;
       // Pools under 64 slots let sequences outgrow them: the scheduler must fail those, not stall.
       if (s->num_tokens() >= target[s->id] || (capacity >= 64 && s->num_tokens() >= capacity)) {
         const uint64_t id = s->id;

@@ -1,7 +1,8 @@
 // A scripted Engine for server tests: a real tokenizer and model config, and an engine thread that emits one
 // token per request every `token_delay` (tokens derived from the prompt and seed, so outputs are
 // reproducible, or a fixed script), honours max_tokens, stop strings, logprobs, cancel() and its queue limit,
-// can be paused, and records every cancel so tests can observe them.
+// scores prompts (prompt_logprobs: fake_prompt_score's values, in the first event; max_tokens 0 then ends
+// there), can be paused, and records every cancel so tests can observe them.
 #pragma once
 #include <atomic>
 #include <condition_variable>
@@ -157,8 +158,21 @@ class FakeEngine : public Engine {
     size_t script_pos = 0;
     std::string text;
     bool cancelled = false;
+    bool scored = false;  // its prompt scores went out
   };
 
+ public:
+  // The fake's score of prompt token i + 1 (prompt_logprobs): -0.25 (i + 1), the token itself the best of
+  // `top` alternatives, the others the generated words at -1, -2, ...
+  TokenLogprob fake_prompt_score(const std::vector<int32_t>& prompt, size_t i, int32_t top) const {
+    TokenLogprob lp{prompt[i + 1], -0.25f * static_cast<float>(i + 1), {}};
+    for (int32_t k = 0; k < top; ++k)
+      lp.top.emplace_back(k == 0 ? lp.token : words_[static_cast<size_t>(k) % words_.size()],
+                          k == 0 ? lp.logprob : -1.0f * k);
+    return lp;
+  }
+
+ private:
   static uint64_t request_hash(const std::vector<int32_t>& prompt, uint64_t seed) {
     uint64_t h = 1469598103934665603ull ^ (seed * 0x9E3779B97F4A7C15ull);
     for (int32_t id : prompt) h = (h ^ static_cast<uint64_t>(id)) * 1099511628211ull;
@@ -196,6 +210,12 @@ class FakeEngine : public Engine {
           --slots;
           const auto now = std::chrono::steady_clock::now();
           if (r.scheduled == std::chrono::steady_clock::time_point{}) r.scheduled = now;
+          const SamplingParams& sp = r.request.sampling;
+          if (sp.prompt_logprobs >= 0 && !r.scored) {
+            r.scored = true;
+            for (size_t i = 0; i + 1 < r.request.prompt_ids.size(); ++i)
+              ev.prompt_logprobs.push_back(fake_prompt_score(r.request.prompt_ids, i, sp.prompt_logprobs));
+          }
           const int32_t id = script_.empty() ? next_token(r.state) : script_[r.script_pos++];
           std::string piece = tokenizer_.decode({id});
           r.generated++;
@@ -203,7 +223,11 @@ class FakeEngine : public Engine {
           for (const auto& s : r.request.sampling.stop) {
             if ((r.text + piece).find(s) != std::string::npos) stop = true;
           }
-          if (stop) {
+          if (sp.max_tokens == 0) {  // the prompt scored alone
+            r.generated = 0;
+            ev.finished = true;
+            ev.finish_reason = FinishReason::kLength;
+          } else if (stop) {
             ev.finished = true;
             ev.finish_reason = FinishReason::kStop;
           } else {

@@ -1,16 +1,19 @@
 // The HTTP server in-process over loopback with the real batched engine (Engine::create, bundled
 // deepseek-v3-tiny-code on the CPU): 64 concurrent greedy streams equal their sequential runs, n > 1 with a
-// seed, best_of ranking, logit_bias, a disconnect frees the engine's request, and the engine gauges reach
-// /metrics.
+// seed, best_of ranking, logit_bias, echo with logprobs (the prompt scored by the model), a disconnect frees
+// the engine's request, and the engine gauges reach /metrics.
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <condition_variable>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <thread>
 
 #include "engine/json_recognizer.h"
 #include "engine/json_schema.h"
 #include "engine/json_schema_recognizer.h"
+#include "engine/prompt.h"
 #include "http_test_client.h"
 #include "server/server.h"
 
@@ -136,6 +139,70 @@ TEST(ServerEngineTest, BestOfReturnsTheCandidatesWithTheHighestMeanLogprob) {
     }
     EXPECT_EQ(best["usage"]["completion_tokens"], all["usage"]["completion_tokens"]);
   }
+}
+
+// echo with logprobs scores the prompt with the model: the scores of a prompt that ends with the engine's own
+// greedy tokens equal the logprobs the engine reported while generating them (decode steps against one
+// prefill), the first token's entry is null, and max_tokens 0 (the prompt alone) gives the same entries as a
+// request that also generates.
+TEST(ServerEngineTest, EchoWithLogprobsScoresThePromptWithTheModel) {
+  RealServer s;
+  const Tokenizer& tok = s.engine->tokenizer();
+  const std::vector<int32_t> prompt = encode_text_prompt(tok, "def add(a, b):\n    return");
+  // Greedy tokens and their logprobs from the engine itself.
+  std::mutex mutex;
+  std::condition_variable done;
+  std::vector<int32_t> ids;
+  std::vector<float> logprobs;
+  bool finished = false;
+  GenerationRequest g;
+  g.prompt_ids = prompt;
+  g.sampling.temperature = 0.0f;
+  g.sampling.ignore_eos = true;
+  g.sampling.max_tokens = 6;
+  g.sampling.logprobs = 1;
+  g.on_event = [&](const RequestEvent& e) {
+    std::lock_guard<std::mutex> lock(mutex);
+    ids.insert(ids.end(), e.token_ids.begin(), e.token_ids.end());
+    for (const TokenLogprob& lp : e.logprobs) logprobs.push_back(lp.logprob);
+    if (e.finished) finished = true;
+    done.notify_all();
+  };
+  s.engine->submit(std::move(g));
+  {
+    std::unique_lock<std::mutex> lock(mutex);
+    ASSERT_TRUE(done.wait_for(lock, 60s, [&] { return finished; }));
+  }
+  ASSERT_EQ(ids.size(), 6u);
+  std::vector<int32_t> scored = prompt;
+  scored.insert(scored.end(), ids.begin(), ids.end());
+  const json body = {{"prompt", scored}, {"max_tokens", 0}, {"echo", true}, {"logprobs", 1}};
+  const json a = json::parse(post(s.port, "/v1/completions", body.dump()).body);
+  ASSERT_TRUE(a.contains("choices")) << a.dump();
+  const json& lp = a["choices"][0]["logprobs"];
+  ASSERT_EQ(lp["token_logprobs"].size(), scored.size()) << lp.dump();
+  EXPECT_TRUE(lp["token_logprobs"][0].is_null());
+  EXPECT_TRUE(lp["top_logprobs"][0].is_null());
+  EXPECT_EQ(a["usage"]["completion_tokens"], 0);
+  EXPECT_EQ(a["usage"]["prompt_tokens"], scored.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const size_t at = prompt.size() + i;
+    EXPECT_NEAR(lp["token_logprobs"][at].get<double>(), logprobs[i], 1e-4) << "generated token " << i;
+    // A greedy token is its position's most likely one: its own top-1 entry.
+    ASSERT_EQ(lp["top_logprobs"][at].size(), 1u);
+    EXPECT_NEAR(lp["top_logprobs"][at].begin().value().get<double>(), logprobs[i], 1e-4);
+  }
+  for (size_t i = 1; i < prompt.size(); ++i) EXPECT_LE(lp["token_logprobs"][i].get<double>(), 0.0);
+  // The same prompt with generation: the same prompt entries, then the generated ones.
+  json generating = body;
+  generating["max_tokens"] = 3;
+  generating["temperature"] = 0;
+  const json b = json::parse(post(s.port, "/v1/completions", generating.dump()).body);
+  const json& lpb = b["choices"][0]["logprobs"];
+  ASSERT_EQ(lpb["token_logprobs"].size(), scored.size() + 3) << lpb.dump();
+  for (size_t i = 1; i < scored.size(); ++i)
+    EXPECT_NEAR(lpb["token_logprobs"][i].get<double>(), lp["token_logprobs"][i].get<double>(), 1e-5) << i;
+  EXPECT_EQ(b["usage"]["completion_tokens"], 3);
 }
 
 TEST(ServerEngineTest, LogitBiasSteersTheEngine) {

@@ -10,6 +10,7 @@
 #include "backend/cuda/host_reads.h"
 #include "backend/cuda/runtime.h"
 #include "backend/cuda/sampling_kernels.h"
+#include "backend/cuda/scoring_kernels.h"
 #include "core/dtype.h"
 #include "core/error.h"
 
@@ -104,10 +105,15 @@ void CudaBackend::sample_async(const Tensor& logits, const std::vector<SamplingR
     p.draw_index = row.draw_index;
     p.work_row = -1;
     p.mask_begin = -1;
+    p.forced_token = std::max(-1, row.forced_token);
     call.logprobs[r] = row.logprobs;
     if (row.logprobs > cuda::kSampleMaxTopLogprobs) {
       errors[r] =
           str_cat("sampler: at most ", cuda::kSampleMaxTopLogprobs, " top logprobs, got ", row.logprobs);
+    }
+    if (row.forced_token >= V) {  // reported; the kernel draws instead of reading outside the row
+      errors[r] = str_cat("sampler: forced token ", row.forced_token, " is outside the vocabulary of ", V);
+      p.forced_token = -1;
     }
     if (!row.has_penalties() || !errors[r].empty()) continue;
     p.seen_begin = static_cast<int32_t>(seen.size());
@@ -143,11 +149,23 @@ void CudaBackend::sample_async(const Tensor& logits, const std::vector<SamplingR
     p.work_row = work_rows++;
   }
 
+  // Rows that score a given token without penalties (prompt logprobs) go to the scoring kernel; the others
+  // are drawn by the sampling kernel (all of them, without a row list, when none is scored).
+  std::vector<int32_t> scored, drawn;
+  for (int64_t r = 0; r < R; ++r) {
+    const bool score = rows[r].forced_token >= 0 && params[r].forced_token >= 0 && params[r].work_row < 0 &&
+                       errors[r].empty();
+    (score ? scored : drawn).push_back(static_cast<int32_t>(r));
+  }
+
   // Inputs: one buffer in pinned memory, which the kernel reads over the bus (host_reads.h), or (host reads
   // off) one asynchronous copy of it (a synchronous copy would wait for the forward pass queued before it).
   const bool host_reads = cuda::host_reads_enabled();
   std::vector<char> packed;
   const size_t params_at = append_aligned(packed, params);
+  // The row lists only when some row is scored (else the sampling kernel takes every row in order).
+  const size_t scored_at = scored.empty() ? 0 : append_aligned(packed, scored);
+  const size_t drawn_at = scored.empty() ? 0 : append_aligned(packed, drawn);
   const size_t seen_at = append_aligned(packed, seen);
   const size_t gen_ids_at = append_aligned(packed, gen_ids);
   const size_t gen_counts_at = append_aligned(packed, gen_counts);
@@ -170,8 +188,12 @@ void CudaBackend::sample_async(const Tensor& logits, const std::vector<SamplingR
   const int64_t capacity = cuda::sample_candidate_capacity(V);
   Tensor work;  // [rows with penalties, V]: the penalised logits
   if (work_rows > 0) work = Tensor::empty_on(Device::kCuda, DType::F32, {work_rows, V});
-  Tensor cand_ids = Tensor::empty_on(Device::kCuda, DType::I32, {R, capacity});     // [R, capacity]
-  Tensor cand_values = Tensor::empty_on(Device::kCuda, DType::F32, {R, capacity});  // [R, capacity]
+  const int64_t D = static_cast<int64_t>(drawn.size());
+  Tensor cand_ids, cand_values;  // [drawn rows, capacity]
+  if (D > 0) {
+    cand_ids = Tensor::empty_on(Device::kCuda, DType::I32, {D, capacity});
+    cand_values = Tensor::empty_on(Device::kCuda, DType::F32, {D, capacity});
+  }
   // The split row max (sampling_kernels.h): per-call parts, counters kept zero from call to call (grown, and
   // zeroed on the stream, when a call has more rows than any before).
   cuda::SampleRowWork parts;
@@ -193,17 +215,23 @@ void CudaBackend::sample_async(const Tensor& logits, const std::vector<SamplingR
   // Results: the kernel also writes them into pinned memory (host reads on), or one copy queued after it;
   // sample_wait waits for the event.
   char* out = sample_outputs_.reserve(static_cast<size_t>(result_bytes), sample_outputs_copied_);
-  cuda::launch_sample_rows(
-      logits.data<float>(), R, V, reinterpret_cast<const cuda::SampleRowParams*>(in + params_at),
-      seen.empty() ? nullptr : reinterpret_cast<const int32_t*>(in + seen_at),
-      gen_ids.empty() ? nullptr : reinterpret_cast<const int32_t*>(in + gen_ids_at),
-      gen_counts.empty() ? nullptr : reinterpret_cast<const int32_t*>(in + gen_counts_at),
-      bias_ids.empty() ? nullptr : reinterpret_cast<const int32_t*>(in + bias_ids_at),
-      bias_values.empty() ? nullptr : reinterpret_cast<const float*>(in + bias_values_at),
-      masks.empty() ? nullptr : reinterpret_cast<const uint32_t*>(in + masks_at),
-      work ? work.data<float>() : nullptr, cand_ids.data<int32_t>(), cand_values.data<float>(), parts,
-      static_cast<cuda::SampleRowResult*>(call.results.raw()),
-      host_reads ? reinterpret_cast<cuda::SampleRowResult*>(out) : nullptr);
+  const auto* device_params = reinterpret_cast<const cuda::SampleRowParams*>(in + params_at);
+  auto* results = static_cast<cuda::SampleRowResult*>(call.results.raw());
+  auto* host_results = host_reads ? reinterpret_cast<cuda::SampleRowResult*>(out) : nullptr;
+  if (D > 0) {
+    cuda::launch_sample_rows(
+        logits.data<float>(), D, V, device_params,
+        seen.empty() ? nullptr : reinterpret_cast<const int32_t*>(in + seen_at),
+        gen_ids.empty() ? nullptr : reinterpret_cast<const int32_t*>(in + gen_ids_at),
+        gen_counts.empty() ? nullptr : reinterpret_cast<const int32_t*>(in + gen_counts_at),
+        bias_ids.empty() ? nullptr : reinterpret_cast<const int32_t*>(in + bias_ids_at),
+        bias_values.empty() ? nullptr : reinterpret_cast<const float*>(in + bias_values_at),
+        masks.empty() ? nullptr : reinterpret_cast<const uint32_t*>(in + masks_at),
+        work ? work.data<float>() : nullptr, cand_ids.data<int32_t>(), cand_values.data<float>(), parts,
+        results, host_results, scored.empty() ? nullptr : reinterpret_cast<const int32_t*>(in + drawn_at));
+  }
+  cuda::launch_score_rows(logits.data<float>(), V, reinterpret_cast<const int32_t*>(in + scored_at),
+                          static_cast<int64_t>(scored.size()), device_params, results, host_results);
   if (host_reads) {
     cuda::event_record(sample_inputs_copied_);  // the kernel has read the staging
   } else {

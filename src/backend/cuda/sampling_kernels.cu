@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "backend/cuda/feed_device.cuh"
+#include "backend/cuda/float_order.cuh"
 #include "backend/cuda/sampling_kernels.h"
 #include "backend/cuda/stream.h"
 #include "core/error.h"
@@ -30,14 +31,6 @@ __device__ __forceinline__ uint64_t umax64(uint64_t a, uint64_t b) {
 }
 __device__ __forceinline__ uint64_t umin64(uint64_t a, uint64_t b) {
   return a < b ? a : b;
-}
-
-__device__ __forceinline__ uint32_t ordered_bits(float f) {
-  const uint32_t b = __float_as_uint(f);
-  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
-}
-__device__ __forceinline__ float from_ordered_bits(uint32_t o) {
-  return __uint_as_float((o & 0x80000000u) ? (o & 0x7FFFFFFFu) : ~o);
 }
 
 struct Keys {
@@ -613,14 +606,15 @@ __global__ void __launch_bounds__(kThreads, 1)
                        const int32_t* seen, const int32_t* gen_ids, const int32_t* gen_counts,
                        const int32_t* bias_ids, const float* bias_values, const uint32_t* masks, float* work,
                        int32_t* cand_ids_all, float* cand_values_all, int64_t capacity,
-                       SampleRowWork parts_ws, SampleRowResult* results, SampleRowResult* host_results) {
+                       SampleRowWork parts_ws, const int32_t* rows, SampleRowResult* results,
+                       SampleRowResult* host_results) {
   __shared__ Shared sm;
-  const int64_t r = blockIdx.y;
+  const int64_t r = rows != nullptr ? rows[blockIdx.y] : blockIdx.y;
   const SampleRowParams p = params[r];
   const Keys keys{idbits, V};
   const float* raw = logits + r * V;
-  int32_t* cand_ids = cand_ids_all + r * capacity;
-  float* cand_values = cand_values_all + r * capacity;
+  int32_t* cand_ids = cand_ids_all + blockIdx.y * capacity;  // the candidates of the launch's rows
+  float* cand_values = cand_values_all + blockIdx.y * capacity;
   SampleRowResult& out = results[r];
 
   // A row split over several blocks (gridDim.x > 1): without penalties its max is taken by all of them and
@@ -681,8 +675,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     publish_result(out, host_results, r);
     return;
   }
-  const int32_t token =
-      p.temperature == 0.0f ? mx.id : sample_token(x, mx, p, keys, V, cand_ids, cand_values, capacity, sm);
+  const int32_t token = p.forced_token >= 0 ? p.forced_token
+                        : p.temperature == 0.0f
+                            ? mx.id
+                            : sample_token(x, mx, p, keys, V, cand_ids, cand_values, capacity, sm);
 
   int num_top = 0;
   float logprob = 0.0f;
@@ -755,7 +751,7 @@ void launch_sample_rows(const float* logits, int64_t R, int64_t V, const SampleR
                         const int32_t* seen, const int32_t* gen_ids, const int32_t* gen_counts,
                         const int32_t* bias_ids, const float* bias_values, const uint32_t* masks, float* work,
                         int32_t* cand_ids, float* cand_values, const SampleRowWork& parts,
-                        SampleRowResult* results, SampleRowResult* host_results) {
+                        SampleRowResult* results, SampleRowResult* host_results, const int32_t* rows) {
   if (R == 0) return;
   DSI_CHECK(V > 0 && V < (int64_t{1} << 31), "sample: vocabulary of ", V, " tokens");
   DSI_CHECK(R <= 65535, "sample: ", R, " rows in one call, at most 65535");
@@ -766,7 +762,7 @@ void launch_sample_rows(const float* logits, int64_t R, int64_t V, const SampleR
   const dim3 grid(split ? static_cast<unsigned>(parts.parts) : 1u, static_cast<unsigned>(R));
   sample_rows_kernel<<<grid, kThreads, 0, stream()>>>(
       logits, static_cast<int32_t>(V), idbits, params, seen, gen_ids, gen_counts, bias_ids, bias_values,
-      masks, work, cand_ids, cand_values, sample_candidate_capacity(V), parts, results, host_results);
+      masks, work, cand_ids, cand_values, sample_candidate_capacity(V), parts, rows, results, host_results);
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) fail("CUDA kernel sample_rows failed to launch: ", cudaGetErrorString(err));
 }

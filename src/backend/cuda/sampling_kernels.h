@@ -38,7 +38,8 @@ struct SampleRowParams {
   int32_t work_row;              // row of `work` holding the penalised logits; -1: no penalties
   // [begin, end) of `bias_ids` / `bias_values`: logit_bias, after the penalties.
   int32_t bias_begin, bias_end;
-  int32_t mask_begin;  // first word of the row's allowed-token bitmask in `masks`; -1: no mask
+  int32_t mask_begin;    // first word of the row's allowed-token bitmask in `masks`; -1: no mask
+  int32_t forced_token;  // >= 0: the row's result without a draw (its logprobs reported there); -1: drawn
 };
 
 enum SampleError : int32_t {
@@ -80,11 +81,15 @@ int sample_row_parts(int64_t vocab);
 // bias_ids, bias_values and masks may be page-locked host memory (read over the bus); host_results [R], when
 // not null, is page-locked host memory that also receives the results (the host may read it once the stream
 // has passed the kernel).
+// With `rows` (may be page-locked host memory) the launch samples only rows rows[0..R) of logits, params and
+// results (cand_ids / cand_values then hold R rows, the i-th for rows[i]; the split-row scratch is indexed
+// by the logits row, so it spans every row of the call).
 void launch_sample_rows(const float* logits, int64_t R, int64_t V, const SampleRowParams* params,
                         const int32_t* seen, const int32_t* gen_ids, const int32_t* gen_counts,
                         const int32_t* bias_ids, const float* bias_values, const uint32_t* masks, float* work,
                         int32_t* cand_ids, float* cand_values, const SampleRowWork& parts,
-                        SampleRowResult* results, SampleRowResult* host_results);
+                        SampleRowResult* results, SampleRowResult* host_results,
+                        const int32_t* rows = nullptr);
 
 // Async scheduling: token_ids[t] = results[prev_rows[t]].token for every t < T with 0 <= prev_rows[t] < R
 // (the tokens of the previous sampling call fed into the next forward pass without a host round trip); a
