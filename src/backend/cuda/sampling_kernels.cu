@@ -10,6 +10,7 @@
 
 #include "backend/cuda/feed_device.cuh"
 #include "backend/cuda/float_order.cuh"
+#include "backend/cuda/publish_result.cuh"
 #include "backend/cuda/sampling_kernels.h"
 #include "backend/cuda/stream.h"
 #include "core/error.h"
@@ -587,18 +588,6 @@ __device__ int32_t sample_token(const float* x, const RowMax& mx, const SampleRo
     token = draw_token(row, V, keys, kept, p.seed, p.draw_index, mx.id, sm);
   }
   return token;
-}
-
-// Row r's finished result (written to `out` by the block's threads) copied into host_results[r] (page-locked
-// host memory the kernel writes over the bus, so that no copy-engine transfer follows the kernel); nothing
-// when host_results is null. Every thread of the block calls it.
-__device__ void publish_result(const SampleRowResult& out, SampleRowResult* host_results, int64_t r) {
-  if (host_results == nullptr) return;
-  __syncthreads();  // the block's writes to `out` are visible to its threads
-  constexpr int kWords = static_cast<int>(sizeof(SampleRowResult) / 4);
-  const int32_t* from = reinterpret_cast<const int32_t*>(&out);
-  int32_t* to = reinterpret_cast<int32_t*>(host_results + r);
-  for (int i = threadIdx.x; i < kWords; i += kThreads) to[i] = from[i];
 }
 
 __global__ void __launch_bounds__(kThreads, 1)

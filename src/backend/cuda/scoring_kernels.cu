@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "backend/cuda/float_order.cuh"
+#include "backend/cuda/publish_result.cuh"
 #include "backend/cuda/scoring_kernels.h"
 #include "backend/cuda/stream.h"
 #include "core/error.h"
@@ -234,12 +235,7 @@ __global__ void __launch_bounds__(kThreads)
     out.logprob = ok ? logprob_of(x[p.forced_token]) : 0.0f;
     out.num_top = ok ? num_top : 0;
   }
-  if (host_results == nullptr) return;
-  __syncthreads();  // the block's writes to `out` are visible to its threads
-  constexpr int kWords = static_cast<int>(sizeof(SampleRowResult) / 4);
-  const int32_t* from = reinterpret_cast<const int32_t*>(&out);
-  int32_t* to = reinterpret_cast<int32_t*>(host_results + r);
-  for (int i = threadIdx.x; i < kWords; i += kThreads) to[i] = from[i];
+  publish_result(out, host_results, r);
 }
 
 }  // namespace
