@@ -2,14 +2,17 @@
 // prompt token after the first gets the log-softmax score of one full forward pass over the prompt, with its
 // alternatives, for every architecture; under a small per-step row budget (prompts split across steps),
 // async scheduling, preemption and prefix-cache hits of other requests; scoring does not change what is
-// generated; max_tokens 0 scores alone; bad values are refused.
+// generated; max_tokens 0 scores alone; a cancel mid-scoring ends cleanly; bad values are refused.
 #include <gtest/gtest.h>
 
+#include <condition_variable>
+#include <mutex>
 #include <random>
 
 #include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
 #include "engine/engine_impl.h"
+#include "event_gate.h"
 #include "prompt_scores.h"
 
 namespace dsinfer {
@@ -146,6 +149,70 @@ INSTANTIATE_TEST_SUITE_P(Models, PromptScoringTest, ::testing::ValuesIn(scoring_
                            for (char& ch : n) ch = std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
                            return n;
                          });
+
+// A scored request cancelled while its prompt is still being scored (a small row budget keeps it in prefill
+// for many steps) ends with one abort event and no scores; its rows of a step in flight (async) are dropped;
+// the request beside it is unaffected and the pool ends empty.
+TEST(PromptScoringApi, CancelMidScoringEndsCleanly) {
+  for (const bool async : {false, true}) {
+    EngineConfig config;
+    config.kv_block_size = 4;
+    config.context_chunk_size = 8;
+    config.max_prompt_logprob_rows = 4;
+    config.async_scheduling_on_cpu = async;
+    // The engine thread waits in the other request's second-token event until the cancel is queued
+    // (EventGate), so the scored prompt cannot finish first however the threads are scheduled.
+    EventGate gate;
+    std::unique_ptr<Engine> engine = cpu_engine("tiny-llama", config);
+    std::mutex mutex;
+    std::condition_variable cv;
+    int other_tokens = 0, scored_events = 0;
+    bool other_done = false, scored_done = false;
+    RequestEvent scored_last;
+    GenerationRequest other;
+    other.prompt_ids = {3, 4, 5};
+    other.sampling = greedy(6, -1);
+    other.on_event = [&](const RequestEvent& e) {
+      std::lock_guard<std::mutex> lock(mutex);
+      other_tokens += static_cast<int>(e.token_ids.size());
+      other_done = other_done || e.finished;
+      cv.notify_all();
+    };
+    other.on_event = gate.wrap(other.on_event, 2);
+    GenerationRequest scored;
+    for (int i = 0; i < 160; ++i) scored.prompt_ids.push_back((i * 13 + 7) % 250);
+    scored.sampling = greedy(4, 2);
+    scored.on_event = [&](const RequestEvent& e) {
+      std::lock_guard<std::mutex> lock(mutex);
+      ++scored_events;
+      scored_done = scored_done || e.finished;
+      scored_last = e;
+      cv.notify_all();
+    };
+    std::vector<GenerationRequest> both;
+    both.push_back(std::move(other));
+    both.push_back(std::move(scored));
+    const std::vector<uint64_t> ids = engine->submit_all(std::move(both));
+    {
+      std::unique_lock<std::mutex> lock(mutex);
+      ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(60), [&] { return other_tokens >= 2; }));
+      EXPECT_EQ(scored_events, 0) << "160 positions at 4 a step cannot be scored in a few steps";
+    }
+    engine->cancel(ids[1]);
+    gate.release();
+    {
+      std::unique_lock<std::mutex> lock(mutex);
+      ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(60), [&] { return other_done && scored_done; }));
+      EXPECT_EQ(scored_events, 1) << "async " << async;
+      EXPECT_EQ(scored_last.finish_reason, FinishReason::kAbort);
+      EXPECT_EQ(scored_last.error, "cancelled");
+      EXPECT_TRUE(scored_last.prompt_logprobs.empty());
+      EXPECT_EQ(other_tokens, 6);
+    }
+    engine->shutdown();
+    EXPECT_EQ(engine->stats().kv_blocks_used, 0);
+  }
+}
 
 TEST(PromptScoringApi, RefusesBadValues) {
   std::unique_ptr<Engine> engine = cpu_engine("tiny-llama", EngineConfig{});
