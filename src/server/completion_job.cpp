@@ -98,6 +98,12 @@ void CompletionJob::start() {
     GenerationRequest g;
     g.prompt_ids = req_.prompts[c.prompt];
     g.sampling = req_.sampling;
+    // echo + logprobs: one candidate per prompt scores it when the answer is whole (the others take its
+    // scores at the end, and may reuse its cached blocks); streamed choices each carry theirs in their first
+    // chunk, and max_tokens 0 requests are nothing but the scoring.
+    c.scores =
+        scores_prompt() && (req_.stream || req_.sampling.max_tokens == 0 || c.index % candidates() == 0);
+    if (!c.scores) g.sampling.prompt_logprobs = -1;
     // n (or best_of) > 1: distinct seeds derived from the request's seed (unseeded requests already differ).
     if (req_.sampling.seed && candidates() > 1)
       g.sampling.seed = *req_.sampling.seed + static_cast<uint64_t>(c.index % candidates());
@@ -162,7 +168,7 @@ void CompletionJob::on_event(size_t index, const RequestEvent& ev) {
     first_token_ = Clock::now();
   c.completion_tokens += static_cast<int32_t>(ev.token_ids.size());
   Delta delta = take_delta(c, ev);
-  const bool first_scores = scores_prompt() && !c.prompt_scored && ev.error.empty();
+  const bool first_scores = c.scores && !c.prompt_scored && ev.error.empty();
   if (first_scores) {
     c.prompt_scored = true;
     c.prompt_logprobs = prompt_entries(c, ev);
@@ -375,6 +381,12 @@ void CompletionJob::complete() {
     out_->write_chunk(sse_done());
     out_->end_stream();
   } else {
+    for (Choice& c : choices_) {  // candidates that did not score their prompt take its scorer's entries
+      if (!scores_prompt() || c.scores) continue;
+      const Choice& scorer = choices_[c.prompt * static_cast<size_t>(candidates())];
+      c.prompt_logprobs = scorer.prompt_logprobs;
+      c.untexted = scorer.untexted;
+    }
     std::vector<ChoiceOutput> outputs;
     for (const Choice* c : returned_choices()) {
       const std::string echo = req_.echo_texts.empty() ? "" : req_.echo_texts[c->prompt];

@@ -41,6 +41,8 @@ class CompletionJob : public std::enable_shared_from_this<CompletionJob> {
     // Completions with echo and logprobs: the prompt's tokens with their scores (the first unscored), from
     // the choice's first event.
     std::vector<TokenLogprob> prompt_logprobs;
+    bool scores =
+        false;  // its engine request scores the prompt (else it takes its prompt's first candidate's)
     bool prompt_scored = false;
     size_t untexted =
         0;  // 1 when the prompt's first token is not in its echoed text (a BOS the tokenizer added)

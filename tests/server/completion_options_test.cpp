@@ -136,6 +136,36 @@ TEST(CompletionOptions, EchoWithLogprobsScoresThePrompt) {
   for (const auto& [i, lp] : merged) expect_echo_logprobs(lp, tok, ids, 2, 1);
 }
 
+// A whole answer of several candidates per prompt scores each prompt once: one engine request per prompt
+// asks for the scores and every choice of that prompt carries them; streamed choices score their own.
+TEST(CompletionOptions, EchoWithLogprobsScoresEachPromptOnceForAWholeAnswer) {
+  ServerHarness h;
+  const Tokenizer& tok = h.engine->tokenizer();
+  const auto a = encode_text_prompt(tok, "def add(a, b):"), b = encode_text_prompt(tok, "class Point:");
+  HttpResult r = post(h.port, "/v1/completions",
+                      R"({"prompt": ["def add(a, b):", "class Point:"], "max_tokens": 2, "n": 3, "seed": 1,
+                          "echo": true, "logprobs": 1})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(h.engine->submitted(), 6u);
+  EXPECT_EQ(h.engine->scored_submissions(), 2u);
+  const json j = json::parse(r.body);
+  ASSERT_EQ(j["choices"].size(), 6u);
+  for (size_t i = 0; i < 6; ++i) expect_echo_logprobs(j["choices"][i]["logprobs"], tok, i < 3 ? a : b, 2, 1);
+  // best_of: the candidates ranked by their generated tokens; each returned one carries the prompt's scores.
+  r = post(h.port, "/v1/completions",
+           R"({"prompt": "def add(a, b):", "max_tokens": 2, "n": 2, "best_of": 4, "seed": 1, "echo": true,
+               "logprobs": 1})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(h.engine->scored_submissions(), 3u);
+  for (const json& c : json::parse(r.body)["choices"]) expect_echo_logprobs(c["logprobs"], tok, a, 2, 1);
+  // Streamed: each choice's first chunk carries its own.
+  r = post(
+      h.port, "/v1/completions",
+      R"({"prompt": "def add(a, b):", "max_tokens": 2, "n": 2, "echo": true, "logprobs": 1, "stream": true})");
+  ASSERT_EQ(r.status, 200);
+  EXPECT_EQ(h.engine->scored_submissions(), 5u);
+}
+
 TEST(CompletionOptions, EchoErrors) {
   ServerHarness h;
   expect_error(post(h.port, "/v1/completions", R"({"prompt": "x", "max_tokens": 0})"), 400, "max_tokens",

@@ -57,6 +57,7 @@ class FakeEngine : public Engine {
     r.state = h;
     last_prompt_ = r.request.prompt_ids;
     last_sampling_ = r.request.sampling;
+    if (r.request.sampling.prompt_logprobs >= 0) ++scored_submissions_;
     reqs_[id] = std::move(r);
     order_.push_back(id);
     ++submitted_;
@@ -120,6 +121,11 @@ class FakeEngine : public Engine {
   size_t submitted() const {
     std::lock_guard<std::mutex> lock(mu_);
     return submitted_;
+  }
+  // Submitted requests that asked for their prompt to be scored.
+  size_t scored_submissions() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return scored_submissions_;
   }
   // The prompt of the latest submitted request.
   std::vector<int32_t> last_prompt() const {
@@ -289,6 +295,7 @@ class FakeEngine : public Engine {
   std::set<uint64_t> cancels_;
   uint64_t next_id_ = 1;
   size_t submitted_ = 0;
+  size_t scored_submissions_ = 0;
   bool paused_ = false;
   bool stopping_ = false;
   std::thread thread_;

@@ -203,6 +203,20 @@ TEST(ServerEngineTest, EchoWithLogprobsScoresThePromptWithTheModel) {
   for (size_t i = 1; i < scored.size(); ++i)
     EXPECT_NEAR(lpb["token_logprobs"][i].get<double>(), lp["token_logprobs"][i].get<double>(), 1e-5) << i;
   EXPECT_EQ(b["usage"]["completion_tokens"], 3);
+  // Several sampled candidates (the prompt scored once, by the first): every choice carries the same entries.
+  json several = body;
+  several["max_tokens"] = 2;
+  several["n"] = 3;
+  several["seed"] = 5;
+  const json c = json::parse(post(s.port, "/v1/completions", several.dump()).body);
+  ASSERT_EQ(c["choices"].size(), 3u) << c.dump();
+  for (const json& choice : c["choices"]) {
+    const json& lpc = choice["logprobs"];
+    ASSERT_EQ(lpc["token_logprobs"].size(), scored.size() + 2) << lpc.dump();
+    EXPECT_TRUE(lpc["token_logprobs"][0].is_null());
+    for (size_t i = 1; i < scored.size(); ++i)
+      EXPECT_NEAR(lpc["token_logprobs"][i].get<double>(), lp["token_logprobs"][i].get<double>(), 1e-5) << i;
+  }
 }
 
 TEST(ServerEngineTest, LogitBiasSteersTheEngine) {
