@@ -11,6 +11,7 @@
 #include <random>
 #include <thread>
 
+#include "../fixture_models.h"
 #include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
 #include "engine/engine_impl.h"
@@ -23,17 +24,6 @@
 
 namespace dsinfer {
 namespace {
-
-std::string model_dir(const std::string& name) {
-  if (name == "deepseek-v3-tiny-code") return std::string(DSINFER_SOURCE_DIR) + "/models/" + name;
-  return std::string(DSINFER_TEST_DATA) + "/models/" + name;
-}
-
-std::unique_ptr<Model> load(const std::string& name, Backend& backend) {
-  LoadOptions options;
-  options.progress = false;
-  return load_model(model_dir(name), backend, options);
-}
 
 // One-at-a-time greedy reference on a private SequenceRunner: the tokens generated for `prompt`.
 std::vector<int32_t> reference_greedy(Model& model, const std::vector<int32_t>& prompt, int32_t max_tokens) {
@@ -179,7 +169,7 @@ class EngineEquivalenceTest : public ::testing::TestWithParam<EngineCase> {};
 TEST_P(EngineEquivalenceTest, BatchedGreedyEqualsSequential) {
   const EngineCase& param = GetParam();
   CpuBackend ref_backend;
-  std::unique_ptr<Model> ref_model = load(param.model, ref_backend);
+  std::unique_ptr<Model> ref_model = load_fixture_model(param.model, ref_backend);
   const int32_t vocab = static_cast<int32_t>(ref_model->config().vocab_size);
   const Workload w = make_workload(vocab, ref_model->config().max_position_embeddings, 7);
   std::vector<std::vector<int32_t>> expected;
@@ -188,7 +178,7 @@ TEST_P(EngineEquivalenceTest, BatchedGreedyEqualsSequential) {
   }
 
   auto backend = std::make_unique<CpuBackend>();
-  std::unique_ptr<Model> model = load(param.model, *backend);
+  std::unique_ptr<Model> model = load_fixture_model(param.model, *backend);
   std::unique_ptr<Engine> engine =
       make_engine(config_for(param.scenario), std::move(backend), std::move(model), std::nullopt);
   Collector collector;
@@ -250,7 +240,7 @@ class EngineApiTest : public ::testing::Test {
  protected:
   std::unique_ptr<Engine> make(EngineConfig config = {}) {
     auto backend = std::make_unique<CpuBackend>();
-    std::unique_ptr<Model> model = load("tiny-llama", *backend);
+    std::unique_ptr<Model> model = load_fixture_model("tiny-llama", *backend);
     config.cpu_kv_cache_bytes = int64_t{16} << 20;
     return make_engine(config, std::move(backend), std::move(model), std::nullopt);
   }
@@ -474,7 +464,7 @@ namespace {
 TEST(EngineWithTokenizer, MatchesGenerate) {
   const std::string dir = std::string(DSINFER_SOURCE_DIR) + "/models/deepseek-v3-tiny-code";
   CpuBackend ref_backend;
-  std::unique_ptr<Model> ref_model = load("deepseek-v3-tiny-code", ref_backend);
+  std::unique_ptr<Model> ref_model = load_fixture_model("deepseek-v3-tiny-code", ref_backend);
   Tokenizer tok = Tokenizer::load(dir);
   const std::vector<std::pair<std::string, SamplingParams>> cases = tiny_code_requests();
 

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <random>
 
+#include "../fixture_models.h"
 #include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
 #include "engine/engine_impl.h"
@@ -18,19 +19,9 @@
 namespace dsinfer {
 namespace {
 
-std::string model_dir(const std::string& name) {
-  return std::string(DSINFER_TEST_DATA) + "/models/" + name;
-}
-
-std::unique_ptr<Model> load(const std::string& name, Backend& backend) {
-  LoadOptions options;
-  options.progress = false;
-  return load_model(model_dir(name), backend, options);
-}
-
 std::unique_ptr<Engine> cpu_engine(const std::string& name, EngineConfig config) {
   auto backend = std::make_unique<CpuBackend>();
-  std::unique_ptr<Model> model = load(name, *backend);
+  std::unique_ptr<Model> model = load_fixture_model(name, *backend);
   config.cpu_kv_cache_bytes = int64_t{16} << 20;
   return make_engine(config, std::move(backend), std::move(model), std::nullopt);
 }
@@ -64,7 +55,7 @@ class PromptScoringTest : public ::testing::TestWithParam<ScoringCase> {};
 TEST_P(PromptScoringTest, ScoresEqualOneFullForwardPassAndLeaveGenerationAlone) {
   const ScoringCase& param = GetParam();
   CpuBackend ref_backend;
-  std::unique_ptr<Model> ref = load(param.model, ref_backend);
+  std::unique_ptr<Model> ref = load_fixture_model(param.model, ref_backend);
   const int32_t vocab = static_cast<int32_t>(ref->config().vocab_size);
   std::mt19937 rng(11);
   auto random_prompt = [&](int32_t n) {

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "../fixture_models.h"
 #include "backend/cpu/cpu_backend.h"
 #include "engine/golden_eval.h"
 #include "engine/routing_check.h"
@@ -28,16 +29,6 @@
 
 namespace dsinfer {
 namespace {
-
-std::string model_dir(const std::string& name) {
-  return std::string(DSINFER_TEST_DATA) + "/models/" + name;
-}
-
-std::unique_ptr<Model> load(const std::string& name, Backend& backend) {
-  LoadOptions options;
-  options.progress = false;
-  return load_model(model_dir(name), backend, options);
-}
 
 Tensor from(const std::vector<float>& v, std::vector<int64_t> shape) {
   Tensor t = Tensor::empty(DType::F32, shape);
@@ -164,11 +155,11 @@ class SelectionCheck : public MoeRoutingHook {
 TEST(RoutingMarginTest, SelectionEqualsTheCpuReference) {
   for (const std::string name : {"tiny-deepseek-v3", "tiny-deepseek-v2"}) {
     CpuBackend backend;
-    auto model = load(name, backend);
+    auto model = load_fixture_model(name, backend);
     SelectionCheck check;
     ASSERT_TRUE(model->set_moe_routing_hook(&check));
     int64_t tokens = 0;
-    for (const auto& prompt : golden_prompts(model_dir(name) + "/golden.safetensors")) {
+    for (const auto& prompt : golden_prompts(fixture_model_dir(name) + "/golden.safetensors")) {
       SequenceRunner runner(*model, static_cast<int64_t>(prompt.size()) + 1);
       runner.append(prompt, /*all_logits=*/true);
       tokens += static_cast<int64_t>(prompt.size());
@@ -297,9 +288,9 @@ void write_safetensors(const std::string& path, const std::map<std::string, Tens
 class RoutingRuleTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    reference_ = load("tiny-deepseek-v3", backend_);
-    inner_ = load("tiny-deepseek-v3", backend_);
-    const std::string golden = model_dir("tiny-deepseek-v3") + "/golden.safetensors";
+    reference_ = load_fixture_model("tiny-deepseek-v3", backend_);
+    inner_ = load_fixture_model("tiny-deepseek-v3", backend_);
+    const std::string golden = fixture_model_dir("tiny-deepseek-v3") + "/golden.safetensors";
     const auto prompts = golden_prompts(golden);
     for (size_t c = 0; c < prompts.size(); ++c) {
       SwapScan scan(static_cast<int>(c));
@@ -327,7 +318,7 @@ class RoutingRuleTest : public ::testing::Test {
   }
   // A one-case golden file: the fixture's case `c` (Hugging Face logits and greedy tokens).
   std::string golden_of_case(int c) {
-    SafetensorsFile golden(model_dir("tiny-deepseek-v3") + "/golden.safetensors");
+    SafetensorsFile golden(fixture_model_dir("tiny-deepseek-v3") + "/golden.safetensors");
     std::map<std::string, Tensor> tensors;
     for (const std::string what : {"input_ids.", "logits.", "greedy."}) {
       Tensor src = golden.get(what + std::to_string(c));
@@ -443,7 +434,7 @@ TEST_F(RoutingRuleTest, NoFlipIsNotExcused) {
 
 TEST(RoutingRuleDenseTest, DenseModelNeverGoesThroughIt) {
   CpuBackend backend;
-  auto model = load("tiny-llama", backend);
+  auto model = load_fixture_model("tiny-llama", backend);
   EXPECT_FALSE(has_moe_routing(*model));
   GoldenOptions options;
   options.rel_l2_tolerance = 1e-12;  // every case fails
@@ -453,7 +444,7 @@ TEST(RoutingRuleDenseTest, DenseModelNeverGoesThroughIt) {
     asked = true;
     return *model;
   };
-  const GoldenReport r = run_golden(*model, model_dir("tiny-llama") + "/golden.safetensors", options);
+  const GoldenReport r = run_golden(*model, fixture_model_dir("tiny-llama") + "/golden.safetensors", options);
   EXPECT_FALSE(asked);
   EXPECT_FALSE(r.routing_rule);
   EXPECT_FALSE(r.pass);

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "../fixture_models.h"
 #include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
 #include "engine/golden_eval.h"
@@ -18,16 +19,6 @@
 
 namespace dsinfer {
 namespace {
-
-std::string model_dir(const std::string& name) {
-  return std::string(DSINFER_TEST_DATA) + "/models/" + name;
-}
-
-std::unique_ptr<Model> load(const std::string& name, Backend& backend) {
-  LoadOptions options;
-  options.progress = false;
-  return load_model(model_dir(name), backend, options);
-}
 
 // Hands routing to `next` after swapping, in the first call's layer `layer`, token 0's first expert for one
 // it did not choose: a stand-in for a backend whose routing flips one decision.
@@ -84,9 +75,9 @@ class FlippedModel : public Model {
 
 TEST(RoutingCheckTest, SameModelTwiceAgreesExactly) {
   CpuBackend backend;
-  auto tested = load("tiny-deepseek-v3", backend);
-  auto reference = load("tiny-deepseek-v3", backend);
-  const auto prompts = golden_prompts(model_dir("tiny-deepseek-v3") + "/golden.safetensors");
+  auto tested = load_fixture_model("tiny-deepseek-v3", backend);
+  auto reference = load_fixture_model("tiny-deepseek-v3", backend);
+  const auto prompts = golden_prompts(fixture_model_dir("tiny-deepseek-v3") + "/golden.safetensors");
   const auto cases = run_routing_check(*tested, *reference, prompts, 5);
   ASSERT_EQ(cases.size(), prompts.size());
   for (const RoutingCheckCase& c : cases) {
@@ -100,8 +91,8 @@ TEST(RoutingCheckTest, SameModelTwiceAgreesExactly) {
 
 TEST(RoutingCheckTest, OneFlippedDecisionIsCountedAndForcedAway) {
   CpuBackend backend;
-  auto inner = load("tiny-deepseek-v3", backend);
-  auto reference = load("tiny-deepseek-v3", backend);
+  auto inner = load_fixture_model("tiny-deepseek-v3", backend);
+  auto reference = load_fixture_model("tiny-deepseek-v3", backend);
   FlippedModel tested(*inner, /*layer=*/1, inner->config().n_routed_experts);
   const std::vector<std::vector<int32_t>> prompts = {{1, 17, 33, 50, 70, 91}};
   const auto cases = run_routing_check(tested, *reference, prompts);
@@ -128,8 +119,8 @@ class F32HostBackend : public CpuBackend {
 TEST(RoutingCheckTest, IdsHandedBackAsF32AreReadAsIds) {
   F32HostBackend tested_backend;
   CpuBackend reference_backend;
-  auto tested = load("tiny-deepseek-v3", tested_backend);
-  auto reference = load("tiny-deepseek-v3", reference_backend);
+  auto tested = load_fixture_model("tiny-deepseek-v3", tested_backend);
+  auto reference = load_fixture_model("tiny-deepseek-v3", reference_backend);
   const auto cases = run_routing_check(*tested, *reference, {{1, 17, 33, 50, 70, 91}});
   ASSERT_EQ(cases.size(), 1u);
   EXPECT_EQ(cases[0].decisions, 12);
@@ -139,8 +130,8 @@ TEST(RoutingCheckTest, IdsHandedBackAsF32AreReadAsIds) {
 
 TEST(RoutingCheckTest, DenseModelIsRefused) {
   CpuBackend backend;
-  auto tested = load("tiny-llama", backend);
-  auto reference = load("tiny-llama", backend);
+  auto tested = load_fixture_model("tiny-llama", backend);
+  auto reference = load_fixture_model("tiny-llama", backend);
   EXPECT_THROW(run_routing_check(*tested, *reference, {{1, 2, 3}}), Error);
 }
 
