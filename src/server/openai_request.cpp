@@ -293,6 +293,13 @@ void refuse_unsupported(const json& body, bool chat) {
         throw bad_request("'echo' and 'suffix' cannot be combined", "echo", "invalid_value");
     }
   }
+  // vLLM's prompt_logprobs extension: asked for, the answer would lack them without a word.
+  if (present(body, "prompt_logprobs")) {
+    refuse("prompt_logprobs",
+           chat ? "(vLLM's extension) is not supported"
+                : "(vLLM's extension) is not supported; 'echo': true with 'logprobs' returns "
+                  "the prompt's logprobs");
+  }
   if (chat) {
     const bool functions =
         present(body, "functions") && body["functions"].is_array() && !body["functions"].empty();

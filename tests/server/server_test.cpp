@@ -379,10 +379,15 @@ TEST(ServerTest, BadInputClasses) {
                400, "tool_choice", "invalid_value");
   expect_error(post(p, "/v1/chat/completions", "{" + hi + R"(, "functions": [{"name": "f"}]})"), 400,
                "functions", kUnsupported);
+  // vLLM's prompt_logprobs (completions answer echo + logprobs instead).
+  expect_error(post(p, "/v1/completions", R"({"prompt": "x", "prompt_logprobs": 1})"), 400, "prompt_logprobs",
+               kUnsupported);
+  expect_error(post(p, "/v1/chat/completions", "{" + hi + R"(, "prompt_logprobs": 0})"), 400,
+               "prompt_logprobs", kUnsupported);
   // Their neutral values change nothing and pass.
   EXPECT_EQ(post(p, "/v1/completions",
                  R"({"prompt": "x", "max_tokens": 2, "echo": false, "suffix": "", "best_of": 2, "n": 2,
-                     "logit_bias": {}})")
+                     "logit_bias": {}, "prompt_logprobs": null})")
                 .status,
             200);
   EXPECT_EQ(post(p, "/v1/chat/completions",
