@@ -58,11 +58,7 @@ void EngineImpl::run_step_async() {
   try {
     backend_->sample_async(logits, rows);
   } catch (const std::exception& ex) {  // the whole call failed: every sampled request ends
-    for (uint64_t id : row_ids) {
-      if (id) abort_request(id, std::string("sampling failed: ") + ex.what());
-    }
-    for (const PromptLogprobRow& r : scored)
-      abort_request(r.seq_id, std::string("sampling failed: ") + ex.what());
+    abort_sampled(row_ids, scored, ex);
     return;
   }
   // The next step may compute these tokens before the host sees them, unless a token certainly ends its
@@ -98,11 +94,7 @@ void EngineImpl::finish_inflight() {
   } catch (const std::exception& ex) {
     end_step_watch();
     log_warn("engine: sampling failed: ", ex.what());
-    for (uint64_t id : ids) {
-      if (id) abort_request(id, std::string("sampling failed: ") + ex.what());
-    }
-    for (const PromptLogprobRow& r : scored)
-      abort_request(r.seq_id, std::string("sampling failed: ") + ex.what());
+    abort_sampled(ids, scored, ex);
     return;
   }
   end_step_watch();

@@ -369,6 +369,15 @@ void EngineImpl::deliver_prompt_scores(const std::vector<PromptLogprobRow>& scor
   }
 }
 
+void EngineImpl::abort_sampled(const std::vector<uint64_t>& ids, const std::vector<PromptLogprobRow>& scored,
+                               const std::exception& error) {
+  const std::string why = std::string("sampling failed: ") + error.what();
+  for (uint64_t id : ids) {
+    if (id) abort_request(id, why);
+  }
+  for (const PromptLogprobRow& r : scored) abort_request(r.seq_id, why);  // ended ones are ignored
+}
+
 void EngineImpl::run_step() {
   if (async_) {
     run_step_async();
@@ -395,9 +404,7 @@ void EngineImpl::run_step() {
   try {
     sampled = backend_->sample(logits, rows);
   } catch (const std::exception& ex) {  // the whole call failed (not one row): every sampled request ends
-    for (uint64_t id : ids) abort_request(id, std::string("sampling failed: ") + ex.what());
-    for (const PromptLogprobRow& r : scored)
-      abort_request(r.seq_id, std::string("sampling failed: ") + ex.what());
+    abort_sampled(ids, scored, ex);
     return;
   }
   deliver_prompt_scores(scored, sampled, ids.size());  // before the first token's event, which carries them

@@ -4,6 +4,7 @@
 #pragma once
 #include <atomic>
 #include <condition_variable>
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -73,6 +74,9 @@ class EngineImpl : public Engine {
   std::vector<SamplingRow> prompt_score_rows(const std::vector<PromptLogprobRow>& scored) const;
   void deliver_prompt_scores(const std::vector<PromptLogprobRow>& scored,
                              const std::vector<SampledToken>& sampled, size_t first);
+  // A sampling call failed as a whole: every request with a row in it ends (ids: sampled rows, 0 = dropped).
+  void abort_sampled(const std::vector<uint64_t>& ids, const std::vector<PromptLogprobRow>& scored,
+                     const std::exception& error);
   // Async scheduling (engine_async.cpp): launches step N+1, then finishes step N while it runs.
   void run_step_async();
   // Waits for the in-flight step's sampled tokens and delivers them (no-op when none is in flight).

@@ -243,6 +243,14 @@ std::vector<TokenLogprob> CompletionJob::prompt_entries(const Choice& c, const R
   return out;
 }
 
+void CompletionJob::set_logprobs(ChoiceOutput& o, std::vector<TokenLogprob> prompt, size_t untexted,
+                                 const std::vector<TokenLogprob>& rest) {
+  o.unscored = prompt.empty() ? 0 : 1;  // nothing scores the prompt's first token
+  o.untexted = prompt.empty() ? 0 : untexted;
+  o.logprobs = std::move(prompt);
+  o.logprobs.insert(o.logprobs.end(), rest.begin(), rest.end());
+}
+
 void CompletionJob::stream_delta(Choice& c, const RequestEvent& ev, Delta d,
                                  std::vector<TokenLogprob> prompt_logprobs) {
   const bool cancelled = ev.finished && !c.error.empty();
@@ -264,13 +272,8 @@ void CompletionJob::stream_delta(Choice& c, const RequestEvent& ev, Delta d,
       c.index, std::move(d.text), {}, ev.finished ? c.finish_reason : "", std::move(d.calls), std::nullopt, 0,
       0};
   if (!d.reasoning.empty()) delta.reasoning = std::move(d.reasoning);
-  if (req_.top_logprobs >= 0) {
-    // The echoed prompt's entries lead the first chunk's (its text leads the chunk's text).
-    delta.unscored = prompt_logprobs.empty() ? 0 : 1;
-    delta.untexted = prompt_logprobs.empty() ? 0 : c.untexted;
-    delta.logprobs = std::move(prompt_logprobs);
-    delta.logprobs.insert(delta.logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
-  }
+  // The echoed prompt's entries lead the first chunk's (its text leads the chunk's text).
+  if (req_.top_logprobs >= 0) set_logprobs(delta, std::move(prompt_logprobs), c.untexted, ev.logprobs);
   const Tokenizer& tok = ctx_.engine.load()->tokenizer();
   out_->write_chunk(sse_data(
       dump(chunk_body(header_, tok, delta, req_.top_logprobs, false, req_.include_usage, c.text_offset))));
@@ -399,12 +402,7 @@ void CompletionJob::complete() {
                      0,
                      0};
       // Logprobs collected without being asked for only ranked the candidates.
-      if (req_.top_logprobs >= 0) {
-        o.unscored = c->prompt_logprobs.empty() ? 0 : 1;
-        o.untexted = c->prompt_logprobs.empty() ? 0 : c->untexted;
-        o.logprobs = c->prompt_logprobs;
-        o.logprobs.insert(o.logprobs.end(), c->logprobs.begin(), c->logprobs.end());
-      }
+      if (req_.top_logprobs >= 0) set_logprobs(o, c->prompt_logprobs, c->untexted, c->logprobs);
       if (c->reasoning_parser) o.reasoning = c->reasoning;  // "" (no thinking): null
       outputs.push_back(std::move(o));
     }

@@ -39,13 +39,13 @@ class CompletionJob : public std::enable_shared_from_this<CompletionJob> {
     bool echo_sent = false;  // completions with echo: the prompt's text went out (streaming)
     std::vector<TokenLogprob> logprobs;
     // Completions with echo and logprobs: the prompt's tokens with their scores (the first unscored), from
-    // the choice's first event.
+    // the choice's first event. `scores`: its engine request scores the prompt (else it takes its prompt's
+    // first candidate's at the end); `untexted`: 1 when the prompt's first token is not in its echoed text
+    // (a BOS the tokenizer added).
     std::vector<TokenLogprob> prompt_logprobs;
-    bool scores =
-        false;  // its engine request scores the prompt (else it takes its prompt's first candidate's)
+    bool scores = false;
     bool prompt_scored = false;
-    size_t untexted =
-        0;  // 1 when the prompt's first token is not in its echoed text (a BOS the tokenizer added)
+    size_t untexted = 0;
     // Chat: the answer read for thinking and, with tools, for calls as it arrives. content is the text
     // outside both (all of it without parsers).
     std::optional<ReasoningParser> reasoning_parser;
@@ -71,6 +71,9 @@ class CompletionJob : public std::enable_shared_from_this<CompletionJob> {
   // scores) and the choice's output logprobs led by them.
   bool scores_prompt() const { return req_.sampling.prompt_logprobs >= 0; }
   std::vector<TokenLogprob> prompt_entries(const Choice& c, const RequestEvent& first) const;
+  // o's logprobs: `prompt` (the echoed prompt's entries, or none) then `rest`.
+  static void set_logprobs(ChoiceOutput& o, std::vector<TokenLogprob> prompt, size_t untexted,
+                           const std::vector<TokenLogprob>& rest);
 
   void on_event(size_t choice, const RequestEvent& event);
   // The event's share of the answer: its text, or with the parsers the content, thinking and calls that
