@@ -7,10 +7,18 @@
 # MLA shape, Llama at head_dim 128, Qwen2 at head_dim 64).
 # Logs go to LOG_DIR (default $OUT, else gpu-check-logs); a table of results is printed last. Exits non-zero
 # when any check fails.
-# Usage: scripts/gpu_check.sh [DSINFER] [CUDA_DEVICE_TESTS] [LOG_DIR] (defaults: build/dsinfer from
+# Usage: scripts/gpu_check.sh [--poison] [DSINFER] [CUDA_DEVICE_TESTS] [LOG_DIR] (defaults: build/dsinfer from
 # scripts/build.sh, build/tests/cuda_device_tests, built here when missing)
 set -uo pipefail
 cd "$(dirname "$0")/.."
+# --poison: every GPU allocation reads as NaN until written (DSINFER_CUDA_POISON=1), so a kernel that uses
+# memory nothing wrote (a stale KV row, a tile's padding) fails the checks instead of passing by luck.
+poison=off
+if [ "${1:-}" = --poison ]; then
+  export DSINFER_CUDA_POISON=1
+  poison=on
+  shift
+fi
 bin=${1:-build/dsinfer}
 tests=${2:-build/tests/cuda_device_tests}
 logs=${3:-${OUT:-gpu-check-logs}}
@@ -87,6 +95,6 @@ for ref_dir in tests/gpu_references/*/; do
   fi
 done
 
-printf '\n%-44s %-12s %s\n' check result detail
+printf '\n%-44s %-12s %s\n' check result "detail (allocations poisoned: $poison)"
 printf '%s\n' "${results[@]}"
 exit $failed

@@ -9,6 +9,7 @@
 #include "backend/cuda/kernel_common.cuh"
 #include "backend/cuda/runtime.h"
 #include "backend/cuda/stream.h"
+#include "core/env_choice.h"
 #include "core/error.h"
 
 namespace dsinfer::cuda {
@@ -123,8 +124,19 @@ uint64_t g_graph_invalidations = 0;
 
 }  // namespace
 
+bool poison_allocations() {
+  static const bool on = env_switch("DSINFER_CUDA_POISON", false);
+  return on;
+}
+
 void* device_alloc(size_t bytes) {
-  return allocator().alloc(bytes);
+  void* p = allocator().alloc(bytes);
+  // A checking mode: every allocation, fresh or handed out again, reads as NaN (f32 and bf16) and -1
+  // (integers) until a kernel writes it. Queued on the one stream (a memset node inside a capture), so it
+  // lands after the last use of a reused block and before its next writer.
+  if (p && bytes > 0 && poison_allocations())
+    check_cuda(cudaMemsetAsync(p, 0xFF, bytes, stream()), "poisoning a device allocation");
+  return p;
 }
 
 void device_free(void* ptr) {

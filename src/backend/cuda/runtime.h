@@ -9,6 +9,10 @@ namespace dsinfer::cuda {
 
 bool device_available();
 void* device_alloc(size_t bytes);  // null when out of memory
+// DSINFER_CUDA_POISON=1: device_alloc fills every allocation with 0xFF bytes (NaN as f32 / bf16, -1 as an
+// integer), so a kernel that uses memory nothing wrote gives NaN or a failed check instead of passing on
+// whatever the memory held (`scripts/gpu_check.sh --poison`). Off by default; read once.
+bool poison_allocations();
 void device_free(void* ptr);
 void copy_to_device(void* dst, const void* src, size_t bytes);
 void copy_to_host(void* dst, const void* src, size_t bytes);
