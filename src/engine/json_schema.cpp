@@ -45,10 +45,8 @@ const std::set<std::string> kUnsupported = {"multipleOf",
                                             "contains",
                                             "minContains",
                                             "maxContains",
-                                            "prefixItems",
                                             "unevaluatedProperties",
                                             "unevaluatedItems",
-                                            "additionalItems",
                                             "$dynamicRef",
                                             "$recursiveRef"};
 
@@ -183,13 +181,13 @@ class JsonSchemaCompiler {
     std::vector<std::string> constraints;  // keywords other than annotations
     for (const auto& [key, value] : s.items()) {
       if (kUnsupported.count(key))
-        refuse(path,
-               str_cat("'", key,
-                       "' is not supported by constrained decoding (supported: type, properties, "
-                       "required, additionalProperties, items, minItems, maxItems, minLength, maxLength, "
-                       "pattern, format (date, time, date-time, uuid, ipv4), "
-                       "enum, const, anyOf, "
-                       "oneOf, allOf of one schema, $ref)"));
+        refuse(path, str_cat("'", key,
+                             "' is not supported by constrained decoding (supported: type, properties, "
+                             "required, additionalProperties, items, prefixItems, minItems, maxItems, "
+                             "minLength, maxLength, "
+                             "pattern, format (date, time, date-time, uuid, ipv4), "
+                             "enum, const, anyOf, "
+                             "oneOf, allOf of one schema, $ref)"));
       if (!kAnnotations.count(key)) constraints.push_back(key);
     }
     auto only = [&](std::initializer_list<const char*> allowed, const char* what) {
@@ -230,7 +228,8 @@ class JsonSchemaCompiler {
     if (types.empty()) {  // no type: read from the keywords present, else any value
       if (s.contains("properties") || s.contains("required") || s.contains("additionalProperties"))
         types = {"object"};
-      else if (s.contains("items") || s.contains("minItems") || s.contains("maxItems"))
+      else if (s.contains("items") || s.contains("prefixItems") || s.contains("minItems") ||
+               s.contains("maxItems"))
         types = {"array"};
       else {
         for (const char* key : kNumberBounds)
@@ -466,17 +465,42 @@ class JsonSchemaCompiler {
       if (n < min_items) refuse(path, "'maxItems' is below 'minItems': no array fits");
       if (n <= JsonSchema::kMaxItemsTracked) max_items = static_cast<uint32_t>(n);
     }
+    // A tuple: prefixItems (2020-12) then `items` for the rest, or `items` as a list (draft 4 to 2019-09)
+    // then additionalItems.
+    const char* prefix_key = nullptr;
+    const char* rest_key = "items";
+    if (s.contains("prefixItems")) {
+      if (s.contains("additionalItems")) refuse(path, "'additionalItems' beside 'prefixItems' (use 'items')");
+      prefix_key = "prefixItems";
+    } else if (s.contains("items") && s["items"].is_array()) {
+      prefix_key = "items";
+      rest_key = "additionalItems";
+    } else if (s.contains("additionalItems")) {
+      refuse(path, "'additionalItems' without 'items' as a list applies to nothing");
+    }
+    std::vector<uint16_t> prefix;
+    if (prefix_key) {
+      const ojson& list = s[prefix_key];
+      if (!list.is_array()) refuse(path, str_cat("'", prefix_key, "' must be a list of schemas"));
+      if (list.size() > JsonSchema::kMaxItemsTracked)
+        refuse(path, str_cat("more than ", JsonSchema::kMaxItemsTracked, " schemas in '", prefix_key, "'"));
+      for (size_t i = 0; i < list.size(); ++i)  // (compile() may move the nodes)
+        prefix.push_back(compile(list[i], child_path(child_path(path, prefix_key), std::to_string(i))));
+    }
     uint16_t items = 0;
-    const ojson spec = s.value("items", ojson(true));
-    if (spec.is_array()) refuse(path, "'items' as a list (tuples) is not supported");
+    const ojson spec = s.value(rest_key, ojson(true));
+    if (spec.is_array()) refuse(path, str_cat("'", rest_key, "' must be a schema"));
     if (spec == ojson(false)) {
-      if (min_items > 0) refuse(path, "'items' is false but 'minItems' asks for items");
-      max_items = 0;
+      if (min_items > prefix.size())
+        refuse(path, str_cat("'", rest_key, "' is false but 'minItems' asks for more than ", prefix.size(),
+                             " items"));
+      max_items = std::min<uint32_t>(max_items, static_cast<uint32_t>(prefix.size()));
       items = any();
     } else {
-      items = compile(spec, child_path(path, "items"));
+      items = compile(spec, child_path(path, rest_key));
     }
     JsonSchema::Node& node = out_->nodes_[id];
+    node.prefix_items = std::move(prefix);
     node.items = items;
     node.min_items = min_items;
     node.max_items = max_items;
@@ -791,7 +815,9 @@ class JsonSchemaCompiler {
               if (p.required) d = std::max(d, depth[p.node] >= kInf ? kInf : 1 + depth[p.node]);
             break;
           case Kind::kArray:
-            d = node.min_items > 0 ? (depth[node.items] >= kInf ? kInf : 1 + depth[node.items]) : 1;
+            d = 1;
+            for (uint32_t i = 0; i < node.min_items && i <= node.prefix_items.size(); ++i)
+              d = std::max(d, depth[node.item(i)] >= kInf ? kInf : 1 + depth[node.item(i)]);
             break;
           case Kind::kChoice:
             d = kInf;

@@ -411,7 +411,7 @@ bool JsonSchemaRecognizer::between(uint8_t byte) {
     case kOpenArray: {
       if (byte == ']') return close(byte);
       const JsonSchema::Node& array = schema_->node(top().node);
-      return array.max_items > 0 && value_start(array.items, byte);
+      return array.max_items > 0 && value_start(array.item(0), byte);
     }
     case kOpenObject:
       if (byte == '}') return close(byte);
@@ -427,9 +427,10 @@ bool JsonSchemaRecognizer::between(uint8_t byte) {
       const Frame& f = top();
       const JsonSchema::Node& node = schema_->node(f.node);
       if (node.kind == Kind::kArray) {
-        if ((node.max_items != UINT32_MAX && f.progress >= node.max_items) || !fits(node.items)) return false;
+        const uint16_t item = node.item(f.progress);
+        if ((node.max_items != UINT32_MAX && f.progress >= node.max_items) || !fits(item)) return false;
         s_.mode = kValue;
-        s_.value = node.items;
+        s_.value = item;
         return true;
       }
       const bool more = node.properties.empty() ? node.extra >= 0 && fits(static_cast<uint16_t>(node.extra))

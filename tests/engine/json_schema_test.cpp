@@ -103,7 +103,21 @@ TEST(JsonSchemaCompile, RefusesWhatItCannotEnforceAndSaysWhere) {
             std::string::npos);
   EXPECT_NE(compile_error(R"({"allOf": [{"type": "string"}, {"type": "string"}]})").find("allOf"),
             std::string::npos);
-  EXPECT_NE(compile_error(R"({"type": "array", "items": [{"type": "string"}]})").find("tuples"),
+  EXPECT_NE(compile_error(R"({"type": "array", "additionalItems": false})").find("applies to nothing"),
+            std::string::npos);
+  EXPECT_NE(compile_error(R"({"prefixItems": [{}], "additionalItems": false})").find("use 'items'"),
+            std::string::npos);
+  EXPECT_NE(compile_error(R"({"prefixItems": {"type": "string"}})").find("must be a list of schemas"),
+            std::string::npos);
+  EXPECT_NE(compile_error(R"({"prefixItems": [{}], "items": false, "minItems": 2})")
+                .find("at #: 'items' is false but 'minItems' asks for more than 1 items"),
+            std::string::npos);
+  EXPECT_NE(compile_error(R"({"type": "array", "prefixItems": [{"type": "integer", "multipleOf": 2}]})")
+                .find("at #/prefixItems/0: 'multipleOf'"),
+            std::string::npos);
+  // A tuple whose second item must always hold another such tuple: no finite answer.
+  EXPECT_NE(compile_error(R"({"prefixItems": [{"type": "null"}, {"$ref": "#"}], "minItems": 2})")
+                .find("without end"),
             std::string::npos);
   // A chain of references deeper than the compiler recurses: refused, not a crash.
   ojson chain = {{"$ref", "#/$defs/d0"}};
@@ -377,6 +391,44 @@ TEST(JsonSchemaRecognizer, ArraysMapsRefsAndAnyValues) {
   }
 }
 
+TEST(JsonSchemaRecognizer, TuplesFollowTheirItemsInOrder) {
+  // pydantic's tuple[int, str].
+  const auto pair = compiled(R"({"type": "array", "prefixItems": [{"type": "integer"}, {"type": "string"}],
+      "minItems": 2, "maxItems": 2})");
+  EXPECT_TRUE(accepts(*pair, R"([1, "a"])"));
+  EXPECT_EQ(accepted_prefix(*pair, R"(["a", 1])"), 1u);
+  EXPECT_EQ(accepted_prefix(*pair, R"([1, 2])"), 4u);
+  EXPECT_FALSE(accepts(*pair, "[1]"));  // the string is required
+  EXPECT_EQ(accepted_prefix(*pair, R"([1, "a", 2])"), 7u);
+  // Shorter than the prefix is fine without minItems; after it, `items`.
+  const auto rest = compiled(R"({"prefixItems": [{"const": "x"}], "items": {"type": "integer"}})");
+  EXPECT_TRUE(accepts(*rest, "[]"));
+  EXPECT_TRUE(accepts(*rest, R"(["x"])"));
+  EXPECT_TRUE(accepts(*rest, R"(["x", 1, 2])"));
+  EXPECT_EQ(accepted_prefix(*rest, "[1]"), 1u);
+  EXPECT_EQ(accepted_prefix(*rest, R"(["x", "y"])"), 6u);
+  // items false: nothing after the prefix.
+  const auto closed = compiled(R"({"type": "array", "prefixItems": [{"type": "boolean"}], "items": false})");
+  EXPECT_TRUE(accepts(*closed, "[true]"));
+  EXPECT_TRUE(accepts(*closed, "[]"));
+  EXPECT_EQ(accepted_prefix(*closed, "[true, false]"), 5u);
+  // Draft 4's form: `items` as a list, then additionalItems.
+  const auto draft4 = compiled(R"({"type": "array", "items": [{"type": "integer"}, {"type": "null"}],
+      "additionalItems": {"type": "string"}})");
+  EXPECT_TRUE(accepts(*draft4, R"([1, null, "a", "b"])"));
+  EXPECT_EQ(accepted_prefix(*draft4, "[1, 2]"), 4u);
+  EXPECT_EQ(accepted_prefix(*draft4, "[1, null, 3]"), 10u);
+  EXPECT_EQ(
+      accepted_prefix(*compiled(R"({"items": [{"type": "integer"}], "additionalItems": false})"), "[1, 2]"),
+      2u);
+  // A tuple nested in an object, as pydantic writes a model with a tuple field.
+  const auto model = compiled(R"({"type": "object", "properties": {"point": {"type": "array",
+      "prefixItems": [{"type": "number"}, {"type": "number"}], "minItems": 2, "maxItems": 2}},
+      "required": ["point"]})");
+  EXPECT_TRUE(accepts(*model, R"({"point": [1.5, -2]})"));
+  EXPECT_FALSE(accepts(*model, R"({"point": [1.5]})"));
+}
+
 // A small validator of the supported keywords, independent of the recogniser (for the random walks).
 bool valid(const ojson& v, const ojson& schema, const ojson& root) {
   if (schema.is_boolean()) return schema.get<bool>();
@@ -444,8 +496,15 @@ bool valid(const ojson& v, const ojson& schema, const ojson& root) {
   if (v.is_array()) {
     if (v.size() < schema.value("minItems", 0u) || v.size() > schema.value("maxItems", 1000000u))
       return false;
-    for (const ojson& item : v)
-      if (!valid(item, schema.value("items", ojson(true)), root)) return false;
+    // A tuple's first items follow prefixItems (or `items` as a list), the others `items` (additionalItems).
+    const bool listed = schema.contains("items") && schema["items"].is_array();
+    const ojson prefix = schema.contains("prefixItems") ? schema["prefixItems"]
+                         : listed                       ? schema["items"]
+                                                        : ojson::array();
+    const ojson rest =
+        listed ? schema.value("additionalItems", ojson(true)) : schema.value("items", ojson(true));
+    for (size_t i = 0; i < v.size(); ++i)
+      if (!valid(v[i], i < prefix.size() ? prefix[i] : rest, root)) return false;
   }
   return true;
 }
@@ -522,6 +581,10 @@ TEST(JsonSchemaRecognizer, RandomWalksNeverDeadEndAndValidate) {
       "required": ["name", "kind", "list", "sku"]})",
                 200, 100);
   walk_randomly(R"({"type": "object", "additionalProperties": {"type": "array", "items": {}}})", 200, 100);
+  walk_randomly(R"({"type": "array", "prefixItems": [{"type": "integer", "minimum": 3, "maximum": 40},
+      {"enum": ["a", "b"]}, {"type": "array", "prefixItems": [{"type": "boolean"}], "items": false}],
+      "items": {"type": "string", "maxLength": 3}, "minItems": 2})",
+                200, 100);
   // Recursion with a way out: deep walks must close before the depth limit.
   walk_randomly(R"({"anyOf": [{"type": "array", "items": {"$ref": "#"}, "minItems": 1}, {"type": "null"}]})",
                 200, 100);
@@ -606,7 +669,16 @@ ojson random_schema(std::mt19937& rng, int depth) {
     case 10:
     case 11:
       s["type"] = "array";
-      s["items"] = random_schema(rng, depth - 1);
+      if (rng() % 3 == 0) {  // a tuple: prefixItems or draft 4's list, then items or nothing
+        ojson prefix = ojson::array();
+        for (uint32_t i = 0, n = 1 + rng() % 3; i < n; ++i) prefix.push_back(random_schema(rng, depth - 1));
+        const bool draft4 = rng() % 2;
+        s[draft4 ? "items" : "prefixItems"] = prefix;
+        const char* rest = draft4 ? "additionalItems" : "items";
+        if (rng() % 2) s[rest] = rng() % 2 ? ojson(false) : random_schema(rng, depth - 1);
+      } else {
+        s["items"] = random_schema(rng, depth - 1);
+      }
       if (rng() % 2) s["minItems"] = rng() % 3;
       if (rng() % 2) s["maxItems"] = 1 + rng() % 3;
       break;

@@ -282,13 +282,15 @@ TEST(ServerEngineTest, JsonObjectAnswersAreJson) {
 // in the schema's declared order, not alphabetical), one that ended by itself validates, streamed = whole.
 TEST(ServerEngineTest, JsonSchemaAnswersFollowTheSchema) {
   RealServer s;
-  const std::string schema = R"({"type": "object", "properties": {"size": {"type": "integer"},
+  const std::string schema = R"({"type": "object", "properties": {"pair": {"type": "array", "prefixItems":
+      [{"type": "integer"}, {"type": "boolean"}], "minItems": 2, "maxItems": 2}, "size": {"type": "integer"},
       "kind": {"enum": ["small", "large", null]}, "tags": {"type": "array", "items": {"type": "boolean"},
-      "maxItems": 2}}, "required": ["size", "kind", "tags"], "additionalProperties": false})";
+      "maxItems": 2}}, "required": ["pair", "size", "kind", "tags"],
+      "additionalProperties": false})";
   const auto compiled = JsonSchema::compile(nlohmann::ordered_json::parse(schema));
   int complete = 0;
   for (int seed = 1; seed <= 6; ++seed) {
-    const std::string body = R"({"messages": [{"role": "user", "content": "Describe it."}], "max_tokens": 64,
+    const std::string body = R"({"messages": [{"role": "user", "content": "Describe it."}], "max_tokens": 200,
         "seed": )" + std::to_string(seed) +
                              R"(, "response_format": {"type": "json_schema", "json_schema":
         {"name": "thing", "strict": true, "schema": )" +
@@ -304,9 +306,12 @@ TEST(ServerEngineTest, JsonSchemaAnswersFollowTheSchema) {
       const nlohmann::ordered_json answer = nlohmann::ordered_json::parse(text);
       std::vector<std::string> keys;
       for (const auto& [k, v] : answer.items()) keys.push_back(k);
-      EXPECT_EQ(keys, (std::vector<std::string>{"size", "kind", "tags"})) << text;
+      EXPECT_EQ(keys, (std::vector<std::string>{"pair", "size", "kind", "tags"})) << text;
       EXPECT_TRUE(answer["size"].is_number_integer()) << text;
       EXPECT_LE(answer["tags"].size(), 2u) << text;
+      // A tuple (pydantic's tuple[int, bool]): its items' types in order.
+      ASSERT_EQ(answer["pair"].size(), 2u) << text;
+      EXPECT_TRUE(answer["pair"][0].is_number_integer() && answer["pair"][1].is_boolean()) << text;
     }
     std::string streamed;
     for (const std::string& p :
