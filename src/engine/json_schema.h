@@ -6,13 +6,13 @@
 // What is enforced: type (one or a list), properties / required / additionalProperties, items / prefixItems
 // (tuples; also draft-4's `items` list with additionalItems) / minItems / maxItems, minLength / maxLength,
 // pattern / format (date, time, date-time, uuid, ipv4) on strings,
-// minimum / maximum / exclusiveMinimum / exclusiveMaximum on integers (and minimum / maximum of integer value
-// on numbers), enum / const, anyOf / oneOf whose branches begin differently (e.g. a type or null) or are
-// objects told apart by a discriminator (a property all of them require, with const / enum values no two
-// share: pydantic's discriminated unions), allOf of one schema, $ref into the document ($defs, definitions,
-// any JSON pointer; recursion included), nullable. Annotations are ignored (title, description, default,
-// examples, format, ...); keywords that constrain values in ways the recogniser cannot follow (multipleOf,
-// uniqueItems, ...) are refused with an error naming them, never silently dropped.
+// minimum / maximum / exclusiveMinimum / exclusiveMaximum on integers and numbers (exact decimals as
+// written), enum / const, anyOf / oneOf whose branches begin differently (e.g. a type or null) or are objects
+// told apart by a discriminator (a property all of them require, with const / enum values no two share:
+// pydantic's discriminated unions), allOf of one schema, $ref into the document ($defs, definitions, any JSON
+// pointer; recursion included), nullable. Annotations are ignored (title, description, default, examples,
+// format, ...); keywords that constrain values in ways the recogniser cannot follow (multipleOf, uniqueItems,
+// ...) are refused with an error naming them, never silently dropped.
 //
 // How answers are shaped (each still valid against the schema): properties come in the schema's order
 // (a union's discriminator first), optional ones may be left out; an object with properties gets no other
@@ -50,6 +50,23 @@ class JsonSchema {
   static constexpr size_t kMaxTrieNodes = 60000;
 
   enum class Kind : uint8_t { kObject, kArray, kString, kNumber, kInteger, kLiteral, kChoice };
+  // A non-negative decimal, exactly as a bound was written: whole.frac.
+  struct Decimal {
+    int64_t whole = 0;  // <= kMaxIntegerBound
+    std::string frac;   // fraction digits, no trailing zeros
+  };
+  // The magnitudes |value| a bounded number may take on one side of zero: from `low` to `high` (either end
+  // open), or none.
+  struct Magnitudes {
+    bool none = false;
+    Decimal low;
+    bool low_open = false;
+    bool has_high = false;  // else unbounded (up to 18 integer digits)
+    Decimal high;
+    bool high_open = false;
+    int64_t whole_min = 0, whole_max = kMaxIntegerBound;  // integer parts of the allowed magnitudes
+  };
+  static constexpr size_t kMaxBoundFractionDigits = 40;
   struct Property {
     std::string name;
     uint16_t node = 0;
@@ -82,10 +99,16 @@ class JsonSchema {
     bool length_bounded() const { return min_length > 0 || max_length != UINT32_MAX; }
     int32_t regex = -1;  // `pattern` or an enforced `format`: JsonSchema::regex(i)
     bool string_constrained() const { return length_bounded() || regex >= 0; }
-    // kInteger, kNumber: bounds (inclusive integers within +-kMaxIntegerBound), tracked only when bounded
+    // kInteger: bounds (inclusive integers within +-kMaxIntegerBound), tracked only when bounded
     int64_t minimum = -kMaxIntegerBound;
     int64_t maximum = kMaxIntegerBound;
-    bool numeric_bounded() const { return minimum != -kMaxIntegerBound || maximum != kMaxIntegerBound; }
+    // kNumber with bounds (any decimals, inclusive or exclusive): the magnitudes allowed on each side of
+    // zero, magnitudes[0] for values written without '-', [1] for those with it.
+    bool decimal_bounds = false;
+    Magnitudes magnitudes[2];
+    bool numeric_bounded() const {
+      return decimal_bounds || minimum != -kMaxIntegerBound || maximum != kMaxIntegerBound;
+    }
     // kChoice: branches whose first bytes differ
     std::vector<uint16_t> branches;
     // Arrays and objects an answer needs below (and including) this value (kUnbounded: none is finite).

@@ -34,7 +34,8 @@ bool JsonSchemaRecognizer::complete() const {
     case kAfterValue:
       return true;
     case kNumber:
-      return json_lex::number_can_end(s_.count) && (!bounded() || integer_part_in_range());
+      return json_lex::number_can_end(s_.count) && (!bounded() || integer_part_in_range()) &&
+             (!decimal_bounded() || decimal_can_end());
     case kLiteral:
       return schema_->trie(s_.literal).terminal;
     default:
@@ -42,10 +43,101 @@ bool JsonSchemaRecognizer::complete() const {
   }
 }
 
-// The number being read has bounds (an integer or a number with minimum / maximum).
+// The number being read is an integer with bounds.
 bool JsonSchemaRecognizer::bounded() const {
   const JsonSchema::Node& node = schema_->node(s_.value);
-  return (node.kind == Kind::kInteger || node.kind == Kind::kNumber) && node.numeric_bounded();
+  return node.kind == Kind::kInteger && node.numeric_bounded();
+}
+
+// The number being read is a number with bounds: `flag` is its side (1: written with '-'), `number` the
+// integer part of its magnitude so far, `chars` its fraction digits so far (low byte, saturating) and whether
+// a digit has already put it above the low bound (kAboveLow) or below the high one (kBelowHigh).
+bool JsonSchemaRecognizer::decimal_bounded() const {
+  const JsonSchema::Node& node = schema_->node(s_.value);
+  return node.kind == Kind::kNumber && node.decimal_bounds;
+}
+
+namespace {
+constexpr uint16_t kAboveLow = 0x100, kBelowHigh = 0x200;
+
+int digit_at(const std::string& digits, uint32_t k) {
+  return k < digits.size() ? digits[k] - '0' : 0;
+}
+}  // namespace
+
+// The magnitude's fraction so far still equals the low (high) bound's digits, its integer part being the
+// bound's: the bound is undecided.
+bool JsonSchemaRecognizer::at_low(const JsonSchema::Magnitudes& m) const {
+  return s_.number == m.low.whole && !(s_.chars & kAboveLow);
+}
+bool JsonSchemaRecognizer::at_high(const JsonSchema::Magnitudes& m) const {
+  return m.has_high && s_.number == m.high.whole && !(s_.chars & kBelowHigh);
+}
+
+// An integer-part digit of a bounded number's magnitude: taken when the digits so far can still make an
+// integer part that holds an allowed magnitude (with more digits or without).
+bool JsonSchemaRecognizer::magnitude_digit(int64_t digit) {
+  const JsonSchema::Magnitudes& m = schema_->node(s_.value).magnitudes[s_.flag];
+  if (s_.number > (JsonSchema::kMaxIntegerBound - digit) / 10) return false;  // beyond 18 digits
+  const int64_t magnitude = s_.number * 10 + digit;
+  int64_t scale = 1;  // integer parts magnitude * 10^j + [0, 10^j) for j more digits (none after a 0)
+  for (int64_t low = magnitude;; low *= 10, scale *= 10) {
+    if (low + scale - 1 >= m.whole_min && low <= m.whole_max) {
+      s_.number = magnitude;
+      return true;
+    }
+    if (magnitude == 0 || low > JsonSchema::kMaxIntegerBound / 10) return false;
+  }
+}
+
+// A fraction digit: not below the low bound's digit while the fraction follows it, not above the high
+// bound's while it follows that one, and never the high bound's last digit when that bound is open (then
+// only zeros could follow: a value equal to it, never below).
+bool JsonSchemaRecognizer::fraction_digit(int digit) {
+  const JsonSchema::Magnitudes& m = schema_->node(s_.value).magnitudes[s_.flag];
+  const uint32_t k = s_.chars & 0xFF;
+  uint16_t flags = s_.chars & (kAboveLow | kBelowHigh);
+  if (at_low(m)) {
+    const int bound = digit_at(m.low.frac, k);
+    if (digit < bound) return false;
+    if (digit > bound) flags |= kAboveLow;
+  }
+  if (at_high(m)) {
+    const int bound = digit_at(m.high.frac, k);
+    if (digit > bound) return false;
+    if (digit < bound) flags |= kBelowHigh;
+    if (digit == bound && m.high_open && k + 1 >= m.high.frac.size()) return false;
+  }
+  s_.chars = static_cast<uint16_t>(flags | std::min<uint32_t>(k + 1, 0xFF));
+  return true;
+}
+
+// The bounded number may end here (its fraction, if any, read): its integer part holds allowed magnitudes,
+// it is not below the low bound (above it, where open) nor above the high bound (below it, where open).
+bool JsonSchemaRecognizer::decimal_can_end() const {
+  const JsonSchema::Magnitudes& m = schema_->node(s_.value).magnitudes[s_.flag];
+  if (s_.number < m.whole_min || s_.number > m.whole_max) return false;
+  const uint32_t k = s_.chars & 0xFF;
+  if (at_low(m) && (k < m.low.frac.size() || m.low_open)) return false;
+  if (at_high(m) && k >= m.high.frac.size() && m.high_open) return false;
+  return true;
+}
+
+// A byte inside a number with decimal bounds (after its first), checked before the lexer reads it.
+bool JsonSchemaRecognizer::decimal_number_byte(uint8_t byte) {
+  const JsonSchema::Magnitudes& m = schema_->node(s_.value).magnitudes[s_.flag];
+  const uint8_t phase = s_.count;
+  if (json_lex::is_digit(byte)) {
+    if (phase == json_lex::kMinus || phase == json_lex::kInt) return magnitude_digit(byte - '0');
+    if (phase == json_lex::kDot || phase == json_lex::kFrac) return fraction_digit(byte - '0');
+    return phase != json_lex::kZero || decimal_can_end();  // after a leading 0: the number ends
+  }
+  if (byte == 'e' || byte == 'E') return false;
+  if ((phase == json_lex::kZero || phase == json_lex::kInt) && byte == '.')
+    return s_.number >= m.whole_min && s_.number <= m.whole_max;
+  if (phase == json_lex::kZero || phase == json_lex::kInt || phase == json_lex::kFrac)
+    return decimal_can_end();
+  return true;  // the lexer decides
 }
 
 bool JsonSchemaRecognizer::integer_part_in_range() const {
@@ -148,7 +240,11 @@ bool JsonSchemaRecognizer::value_start(uint16_t id, uint8_t byte) {
       s_.value = id;
       s_.number = 0;
       s_.flag = 0;
-      if (bounded()) {
+      s_.chars = 0;
+      if (decimal_bounded()) {
+        s_.flag = byte == '-' ? 1 : 0;
+        if (node.magnitudes[s_.flag].none || (byte != '-' && !magnitude_digit(byte - '0'))) return false;
+      } else if (bounded()) {
         if (byte == '-') {
           if (node.minimum >= 0) return false;
           s_.flag = 1;
@@ -374,6 +470,7 @@ bool JsonSchemaRecognizer::step(uint8_t byte) {
       return true;
     case kNumber: {
       if (bounded() && !bounded_number_byte(byte)) return false;
+      if (decimal_bounded() && !decimal_number_byte(byte)) return false;
       switch (json_lex::number_byte(s_.count, byte, schema_->node(s_.value).kind == Kind::kInteger)) {
         case json_lex::NumberByte::kRejected:
           return false;
@@ -384,6 +481,7 @@ bool JsonSchemaRecognizer::step(uint8_t byte) {
       }
       s_.number = 0;
       s_.flag = 0;
+      s_.chars = 0;
       finish_value();
       return step(byte);
     }

@@ -77,6 +77,13 @@ class JsonSchemaRecognizer {
   bool integer_part_in_range() const;
   bool bounded_digit(int64_t digit, bool negative);
   bool bounded_number_byte(uint8_t byte);
+  bool decimal_bounded() const;
+  bool at_low(const JsonSchema::Magnitudes& m) const;
+  bool at_high(const JsonSchema::Magnitudes& m) const;
+  bool magnitude_digit(int64_t digit);
+  bool fraction_digit(int digit);
+  bool decimal_can_end() const;
+  bool decimal_number_byte(uint8_t byte);
   bool literal_byte(uint8_t byte);
   bool key_byte(uint8_t byte);
   Frame& top() { return s_.frames[s_.depth - 1]; }
@@ -95,8 +102,10 @@ class JsonSchemaRecognizer {
     uint8_t free_after = 0;
     // In a \u escape of a length-bounded string: it began with 'd'. In a bounded number: it is negative.
     uint8_t flag = 0;
-    uint16_t chars = 0;  // characters so far in a length-bounded string
-    int64_t number = 0;  // a bounded number's integer part so far, signed
+    // Characters so far in a length-bounded string; in a number with decimal bounds, its fraction's state.
+    uint16_t chars = 0;
+    int64_t number =
+        0;  // a bounded integer's value so far, signed; a bounded number's magnitude's whole part
     Frame frames[kMaxDepth] = {};
   } s_;
   static_assert(sizeof(State) == 24 + 4 * kMaxDepth, "State has no implicit padding (compared with memcmp)");

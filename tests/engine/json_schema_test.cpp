@@ -58,10 +58,20 @@ TEST(JsonSchemaCompile, RefusesWhatItCannotEnforceAndSaysWhere) {
   EXPECT_NE(compile_error(R"({"type": "object", "properties": {"n": {"type": "integer", "multipleOf": 5}}})")
                 .find("at #/properties/n: 'multipleOf' is not supported"),
             std::string::npos);
-  EXPECT_NE(compile_error(R"({"type": "number", "minimum": 0.5})").find("bounds of integer value are"),
+  EXPECT_NE(compile_error(R"({"type": "number", "minimum": 1.5, "maximum": 1.25})").find("no number lies"),
             std::string::npos);
-  EXPECT_NE(compile_error(R"({"type": "number", "exclusiveMinimum": 0})").find("on numbers is not supported"),
+  EXPECT_NE(
+      compile_error(R"({"type": "number", "exclusiveMinimum": 2, "maximum": 2})").find("no number lies"),
+      std::string::npos);
+  EXPECT_NE(compile_error(R"({"type": "number", "minimum": 1e-50})").find("more than 40 fraction digits"),
             std::string::npos);
+  EXPECT_NE(compile_error(R"({"type": "number", "minimum": 1e20})").find("at most 18 integer digits"),
+            std::string::npos);
+  EXPECT_NE(compile_error(R"({"type": "integer", "minimum": 1e20})").find("at most 18 digits"),
+            std::string::npos);
+  EXPECT_NE(compile_error(R"({"type": "number", "maximum": "1"})").find("'maximum' must be a number"),
+            std::string::npos);
+  EXPECT_EQ(compile_error(R"({"type": "number", "maximum": 1e20, "minimum": -1e30})"), "");  // no constraint
   EXPECT_NE(compile_error(R"({"minimum": 0})").find("without \"type\": \"integer\""), std::string::npos);
   EXPECT_NE(compile_error(R"({"type": "integer", "minimum": 5, "maximum": 4})").find("no integer"),
             std::string::npos);
@@ -308,6 +318,114 @@ TEST(JsonSchemaRecognizer, NumberBoundsOfIntegerValue) {
   for (const char* bad : {"9.99", "250.5", "251", "1", "0.5", "2500"})
     EXPECT_FALSE(accepts(*score, bad)) << bad;
   EXPECT_EQ(accepted_prefix(*score, "9.5"), 1u);  // 9 cannot end in range, but "9" may still become 90-99
+}
+
+// Any decimal bound, inclusive or exclusive, compared digit by digit as the bound was written.
+TEST(JsonSchemaRecognizer, NumberBoundsOfAnyValue) {
+  struct Case {
+    const char* schema;
+    std::vector<const char*> ok, bad;
+  };
+  const std::vector<Case> cases = {
+      // pydantic's PositiveFloat (gt=0).
+      {R"({"type": "number", "exclusiveMinimum": 0})",
+       {"0.5", "3", "0.001", "12.0", "0.0000001"},
+       {"0", "0.0", "0.000", "-1", "-0", "-0.5"}},
+      // A price: ge=0.5, le=99.99.
+      {R"({"type": "number", "minimum": 0.5, "maximum": 99.99})",
+       {"0.5", "0.50", "0.51", "1", "99.99", "99.990", "99.9", "42.123456"},
+       {"0", "0.4", "0.49", "99.991", "100", "99.999", "-1"}},
+      // A probability in [0, 1).
+      {R"({"type": "number", "minimum": 0, "exclusiveMaximum": 1})",
+       {"0", "0.0", "0.999", "0.5"},
+       {"1", "1.0", "-0.1"}},
+      // Negative, both ends fractional, one open.
+      {R"({"type": "number", "minimum": -2.5, "exclusiveMaximum": -1.25})",
+       {"-2.5", "-2.49", "-1.3", "-1.251", "-2", "-1.2500001"},
+       {"-2.51", "-1.25", "-1.2", "-1.24", "-3", "0", "-1"}},
+      // Both ends in one integer part, open: (0.25, 0.75).
+      {R"({"type": "number", "exclusiveMinimum": 0.25, "exclusiveMaximum": 0.75})",
+       {"0.26", "0.5", "0.7499", "0.250001"},
+       {"0.25", "0.75", "0.2", "0.8", "0", "1"}},
+      // An exact value: minimum = maximum = 2.5.
+      {R"({"type": "number", "minimum": 2.5, "maximum": 2.5})", {"2.5", "2.50"}, {"2.4", "2.51", "2", "3"}},
+      // Exponents in the bounds (as a double prints them), the tighter of two bounds, -0 (equal to 0).
+      {R"({"type": "number", "minimum": 1e-5, "maximum": 1.5e3, "exclusiveMaximum": 2000})",
+       {"0.00001", "0.5", "1500", "1500.0"},
+       {"0.000009", "1500.01", "0"}},
+      {R"({"type": "number", "minimum": 0, "exclusiveMinimum": 0, "maximum": 5})", {"0.1", "5"}, {"0", "-0"}},
+      {R"({"type": "number", "minimum": 0})", {"-0", "-0.0", "0", "7"}, {"-0.1", "-1"}},
+      {R"({"type": "number", "exclusiveMaximum": 0})", {"-0.5", "-3"}, {"0", "-0", "-0.0", "0.1"}},
+  };
+  for (const Case& c : cases) {
+    const auto s = compiled(c.schema);
+    for (const char* v : c.ok) EXPECT_TRUE(accepts(*s, v)) << c.schema << " " << v;
+    for (const char* v : c.bad) EXPECT_FALSE(accepts(*s, v)) << c.schema << " " << v;
+  }
+  // The first digit that leaves the range is refused, not only the end.
+  const auto price = compiled(R"({"type": "number", "minimum": 0.5, "maximum": 99.99})");
+  EXPECT_EQ(accepted_prefix(*price, "0.49"), 2u);
+  EXPECT_EQ(accepted_prefix(*price, "99.991"), 5u);
+  EXPECT_EQ(accepted_prefix(*price, "100"), 2u);
+  EXPECT_EQ(accepted_prefix(*price, "1e2"), 1u);  // no exponent in a bounded number
+  // An open high bound's last digit is refused: after 0.7 only 0.70000... (never below 0.7) could follow.
+  EXPECT_EQ(accepted_prefix(*compiled(R"({"type": "number", "minimum": 0, "exclusiveMaximum": 0.7})"), "0.7"),
+            2u);
+}
+
+// Every pair of bounds from a set of decimals, against exact arithmetic (values and bounds scaled by 10^6):
+// a number is accepted exactly when it lies in the range, and a range is refused exactly when it is empty.
+TEST(JsonSchemaRecognizer, NumberBoundsAgreeWithExactArithmetic) {
+  const std::vector<std::string> bounds = {"-2.5", "-1", "-0.125", "0",     "0.05", "0.5",
+                                           "0.75", "1",  "1.5",    "3.125", "10"};
+  auto scaled = [](const std::string& text) {  // text * 10^6, exactly (at most 6 fraction digits)
+    const bool negative = text[0] == '-';
+    const std::string digits = negative ? text.substr(1) : text;
+    const size_t dot = digits.find('.');
+    std::string frac = dot == std::string::npos ? "" : digits.substr(dot + 1);
+    frac.resize(6, '0');
+    const int64_t v = std::stoll(digits.substr(0, dot)) * 1000000 + std::stoll(frac);
+    return negative ? -v : v;
+  };
+  std::vector<std::string> values;
+  for (const char* sign : {"", "-"})
+    for (const char* whole : {"0", "1", "2", "3", "9", "10", "12"})
+      for (const char* frac : {"", ".0", ".05", ".1", ".125", ".25", ".5", ".75", ".9", ".999", ".0001"})
+        values.push_back(str_cat(sign, whole, frac));
+  int schemas = 0, refused = 0;
+  for (int lo = -1; lo < static_cast<int>(bounds.size()); ++lo) {
+    for (int hi = -1; hi < static_cast<int>(bounds.size()); ++hi) {
+      for (int open = 0; open < 4; ++open) {
+        const bool lo_open = open & 1, hi_open = open & 2;
+        std::string text = R"({"type": "number")";
+        if (lo >= 0) text += str_cat(", \"", lo_open ? "exclusiveMinimum" : "minimum", "\": ", bounds[lo]);
+        if (hi >= 0) text += str_cat(", \"", hi_open ? "exclusiveMaximum" : "maximum", "\": ", bounds[hi]);
+        text += "}";
+        auto in_range = [&](int64_t v) {
+          if (lo >= 0 && (lo_open ? v <= scaled(bounds[lo]) : v < scaled(bounds[lo]))) return false;
+          if (hi >= 0 && (hi_open ? v >= scaled(bounds[hi]) : v > scaled(bounds[hi]))) return false;
+          return true;
+        };
+        bool empty = false;
+        if (lo >= 0 && hi >= 0) {
+          const int64_t a = scaled(bounds[lo]), b = scaled(bounds[hi]);
+          empty = a > b || (a == b && (lo_open || hi_open));
+        }
+        const std::string error = compile_error(text);
+        EXPECT_EQ(!error.empty(), empty) << text << " " << error;
+        if (!error.empty()) {
+          ++refused;
+          continue;
+        }
+        ++schemas;
+        const auto s = compiled(text);
+        for (const std::string& v : values)
+          EXPECT_EQ(accepts(*s, v), in_range(scaled(v))) << text << " " << v;
+      }
+    }
+  }
+  EXPECT_EQ(schemas + refused, 12 * 12 * 4);
+  EXPECT_GT(schemas, 300);  // (the pairs with lower > upper are refused)
 }
 
 TEST(JsonSchemaRecognizer, PatternsAndFormatsHoldStrings) {
@@ -581,6 +699,10 @@ TEST(JsonSchemaRecognizer, RandomWalksNeverDeadEndAndValidate) {
       "required": ["name", "kind", "list", "sku"]})",
                 200, 100);
   walk_randomly(R"({"type": "object", "additionalProperties": {"type": "array", "items": {}}})", 200, 100);
+  walk_randomly(R"({"type": "array", "items": {"anyOf": [{"type": "number", "exclusiveMinimum": -0.5,
+      "maximum": 0.375}, {"type": "null"}]}, "minItems": 3})",
+                200, 100);
+  walk_randomly(R"({"type": "number", "exclusiveMinimum": 0.25, "exclusiveMaximum": 0.26})", 200, 100);
   walk_randomly(R"({"type": "array", "prefixItems": [{"type": "integer", "minimum": 3, "maximum": 40},
       {"enum": ["a", "b"]}, {"type": "array", "prefixItems": [{"type": "boolean"}], "items": false}],
       "items": {"type": "string", "maxLength": 3}, "minItems": 2})",
@@ -629,8 +751,10 @@ ojson random_schema(std::mt19937& rng, int depth) {
       s["type"] = scalars[pick];
       if (pick == 1 && rng() % 2) s["minimum"] = static_cast<int>(rng() % 50) - 20;
       if (pick == 1 && rng() % 2) s["exclusiveMaximum"] = 40 + static_cast<int>(rng() % 80);
-      if (pick == 2 && rng() % 2) s["minimum"] = static_cast<int>(rng() % 5) - 2;
-      if (pick == 2 && rng() % 2) s["maximum"] = 3 + static_cast<int>(rng() % 5);
+      if (pick == 2 && rng() % 2)
+        s[rng() % 2 ? "minimum" : "exclusiveMinimum"] = 0.25 * static_cast<double>(rng() % 17) - 2;
+      if (pick == 2 && rng() % 2)
+        s[rng() % 2 ? "maximum" : "exclusiveMaximum"] = 0.125 * static_cast<double>(rng() % 41) - 1;
       break;
     case 5: {
       ojson values = ojson::array();
