@@ -29,8 +29,7 @@ const std::set<std::string> kAnnotations = {
     "contentEncoding", "contentMediaType", "discriminator", "xml",       "externalDocs"};
 
 // Constraints the recogniser cannot enforce: refused rather than ignored (an answer could break them).
-const std::set<std::string> kUnsupported = {"multipleOf",
-                                            "minProperties",
+const std::set<std::string> kUnsupported = {"minProperties",
                                             "maxProperties",
                                             "patternProperties",
                                             "propertyNames",
@@ -185,7 +184,7 @@ class JsonSchemaCompiler {
                              "' is not supported by constrained decoding (supported: type, properties, "
                              "required, additionalProperties, items, prefixItems, minItems, maxItems, "
                              "minLength, maxLength, "
-                             "pattern, format (date, time, date-time, uuid, ipv4), "
+                             "pattern, format (date, time, date-time, uuid, ipv4), multipleOf on integers, "
                              "enum, const, anyOf, "
                              "oneOf, allOf of one schema, $ref)"));
       if (!kAnnotations.count(key)) constraints.push_back(key);
@@ -232,7 +231,7 @@ class JsonSchemaCompiler {
                s.contains("maxItems"))
         types = {"array"};
       else {
-        for (const char* key : kNumberBounds)
+        for (const char* key : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"})
           if (s.contains(key))
             refuse(path, str_cat("'", key, "' without \"type\": \"integer\" is not supported"));
         if (s.contains("pattern")) refuse(path, "'pattern' without \"type\": \"string\" is not supported");
@@ -326,8 +325,26 @@ class JsonSchemaCompiler {
       if (k == "exclusiveMaximum") hi = std::min(hi, clamped(std::ceil(v) - 1));
     }
     if (lo > hi) refuse(path, "no integer lies within 'minimum' / 'maximum'");
+    int64_t multiple = 1;
+    if (s.contains("multipleOf")) {
+      const ojson& m = s["multipleOf"];
+      const double v = m.is_number() ? m.get<double>() : 0.0;
+      if (!(v > 0) || v != std::floor(v) || v > static_cast<double>(JsonSchema::kMaxMultipleOf))
+        refuse(path, str_cat("'multipleOf' on integers must be a whole number from 1 to ",
+                             JsonSchema::kMaxMultipleOf, ", got ", m.dump()));
+      multiple = static_cast<int64_t>(v);
+      // The bounds as the first and last multiples within them.
+      const int64_t first = lo % multiple == 0 ? lo
+                            : lo > 0           ? lo + multiple - lo % multiple
+                                               : lo - lo % multiple;
+      const int64_t last = hi % multiple == 0 ? hi
+                           : hi > 0           ? hi - hi % multiple
+                                              : hi - hi % multiple - multiple;
+      if (first > last) refuse(path, "no multiple of 'multipleOf' lies within 'minimum' / 'maximum'");
+    }
     out_->nodes_[id].minimum = lo;
     out_->nodes_[id].maximum = hi;
+    out_->nodes_[id].multiple_of = multiple;
     return id;
   }
 
@@ -391,6 +408,8 @@ class JsonSchemaCompiler {
   // zero (the recogniser compares digits as they come, no decimal arithmetic).
   uint16_t number(const ojson& s, const std::string& path) {
     const uint16_t id = new_node(Kind::kNumber, path);
+    if (s.contains("multipleOf"))
+      refuse(path, "'multipleOf' is not supported on numbers (on integers it is: \"type\": \"integer\")");
     std::optional<Bound> lower, upper;
     for (const char* key : kNumberBounds) {
       if (!s.contains(key)) continue;

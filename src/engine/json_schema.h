@@ -11,7 +11,8 @@
 // told apart by a discriminator (a property all of them require, with const / enum values no two share:
 // pydantic's discriminated unions), allOf of one schema, $ref into the document ($defs, definitions, any JSON
 // pointer; recursion included), nullable. Annotations are ignored (title, description, default, examples,
-// format, ...); keywords that constrain values in ways the recogniser cannot follow (multipleOf, uniqueItems,
+// format, ...); keywords that constrain values in ways the recogniser cannot follow (uniqueItems,
+// minProperties,
 // ...) are refused with an error naming them, never silently dropped.
 //
 // How answers are shaped (each still valid against the schema): properties come in the schema's order
@@ -67,6 +68,7 @@ class JsonSchema {
     int64_t whole_min = 0, whole_max = kMaxIntegerBound;  // integer parts of the allowed magnitudes
   };
   static constexpr size_t kMaxBoundFractionDigits = 40;
+  static constexpr int64_t kMaxMultipleOf = 1'000'000'000'000'000;  // multipleOf on integers
   struct Property {
     std::string name;
     uint16_t node = 0;
@@ -99,15 +101,18 @@ class JsonSchema {
     bool length_bounded() const { return min_length > 0 || max_length != UINT32_MAX; }
     int32_t regex = -1;  // `pattern` or an enforced `format`: JsonSchema::regex(i)
     bool string_constrained() const { return length_bounded() || regex >= 0; }
-    // kInteger: bounds (inclusive integers within +-kMaxIntegerBound), tracked only when bounded
+    // kInteger: bounds (inclusive integers within +-kMaxIntegerBound) and multipleOf, tracked only when
+    // bounded
     int64_t minimum = -kMaxIntegerBound;
     int64_t maximum = kMaxIntegerBound;
+    int64_t multiple_of = 1;
     // kNumber with bounds (any decimals, inclusive or exclusive): the magnitudes allowed on each side of
     // zero, magnitudes[0] for values written without '-', [1] for those with it.
     bool decimal_bounds = false;
     Magnitudes magnitudes[2];
     bool numeric_bounded() const {
-      return decimal_bounds || minimum != -kMaxIntegerBound || maximum != kMaxIntegerBound;
+      return decimal_bounds || minimum != -kMaxIntegerBound || maximum != kMaxIntegerBound ||
+             multiple_of != 1;
     }
     // kChoice: branches whose first bytes differ
     std::vector<uint16_t> branches;

@@ -2,6 +2,7 @@
 // (strings, numbers) are json_lex's, shared with JsonRecognizer.
 #include "engine/json_schema_recognizer.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "engine/json_lexer.h"
@@ -142,11 +143,20 @@ bool JsonSchemaRecognizer::decimal_number_byte(uint8_t byte) {
 
 bool JsonSchemaRecognizer::integer_part_in_range() const {
   const JsonSchema::Node& node = schema_->node(s_.value);
-  return s_.number >= node.minimum && s_.number <= node.maximum;
+  return s_.number >= node.minimum && s_.number <= node.maximum && s_.number % node.multiple_of == 0;
 }
 
-// An integer-part digit: taken when the digits so far can still make an integer part in range (with more
-// digits or without; any real in [min, max] has its integer part there, as both bounds are integers).
+namespace {
+// Whether [low, high] holds a multiple of m.
+bool holds_multiple(int64_t low, int64_t high, int64_t m) {
+  const int64_t r = low % m;  // (truncated: <= 0 for a negative low)
+  const int64_t first = r == 0 ? low : low > 0 ? low + (m - r) : low - r;
+  return low <= high && first <= high;
+}
+}  // namespace
+
+// An integer digit: taken when the digits so far can still make an integer in range and a multiple of
+// multipleOf (with more digits or without).
 bool JsonSchemaRecognizer::bounded_digit(int64_t digit, bool negative) {
   const JsonSchema::Node& node = schema_->node(s_.value);
   const int64_t before = s_.number < 0 ? -s_.number : s_.number;
@@ -158,7 +168,7 @@ bool JsonSchemaRecognizer::bounded_digit(int64_t digit, bool negative) {
   for (int64_t m = magnitude;; m *= 10, scale *= 10) {
     const int64_t low = negative ? -(m + scale - 1) : m;
     const int64_t high = negative ? -m : m + scale - 1;
-    if (high >= node.minimum && low <= node.maximum) {
+    if (holds_multiple(std::max(low, node.minimum), std::min(high, node.maximum), node.multiple_of)) {
       s_.number = negative ? -magnitude : magnitude;
       return true;
     }

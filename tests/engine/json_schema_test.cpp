@@ -55,9 +55,21 @@ std::string compile_error(const std::string& schema) {
 }
 
 TEST(JsonSchemaCompile, RefusesWhatItCannotEnforceAndSaysWhere) {
-  EXPECT_NE(compile_error(R"({"type": "object", "properties": {"n": {"type": "integer", "multipleOf": 5}}})")
-                .find("at #/properties/n: 'multipleOf' is not supported"),
+  EXPECT_NE(compile_error(R"({"type": "object", "properties": {"n": {"type": "number", "multipleOf": 5}}})")
+                .find("at #/properties/n: 'multipleOf' is not supported on numbers"),
             std::string::npos);
+  EXPECT_NE(
+      compile_error(R"({"type": "object", "properties": {"n": {"type": "integer", "uniqueItems": true}}})")
+          .find("at #/properties/n: 'uniqueItems' is not supported"),
+      std::string::npos);
+  EXPECT_NE(compile_error(R"({"type": "integer", "multipleOf": 0.5})").find("must be a whole number"),
+            std::string::npos);
+  EXPECT_NE(compile_error(R"({"type": "integer", "multipleOf": 0})").find("must be a whole number"),
+            std::string::npos);
+  EXPECT_NE(compile_error(R"({"type": "integer", "multipleOf": 10, "minimum": 1, "maximum": 9})")
+                .find("no multiple of 'multipleOf'"),
+            std::string::npos);
+  EXPECT_NE(compile_error(R"({"multipleOf": 3})").find("without \"type\": \"integer\""), std::string::npos);
   EXPECT_NE(compile_error(R"({"type": "number", "minimum": 1.5, "maximum": 1.25})").find("no number lies"),
             std::string::npos);
   EXPECT_NE(
@@ -122,8 +134,8 @@ TEST(JsonSchemaCompile, RefusesWhatItCannotEnforceAndSaysWhere) {
   EXPECT_NE(compile_error(R"({"prefixItems": [{}], "items": false, "minItems": 2})")
                 .find("at #: 'items' is false but 'minItems' asks for more than 1 items"),
             std::string::npos);
-  EXPECT_NE(compile_error(R"({"type": "array", "prefixItems": [{"type": "integer", "multipleOf": 2}]})")
-                .find("at #/prefixItems/0: 'multipleOf'"),
+  EXPECT_NE(compile_error(R"({"type": "array", "prefixItems": [{"type": "string"}, {"uniqueItems": true}]})")
+                .find("at #/prefixItems/1: 'uniqueItems'"),
             std::string::npos);
   // A tuple whose second item must always hold another such tuple: no finite answer.
   EXPECT_NE(compile_error(R"({"prefixItems": [{"type": "null"}, {"$ref": "#"}], "minItems": 2})")
@@ -373,6 +385,47 @@ TEST(JsonSchemaRecognizer, NumberBoundsOfAnyValue) {
             2u);
 }
 
+// multipleOf on integers with and without bounds: every integer from -300 to 300 is accepted exactly when it
+// is a multiple in range, and every prefix taken can still end so (a digit is refused where it cannot).
+TEST(JsonSchemaRecognizer, IntegerMultiplesAgreeWithArithmetic) {
+  for (int64_t m : {1, 2, 3, 7, 10, 25, 1000}) {
+    for (const char* bounds : {"", R"(, "minimum": -41)", R"(, "minimum": 5, "exclusiveMaximum": 260)",
+                               R"(, "maximum": -3)", R"(, "minimum": -100, "maximum": 100)"}) {
+      const std::string text = str_cat(R"({"type": "integer", "multipleOf": )", m, bounds, "}");
+      const std::string error = compile_error(text);
+      const ojson schema = ojson::parse(text);
+      const int64_t lo = schema.contains("minimum") ? schema["minimum"].get<int64_t>() : INT64_MIN;
+      const int64_t hi = schema.contains("maximum")            ? schema["maximum"].get<int64_t>()
+                         : schema.contains("exclusiveMaximum") ? schema["exclusiveMaximum"].get<int64_t>() - 1
+                                                               : INT64_MAX;
+      bool any = false;
+      for (int64_t v = std::max<int64_t>(lo, -2000); v <= std::min<int64_t>(hi, 2000); ++v)
+        any = any || v % m == 0;
+      EXPECT_EQ(error.empty(), any) << text << " " << error;
+      if (!error.empty()) continue;
+      const auto s = compiled(text);
+      for (int64_t v = -300; v <= 300; ++v) {
+        const std::string value = std::to_string(v);
+        const bool expected = v >= lo && v <= hi && v % m == 0;
+        EXPECT_EQ(accepts(*s, value), expected) << text << " " << value;
+        // Each accepted prefix of a refused value is one some multiple in range still begins with.
+        const size_t taken = accepted_prefix(*s, value);
+        const std::string prefix = value.substr(0, taken);
+        bool extends = prefix.empty() || prefix == "-";
+        for (int64_t w = -3000; w <= 3000 && !extends; ++w)
+          extends = w >= lo && w <= hi && w % m == 0 && std::to_string(w).rfind(prefix, 0) == 0;
+        EXPECT_TRUE(extends || taken == value.size()) << text << " " << value << " taken " << prefix;
+      }
+    }
+  }
+  // Larger values: the multiples of 7 near 10^12.
+  const auto seven = compiled(R"({"type": "integer", "multipleOf": 7})");
+  EXPECT_TRUE(accepts(*seven, "1000000000006"));  // 7 x 142857142858
+  EXPECT_FALSE(accepts(*seven, "1000000000003"));
+  EXPECT_TRUE(accepts(*seven, "-1000000000006"));
+  EXPECT_TRUE(accepts(*seven, "700000000000000007"));  // 18 digits
+}
+
 // Every pair of bounds from a set of decimals, against exact arithmetic (values and bounds scaled by 10^6):
 // a number is accepted exactly when it lies in the range, and a range is refused exactly when it is empty.
 TEST(JsonSchemaRecognizer, NumberBoundsAgreeWithExactArithmetic) {
@@ -595,6 +648,10 @@ bool valid(const ojson& v, const ojson& schema, const ojson& root) {
     for (const ojson& r : schema.value("required", ojson::array()))
       if (!v.contains(r.get<std::string>())) return false;
   }
+  if (v.is_number() && schema.contains("multipleOf") &&
+      (v.is_number_integer() ? v.get<int64_t>() % schema["multipleOf"].get<int64_t>() != 0
+                             : std::fmod(v.get<double>(), schema["multipleOf"].get<double>()) != 0.0))
+    return false;
   if (v.is_number()) {
     const double x = v.get<double>();
     if ((schema.contains("minimum") && x < schema["minimum"].get<double>()) ||
@@ -703,6 +760,9 @@ TEST(JsonSchemaRecognizer, RandomWalksNeverDeadEndAndValidate) {
       "maximum": 0.375}, {"type": "null"}]}, "minItems": 3})",
                 200, 100);
   walk_randomly(R"({"type": "number", "exclusiveMinimum": 0.25, "exclusiveMaximum": 0.26})", 200, 100);
+  walk_randomly(R"({"type": "array", "items": {"type": "integer", "multipleOf": 15, "minimum": -40,
+      "maximum": 1000}, "minItems": 4})",
+                200, 100);
   walk_randomly(R"({"type": "array", "prefixItems": [{"type": "integer", "minimum": 3, "maximum": 40},
       {"enum": ["a", "b"]}, {"type": "array", "prefixItems": [{"type": "boolean"}], "items": false}],
       "items": {"type": "string", "maxLength": 3}, "minItems": 2})",
@@ -751,6 +811,7 @@ ojson random_schema(std::mt19937& rng, int depth) {
       s["type"] = scalars[pick];
       if (pick == 1 && rng() % 2) s["minimum"] = static_cast<int>(rng() % 50) - 20;
       if (pick == 1 && rng() % 2) s["exclusiveMaximum"] = 40 + static_cast<int>(rng() % 80);
+      if (pick == 1 && rng() % 3 == 0) s["multipleOf"] = 1 + rng() % 12;
       if (pick == 2 && rng() % 2)
         s[rng() % 2 ? "minimum" : "exclusiveMinimum"] = 0.25 * static_cast<double>(rng() % 17) - 2;
       if (pick == 2 && rng() % 2)

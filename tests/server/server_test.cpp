@@ -357,7 +357,7 @@ TEST(ServerTest, BadInputClasses) {
                400, "response_format.json_schema.name", "invalid_value");
   const HttpResult pattern = post(p, "/v1/chat/completions", "{" + hi + R"(, "response_format": {"type":
       "json_schema", "json_schema": {"name": "x", "schema": {"type": "object", "properties": {"qty": {"type":
-      "integer", "multipleOf": 5}}}}}})");
+      "number", "multipleOf": 5}}}}}})");
   expect_error(pattern, 400, "response_format.json_schema.schema", "invalid_value");
   EXPECT_NE(pattern.body.find("at #/properties/qty: 'multipleOf' is not supported"), std::string::npos)
       << pattern.body;

@@ -306,7 +306,7 @@ TEST(ToolCallsServer, AnswerWithCalls) {
   EXPECT_EQ(sampling.tool_schemas[0].first, "get_weather");
   // Parameters the decoder cannot enforce: refused for a strict function, any object for another.
   json strict_tool = json::parse(R"({"type": "function", "function": {"name": "lookup", "strict": true,
-      "parameters": {"type": "object", "properties": {"qty": {"type": "integer", "multipleOf": 5}}}}})");
+      "parameters": {"type": "object", "properties": {"qty": {"type": "number", "multipleOf": 5}}}}})");
   r = post(h.port, "/v1/chat/completions", chat_body({{"tools", {strict_tool}}}).dump());
   expect_error(r, 400, "tools", "invalid_value");
   EXPECT_NE(r.body.find("tools[0].function.parameters cannot be enforced (strict)"), std::string::npos)
