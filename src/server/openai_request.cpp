@@ -312,7 +312,7 @@ void refuse_unsupported(const json& body, bool chat) {
 std::string flattened_parts(const json& parts, size_t i) {
   std::string text;
   for (const json& part : parts) {
-    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+    if (!part.is_object() || part.value("type", json()) != "text" || !part.contains("text") ||
         !part["text"].is_string()) {
       throw bad_request(
           str_cat("messages[", i, "].content: only {\"type\": \"text\", \"text\": ...} parts are supported"),

@@ -146,7 +146,7 @@ std::vector<std::pair<std::string, std::shared_ptr<const JsonSchema>>> tool_para
       out.emplace_back(fn["name"].get<std::string>(),
                        JsonSchema::compile_cached(params, /*object_root=*/true));
     } catch (const std::exception& e) {  // (Error; anything else unexpected is still the schema's)
-      if (fn.value("strict", false)) {
+      if (fn.value("strict", json(false)) == json(true)) {
         throw bad_request(
             str_cat("tools[", i, "].function.parameters cannot be enforced (strict): ", e.what()), "tools",
             "invalid_value");

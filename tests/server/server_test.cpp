@@ -363,6 +363,10 @@ TEST(ServerTest, BadInputClasses) {
       << pattern.body;
   expect_error(post(p, "/v1/chat/completions", "{" + hi + R"(, "response_format": {"type": "xml"}})"), 400,
                "response_format", kUnsupported);
+  // A content part whose type is not a string (was a 500: read as a string).
+  expect_error(post(p, "/v1/chat/completions",
+                    R"({"messages": [{"role": "user", "content": [{"type": -1, "text": "x"}]}]})"),
+               400, "messages", "invalid_value");
   expect_error(post(p, "/v1/chat/completions",
                     "{" + hi + R"(, "response_format": {"type": "json_schema", "json_schema": {"name": "x",
                     "schema": {"type": "string"}}}, "ignore_eos": true})"),

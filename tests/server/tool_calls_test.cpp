@@ -312,10 +312,12 @@ TEST(ToolCallsServer, AnswerWithCalls) {
   EXPECT_NE(r.body.find("tools[0].function.parameters cannot be enforced (strict)"), std::string::npos)
       << r.body;
   EXPECT_NE(r.body.find("'multipleOf'"), std::string::npos) << r.body;
-  strict_tool["function"]["strict"] = false;
-  r = post(h.port, "/v1/chat/completions", chat_body({{"tools", {strict_tool}}}).dump());
-  EXPECT_EQ(r.status, 200) << r.body;
-  EXPECT_TRUE(h.engine->last_sampling().tool_schemas.empty());
+  for (const json& strict : {json(false), json(nullptr)}) {  // (null was a 500: read as a bool)
+    strict_tool["function"]["strict"] = strict;
+    r = post(h.port, "/v1/chat/completions", chat_body({{"tools", {strict_tool}}}).dump());
+    EXPECT_EQ(r.status, 200) << r.body;
+    EXPECT_TRUE(h.engine->last_sampling().tool_schemas.empty());
+  }
 
   // JSON mode and tools exclude each other.
   expect_error(post(h.port, "/v1/chat/completions",
