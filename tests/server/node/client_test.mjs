@@ -86,7 +86,7 @@ console.log(`structured output: ${parsed.choices[0].message.content}`);
 await assert.rejects(
   client.chat.completions.create({
     model, messages, max_tokens: 4,
-    response_format: { type: "json_schema", json_schema: { name: "s", schema: { type: "integer", multipleOf: 3 } } },
+    response_format: { type: "json_schema", json_schema: { name: "s", schema: { type: "number", multipleOf: 3 } } },
   }),
   (err) => err instanceof OpenAI.BadRequestError && /multipleOf/.test(err.message),
 );
