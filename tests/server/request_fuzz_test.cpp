@@ -1,9 +1,9 @@
 // Random bad requests against the whole server (HTTP parsing, request validation, the engine seam, answers),
-// served by the FakeEngine: valid chat and completions bodies that use most fields, mutated at random (values
-// of every JSON type and extreme numbers put anywhere, keys dropped or added, arrays grown, the text cut or
-// spoiled, the body sent to the other endpoint). Every answer must be a 200 that parses (a whole answer with
-// choices, or a stream that ends with [DONE]) or a 4xx OpenAI error object; never a 5xx, a hang or a crash;
-// and afterwards the server is ready and the engine holds no request.
+// served by the FakeEngine: valid chat, completions, /tokenize and /detokenize bodies that use most fields,
+// mutated at random (values of every JSON type and extreme numbers put anywhere, keys dropped or added,
+// arrays grown, the text cut or spoiled, the body sent to another endpoint). Every answer must be a 200 that
+// parses (a whole answer with choices, or a stream that ends with [DONE]) or a 4xx OpenAI error object; never
+// a 5xx, a hang or a crash; and afterwards the server is ready and the engine holds no request.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -41,7 +41,15 @@ const char* const kSeeds[] = {
         "temperature": 0, "stop": "\n"})",
     R"({"prompt": [[1, 2, 3], [4, 5]], "max_tokens": 4, "stream": true, "seed": 9,
         "response_format": {"type": "json_object"}})",
+    R"({"messages": [{"role": "user", "content": "count me"}], "add_generation_prompt": true,
+        "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]})",
+    R"({"tokens": [1, 2, 300, 4000]})",
 };
+// Which endpoint each seed is for.
+const char* const kSeedPaths[] = {"/v1/chat/completions", "/v1/chat/completions", "/v1/chat/completions",
+                                  "/v1/completions",      "/v1/completions",      "/tokenize",
+                                  "/detokenize"};
+const char* const kPaths[] = {"/v1/chat/completions", "/v1/completions", "/tokenize", "/detokenize"};
 
 json random_value(std::mt19937& rng) {
   switch (rng() % 17) {
@@ -139,7 +147,12 @@ void check_answer(const HttpResult& r, const std::string& path, const std::strin
   if (!streamed) {
     ASSERT_TRUE(json::accept(r.body)) << where;
     const json answer = json::parse(r.body);
-    EXPECT_TRUE(answer["choices"].is_array() && !answer["choices"].empty()) << where;
+    if (path == "/tokenize")
+      EXPECT_TRUE(answer["tokens"].is_array() && answer["count"] == answer["tokens"].size()) << where;
+    else if (path == "/detokenize")
+      EXPECT_TRUE(answer["prompt"].is_string()) << where;
+    else
+      EXPECT_TRUE(answer["choices"].is_array() && !answer["choices"].empty()) << where;
     return;
   }
   const std::vector<std::string> payloads = sse_payloads(r.body);
@@ -170,8 +183,7 @@ TEST(ServerRequestFuzzTest, BadRequestsGetErrorsAndLoseNothing) {
       default:
         break;
     }
-    const bool chat = seed < 3;
-    const std::string path = (rng() % 10 == 0) != chat ? "/v1/chat/completions" : "/v1/completions";
+    const std::string path = rng() % 10 == 0 ? kPaths[rng() % std::size(kPaths)] : kSeedPaths[seed];
     const HttpResult r = post(h.port, path, text);
     check_answer(r, path, text);
     if (::testing::Test::HasFatalFailure()) return;
