@@ -49,6 +49,8 @@ class RawConnection {
     if (fd_ >= 0) ::close(fd_);
     fd_ = -1;
   }
+  // Half-closes: the peer reads EOF after what was sent, and can still answer.
+  void shutdown_write() { ::shutdown(fd_, SHUT_WR); }
   // Closes with a TCP reset (SO_LINGER 0): an abrupt client disconnect.
   void reset() {
     linger l{1, 0};

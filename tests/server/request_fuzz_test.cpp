@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdio>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -197,6 +198,74 @@ TEST(ServerRequestFuzzTest, BadRequestsGetErrorsAndLoseNothing) {
   EXPECT_EQ(get(h.port, "/health/ready").status, 200);
   const HttpResult again = post(h.port, "/v1/completions", R"({"prompt": "hi", "max_tokens": 2})");
   EXPECT_EQ(again.status, 200) << again.body;
+}
+
+// Raw HTTP requests with random start lines, headers (lengths that lie, bad chunking, long or broken lines)
+// and bodies, the connection half-closed after them: the server answers each with a status line (never a 5xx)
+// or closes the connection, within seconds; afterwards it still serves.
+TEST(ServerRequestFuzzTest, MalformedHttpGetsAnAnswerOrAClose) {
+  FakeEngine::Options options;
+  options.token_delay = std::chrono::milliseconds(0);
+  ServerHarness h({}, options);
+  std::mt19937 rng(77);
+  const std::string body = R"({"prompt": "hi", "max_tokens": 2})";
+  const std::vector<std::string> starts = {
+      "POST /v1/completions HTTP/1.1",  "POST /v1/completions HTTP/1.0",
+      "GET /health/live HTTP/1.1",      "PUT /v1/completions HTTP/1.1",
+      "POST /v1//completions HTTP/1.1", "POST /" + std::string(9000, 'a') + " HTTP/1.1",
+      "POST /v1/completions HTTP/9.9",  "\x01\xff garbage",
+      "POST /v1/completions",           "GET /metrics HTTP/1.1",
+      "POST /tokenize HTTP/1.1",        ""};
+  int answered = 0;
+  for (int i = 0; i < 300; ++i) {
+    std::string text = starts[rng() % starts.size()] + "\r\nHost: x\r\n";
+    std::string payload = rng() % 4 == 0 ? std::string(rng() % 300, static_cast<char>(rng() % 256)) : body;
+    const uint32_t length_kind = rng() % 6;
+    if (length_kind == 0) text += "Content-Length: " + std::to_string(payload.size()) + "\r\n";
+    if (length_kind == 1)
+      text += "Content-Length: " + std::to_string(payload.size() + 1 + rng() % 100) + "\r\n";
+    if (length_kind == 2) text += "Content-Length: " + std::to_string(rng() % (payload.size() + 1)) + "\r\n";
+    if (length_kind == 3) text += rng() % 2 ? "Content-Length: -5\r\n" : "Content-Length: 12abc\r\n";
+    if (length_kind == 4) {
+      text += "Transfer-Encoding: chunked\r\n";
+      char size[16];
+      std::snprintf(size, sizeof(size), "%zx", payload.size() + (rng() % 3 == 0 ? 7 : 0));
+      payload = std::string(size) + "\r\n" + payload + "\r\n" + (rng() % 2 ? "0\r\n\r\n" : "zz\r\n");
+    }
+    if (rng() % 5 == 0) text += "Content-Type: application/json\r\n";
+    if (rng() % 6 == 0) text += "X-Long: " + std::string(20000, 'b') + "\r\n";
+    if (rng() % 6 == 0) text += "no colon here\r\n";
+    if (rng() % 8 == 0) text += "Expect: 100-continue\r\n";
+    if (rng() % 4 == 0) text += "Connection: close\r\n";
+    text += "\r\n" + payload;
+    if (rng() % 6 == 0) text.resize(rng() % (text.size() + 1));  // cut anywhere
+    RawConnection c(h.port);
+    try {
+      c.send_all(text);
+    } catch (const std::runtime_error&) {  // the server may close before reading it all
+    }
+    c.shutdown_write();
+    std::string got;
+    try {
+      for (std::string more; !(more = c.recv_some(std::chrono::milliseconds(10000))).empty();) got += more;
+    } catch (const std::runtime_error& e) {
+      ADD_FAILURE() << "no answer and no close within 10 s: " << e.what()
+                    << "\nrequest: " << text.substr(0, 300);
+      return;
+    }
+    if (got.empty()) continue;  // closed without an answer
+    ++answered;
+    ASSERT_TRUE(got.rfind("HTTP/1.1 ", 0) == 0 || got.rfind("HTTP/1.0 ", 0) == 0) << got.substr(0, 200);
+    for (size_t at = got.find("HTTP/1."); at != std::string::npos; at = got.find("HTTP/1.", at + 1)) {
+      if (at == 0 || (at >= 2 && got.compare(at - 2, 2, "\r\n") == 0)) {  // a status line
+        EXPECT_NE(got[at + 9], '5') << got.substr(at, 200) << "\nrequest: " << text.substr(0, 300);
+      }
+    }
+  }
+  EXPECT_GT(answered, 200);  // (the others were closed without an answer)
+  EXPECT_TRUE(wait_for([&] { return h.engine->live() == 0; }, std::chrono::milliseconds(10000)));
+  EXPECT_EQ(get(h.port, "/health/ready").status, 200);
+  EXPECT_EQ(post(h.port, "/v1/completions", body).status, 200);
 }
 
 }  // namespace
