@@ -13,6 +13,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "engine/json_schema_bounds.h"
 
 namespace dsinfer {
 
@@ -348,116 +349,34 @@ class JsonSchemaCompiler {
     return id;
   }
 
-  // A number bound exactly as written (a double prints as its shortest round-trip form, so 0.1 stays 0.1):
-  // sign, magnitude, and whether it is beyond 18 integer digits.
-  struct Bound {
-    bool negative = false;
-    JsonSchema::Decimal magnitude;
-    bool beyond = false;  // |bound| > kMaxIntegerBound (its magnitude is not filled in)
-    bool open = false;
-  };
-  Bound decimal_bound(const ojson& v, const char* key, const std::string& path) {
-    if (!v.is_number()) refuse(path, str_cat("'", key, "' must be a number"));
-    std::string text = v.dump();
-    Bound b;
-    size_t i = 0;
-    if (i < text.size() && text[i] == '-') b.negative = true, ++i;
-    std::string digits;  // the mantissa's digits, with the point `point` digits in
-    int64_t point = -1;
-    for (; i < text.size() && text[i] != 'e' && text[i] != 'E'; ++i) {
-      if (text[i] == '.')
-        point = static_cast<int64_t>(digits.size());
-      else
-        digits.push_back(text[i]);
-    }
-    if (point < 0) point = static_cast<int64_t>(digits.size());
-    if (i < text.size()) point += std::stoll(text.substr(i + 1));  // the exponent (e-05, e+20)
-    std::string whole, frac;
-    for (int64_t d = std::min<int64_t>(point, 0);
-         d < std::max<int64_t>(point, 0) || d < static_cast<int64_t>(digits.size()); ++d) {
-      const char c = d >= 0 && d < static_cast<int64_t>(digits.size()) ? digits[static_cast<size_t>(d)] : '0';
-      (d < point ? whole : frac).push_back(c);
-    }
-    whole.erase(0, std::min(whole.find_first_not_of('0'), whole.size()));
-    frac.erase(frac.find_last_not_of('0') + 1);
-    if (frac.size() > JsonSchema::kMaxBoundFractionDigits)
-      refuse(path, str_cat("'", key, "' ", text, " has more than ", JsonSchema::kMaxBoundFractionDigits,
-                           " fraction digits"));
-    if (whole.size() > 18) {
-      b.beyond = true;
-      return b;
-    }
-    b.magnitude.whole = whole.empty() ? 0 : std::stoll(whole);
-    b.magnitude.frac = frac;
-    if (b.magnitude.whole == 0 && frac.empty()) b.negative = false;  // -0 is 0
-    return b;
-  }
-
-  static int compare(const JsonSchema::Decimal& a, const JsonSchema::Decimal& b) {
-    if (a.whole != b.whole) return a.whole < b.whole ? -1 : 1;
-    const int c = a.frac.compare(b.frac);  // no trailing zeros: a prefix is the smaller
-    return c < 0 ? -1 : c > 0 ? 1 : 0;
-  }
-  static int compare(const Bound& a, const Bound& b) {  // as signed values (neither beyond)
-    if (a.negative != b.negative) return a.negative ? -1 : 1;
-    const int c = compare(a.magnitude, b.magnitude);
-    return a.negative ? -c : c;
-  }
-
   // Numbers: any decimal bounds, inclusive or exclusive, turned into the magnitudes allowed on each side of
-  // zero (the recogniser compares digits as they come, no decimal arithmetic).
+  // zero (json_schema_bounds; the recogniser compares digits as they come, no decimal arithmetic).
   uint16_t number(const ojson& s, const std::string& path) {
+    using json_schema_bounds::DecimalBound;
     const uint16_t id = new_node(Kind::kNumber, path);
     if (s.contains("multipleOf"))
       refuse(path, "'multipleOf' is not supported on numbers (on integers it is: \"type\": \"integer\")");
-    std::optional<Bound> lower, upper;
+    std::optional<DecimalBound> lower, upper;
     for (const char* key : kNumberBounds) {
       if (!s.contains(key)) continue;
+      if (!s[key].is_number()) refuse(path, str_cat("'", key, "' must be a number"));
       const std::string k = key;
-      Bound b = decimal_bound(s[key], key, path);
+      DecimalBound b;
+      try {
+        b = json_schema_bounds::parse_decimal(s[key].dump());
+      } catch (const Error& e) {
+        refuse(path, str_cat("'", key, "' ", e.what()));
+      }
       b.open = k.rfind("exclusive", 0) == 0;
       const bool is_lower = k == "minimum" || k == "exclusiveMinimum";
-      std::optional<Bound>& slot = is_lower ? lower : upper;
       if (b.beyond && b.negative == is_lower) continue;  // below -10^18 / above 10^18: no constraint
       if (b.beyond) refuse(path, str_cat("'", key, "' leaves no number of at most 18 integer digits"));
-      if (!slot) {
-        slot = b;
-        continue;
-      }
-      const int c = compare(b, *slot);  // keep the tighter one (the open one where they are equal)
-      if ((is_lower ? c > 0 : c < 0) || (c == 0 && b.open)) slot = b;
+      json_schema_bounds::keep_tighter(is_lower ? lower : upper, b, is_lower);
     }
     if (!lower && !upper) return id;
     JsonSchema::Node& node = out_->nodes_[id];
     node.decimal_bounds = true;
-    const JsonSchema::Decimal zero;
-    // Non-negative values v = M: M >= lower (where lower >= 0) and M <= upper (none where upper < 0).
-    JsonSchema::Magnitudes& pos = node.magnitudes[0];
-    if (lower && !lower->negative) pos.low = lower->magnitude, pos.low_open = lower->open;
-    if (upper) {
-      if (upper->negative) pos.none = true;
-      pos.has_high = true, pos.high = upper->magnitude, pos.high_open = upper->open;
-    }
-    // Negative values v = -M: M >= -upper (where upper <= 0; upper 0 open: M > 0) and M <= -lower (where
-    // lower <= 0; none where lower > 0).
-    JsonSchema::Magnitudes& neg = node.magnitudes[1];
-    if (upper && (upper->negative || (compare(upper->magnitude, zero) == 0 && upper->open)))
-      neg.low = upper->magnitude, neg.low_open = upper->open;
-    if (lower) {
-      if (!lower->negative && compare(lower->magnitude, zero) > 0) neg.none = true;
-      neg.has_high = true, neg.high = lower->magnitude, neg.high_open = lower->open;
-    }
-    for (JsonSchema::Magnitudes& m : node.magnitudes) {
-      if (m.has_high) {
-        const int c = compare(m.low, m.high);
-        if (c > 0 || (c == 0 && (m.low_open || m.high_open))) m.none = true;
-      }
-      m.whole_min = m.low.whole;
-      m.whole_max = !m.has_high                          ? JsonSchema::kMaxIntegerBound
-                    : m.high_open && m.high.frac.empty() ? m.high.whole - 1
-                                                         : m.high.whole;
-    }
-    if (node.magnitudes[0].none && node.magnitudes[1].none)
+    if (!json_schema_bounds::fill_magnitudes(lower, upper, node.magnitudes))
       refuse(path, "no number lies within 'minimum' / 'maximum' / 'exclusiveMinimum' / 'exclusiveMaximum'");
     return id;
   }
