@@ -176,24 +176,16 @@ bool JsonSchemaRecognizer::bounded_digit(int64_t digit, bool negative) {
   }
 }
 
-// A byte inside a bounded number (after its first), checked before the lexer reads it: integer digits as
-// bounded_digit, '.' only after an integer part in range, a fraction digit other than 0 only where the value
-// is not pinned to a bound (1.x with maximum 1), no exponent, and the end only in range.
+// A byte inside a bounded integer (after its first), checked before the lexer reads it: digits as
+// bounded_digit, the end only in range and on a multiple.
 bool JsonSchemaRecognizer::bounded_number_byte(uint8_t byte) {
-  const JsonSchema::Node& node = schema_->node(s_.value);
-  const bool negative = s_.flag != 0;
-  const uint8_t phase = s_.count;
+  const uint8_t phase = s_.count;  // (an integer has no fraction or exponent: the lexer refuses them)
   if (json_lex::is_digit(byte)) {
-    if (phase == json_lex::kMinus || phase == json_lex::kInt) return bounded_digit(byte - '0', negative);
-    if (phase == json_lex::kDot || phase == json_lex::kFrac) {
-      const bool pinned = negative ? s_.number == node.minimum : s_.number == node.maximum;
-      return byte == '0' || !pinned;
-    }
+    if (phase == json_lex::kMinus || phase == json_lex::kInt) return bounded_digit(byte - '0', s_.flag != 0);
     return phase != json_lex::kZero || integer_part_in_range();  // after a leading 0: the number ends
   }
-  if (byte == 'e' || byte == 'E') return false;
-  if (phase == json_lex::kZero || phase == json_lex::kInt) return integer_part_in_range();  // '.' or the end
-  return true;  // the lexer decides (after '.', or after fraction digits)
+  if (phase == json_lex::kZero || phase == json_lex::kInt) return integer_part_in_range();  // the end
+  return true;  // the lexer decides
 }
 
 bool JsonSchemaRecognizer::operator==(const JsonSchemaRecognizer& other) const {
