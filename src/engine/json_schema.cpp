@@ -30,9 +30,7 @@ const std::set<std::string> kAnnotations = {
     "contentEncoding", "contentMediaType", "discriminator", "xml",       "externalDocs"};
 
 // Constraints the recogniser cannot enforce: refused rather than ignored (an answer could break them).
-const std::set<std::string> kUnsupported = {"minProperties",
-                                            "maxProperties",
-                                            "patternProperties",
+const std::set<std::string> kUnsupported = {"patternProperties",
                                             "propertyNames",
                                             "dependentRequired",
                                             "dependentSchemas",
@@ -183,7 +181,8 @@ class JsonSchemaCompiler {
       if (kUnsupported.count(key))
         refuse(path, str_cat("'", key,
                              "' is not supported by constrained decoding (supported: type, properties, "
-                             "required, additionalProperties, items, prefixItems, minItems, maxItems, "
+                             "required, additionalProperties, minProperties, maxProperties, items, "
+                             "prefixItems, minItems, maxItems, "
                              "minLength, maxLength, "
                              "pattern, format (date, time, date-time, uuid, ipv4), multipleOf on integers, "
                              "enum, const, anyOf, "
@@ -226,7 +225,8 @@ class JsonSchemaCompiler {
       return;
     }
     if (types.empty()) {  // no type: read from the keywords present, else any value
-      if (s.contains("properties") || s.contains("required") || s.contains("additionalProperties"))
+      if (s.contains("properties") || s.contains("required") || s.contains("additionalProperties") ||
+          s.contains("minProperties") || s.contains("maxProperties"))
         types = {"object"};
       else if (s.contains("items") || s.contains("prefixItems") || s.contains("minItems") ||
                s.contains("maxItems"))
@@ -467,7 +467,32 @@ class JsonSchemaCompiler {
       else
         extra = compile(additional, child_path(path, "additionalProperties"));
     }
+    // minProperties / maxProperties: counted for an object of free keys (a map); with listed properties only
+    // where they hold anyway (the required ones suffice; no other keys are generated).
+    uint32_t min_properties = 0, max_properties = UINT32_MAX;
+    if (s.contains("minProperties"))
+      min_properties = static_cast<uint32_t>(std::min<uint64_t>(count(s, "minProperties", path), UINT32_MAX));
+    if (s.contains("maxProperties"))
+      max_properties = static_cast<uint32_t>(std::min<uint64_t>(count(s, "maxProperties", path), UINT32_MAX));
+    if (max_properties < min_properties)
+      refuse(path, "'maxProperties' is below 'minProperties': no object fits");
+    if (!properties.empty()) {
+      const auto required = static_cast<uint32_t>(std::count_if(
+          properties.begin(), properties.end(), [](const JsonSchema::Property& p) { return p.required; }));
+      if (min_properties > required)
+        refuse(path, "'minProperties' above the number of required properties is not supported");
+      if (max_properties < properties.size())
+        refuse(path, "'maxProperties' below the number of listed properties is not supported");
+      min_properties = 0, max_properties = UINT32_MAX;
+    } else {
+      if (min_properties > JsonSchema::kMaxItemsTracked)
+        refuse(path, str_cat("'minProperties' above ", JsonSchema::kMaxItemsTracked, " is not supported"));
+      if (max_properties >= UINT16_MAX) max_properties = UINT32_MAX;  // (more keys than a frame counts)
+      if (extra < 0 && min_properties > 0) refuse(path, "'minProperties' asks for keys that are not allowed");
+    }
     JsonSchema::Node& node = out_->nodes_[id];
+    node.min_properties = min_properties;
+    node.max_properties = max_properties;
     node.next_required.assign(properties.size() + 1, static_cast<uint16_t>(properties.size()));
     for (size_t i = properties.size(); i-- > 0;)
       node.next_required[i] = properties[i].required ? static_cast<uint16_t>(i) : node.next_required[i + 1];
@@ -839,6 +864,8 @@ class JsonSchemaCompiler {
             d = 1;
             for (const auto& p : node.properties)
               if (p.required) d = std::max(d, depth[p.node] >= kInf ? kInf : 1 + depth[p.node]);
+            if (node.min_properties > 0)  // (a map: its values follow `extra`)
+              d = std::max(d, depth[node.extra] >= kInf ? kInf : 1 + depth[node.extra]);
             break;
           case Kind::kArray:
             d = 1;

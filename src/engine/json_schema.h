@@ -3,17 +3,17 @@
 // declared order, array, string, number, integer, a set of literal values, or a choice decided by the
 // value's first byte), plus byte tries for literal values and property keys.
 //
-// What is enforced: type (one or a list), properties / required / additionalProperties, items / prefixItems
-// (tuples; also draft-4's `items` list with additionalItems) / minItems / maxItems, minLength / maxLength,
-// pattern / format (date, time, date-time, uuid, ipv4) on strings,
-// minimum / maximum / exclusiveMinimum / exclusiveMaximum on integers and numbers (exact decimals as
-// written), enum / const, anyOf / oneOf whose branches begin differently (e.g. a type or null) or are objects
-// told apart by a discriminator (a property all of them require, with const / enum values no two share:
-// pydantic's discriminated unions), allOf of one schema, $ref into the document ($defs, definitions, any JSON
-// pointer; recursion included), nullable. Annotations are ignored (title, description, default, examples,
-// format, ...); keywords that constrain values in ways the recogniser cannot follow (uniqueItems,
-// minProperties,
-// ...) are refused with an error naming them, never silently dropped.
+// What is enforced: type (one or a list); properties / required / additionalProperties, and minProperties /
+// maxProperties (counted for maps); items / prefixItems (tuples; also draft 4's `items` list with
+// additionalItems) / minItems / maxItems; minLength / maxLength and pattern / format (date, time, date-time,
+// uuid, ipv4) on strings; minimum / maximum / exclusiveMinimum / exclusiveMaximum on integers and numbers
+// (exact decimals as written) and multipleOf on integers; enum / const; anyOf / oneOf whose branches begin
+// differently (e.g. a type or null) or are objects told apart by a discriminator (a property all of them
+// require, with const / enum values no two share: pydantic's discriminated unions); allOf of one schema; $ref
+// into the document ($defs, definitions, any JSON pointer; recursion included); nullable. Annotations are
+// ignored (title, description, default, examples, format, ...); keywords that constrain values in ways the
+// recogniser cannot follow (uniqueItems, patternProperties, ...) are refused with an error naming them,
+// never silently dropped.
 //
 // How answers are shaped (each still valid against the schema): properties come in the schema's order
 // (a union's discriminator first), optional ones may be left out; an object with properties gets no other
@@ -87,6 +87,10 @@ class JsonSchema {
     std::vector<uint16_t> union_branches;
     uint16_t key_root = 0;
     int32_t extra = -1;
+    // An object of free keys: how many (minProperties <= kMaxItemsTracked / maxProperties; from 65535 on:
+    // unbounded).
+    uint32_t min_properties = 0;
+    uint32_t max_properties = UINT32_MAX;
     // kArray: item i follows prefix_items[i] (prefixItems, or `items` as a list), later items `items`
     std::vector<uint16_t> prefix_items;
     uint16_t items = 0;

@@ -297,7 +297,10 @@ bool JsonSchemaRecognizer::key_start() {
     s_.literal = static_cast<uint16_t>(next);
     return true;
   }
-  if (object.extra < 0 || !fits(static_cast<uint16_t>(object.extra))) return false;
+  if (object.extra < 0 || !fits(static_cast<uint16_t>(object.extra)) ||
+      top().progress >= object.max_properties)
+    return false;
+  if (top().progress < UINT16_MAX) ++top().progress;  // a map: its keys so far
   s_.mode = kString;
   s_.string_key = 1;
   return true;
@@ -308,7 +311,9 @@ bool JsonSchemaRecognizer::close(uint8_t byte) {
   const Frame& f = top();
   const JsonSchema::Node& node = schema_->node(f.node);
   if (node.kind == Kind::kObject) {
-    if (byte != '}' || (!node.properties.empty() && node.next_required[f.progress] < node.properties.size()))
+    if (byte != '}' ||
+        (!node.properties.empty() && node.next_required[f.progress] < node.properties.size()) ||
+        (node.properties.empty() && f.progress < node.min_properties))
       return false;
   } else {
     if (byte != ']' || f.progress < node.min_items) return false;
@@ -533,8 +538,10 @@ bool JsonSchemaRecognizer::between(uint8_t byte) {
         s_.value = item;
         return true;
       }
-      const bool more = node.properties.empty() ? node.extra >= 0 && fits(static_cast<uint16_t>(node.extra))
-                                                : key_reachable(f, node.key_root);
+      const bool more =
+          node.properties.empty()
+              ? node.extra >= 0 && fits(static_cast<uint16_t>(node.extra)) && f.progress < node.max_properties
+              : key_reachable(f, node.key_root);
       if (!more) return false;
       s_.mode = kKey;
       return true;

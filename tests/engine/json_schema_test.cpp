@@ -350,6 +350,43 @@ TEST(JsonSchemaRecognizer, ArraysMapsRefsAndAnyValues) {
   }
 }
 
+// minProperties / maxProperties: counted for a map (pydantic's dict with min_length / max_length); with
+// listed properties only where they hold anyway.
+TEST(JsonSchemaRecognizer, MapsCountTheirKeys) {
+  const auto map =
+      compiled(R"({"type": "object", "additionalProperties": {"type": "integer"}, "minProperties": 1,
+      "maxProperties": 2})");
+  EXPECT_FALSE(accepts(*map, "{}"));
+  EXPECT_EQ(accepted_prefix(*map, "{}"), 1u);
+  EXPECT_TRUE(accepts(*map, R"({"a": 1})"));
+  EXPECT_TRUE(accepts(*map, R"({"a": 1, "b": 2})"));
+  EXPECT_EQ(accepted_prefix(*map, R"({"a": 1, "b": 2, "c": 3})"), 15u);
+  const auto none = compiled(R"({"type": "object", "maxProperties": 0})");
+  EXPECT_TRUE(accepts(*none, "{}"));
+  EXPECT_EQ(accepted_prefix(*none, R"({"a": 1})"), 1u);
+  EXPECT_TRUE(accepts(*compiled(R"({"minProperties": 3})"), R"({"a": 1, "b": [], "c": null})"));
+  // Listed properties: where the required ones already satisfy them.
+  EXPECT_EQ(compile_error(R"({"properties": {"a": {}, "b": {}}, "required": ["a"], "minProperties": 1,
+      "maxProperties": 5})"),
+            "");
+  EXPECT_NE(compile_error(R"({"properties": {"a": {}, "b": {}}, "required": ["a"], "minProperties": 2})")
+                .find("'minProperties' above the number of required properties"),
+            std::string::npos);
+  EXPECT_NE(compile_error(R"({"properties": {"a": {}, "b": {}}, "maxProperties": 1})")
+                .find("'maxProperties' below the number of listed properties"),
+            std::string::npos);
+  EXPECT_NE(
+      compile_error(R"({"type": "object", "minProperties": 3, "maxProperties": 2})").find("no object fits"),
+      std::string::npos);
+  EXPECT_NE(compile_error(R"({"type": "object", "additionalProperties": false, "minProperties": 1})")
+                .find("asks for keys that are not allowed"),
+            std::string::npos);
+  // A map that must hold a map that must hold ...: no finite answer.
+  EXPECT_NE(compile_error(R"({"type": "object", "additionalProperties": {"$ref": "#"}, "minProperties": 1})")
+                .find("without end"),
+            std::string::npos);
+}
+
 TEST(JsonSchemaRecognizer, TuplesFollowTheirItemsInOrder) {
   // pydantic's tuple[int, str].
   const auto pair = compiled(R"({"type": "array", "prefixItems": [{"type": "integer"}, {"type": "string"}],
@@ -435,6 +472,8 @@ bool valid(const ojson& v, const ojson& schema, const ojson& root) {
     }
     for (const ojson& r : schema.value("required", ojson::array()))
       if (!v.contains(r.get<std::string>())) return false;
+    if (v.size() < schema.value("minProperties", 0u) || v.size() > schema.value("maxProperties", 1000000u))
+      return false;
   }
   if (v.is_number() && schema.contains("multipleOf") &&
       (v.is_number_integer() ? v.get<int64_t>() % schema["multipleOf"].get<int64_t>() != 0
@@ -544,6 +583,9 @@ TEST(JsonSchemaRecognizer, RandomWalksNeverDeadEndAndValidate) {
       "required": ["name", "kind", "list", "sku"]})",
                 200, 100);
   walk_randomly(R"({"type": "object", "additionalProperties": {"type": "array", "items": {}}})", 200, 100);
+  walk_randomly(R"({"type": "object", "additionalProperties": {"type": "object", "additionalProperties":
+      {"type": "integer"}, "minProperties": 1}, "minProperties": 2, "maxProperties": 3})",
+                200, 100);
   walk_randomly(R"({"type": "array", "items": {"anyOf": [{"type": "number", "exclusiveMinimum": -0.5,
       "maximum": 0.375}, {"type": "null"}]}, "minItems": 3})",
                 200, 100);
@@ -633,9 +675,11 @@ ojson random_schema(std::mt19937& rng, int depth) {
       }
       if (!props.empty() || rng() % 2) s["properties"] = props;
       if (!required.empty()) s["required"] = required;
-      if (props.empty() && rng() % 2)
+      if (props.empty() && rng() % 2) {
         s["additionalProperties"] = random_schema(rng, depth - 1);
-      else if (rng() % 3 == 0)
+        if (rng() % 2) s["minProperties"] = rng() % 3;
+        if (rng() % 2) s["maxProperties"] = 1 + rng() % 3;
+      } else if (rng() % 3 == 0)
         s["additionalProperties"] = false;
       break;
     }
