@@ -334,14 +334,8 @@ class JsonSchemaCompiler {
         refuse(path, str_cat("'multipleOf' on integers must be a whole number from 1 to ",
                              JsonSchema::kMaxMultipleOf, ", got ", m.dump()));
       multiple = static_cast<int64_t>(v);
-      // The bounds as the first and last multiples within them.
-      const int64_t first = lo % multiple == 0 ? lo
-                            : lo > 0           ? lo + multiple - lo % multiple
-                                               : lo - lo % multiple;
-      const int64_t last = hi % multiple == 0 ? hi
-                           : hi > 0           ? hi - hi % multiple
-                                              : hi - hi % multiple - multiple;
-      if (first > last) refuse(path, "no multiple of 'multipleOf' lies within 'minimum' / 'maximum'");
+      if (!json_schema_bounds::holds_multiple(lo, hi, multiple))
+        refuse(path, "no multiple of 'multipleOf' lies within 'minimum' / 'maximum'");
     }
     out_->nodes_[id].minimum = lo;
     out_->nodes_[id].maximum = hi;

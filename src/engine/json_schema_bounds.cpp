@@ -63,6 +63,12 @@ void keep_tighter(std::optional<DecimalBound>& slot, const DecimalBound& b, bool
   if ((is_lower ? c > 0 : c < 0) || (c == 0 && b.open)) slot = b;
 }
 
+bool holds_multiple(int64_t low, int64_t high, int64_t m) {
+  const int64_t r = low % m;  // (truncated: <= 0 for a negative low)
+  const int64_t first = r == 0 ? low : low > 0 ? low + (m - r) : low - r;
+  return low <= high && first <= high;
+}
+
 bool fill_magnitudes(const std::optional<DecimalBound>& lower, const std::optional<DecimalBound>& upper,
                      JsonSchema::Magnitudes (&magnitudes)[2]) {
   const JsonSchema::Decimal zero;

@@ -1,8 +1,10 @@
 // json_schema_bounds: a number schema's minimum / maximum / exclusiveMinimum / exclusiveMaximum read as exact
 // decimals, as the request wrote them (a double prints as its shortest round-trip form, so 0.1 stays 0.1),
 // and turned into the magnitudes a number may take on each side of zero (JsonSchema::Magnitudes), which
-// JsonSchemaRecognizer compares with the answer's digits as they come.
+// JsonSchemaRecognizer compares with the answer's digits as they come; and whether a range of integers holds
+// a multiple (multipleOf on integers).
 #pragma once
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -31,6 +33,9 @@ void keep_tighter(std::optional<DecimalBound>& slot, const DecimalBound& b, bool
 
 // magnitudes[0]: values written without '-', [1]: with it, from the bounds (either may be absent); false when
 // no number lies within them.
+// Whether [low, high] holds a multiple of m (m > 0): multipleOf on integers.
+bool holds_multiple(int64_t low, int64_t high, int64_t m);
+
 bool fill_magnitudes(const std::optional<DecimalBound>& lower, const std::optional<DecimalBound>& upper,
                      JsonSchema::Magnitudes (&magnitudes)[2]);
 

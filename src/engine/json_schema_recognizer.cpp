@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "engine/json_lexer.h"
+#include "engine/json_schema_bounds.h"
 
 namespace dsinfer {
 
@@ -146,15 +147,6 @@ bool JsonSchemaRecognizer::integer_part_in_range() const {
   return s_.number >= node.minimum && s_.number <= node.maximum && s_.number % node.multiple_of == 0;
 }
 
-namespace {
-// Whether [low, high] holds a multiple of m.
-bool holds_multiple(int64_t low, int64_t high, int64_t m) {
-  const int64_t r = low % m;  // (truncated: <= 0 for a negative low)
-  const int64_t first = r == 0 ? low : low > 0 ? low + (m - r) : low - r;
-  return low <= high && first <= high;
-}
-}  // namespace
-
 // An integer digit: taken when the digits so far can still make an integer in range and a multiple of
 // multipleOf (with more digits or without).
 bool JsonSchemaRecognizer::bounded_digit(int64_t digit, bool negative) {
@@ -168,7 +160,8 @@ bool JsonSchemaRecognizer::bounded_digit(int64_t digit, bool negative) {
   for (int64_t m = magnitude;; m *= 10, scale *= 10) {
     const int64_t low = negative ? -(m + scale - 1) : m;
     const int64_t high = negative ? -m : m + scale - 1;
-    if (holds_multiple(std::max(low, node.minimum), std::min(high, node.maximum), node.multiple_of)) {
+    if (json_schema_bounds::holds_multiple(std::max(low, node.minimum), std::min(high, node.maximum),
+                                           node.multiple_of)) {
       s_.number = negative ? -magnitude : magnitude;
       return true;
     }
