@@ -267,6 +267,59 @@ TEST(DeepseekV32Indexer, ChunkedPrefillBreaksTiesAsOneShot) {
   }
 }
 
+TEST(DeepseekV32Indexer, LowestPositionTiesKeepTheEarliestTiedKeys) {
+  // Keys 0, 3, 6, ... score above 0, every other key exactly 0: under kLowestPosition the tied zeros at the
+  // boundary are the earliest ones, whatever the chunking; the default (torch's CPU choice) differs here.
+  const int64_t Hi = 2, D = 8, top_k = 20, L = 37;
+  std::mt19937 rng(6);
+  KvCache cache({{KvKind::kFullHistory, D}}, 4, 16);
+  fill_cache(cache, 0, rng);
+  for (int64_t j = 0; j < L; ++j) {
+    const float v = j % 3 == 0 ? 0.1f * static_cast<float>(j + 1) : -1.0f;  // distinct positive scores
+    std::fill(cache.slot(0, j), cache.slot(0, j) + D, v);
+  }
+  Tensor q = Tensor::from_f32(std::vector<float>(L * Hi * D, 0.5f), {L, Hi, D});
+  Tensor w = Tensor::from_f32(std::vector<float>(L * Hi, 1.0f), {L, Hi});
+  CpuBackend lowest;
+  lowest.set_index_ties(CpuBackend::IndexTies::kLowestPosition);
+  const BatchPlan plan = make_plan({{0, static_cast<int32_t>(L)}}, 16, 4);
+  const Tensor sel = lowest.dsa_indexer_topk(q, w, cache, 0, plan, 1.0f, 1.0f, top_k);
+  bool differs = false;
+  const Tensor torch_cpu = CpuBackend().dsa_indexer_topk(q, w, cache, 0, plan, 1.0f, 1.0f, top_k);
+  for (int64_t t = 0; t < L; ++t) {
+    std::vector<int32_t> expected;
+    if (t + 1 <= top_k) {
+      for (int32_t j = 0; j <= t; ++j) expected.push_back(j);
+    } else {
+      int32_t positive = 0;
+      for (int32_t j = 0; j <= t; j += 3) ++positive;
+      int32_t zeros = static_cast<int32_t>(top_k) - positive;  // the earliest zero-score keys fill the rest
+      for (int32_t j = 0; j <= t; ++j) {
+        if (j % 3 == 0) {
+          expected.push_back(j);
+        } else if (zeros > 0) {
+          expected.push_back(j);
+          --zeros;
+        }
+      }
+    }
+    expected.resize(top_k, -1);
+    EXPECT_EQ(row_of(sel, t), expected) << "token " << t;
+    differs = differs || row_of(torch_cpu, t) != expected;
+  }
+  EXPECT_TRUE(differs) << "the two tie rules should choose differently on this input";
+  // Chunked prefill (prompt_lens given) chooses alike.
+  for (int32_t begin = 0; begin < L; begin += 7) {
+    const int32_t n = std::min<int32_t>(7, static_cast<int32_t>(L) - begin);
+    const BatchPlan chunk = make_plan({{begin, n, static_cast<int32_t>(L)}}, 16, 4);
+    const Tensor part =
+        lowest.dsa_indexer_topk(q.rows(begin, begin + n).clone(), w.rows(begin, begin + n).clone(), cache, 0,
+                                chunk, 1.0f, 1.0f, top_k);
+    for (int32_t i = 0; i < n; ++i)
+      EXPECT_EQ(row_of(part, i), row_of(sel, begin + i)) << "token " << begin + i;
+  }
+}
+
 TEST(DeepseekV32Indexer, SequencesInABatchOnlySeeTheirOwnKeys) {
   std::mt19937 rng(5);
   const int64_t Hi = 2, D = 8, top_k = 4;

@@ -49,11 +49,19 @@ class CpuBackend : public Backend {
                       const Tensor& sinks, float scale) override;
 
   // DeepSeek-V3.2: cpu_layer_norm.cpp, cpu_indexer.cpp, cpu_sparse_attention.cpp.
+  // Which of equally scored keys the indexer keeps at its top-k boundary: torch.topk's choice on the CPU
+  // (the default: the bundled goldens come from transformers on the CPU) or the lowest positions (torch.topk
+  // on CUDA, and the CUDA backend; its cross-checks set this).
+  enum class IndexTies { kTorchCpu, kLowestPosition };
+  void set_index_ties(IndexTies ties) { index_ties_ = ties; }
   Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps) override;
   Tensor dsa_indexer_topk(const Tensor& q, const Tensor& weights, const KvCache& cache, int64_t layer,
                           const BatchPlan& plan, float scale, float weight_scale, int64_t top_k) override;
   Tensor attention_mla_sparse(const Tensor& q_lat, const Tensor& q_pe, const KvCache& cache, int64_t layer,
                               const BatchPlan& plan, const Tensor& selected, float scale) override;
+
+ private:
+  IndexTies index_ties_ = IndexTies::kTorchCpu;
 };
 
 }  // namespace dsinfer

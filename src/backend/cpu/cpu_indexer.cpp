@@ -6,7 +6,8 @@
 // torch.topk over a row holding every key of the forward pass, future keys masked to -FLT_MAX, which is
 // std::nth_element (or std::partial_sort when 64 * k <= row length) on (score, index) pairs. The row length
 // is the sequence's length after its whole prompt (plan.prompt_lens), so chunked prefill selects exactly
-// what a one-shot prefill does.
+// what a one-shot prefill does. IndexTies::kLowestPosition keeps the lowest positions among the tied keys
+// instead (torch.topk on CUDA; what the CUDA backend does), whatever the row length.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -75,7 +76,16 @@ Tensor CpuBackend::dsa_indexer_topk(const Tensor& q, const Tensor& weights, cons
         row[j] = {score, j};
       }
       const int64_t k = std::min(top_k, row_len);
-      torch_cpu_topk(row, k);
+      if (index_ties_ == IndexTies::kLowestPosition) {
+        std::partial_sort(row.begin(), row.begin() + k, row.end(),
+                          [](const ScoredKey& x, const ScoredKey& y) {
+                            const bool xn = std::isnan(x.first), yn = std::isnan(y.first);
+                            if (xn != yn) return xn;
+                            return (!xn && x.first != y.first) ? x.first > y.first : x.second < y.second;
+                          });
+      } else {
+        torch_cpu_topk(row, k);
+      }
       for (int64_t i = 0; i < k; ++i) {
         if (row[i].second < n) sel[chosen++] = static_cast<int32_t>(row[i].second);
       }
