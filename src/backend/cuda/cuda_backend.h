@@ -8,6 +8,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/device_mirror.h"
+#include "backend/cuda/mla_kernels.h"
 #include "backend/cuda/mla_write_kernels.h"
 #include "backend/cuda/pinned_buffer.h"
 #include "backend/cuda/step_plan.h"
@@ -241,6 +242,9 @@ class CudaBackend : public Backend {
   // norm_mlp_residual with `parts` bf16 parts per activation in its GEMV launches (up to 8 rows).
   void norm_mlp_residual_parts(Tensor& residual, const Tensor& norm, float eps, const MlpWeights& w,
                                int parts);
+  // The step plan's device arrays as the MLA kernels read them, for a cache layer of `storage` (uploads a
+  // lone op call's plan: `lone`).
+  cuda::MlaPlanView mla_plan_view(const BatchPlan& plan, const Tensor& storage, bool& lone);
   // attention_mla, with w_uv (not null) attention_mla_uv: returns [T, H, R], or [T, H, V] with w_uv.
   Tensor run_attention_mla(const Tensor& q_lat, const Tensor& q_pe, const KvCache& cache, int64_t layer,
                            const BatchPlan& plan, float scale, const Tensor* w_uv);

@@ -10,12 +10,14 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/device_args.h"
 #include "backend/cuda/mla_write_kernels.h"
+#include "backend/cuda/plan_checks.h"
 #include "backend/cuda/rope_kernels.h"
 #include "core/dtype.h"
 #include "core/error.h"
 
 namespace dsinfer {
 
+using cuda::check_positions;
 using cuda::dev_bf16;
 using cuda::dev_f32;
 
@@ -38,16 +40,6 @@ void check_slots(const KvCache& cache, const BatchPlan& plan, const char* op) {
             plan.slot_mapping.size(), " entries for ", plan.num_tokens(), " tokens");
   const int64_t slots = cache.num_blocks() * cache.block_size();
   for (int64_t s : plan.slot_mapping) DSI_CHECK(s >= 0 && s < slots, op, ": slot ", s, " outside the cache");
-}
-
-// Every token's position lies within its sequence's blocks.
-void check_positions(const BatchPlan& plan, const char* op) {
-  for (int32_t s = 0; s < plan.num_seqs(); ++s) {
-    const int64_t blocks = plan.block_table_indptr[s + 1] - plan.block_table_indptr[s];
-    for (int32_t t = plan.cu_seqlens[s]; t < plan.cu_seqlens[s + 1]; ++t)
-      DSI_CHECK(plan.positions[t] >= 0 && plan.positions[t] < blocks * plan.block_size, op, ": position ",
-                plan.positions[t], " of sequence ", s, " is past its ", blocks, " blocks");
-  }
 }
 
 }  // namespace

@@ -38,6 +38,19 @@ Tensor CudaBackend::attention_mla_uv(const Tensor& q_lat, const Tensor& q_pe, co
   return run_attention_mla(q_lat, q_pe, cache, layer, plan, scale, &w_uv);  // [T, H, V]
 }
 
+cuda::MlaPlanView CudaBackend::mla_plan_view(const BatchPlan& plan, const Tensor& storage, bool& lone) {
+  const cuda::DevicePlanView gqa_view = plan_view(plan, lone);
+  cuda::MlaPlanView view;
+  view.positions = gqa_view.positions;
+  view.token_seq = gqa_view.token_seq;
+  view.block_table = gqa_view.block_table;
+  view.block_table_indptr = gqa_view.block_table_indptr;
+  view.cu_seqlens = step_.device().cu_seqlens;
+  view.block_size = plan.block_size;
+  view.cache_rows = storage.dim(0);
+  return view;
+}
+
 Tensor CudaBackend::run_attention_mla(const Tensor& q_lat, const Tensor& q_pe, const KvCache& cache,
                                       int64_t layer, const BatchPlan& plan, float scale, const Tensor* w_uv) {
   // q_lat [T, H, R], q_pe [T, H, P] -> [T, H, R]; with w_uv [H, V, R]: -> [T, H, V]
@@ -59,16 +72,8 @@ Tensor CudaBackend::run_attention_mla(const Tensor& q_lat, const Tensor& q_pe, c
   Tensor y;
   bool y_done = false;
   bool lone_call = false;
-  const cuda::DevicePlanView gqa_view = plan_view(plan, lone_call);
+  cuda::MlaPlanView view = mla_plan_view(plan, storage, lone_call);
   const cuda::DevicePlan& dp = step_.device();
-  cuda::MlaPlanView view;
-  view.positions = gqa_view.positions;
-  view.token_seq = gqa_view.token_seq;
-  view.block_table = gqa_view.block_table;
-  view.block_table_indptr = gqa_view.block_table_indptr;
-  view.cu_seqlens = dp.cu_seqlens;
-  view.block_size = plan.block_size;
-  view.cache_rows = storage.dim(0);
   const bool bf16 = storage.dtype() == DType::BF16;
   const bool tensor_cores = cuda::mla_tc_supported(R, P, bf16, reinterpret_cast<uintptr_t>(storage.raw()),
                                                    reinterpret_cast<uintptr_t>(q_lat.raw()),

@@ -120,6 +120,9 @@ const std::vector<CudaOpSupport>& cuda_op_support() {
        {"norm_mlp_residual", "moe_experts", "add_inplace"},
        ""},
       // ---- DeepSeek-V3.2 sparse attention ----
+      // Kernels exist and are op-tested (cuda_backend_dsa.cpp: launch_layer_norm, launch_dsa_index_scores,
+      // launch_dsa_topk, launch_attention_mla over a list); the rows name them once the model has passed end
+      // to end on the GPU (docs/experiments/2026-12-05-v32-on-gpu-enable.patch). Until then V3.2 stays on the CPU.
       {"layer_norm", {}, {}, {}, ""},
       {"dsa_indexer_topk", {}, {}, {}, ""},
       {"attention_mla_sparse", {}, {}, {}, ""},

@@ -1,4 +1,4 @@
-// CudaBackend ops of DeepSeek-V3.2 and V4 that have no CUDA kernel yet: each throws a clear error
+// CudaBackend ops of DeepSeek-V4 that have no CUDA kernel yet: each throws a clear error
 // (load_model refuses those models on the GPU, so these guard direct callers).
 #include "backend/cuda/cuda_backend.h"
 #include "core/error.h"
@@ -43,17 +43,6 @@ Tensor CudaBackend::indexer_topk(const Tensor&, const Tensor&, const KvCache&, i
 Tensor CudaBackend::attention_v4(const Tensor&, const KvCache&, int64_t, int64_t, int64_t, int64_t,
                                  const Tensor&, const BatchPlan&, const Tensor&, float) {
   no_kernel("attention_v4");
-}
-Tensor CudaBackend::layer_norm(const Tensor&, const Tensor&, const Tensor&, float) {
-  no_kernel("layer_norm");
-}
-Tensor CudaBackend::dsa_indexer_topk(const Tensor&, const Tensor&, const KvCache&, int64_t, const BatchPlan&,
-                                     float, float, int64_t) {
-  no_kernel("dsa_indexer_topk");
-}
-Tensor CudaBackend::attention_mla_sparse(const Tensor&, const Tensor&, const KvCache&, int64_t,
-                                         const BatchPlan&, const Tensor&, float) {
-  no_kernel("attention_mla_sparse");
 }
 
 }  // namespace dsinfer

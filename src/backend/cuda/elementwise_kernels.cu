@@ -1,5 +1,5 @@
-// Elementwise CUDA kernels: embedding gather, RMSNorm (one block per row, warp-shuffle reduction), SiLU-mul,
-// add, row gather.
+// Elementwise CUDA kernels: embedding gather, RMSNorm and LayerNorm (one block per row, warp-shuffle
+// reductions), SiLU-mul, add, row gather.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -58,6 +58,24 @@ __global__ void rms_norm_kernel(const float* x, const uint16_t* w, float* out, i
     out[t * H + i] = bf16_bits_to_float(w[i]) * (row[i] * inv);
 }
 
+// torch.nn.LayerNorm: the mean, then the biased variance of the centred values (two reductions, as the CPU
+// reference computes them), then the affine weight and optional bias.
+__global__ void layer_norm_kernel(const float* x, const uint16_t* w, const uint16_t* b, float* out, int64_t H,
+                                  float eps) {
+  pdl_wait();
+  pdl_trigger();
+  const int64_t t = blockIdx.x;
+  const float* row = x + t * H;  // [H]
+  float sum = 0.0f;
+  for (int64_t i = threadIdx.x; i < H; i += blockDim.x) sum += row[i];
+  const float mean = block_sum(sum) / static_cast<float>(H);
+  float ss = 0.0f;
+  for (int64_t i = threadIdx.x; i < H; i += blockDim.x) ss += (row[i] - mean) * (row[i] - mean);
+  const float inv = rsqrtf(block_sum(ss) / static_cast<float>(H) + eps);
+  for (int64_t i = threadIdx.x; i < H; i += blockDim.x)
+    out[t * H + i] = (row[i] - mean) * inv * bf16_bits_to_float(w[i]) + (b ? bf16_bits_to_float(b[i]) : 0.0f);
+}
+
 __global__ void silu_mul_kernel(const float* gate, const float* up, float* out, int64_t n, float limit) {
   pdl_wait();
   pdl_trigger();
@@ -111,6 +129,13 @@ void launch_rms_norm(const float* x, const uint16_t* w, float* out, int64_t T, i
   if (T == 0) return;
   launch_pdl(rms_norm_kernel, static_cast<unsigned>(T), 256, 0, x, w, out, H, eps);
   check_launch("rms_norm");
+}
+
+void launch_layer_norm(const float* x, const uint16_t* w, const uint16_t* b, float* out, int64_t T, int64_t H,
+                       float eps) {
+  if (T == 0) return;
+  launch_pdl(layer_norm_kernel, static_cast<unsigned>(T), H >= 256 ? 256 : 128, 0, x, w, b, out, H, eps);
+  check_launch("layer_norm");
 }
 
 void launch_silu_mul(const float* gate, const float* up, float* out, int64_t n, float limit) {

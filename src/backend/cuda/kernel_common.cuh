@@ -77,6 +77,19 @@ __device__ __forceinline__ float block_inv_rms(const float* row, int64_t H, floa
   return rsqrtf(partial[0] / static_cast<float>(H) + eps);
 }
 
+// The sum of every thread's v over the block (blockDim.x a multiple of 32, at most 1024), returned to every
+// thread; callable several times in a row (it synchronises before returning).
+__device__ __forceinline__ float block_sum(float v) {
+  __shared__ float partial[32];
+  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = v;
+  __syncthreads();
+  float total = 0.0f;
+  for (int w = 0; w < static_cast<int>(blockDim.x / 32); ++w) total += partial[w];
+  __syncthreads();  // every thread has read the partials before a next call writes them
+  return total;
+}
+
 // A load of a flag or counter another block releases (ld.acquire.gpu): what the block reads after it sees
 // everything the releasing block wrote before its release.
 __device__ __forceinline__ unsigned load_acquire_gpu(const unsigned* p) {

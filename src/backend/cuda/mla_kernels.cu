@@ -87,7 +87,10 @@ size_t smem_bytes(int HG, int D) {
   return static_cast<size_t>(2 * kTile + HG * ld + kTile * ld + HG * kTile + 3 * HG) * sizeof(float);
 }
 
-template <typename Elem>
+// kSparse: the positions are token t's list plan.selected (attention_mla_sparse), skipped entries masked
+// (a tile with none left is skipped whole; a head that saw no position writes zeros); the dense kernel's
+// arithmetic is unchanged.
+template <typename Elem, bool kSparse>
 __global__ void __launch_bounds__(kThreads) mla_kernel(MlaParams p, const Elem* cache) {
   pdl_wait();
   pdl_trigger();
@@ -105,7 +108,7 @@ __global__ void __launch_bounds__(kThreads) mla_kernel(MlaParams p, const Elem* 
   const int h0 = blockIdx.z * HG;
   const int hg = min(HG, p.H - h0);
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int64_t n = static_cast<int64_t>(p.plan.positions[t]) + 1;
+  const int64_t n = kSparse ? p.plan.selected_k : static_cast<int64_t>(p.plan.positions[t]) + 1;
   const int64_t begin = split * p.chunk;
   const int64_t end = min(n, begin + p.chunk);
   const int32_t* blocks = p.plan.block_table + p.plan.block_table_indptr[p.plan.token_seq[t]];
@@ -141,12 +144,27 @@ __global__ void __launch_bounds__(kThreads) mla_kernel(MlaParams p, const Elem* 
 
   for (int64_t j0 = begin; j0 < end; j0 += kTile) {
     const int nt = static_cast<int>(min(static_cast<int64_t>(kTile), end - j0));
-    if (tid < nt) {
+    if constexpr (kSparse) {
+      // -1: a skipped entry (its row reads as zeros and scores -inf).
+      bool any = false;
+      if (tid < nt) {
+        const int64_t pos = p.plan.selected[t * p.plan.selected_k + j0 + tid];
+        any = pos >= 0 && pos < p.plan.context_lens[p.plan.token_seq[t]];
+        slot_s[tid] = any ? static_cast<int64_t>(blocks[pos / bs]) * bs + pos % bs : -1;
+      }
+      if (!__syncthreads_or(any)) continue;  // nothing selected in this tile (uniform across the block)
+      for (int i = tid; i < nt * D; i += kThreads) {
+        const int j = i / D, d = i % D;
+        k_s[j * ld + d] = slot_s[j] < 0 ? 0.0f : load_elem(cache + slot_s[j] * p.width + d);
+      }
+    } else if (tid < nt) {
       const int64_t pos = j0 + tid;
       slot_s[tid] = static_cast<int64_t>(blocks[pos / bs]) * bs + pos % bs;
     }
     __syncthreads();
-    if (p.vec4) {
+    if (kSparse) {
+      // rows staged above
+    } else if (p.vec4) {
       const int D4 = D / 4;
 #pragma unroll 4
       for (int i = tid; i < nt * D4; i += kThreads) {
@@ -165,7 +183,7 @@ __global__ void __launch_bounds__(kThreads) mla_kernel(MlaParams p, const Elem* 
     for (int i = tid; i < hg * kTile; i += kThreads) {
       const int h = i / kTile, j = i % kTile;
       float s = -INFINITY;
-      if (j < nt) {
+      if (j < nt && (!kSparse || slot_s[j] >= 0)) {
         const float* qv = q_s + h * ld;
         const float* kv = k_s + j * ld;
         float lat = 0.0f, rot = 0.0f;
@@ -181,13 +199,14 @@ __global__ void __launch_bounds__(kThreads) mla_kernel(MlaParams p, const Elem* 
       float mx = s;
       for (int o = 16; o > 0; o /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
       const float m_old = m_s[h];
-      const float m_new = fmaxf(m_old, mx);  // finite: the tile has at least one position
+      const float m_new = fmaxf(m_old, mx);  // dense: finite (the tile has at least one position)
       const float e = s == -INFINITY ? 0.0f : expf(s - m_new);
       float sum = e;
       for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
       if (lane < kTile) p_s[h * kTile + lane] = e;
       if (lane == 0) {
-        const float corr = expf(m_old - m_new);  // 0 on the first tile
+        // 0 on the first tile; sparse: 1 while the head has seen no position (m still -inf)
+        const float corr = kSparse && m_new == -INFINITY ? 1.0f : expf(m_old - m_new);
         c_s[h] = corr;
         l_s[h] = l_s[h] * corr + sum;
         m_s[h] = m_new;
@@ -214,7 +233,7 @@ __global__ void __launch_bounds__(kThreads) mla_kernel(MlaParams p, const Elem* 
       const int o = i * kThreads + tid;
       if (o < outs) {
         const int h = o / p.R, r = o % p.R;
-        p.out[((t * p.H) + h0 + h) * p.R + r] = acc[i] / l_s[h];
+        p.out[((t * p.H) + h0 + h) * p.R + r] = kSparse && l_s[h] == 0.0f ? 0.0f : acc[i] / l_s[h];
       }
     }
     return;
@@ -252,20 +271,28 @@ __global__ void mla_combine_kernel(const float* ws_acc, const float* ws_ml, floa
                     weight + splits);
 }
 
-template <typename Elem>
-void launch_typed(const MlaParams& p, const Elem* cache, int64_t T, int groups) {
+template <typename Elem, bool kSparse>
+void launch_typed_as(const MlaParams& p, const Elem* cache, int64_t T, int groups) {
   const size_t smem = smem_bytes(p.HG, p.D);
   static size_t configured = 0;  // the largest dynamic shared memory size set so far
   if (smem > configured) {
     const cudaError_t err = cudaFuncSetAttribute(
-        mla_kernel<Elem>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+        mla_kernel<Elem, kSparse>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
     if (err != cudaSuccess)
       fail("attention_mla: cannot use ", smem, " bytes of shared memory: ", cudaGetErrorString(err));
     configured = smem;
   }
   const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(p.splits), static_cast<unsigned>(groups));
-  launch_pdl(mla_kernel<Elem>, grid, kThreads, smem, p, cache);
-  check_launch("attention_mla");
+  launch_pdl(mla_kernel<Elem, kSparse>, grid, kThreads, smem, p, cache);
+  check_launch(kSparse ? "attention_mla_sparse" : "attention_mla");
+}
+
+template <typename Elem>
+void launch_typed(const MlaParams& p, const Elem* cache, int64_t T, int groups) {
+  if (p.plan.selected)
+    launch_typed_as<Elem, true>(p, cache, T, groups);
+  else
+    launch_typed_as<Elem, false>(p, cache, T, groups);
 }
 
 }  // namespace
@@ -464,6 +491,8 @@ bool launch_attention_mla(const float* q_lat, const float* q_pe, const void* cac
             kThreads * kMaxAcc);
   DSI_CHECK(split.splits >= 1 && split.chunk > 0, "attention_mla: bad split");
   DSI_CHECK(!plan.rows || split.tensor_cores, "attention_mla: a row list needs the tensor-core kernel");
+  DSI_CHECK(!plan.selected || (!plan.rows && plan.context_lens && !uv),
+            "attention_mla: a sparse launch runs over the whole step, without W_UV");
   if (T == 0 || H == 0) return false;
   MlaParams p{};
   p.q_lat = q_lat;
@@ -506,7 +535,10 @@ bool launch_attention_mla(const float* q_lat, const float* q_pe, const void* cac
     DSI_CHECK(mla_tc_supported(R, P, cache_bf16, reinterpret_cast<uintptr_t>(cache),
                                reinterpret_cast<uintptr_t>(q_lat), reinterpret_cast<uintptr_t>(q_pe)),
               "attention_mla: a tensor-core split for a launch the tensor-core kernel does not take");
-    if (split.wgmma && mla_wgmma_tma_usable(plan, reinterpret_cast<uintptr_t>(cache)))
+    if (plan.selected)  // sparse: the first design (the only one with a list instance) over the same split
+      launch_attention_mla_tc(q_lat, q_pe, static_cast<const uint16_t*>(cache), plan, out, p.ws_acc, p.ws_ml,
+                              arrivals, T, H, scale, split);
+    else if (split.wgmma && mla_wgmma_tma_usable(plan, reinterpret_cast<uintptr_t>(cache)))
       launch_attention_mla_wgmma_tma(q_lat, q_pe, static_cast<const uint16_t*>(cache), plan, out, p.ws_acc,
                                      p.ws_ml, arrivals, T, H, scale, split);
     else if (split.wgmma)  // block sizes the TMA boxes do not fit: the first design over the same split

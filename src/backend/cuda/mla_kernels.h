@@ -24,6 +24,13 @@ struct MlaPlanView {
   // Rows (slots) of the cache storage: the TMA design's tensor map (mla_wgmma_tma_kernels.cu); 0 (unknown)
   // keeps launches on the other designs.
   int64_t cache_rows = 0;
+  // Sparse MLA (DeepSeek-V3.2, attention_mla_sparse; the CUDA-core kernel and the first tensor-core design,
+  // mla_tc_kernel, whatever design the split names): token t attends to the
+  // cache positions selected[t * selected_k + i], i < selected_k, instead of [0, positions[t]]; entries
+  // below 0 or at or past their sequence's context_lens are skipped. Null: dense.
+  const int32_t* selected = nullptr;      // [T, selected_k]
+  const int32_t* context_lens = nullptr;  // [S] (sparse only)
+  int64_t selected_k = 0;
 };
 
 // How one attention_mla launch is split: `splits` chunks of `chunk` cache positions per query token (a

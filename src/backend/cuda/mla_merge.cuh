@@ -5,7 +5,7 @@
 // H, 2] (running max, running sum). Per head, one warp finds M = max_s m_s and the weights w_s = exp(m_s -
 // M) (0 for splits that saw no position), L = sum_s w_s l_s (lane-strided partial sums, then a butterfly:
 // the order depends on the split count only); every output is (sum_s w_s acc_s, one fma per split in split
-// order) * (1 / L).
+// order) * (1 / L), or 0 where L is 0.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -48,7 +48,7 @@ __device__ __forceinline__ float mla_merge_weights(const float* ml, int64_t ml_s
     l = fmaf(wt, __ldcg(ml + s * ml_step + 1), l);
   }
   for (int o = 16; o > 0; o /= 2) l += __shfl_xor_sync(0xffffffffu, l, o);
-  return 1.0f / l;
+  return l > 0.0f ? 1.0f / l : 0.0f;  // 0: no split saw a position (sparse MLA's empty list): zeros
 }
 
 // sum_s w[s] acc_s of 4 consecutive latent values (src: split 0's, consecutive splits acc_step floats
@@ -132,7 +132,8 @@ __device__ __forceinline__ void mla_tc_finish(const float (&acc)[8][4], const fl
   for (int half = 0; half < 2; ++half) {
     const int h = g + 8 * half;
     if (h >= hg) continue;
-    const float inv = splits == 1 ? 1.0f / l_s[h] : 1.0f;
+    // l 0: a sparse head that saw no position writes zeros (a dense split always sees one).
+    const float inv = splits == 1 ? (l_s[h] > 0.0f ? 1.0f / l_s[h] : 0.0f) : 1.0f;
     float* dst = splits == 1 ? out + (t * H + h0 + h) * R : ws_acc + (base + h) * R;
 #pragma unroll
     for (int j = 0; j < 8; ++j) {

@@ -16,7 +16,8 @@ struct MlaTcBlock {
   int64_t t;              // query token: q, out, position, sequence
   int h0, hg;             // first head of the group, heads in it (<= heads)
   int split;              // context split
-  int begin, end;         // positions [begin, end) of the split (32 bits: plan.positions is int32)
+  int begin, end;         // positions [begin, end) of the split (32 bits: plan.positions is int32); sparse:
+                          // entries of the token's list
   const int32_t* blocks;  // the sequence's block table
   int bs;                 // cache block size
 };
@@ -30,7 +31,8 @@ __device__ __forceinline__ MlaTcBlock mla_tc_block(const MlaPlanView& plan, int 
   b.h0 = static_cast<int>(blockIdx.x % groups) * heads;
   b.hg = min(heads, H - b.h0);
   b.split = blockIdx.y;
-  const int n = plan.positions[b.t] + 1;
+  // Dense: positions [0, positions[t]]; sparse: entries [0, selected_k) of the token's list.
+  const int n = plan.selected ? static_cast<int>(plan.selected_k) : plan.positions[b.t] + 1;
   b.begin = static_cast<int>(min(static_cast<int64_t>(b.split) * chunk, static_cast<int64_t>(n)));
   b.end = static_cast<int>(min(static_cast<int64_t>(n), b.begin + chunk));
   b.blocks = plan.block_table + plan.block_table_indptr[plan.token_seq[b.t]];

@@ -15,6 +15,7 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <type_traits>
 
 #include "backend/cuda/kernel_common.cuh"
 #include "backend/cuda/mla_kernels.h"
@@ -59,8 +60,10 @@ using frag::cp_async_wait;
 using frag::ldmatrix_a;
 
 // NT rows per tile; NT 64 runs one block per SM, NT 32 two (<= 128 registers a thread). kLo: Q and P as bf16
-// hi + lo parts (two MMAs per product); else bf16 Q and P alone (one MMA, FlashMLA's precision).
-template <int NT, bool kLo>
+// hi + lo parts (two MMAs per product); else bf16 Q and P alone (one MMA, FlashMLA's precision). kSparse:
+// the rows are the token's list plan.selected (attention_mla_sparse); skipped entries (below 0, or at or past
+// the sequence's context) are zero rows scored -inf, and a head that saw none writes zeros.
+template <int NT, bool kLo, bool kSparse>
 __global__ void __launch_bounds__(kThreads, NT == 64 ? 1 : 2)
     mla_tc_kernel(const float* q_lat, const float* q_pe, const uint16_t* cache, MlaPlanView plan, float* out,
                   float* ws_acc, float* ws_ml, int* arrivals, int H, float scale, int splits, int64_t chunk) {
@@ -77,11 +80,20 @@ __global__ void __launch_bounds__(kThreads, NT == 64 ? 1 : 2)
   const int32_t* blocks = work.blocks;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane >> 2, tq = lane & 3;
   const int ntiles = (end - begin + NT - 1) / NT;
+  const int32_t* list = kSparse ? plan.selected + t * plan.selected_k : nullptr;  // [selected_k]
+  const int ctx = kSparse ? plan.context_lens[plan.token_seq[t]] : 0;
+  // The cache position of row `i` of the split's range, or -1 for a skipped entry (sparse) or past the end.
+  auto position = [&](int i) -> int {
+    if (i >= end) return -1;
+    if (!kSparse) return i;
+    const int p = list[i];
+    return p >= 0 && p < ctx ? p : -1;
+  };
 
   // Cache slot of row `tid` of tile `it` (-1 past the end); read by threads < NT only.
   auto slot_of = [&](int it) -> int64_t {
-    const int pos = begin + it * NT + tid;
-    return it < ntiles && pos < end ? static_cast<int64_t>(blocks[pos / bs]) * bs + pos % bs : -1;
+    const int pos = it < ntiles ? position(begin + it * NT + tid) : -1;
+    return pos >= 0 ? static_cast<int64_t>(blocks[pos / bs]) * bs + pos % bs : -1;
   };
   // Tile `it` into stage it % 2 (rows past the end zero-filled, so P = 0 never meets garbage).
   auto issue_tile = [&](int it) {
@@ -175,12 +187,12 @@ __global__ void __launch_bounds__(kThreads, NT == 64 ? 1 : 2)
         float v = 0.0f;
 #pragma unroll
         for (int w = 0; w < kWarps; ++w) v += sm.red[w][h][lane + 32 * k];
-        s[k] = j0 + lane + 32 * k < end ? v * scale : -INFINITY;
+        s[k] = position(j0 + lane + 32 * k) >= 0 ? v * scale : -INFINITY;
         mx = fmaxf(mx, s[k]);
       }
       for (int o = 16; o > 0; o /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
       const float m_old = sm.m[h];
-      const float m_new = fmaxf(m_old, mx);  // finite: position j0 < end
+      const float m_new = fmaxf(m_old, mx);  // dense: finite (position j0 < end)
       float sum = 0.0f;
 #pragma unroll
       for (int k = 0; k < kPos; ++k) {
@@ -192,7 +204,8 @@ __global__ void __launch_bounds__(kThreads, NT == 64 ? 1 : 2)
       }
       for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
       if (lane == 0) {
-        const float corr = expf(m_old - m_new);  // 0 on the first tile
+        // 0 on the first tile; sparse: 1 while the head has seen no position (m still -inf)
+        const float corr = kSparse && m_new == -INFINITY ? 1.0f : expf(m_old - m_new);
         sm.c[h] = corr;
         sm.l[h] = sm.l[h] * corr + sum;
         sm.m[h] = m_new;
@@ -235,12 +248,12 @@ __global__ void __launch_bounds__(kThreads, NT == 64 ? 1 : 2)
 }
 
 // Dynamic shared memory of an instance (and, for the two-block one, the largest carveout so that two fit).
-template <int NT, bool kLo>
+template <int NT, bool kLo, bool kSparse>
 bool configure_instance() {
-  bool ok = cudaFuncSetAttribute(mla_tc_kernel<NT, kLo>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  bool ok = cudaFuncSetAttribute(mla_tc_kernel<NT, kLo, kSparse>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  static_cast<int>(sizeof(Smem<NT>))) == cudaSuccess;
   if (ok && NT == 32)
-    ok = cudaFuncSetAttribute(mla_tc_kernel<NT, kLo>, cudaFuncAttributePreferredSharedMemoryCarveout,
+    ok = cudaFuncSetAttribute(mla_tc_kernel<NT, kLo, kSparse>, cudaFuncAttributePreferredSharedMemoryCarveout,
                               cudaSharedmemCarveoutMaxShared) == cudaSuccess;
   if (!ok) cudaGetLastError();
   return ok;
@@ -254,8 +267,10 @@ bool mla_tc_supported(int64_t R, int64_t P, bool cache_bf16, uintptr_t cache, ui
     return false;
   // The 64-row tiles need ~188 KiB of shared memory: Hopper has it, an A100 (163 KiB) does not. Both
   // instances are configured here, once, outside any capture.
-  static const bool fits = configure_instance<64, true>() && configure_instance<32, true>() &&
-                           configure_instance<64, false>() && configure_instance<32, false>();
+  static const bool fits = configure_instance<64, true, false>() && configure_instance<32, true, false>() &&
+                           configure_instance<64, false, false>() && configure_instance<32, false, false>() &&
+                           configure_instance<64, true, true>() && configure_instance<32, true, true>() &&
+                           configure_instance<64, false, true>() && configure_instance<32, false, true>();
   return fits;
 }
 
@@ -272,12 +287,19 @@ void launch_attention_mla_tc(const float* q_lat, const float* q_pe, const uint16
     launch_pdl(kernel, grid, kThreads, smem, q_lat, q_pe, cache, plan, out, ws_acc, ws_ml, arrivals,
                static_cast<int>(H), scale, split.splits, split.chunk);
   };
-  if (nt == 64)
-    split.bf16_qp ? launch(mla_tc_kernel<64, false>, sizeof(Smem<64>))
-                  : launch(mla_tc_kernel<64, true>, sizeof(Smem<64>));
+  auto launch_nt = [&](auto sparse) {
+    constexpr bool kSparse = decltype(sparse)::value;
+    if (nt == 64)
+      split.bf16_qp ? launch(mla_tc_kernel<64, false, kSparse>, sizeof(Smem<64>))
+                    : launch(mla_tc_kernel<64, true, kSparse>, sizeof(Smem<64>));
+    else
+      split.bf16_qp ? launch(mla_tc_kernel<32, false, kSparse>, sizeof(Smem<32>))
+                    : launch(mla_tc_kernel<32, true, kSparse>, sizeof(Smem<32>));
+  };
+  if (plan.selected)
+    launch_nt(std::true_type{});
   else
-    split.bf16_qp ? launch(mla_tc_kernel<32, false>, sizeof(Smem<32>))
-                  : launch(mla_tc_kernel<32, true>, sizeof(Smem<32>));
+    launch_nt(std::false_type{});
   check_launch("attention_mla (tensor cores)");
 }
 
