@@ -508,7 +508,8 @@ class JsonSchemaCompiler {
     if (s.contains("maxItems")) {
       const uint64_t n = count("maxItems");
       if (n < min_items) refuse(path, "'maxItems' is below 'minItems': no array fits");
-      if (n <= JsonSchema::kMaxItemsTracked) max_items = static_cast<uint32_t>(n);
+      // Counted by the frame's 16-bit counter, which stops at 65535: from there on, unbounded.
+      if (n < UINT16_MAX) max_items = static_cast<uint32_t>(n);
     }
     // A tuple: prefixItems (2020-12) then `items` for the rest, or `items` as a list (draft 4 to 2019-09)
     // then additionalItems.

@@ -96,7 +96,7 @@ class JsonSchema {
     uint16_t items = 0;
     uint16_t item(uint32_t index) const { return index < prefix_items.size() ? prefix_items[index] : items; }
     uint32_t min_items = 0;
-    uint32_t max_items = UINT32_MAX;  // beyond kMaxItemsTracked: unbounded
+    uint32_t max_items = UINT32_MAX;  // from 65535 on (more than a frame counts): unbounded
     // kLiteral: the values' compact serialisations in the literal trie
     uint16_t literal_root = 0;
     // kString: bounds on its length in characters (code points); counted only when bounded

@@ -329,6 +329,12 @@ TEST(JsonSchemaRecognizer, ArraysMapsRefsAndAnyValues) {
   EXPECT_TRUE(accepts(*a, "[1]"));
   EXPECT_TRUE(accepts(*a, "[1, 2, 3]"));
   EXPECT_EQ(accepted_prefix(*a, "[1, 2, 3, 4]"), 8u);
+  // maxItems past 255 is counted too (it was taken as unbounded): 300 items, not 301.
+  const auto wide = compiled(R"({"type": "array", "items": {"type": "integer"}, "maxItems": 300})");
+  std::string items = "[0";
+  for (int i = 1; i < 300; ++i) items += ",0";
+  EXPECT_TRUE(accepts(*wide, items + "]"));
+  EXPECT_EQ(accepted_prefix(*wide, items + ",0]"), items.size());
   const auto map = compiled(R"({"type": "object", "additionalProperties": {"type": "integer"}})");
   EXPECT_TRUE(accepts(*map, R"({"a": 1, "b": 2})"));
   EXPECT_FALSE(accepts(*map, R"({"a": "1"})"));
