@@ -113,6 +113,7 @@ __global__ void __launch_bounds__(kThreads) mla_kernel(MlaParams p, const Elem* 
   const int64_t end = min(n, begin + p.chunk);
   const int32_t* blocks = p.plan.block_table + p.plan.block_table_indptr[p.plan.token_seq[t]];
   const int64_t bs = p.plan.block_size;
+  const int64_t ctx = kSparse ? p.plan.context_lens[p.plan.token_seq[t]] : 0;  // sparse: cached positions
 
   if (p.vec4) {  // 4 values per load, several loads in flight
     const int D4 = D / 4;
@@ -149,7 +150,7 @@ __global__ void __launch_bounds__(kThreads) mla_kernel(MlaParams p, const Elem* 
       bool any = false;
       if (tid < nt) {
         const int64_t pos = p.plan.selected[t * p.plan.selected_k + j0 + tid];
-        any = pos >= 0 && pos < p.plan.context_lens[p.plan.token_seq[t]];
+        any = pos >= 0 && pos < ctx;
         slot_s[tid] = any ? static_cast<int64_t>(blocks[pos / bs]) * bs + pos % bs : -1;
       }
       if (!__syncthreads_or(any)) continue;  // nothing selected in this tile (uniform across the block)
