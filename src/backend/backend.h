@@ -234,6 +234,12 @@ class Backend {
   // the chosen experts' scores (p.scoring) normalised and scaled by p.routed_scaling_factor.
   virtual Tensor moe_weights_for(const Tensor& x, const Tensor& router, const Tensor& ids,
                                  const RoutingParams& p) = 0;
+  // Rows of an I32 table [V, k] (prepared by prepare_table) by token id: [T, k] I32 for ids [T], taken as
+  // embed takes them (a GPU backend reads the step's device copy, tokens fed from the previous sample call
+  // included). DeepSeek-V4's hash layers: the experts of each token (tid2eid).
+  virtual Tensor table_rows(const Tensor& table, const std::vector<int32_t>& ids) = 0;
+  // An I32 table (table_rows') in the backend's own form (default: as read).
+  virtual Tensor prepare_table(Tensor host_i32) { return host_i32; }
   // Pools compressor windows from the per-token compressor inputs in cache layer `in_layer` (rows
   // [kv (c * D) | gate (c * D)], c = 2 with `overlap`): row r of sequence s is
   // sum_i softmax_i(gate_i + ape_i) * kv_i over its window's tokens (with overlap also the previous window's

@@ -30,7 +30,7 @@ std::unique_ptr<Backend> make_cuda_backend(const std::string& cuda_arch, const M
   const cuda::ArchPath path = cuda::init_arch_path(cuda_arch);
   log_info("CUDA backend: ", cuda::arch_path_name(path), " kernel path");
   CudaBackendOptions options;
-  options.split_gemm_activations = split_gemm_activations_from_env();
+  options.split_gemm_activations = split_gemm_activations_for(config);
   options.gemv_activation_parts = gemv_activation_parts_for(config, options.split_gemm_activations);
   // DSINFER_MOE_GROUPED_MIN_ROWS=N: the grouped expert GEMMs from N (bucketed) rows per expert on
   // (benchmarks).
@@ -79,6 +79,11 @@ void check_cuda_arch_value(const std::string& cuda_arch) {
 
 bool split_gemm_activations_from_env() {
   return env_choice("DSINFER_CUDA_GEMM", {"bf16", "split"}, 0) == 1;
+}
+
+bool split_gemm_activations_for(const ModelConfig* config) {
+  if (const char* v = std::getenv("DSINFER_CUDA_GEMM"); v && *v) return split_gemm_activations_from_env();
+  return config != nullptr && (config->arch == Arch::kDeepseekV32 || config->arch == Arch::kDeepseekV4);
 }
 
 int gemv_activation_parts_for(const ModelConfig* config, bool split_gemm) {

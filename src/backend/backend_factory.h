@@ -22,6 +22,11 @@ bool cuda_runs(const ModelConfig& config);
 // Whether the CUDA backend's GEMMs over 8 rows split activations into bf16 hi/lo halves
 // (DSINFER_CUDA_GEMM=split) instead of rounding them to bf16 (bf16, the default).
 bool split_gemm_activations_from_env();
+// The same for a model of `config` (null: unknown): DSINFER_CUDA_GEMM when set, else split for the models
+// that select cache rows by a top-k of index scores (DeepSeek-V3.2 and V4): a prefill's bf16-rounded
+// activations move the index scores by ~1e-2 and with them which keys are kept, so the GPU's prompts drifted
+// from the reference's (rel L2 0.08-0.3 on the V3.2 references, forty-sixth session), bf16 for the others.
+bool split_gemm_activations_for(const ModelConfig* config);
 
 // The bf16 parts per activation of the CUDA backend's dense decode GEMVs (CudaBackendOptions::
 // gemv_activation_parts) for a model of `config` (null: unknown): DSINFER_GEMV_ACT_PARTS (1 or 2) when set,

@@ -173,7 +173,7 @@ int run_check(CheckArgs& a) {
   a.plan.kv_element_bytes = a.kv_dtype == "fp32" ? 4 : 2;
   // Activations as the CUDA backend will round them (backend_factory.cpp): the GEMMs over 8 rows (bf16, or
   // hi/lo halves with DSINFER_CUDA_GEMM=split) and the decode GEMVs' bf16 parts (1: bf16; 2: ~16 bits).
-  const bool split_gemm = split_gemm_activations_from_env();
+  const bool split_gemm = split_gemm_activations_for(&config);
   const int gemv_parts = gemv_activation_parts_for(&config, split_gemm);
   // DSINFER_GEMV_PACKED as the CUDA backend reads it (gemv_packed.h): 0 never, 1 or auto (default) on sm_90.
   a.plan.gemv_packed_copies =

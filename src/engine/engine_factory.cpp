@@ -20,7 +20,7 @@ std::unique_ptr<Engine> Engine::create(const EngineConfig& config) {
   std::unique_ptr<Model> model = load_model(config.model_dir, *backend, options);
 #ifdef DSINFER_HAVE_CUDA
   const bool graphs = config.cuda_graphs && env_switch("DSINFER_CUDA_GRAPHS", true);
-  if (graphs && backend->device() == Device::kCuda) {
+  if (graphs && backend->device() == Device::kCuda && model->graph_capturable()) {
     CudaGraphOptions graph_options;
     graph_options.max_batch = config.max_batch_size;
     model = std::make_unique<CudaGraphModel>(std::move(model), static_cast<CudaBackend&>(*backend),

@@ -252,6 +252,73 @@ TEST(DeepseekV4Indexer, NeverSelectsRowsBeyondTheQueryAndKeepsTheBest) {
   }
 }
 
+TEST(DeepseekV4Indexer, LowestPositionTiesKeepTheEarliestTiedRows) {
+  // Rows 0, 3, 6, ... score above 0, every other row exactly 0: under kLowestPosition the tied zeros at the
+  // boundary are the earliest visible rows (torch.topk on CUDA); the default (torch's CPU choice) differs.
+  const int64_t ratio = 2, d = 8, heads = 2, top_k = 10, N = 48, bs = 8;  // at most 8 positive rows
+  KvCache cache({{KvKind::kCompressed, d, 0, ratio}}, N / bs, bs);
+  for (int64_t j = 0; j < N / ratio; ++j) {
+    const float v = j % 3 == 0 ? 0.1f * static_cast<float>(j + 1) : -1.0f;  // distinct positive scores
+    std::fill(cache.slot(0, j), cache.slot(0, j) + d, v);
+  }
+  const BatchPlan plan = single_plan(std::vector<int32_t>(N, 3), 0, bs, N);
+  const Tensor q = Tensor::from_f32(std::vector<float>(N * heads * d, 0.5f), {N, heads, d});
+  const Tensor w = Tensor::from_f32(std::vector<float>(N * heads, 1.0f), {N, heads});
+  CpuBackend lowest;
+  lowest.set_index_ties(CpuBackend::IndexTies::kLowestPosition);
+  const Tensor sel = lowest.indexer_topk(q, w, cache, 0, plan, ratio, top_k, 1.0f, 1.0f);
+  const Tensor torch_cpu = CpuBackend().indexer_topk(q, w, cache, 0, plan, ratio, top_k, 1.0f, 1.0f);
+  bool differs = false;
+  for (int64_t t = 0; t < N; ++t) {
+    const int32_t visible = static_cast<int32_t>((t + 1) / ratio);
+    std::vector<int32_t> expected;
+    int32_t positive = 0;
+    for (int32_t j = 0; j < visible; j += 3) ++positive;
+    int32_t zeros = static_cast<int32_t>(top_k) - positive;  // the earliest zero-score rows fill the rest
+    for (int32_t j = 0; j < visible; ++j) {
+      if (j % 3 == 0) {
+        expected.push_back(j);
+      } else if (j % 3 != 0 && zeros > 0) {
+        expected.push_back(j);
+        --zeros;
+      }
+    }
+    expected.resize(top_k, -1);
+    const std::vector<int32_t> got(sel.data<int32_t>() + t * top_k, sel.data<int32_t>() + (t + 1) * top_k);
+    const std::vector<int32_t> cpu_rule(torch_cpu.data<int32_t>() + t * top_k,
+                                        torch_cpu.data<int32_t>() + (t + 1) * top_k);
+    EXPECT_EQ(got, expected) << "token " << t;
+    differs = differs || cpu_rule != expected;
+  }
+  EXPECT_TRUE(differs) << "the two tie rules should choose differently on this input";
+}
+
+TEST(DeepseekV4Cache, Bf16CacheValuesRoundTheStoredRows) {
+  // set_bf16_cache_values: write_kv and write_compressed store bf16-rounded values (as the GPU's bf16 cache);
+  // off (the default), the rows are stored exactly.
+  const int64_t W = 6, bs = 4;
+  const std::vector<float> v = {1.0f + 1.0f / 512, -3.14159f, 1e-3f, 65504.5f, 0.1f, -0.0f};  // [1, W]
+  const Tensor row = Tensor::from_f32(v, {1, W});
+  const BatchPlan plan = single_plan({5}, 0, bs, bs);
+  CompressedRows rows;
+  rows.seqs = {0};
+  rows.rows = {0};
+  for (bool round : {false, true}) {
+    CpuBackend b;
+    b.set_bf16_cache_values(round);
+    KvCache cache({{KvKind::kFullHistory, W}, {KvKind::kCompressed, W, 0, 4}}, 1, bs);
+    b.write_kv(cache, 0, plan, row, Tensor());
+    b.write_compressed(cache, 1, plan, rows, row);
+    for (int64_t l = 0; l < 2; ++l) {
+      for (int64_t i = 0; i < W; ++i) {
+        const float expected = round ? bf16_to_f32(f32_to_bf16(v[i])) : v[i];
+        EXPECT_EQ(cache.slot(l, 0)[i], expected) << "layer " << l << " value " << i << " rounded " << round;
+      }
+    }
+  }
+  EXPECT_NE(bf16_to_f32(f32_to_bf16(v[1])), v[1]);  // the check can tell the two apart
+}
+
 TEST(DeepseekV4Attention, CompressedRowsFollowTheCausalRule) {
   // With a zero sink far below the scores and identical keys everywhere, the output equals the key; a row a
   // query must not see is set to a different value and must not leak in.

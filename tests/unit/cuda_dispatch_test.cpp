@@ -89,9 +89,9 @@ TEST(CudaOpRegistry, EveryBackendOpHasExactlyOneRow) {
   std::set<std::string> ops;
   for (auto it = std::sregex_iterator(header.begin(), header.end(), virt); it != std::sregex_iterator(); ++it)
     ops.insert((*it)[1]);
-  for (const char* not_op :
-       {"name", "device", "kv_dtype", "prepare_weight", "prepare_named_weight", "prepare_weight_f32",
-        "prepare_experts", "to_host", "begin_step", "end_step", "free_memory_bytes", "sample_wait"})
+  for (const char* not_op : {"name", "device", "kv_dtype", "prepare_weight", "prepare_named_weight",
+                             "prepare_weight_f32", "prepare_experts", "prepare_table", "to_host",
+                             "begin_step", "end_step", "free_memory_bytes", "sample_wait"})
     ops.erase(not_op);
   ASSERT_GT(ops.size(), 25u);
   std::set<std::string> rows;
@@ -227,6 +227,19 @@ TEST(CudaDispatch, GemvActivationPartsFollowTheModelAndTheEnvironment) {
   EXPECT_TRUE(split_gemm_activations_from_env());
   setenv("DSINFER_CUDA_GEMM", "fp32", 1);
   EXPECT_THROW(split_gemm_activations_from_env(), Error);
+  // Per model: split for the index-selecting V3.2 and V4 unless the environment says otherwise.
+  ModelConfig v32, v4;
+  v32.arch = Arch::kDeepseekV32;
+  v4.arch = Arch::kDeepseekV4;
+  unsetenv("DSINFER_CUDA_GEMM");
+  EXPECT_TRUE(split_gemm_activations_for(&v32));
+  EXPECT_TRUE(split_gemm_activations_for(&v4));
+  EXPECT_FALSE(split_gemm_activations_for(&moe));
+  EXPECT_FALSE(split_gemm_activations_for(nullptr));
+  setenv("DSINFER_CUDA_GEMM", "bf16", 1);
+  EXPECT_FALSE(split_gemm_activations_for(&v32));
+  setenv("DSINFER_CUDA_GEMM", "split", 1);
+  EXPECT_TRUE(split_gemm_activations_for(&dense));
   if (gemm)
     setenv("DSINFER_CUDA_GEMM", gemm_value.c_str(), 1);
   else

@@ -6,6 +6,7 @@
 #include "backend/cpu/cpu_attention_common.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/gemm.h"
+#include "core/dtype.h"
 #include "core/error.h"
 
 namespace dsinfer {
@@ -28,7 +29,13 @@ void CpuBackend::write_kv(KvCache& cache, int64_t layer, const BatchPlan& plan, 
     float* dst = cache.slot(layer, plan.slot_mapping[t]);
     std::memcpy(dst, a.f32() + t * wa, wa * sizeof(float));
     if (wb) std::memcpy(dst + wa, b.f32() + t * wb, wb * sizeof(float));
+    round_cache_row(dst, wa + wb);
   }
+}
+
+void CpuBackend::round_cache_row(float* row, int64_t n) const {
+  if (!bf16_cache_values_) return;
+  for (int64_t i = 0; i < n; ++i) row[i] = bf16_to_f32(f32_to_bf16(row[i]));
 }
 
 Tensor CpuBackend::attention_gqa(const Tensor& q, const KvCache& cache, int64_t layer, const BatchPlan& plan,

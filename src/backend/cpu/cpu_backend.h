@@ -35,6 +35,7 @@ class CpuBackend : public Backend {
                 Tensor* post, Tensor* comb) override;
   Tensor hc_post(const Tensor& x, const Tensor& y, const Tensor& post, const Tensor& comb) override;
   Tensor hc_head(const Tensor& x, const HyperConnWeights& w, float hc_eps, float norm_eps) override;
+  Tensor table_rows(const Tensor& table, const std::vector<int32_t>& ids) override;
   Tensor moe_weights_for(const Tensor& x, const Tensor& router, const Tensor& ids,
                          const RoutingParams& p) override;
   Tensor compress_rows(const KvCache& cache, int64_t in_layer, const BatchPlan& plan,
@@ -49,11 +50,16 @@ class CpuBackend : public Backend {
                       const Tensor& sinks, float scale) override;
 
   // DeepSeek-V3.2: cpu_layer_norm.cpp, cpu_indexer.cpp, cpu_sparse_attention.cpp.
-  // Which of equally scored keys the indexer keeps at its top-k boundary: torch.topk's choice on the CPU
-  // (the default: the bundled goldens come from transformers on the CPU) or the lowest positions (torch.topk
-  // on CUDA, and the CUDA backend; its cross-checks set this).
+  // Which of equally scored keys the indexers (V3.2's dsa_indexer_topk and V4's indexer_topk) keep at their
+  // top-k boundary: torch.topk's choice on the CPU (the default: the bundled goldens come from transformers
+  // on the CPU) or the lowest positions (torch.topk on CUDA, and the CUDA backend; its cross-checks set
+  // this).
   enum class IndexTies { kTorchCpu, kLowestPosition };
   void set_index_ties(IndexTies ties) { index_ties_ = ties; }
+  // Whether cache writes (write_kv, write_compressed) round the stored values to bf16, as the CUDA backend's
+  // bf16 cache does (off by default: float32 rows). With the GPU's tie rule, the CPU then computes what the
+  // GPU computes up to float32 rounding: the reference of the GPU's model-level checks.
+  void set_bf16_cache_values(bool on) { bf16_cache_values_ = on; }
   Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps) override;
   Tensor dsa_indexer_topk(const Tensor& q, const Tensor& weights, const KvCache& cache, int64_t layer,
                           const BatchPlan& plan, float scale, float weight_scale, int64_t top_k) override;
@@ -61,7 +67,10 @@ class CpuBackend : public Backend {
                               const BatchPlan& plan, const Tensor& selected, float scale) override;
 
  private:
+  // Rounds row[0, n) to bf16 values when bf16_cache_values_.
+  void round_cache_row(float* row, int64_t n) const;
   IndexTies index_ties_ = IndexTies::kTorchCpu;
+  bool bf16_cache_values_ = false;
 };
 
 }  // namespace dsinfer

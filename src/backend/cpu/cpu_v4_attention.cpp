@@ -81,8 +81,9 @@ void CpuBackend::write_compressed(KvCache& cache, int64_t layer, const BatchPlan
   const int64_t W = cache.width(layer), R = static_cast<int64_t>(rows.size());
   DSI_CHECK(values.numel() == R * W, "write_compressed: ", values.numel(), " values for ", R, " rows of ", W);
   for (int64_t i = 0; i < R; ++i) {
-    std::memcpy(cache.slot(layer, plan.slot_of(rows.seqs[i], rows.rows[i])), values.f32() + i * W,
-                W * sizeof(float));
+    float* dst = cache.slot(layer, plan.slot_of(rows.seqs[i], rows.rows[i]));
+    std::memcpy(dst, values.f32() + i * W, W * sizeof(float));
+    round_cache_row(dst, W);
   }
 }
 
@@ -115,7 +116,8 @@ Tensor CpuBackend::indexer_topk(const Tensor& q, const Tensor& weights, const Kv
     // min(top_k, rows) and drops the invisible picks. ReLU makes exact ties (zeros) common, so the
     // selection reproduces torch's CPU top-k, which breaks ties the way std::nth_element /
     // std::partial_sort over (value, index) pairs compared by value alone do, over as many rows as a
-    // one-shot prefill of the whole prompt holds (so any chunking picks the same rows).
+    // one-shot prefill of the whole prompt holds (so any chunking picks the same rows); or, with
+    // IndexTies::kLowestPosition, the lowest rows among tied ones (torch.topk on CUDA).
     const int64_t rows = std::max<int64_t>(plan.prompt_len(s) / ratio, visible);
     std::vector<std::pair<double, int64_t>> queue(rows);
     for (int64_t j = 0; j < rows; ++j)
@@ -124,7 +126,12 @@ Tensor CpuBackend::indexer_topk(const Tensor& q, const Tensor& weights, const Kv
     auto greater = [](const std::pair<double, int64_t>& a, const std::pair<double, int64_t>& b) {
       return a.first > b.first;
     };
-    if (k > 0 && k * 64 <= rows) {
+    if (k > 0 && index_ties_ == IndexTies::kLowestPosition) {
+      std::partial_sort(queue.begin(), queue.begin() + k, queue.end(),
+                        [](const std::pair<double, int64_t>& a, const std::pair<double, int64_t>& b) {
+                          return a.first > b.first || (a.first == b.first && a.second < b.second);
+                        });
+    } else if (k > 0 && k * 64 <= rows) {
       std::partial_sort(queue.begin(), queue.begin() + k, queue.end(), greater);
     } else if (k > 0) {
       std::nth_element(queue.begin(), queue.begin() + k - 1, queue.end(), greater);

@@ -1,5 +1,6 @@
-// CPU reference DeepSeek-V4 hash-routed MoE weights: the experts are given (tid2eid[token]), the router
+// CPU reference DeepSeek-V4 hash-routed MoE: the experts are given (tid2eid[token], table_rows), the router
 // still scores them; weights are the chosen scores normalised and scaled, as transformers' hash router does.
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -8,6 +9,20 @@
 #include "core/error.h"
 
 namespace dsinfer {
+
+Tensor CpuBackend::table_rows(const Tensor& table, const std::vector<int32_t>& ids) {
+  // table [V, k] I32, ids [T] -> [T, k] I32
+  DSI_CHECK(table.dtype() == DType::I32 && table.ndim() == 2, "table_rows: the table must be I32 [V, k]");
+  const int64_t V = table.dim(0), K = table.dim(1), T = static_cast<int64_t>(ids.size());
+  Tensor out = Tensor::empty(DType::I32, {T, K});
+  for (int64_t t = 0; t < T; ++t) {
+    const int32_t tok = ids[t];
+    DSI_CHECK(tok >= 0 && tok < V, "token id ", tok, " is outside the vocabulary [0, ", V, ")");
+    std::copy(table.data<int32_t>() + tok * K, table.data<int32_t>() + (tok + 1) * K,
+              out.data<int32_t>() + t * K);
+  }
+  return out;
+}
 
 Tensor CpuBackend::moe_weights_for(const Tensor& x, const Tensor& router, const Tensor& ids,
                                    const RoutingParams& p) {

@@ -183,12 +183,14 @@ class CudaBackend : public Backend {
                         const Tensor& bias, const RoutingParams& p, const std::vector<MlpWeights>& experts,
                         Tensor* ids, Tensor* weights, MoeDispatch* dispatch) override;
 
-  // DeepSeek-V3.2 / V4 ops: no kernels yet (each throws dsinfer::Error).
+  // DeepSeek-V4 ops (cuda_backend_v4.cpp; indexer_topk in cuda_backend_dsa.cpp).
   Tensor hc_expand(const Tensor& x, int64_t n) override;
   Tensor hc_pre(const Tensor& x, const HyperConnWeights& w, int64_t iters, float hc_eps, float norm_eps,
                 Tensor* post, Tensor* comb) override;
   Tensor hc_post(const Tensor& x, const Tensor& y, const Tensor& post, const Tensor& comb) override;
   Tensor hc_head(const Tensor& x, const HyperConnWeights& w, float hc_eps, float norm_eps) override;
+  Tensor table_rows(const Tensor& table, const std::vector<int32_t>& ids) override;
+  Tensor prepare_table(Tensor host_i32) override;
   Tensor moe_weights_for(const Tensor& x, const Tensor& router, const Tensor& ids,
                          const RoutingParams& p) override;
   Tensor compress_rows(const KvCache& cache, int64_t in_layer, const BatchPlan& plan,
@@ -216,6 +218,12 @@ class CudaBackend : public Backend {
     return mirror.upload(v);
   }
 
+  // The lightning indexer's score and top-k launches for T query tokens over `keys` (bf16 rows of D), token t
+  // seeing keys 0 .. view.positions[t]; max_keys bounds that count over the launch (the scores' row width)
+  // (cuda_backend_dsa.cpp). out [T, top_k].
+  void index_topk_launches(const float* q, const float* w, const Tensor& keys,
+                           const cuda::DevicePlanView& view, int64_t T, int64_t Hi, int64_t D,
+                           int64_t max_keys, float scale, float weight_scale, int64_t top_k, int32_t* out);
   // rope_write_kv's checks; returns Dv (cuda_backend_attention.cpp).
   int64_t check_rope_write_kv(const Tensor& q, const Tensor& k, const Tensor& v, const RopeTable& table,
                               const KvCache& cache, int64_t layer, const BatchPlan& plan);

@@ -17,23 +17,12 @@
 
 namespace dsinfer {
 
+using cuda::cache_view;
 using cuda::check_positions;
 using cuda::dev_bf16;
 using cuda::dev_f32;
 
 namespace {
-
-cuda::DeviceCacheView cache_view(const KvCache& cache, int64_t layer, const char* op) {
-  DSI_CHECK(cache.device() == Device::kCuda, op, ": the KV cache is not on the GPU");
-  DSI_CHECK(cache.dtype() == DType::F32 || cache.dtype() == DType::BF16, op, ": KV cache of ",
-            dtype_name(cache.dtype()));
-  DSI_CHECK(layer >= 0 && layer < cache.num_layers(), op, ": layer ", layer, " of ", cache.num_layers());
-  cuda::DeviceCacheView v;
-  v.data = const_cast<void*>(cache.storage(layer).raw());
-  v.width = cache.width(layer);
-  v.bf16 = cache.dtype() == DType::BF16;
-  return v;
-}
 
 void check_slots(const KvCache& cache, const BatchPlan& plan, const char* op) {
   DSI_CHECK(static_cast<int64_t>(plan.slot_mapping.size()) == plan.num_tokens(), op, ": slot_mapping has ",

@@ -1,5 +1,6 @@
 // CudaBackend's DeepSeek-V3.2 (DSA) ops: layer_norm (the indexer key's LayerNorm), dsa_indexer_topk (index
-// scores on tensor cores, then a radix top-k per token: dsa_index_kernels.cu) and attention_mla_sparse (the
+// scores on tensor cores, then a radix top-k per token: dsa_index_kernels.cu; also DeepSeek-V4's indexer_topk
+// over compressed keys, the same kernels) and attention_mla_sparse (the
 // MLA decode kernels over each token's selected positions: the tensor-core design of mla_tc_kernels.cu for
 // V3's shape on a bf16 cache, else the CUDA-core kernel of mla_kernels.cu). Host-side checks, workspace
 // sizes that follow the CUDA graph's context bucket, and the launches.
@@ -15,6 +16,7 @@
 #include "backend/cuda/mla_kernels.h"
 #include "backend/cuda/plan_checks.h"
 #include "backend/cuda/runtime.h"
+#include "backend/cuda/v4_kernels.h"
 #include "core/dtype.h"
 #include "core/error.h"
 
@@ -36,6 +38,38 @@ const Tensor& gpu_cache_layer(const KvCache& cache, int64_t layer, const char* o
   return cache.storage(layer);
 }
 
+// An indexer call's checked shapes: q [T, Hi, D], weights [T, Hi] for the plan's tokens, top_k > 0, and the
+// keys' cache layer: bf16 rows of D values the score kernel takes for Hi heads.
+struct IndexQueries {
+  int64_t T = 0, Hi = 0, D = 0;
+  const Tensor* keys = nullptr;
+};
+
+IndexQueries index_queries(const Tensor& q, const Tensor& weights, const KvCache& cache, int64_t layer,
+                           const BatchPlan& plan, int64_t top_k) {
+  DSI_CHECK(q.ndim() == 3, "indexer_topk: q must be [T, Hi, D], got ", shape_str(q.shape()));
+  IndexQueries iq;
+  iq.T = q.dim(0);
+  iq.Hi = q.dim(1);
+  iq.D = q.dim(2);
+  DSI_CHECK(weights.ndim() == 2 && weights.dim(0) == iq.T && weights.dim(1) == iq.Hi,
+            "indexer_topk: weights ", shape_str(weights.shape()), " do not match q ", shape_str(q.shape()));
+  DSI_CHECK(iq.T == plan.num_tokens(), "indexer_topk: ", iq.T, " query tokens for a plan of ",
+            plan.num_tokens());
+  DSI_CHECK(top_k > 0, "indexer_topk: top_k must be positive");
+  const Tensor& storage = gpu_cache_layer(cache, layer, "indexer_topk");
+  DSI_CHECK(cache.width(layer) == iq.D, "indexer_topk: cache row width ", cache.width(layer), " != ", iq.D);
+  DSI_CHECK(storage.dtype() == DType::BF16, "indexer_topk: the GPU kernel reads a bf16 cache, not ",
+            dtype_name(storage.dtype()));
+  DSI_CHECK(cuda::dsa_index_scores_supported(iq.Hi, iq.D, reinterpret_cast<uintptr_t>(storage.raw())),
+            "indexer_topk: no GPU kernel for ", iq.Hi, " heads of ", iq.D,
+            " values (D a multiple of 16 up to 512, "
+            "at most 128 heads, within shared memory)");
+  cuda::check_positions(plan, "indexer_topk");
+  iq.keys = &storage;
+  return iq;
+}
+
 }  // namespace
 
 Tensor CudaBackend::layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps) {
@@ -54,21 +88,9 @@ Tensor CudaBackend::dsa_indexer_topk(const Tensor& q, const Tensor& weights, con
                                      int64_t layer, const BatchPlan& plan, float scale, float weight_scale,
                                      int64_t top_k) {
   // q [T, Hi, D], weights [T, Hi]; cache rows of `layer` [D] (bf16) -> positions [T, top_k] (I32)
-  DSI_CHECK(q.ndim() == 3, "indexer_topk: q must be [T, Hi, D], got ", shape_str(q.shape()));
-  const int64_t T = q.dim(0), Hi = q.dim(1), D = q.dim(2);
-  DSI_CHECK(weights.ndim() == 2 && weights.dim(0) == T && weights.dim(1) == Hi, "indexer_topk: weights ",
-            shape_str(weights.shape()), " do not match q ", shape_str(q.shape()));
-  DSI_CHECK(T == plan.num_tokens(), "indexer_topk: ", T, " query tokens for a plan of ", plan.num_tokens());
-  DSI_CHECK(top_k > 0, "indexer_topk: top_k must be positive");
-  const Tensor& storage = gpu_cache_layer(cache, layer, "indexer_topk");
-  DSI_CHECK(cache.width(layer) == D, "indexer_topk: cache row width ", cache.width(layer), " != ", D);
-  DSI_CHECK(storage.dtype() == DType::BF16, "indexer_topk: the GPU kernel reads a bf16 cache, not ",
-            dtype_name(storage.dtype()));
-  DSI_CHECK(cuda::dsa_index_scores_supported(Hi, D, reinterpret_cast<uintptr_t>(storage.raw())),
-            "indexer_topk: no GPU kernel for ", Hi, " heads of ", D,
-            " values (D a multiple of 16 up to 512, "
-            "at most 128 heads, within shared memory)");
-  cuda::check_positions(plan, "indexer_topk");
+  const IndexQueries iq = index_queries(q, weights, cache, layer, plan, top_k);
+  const int64_t T = iq.T, Hi = iq.Hi, D = iq.D;
+  const Tensor& storage = *iq.keys;
   Tensor out = Tensor::empty_on(Device::kCuda, DType::I32, {T, top_k});  // [T, top_k]
   if (T == 0) return out;
   const float* dq = dev_f32(q, "indexer_topk", "q");
@@ -79,17 +101,27 @@ Tensor CudaBackend::dsa_indexer_topk(const Tensor& q, const Tensor& weights, con
   // bucket (a captured launch serves every step of its bucket).
   int64_t max_ctx = std::max<int64_t>(step_.device().max_context, context_bound_);
   for (int32_t p : plan.positions) max_ctx = std::max<int64_t>(max_ctx, int64_t{p} + 1);
+  index_topk_launches(dq, dw, storage, view, T, Hi, D, max_ctx, scale, weight_scale, top_k,
+                      out.data<int32_t>());
+  if (lone_call) step_.clear_host();
+  return out;
+}
+
+void CudaBackend::index_topk_launches(const float* q, const float* w, const Tensor& keys,
+                                      const cuda::DevicePlanView& view, int64_t T, int64_t Hi, int64_t D,
+                                      int64_t max_keys, float scale, float weight_scale, int64_t top_k,
+                                      int32_t* out) {
   const int64_t ld =
-      std::max<int64_t>(1, (max_ctx + cuda::kIndexKeysPerBlock - 1) / cuda::kIndexKeysPerBlock) *
+      std::max<int64_t>(1, (max_keys + cuda::kIndexKeysPerBlock - 1) / cuda::kIndexKeysPerBlock) *
       cuda::kIndexKeysPerBlock;
-  const bool scored = max_ctx > top_k;  // otherwise every token takes all it sees: no scores
+  const bool scored = max_keys > top_k;  // otherwise every token takes all it sees: no scores
   const int64_t group = std::clamp<int64_t>(kMaxScoreFloats / ld, 1, T);
   Tensor scores;
   if (scored) scores = Tensor::empty_on(Device::kCuda, DType::F32, {group, ld});  // [group, ld]
   cuda::IndexScoresArgs a;
-  a.q = dq;
-  a.w = dw;
-  a.keys = static_cast<const uint16_t*>(storage.raw());
+  a.q = q;
+  a.w = w;
+  a.keys = static_cast<const uint16_t*>(keys.raw());
   a.plan = view;
   a.Hi = Hi;
   a.D = D;
@@ -102,8 +134,33 @@ Tensor CudaBackend::dsa_indexer_topk(const Tensor& q, const Tensor& weights, con
     a.t0 = t0;
     a.count = std::min(group, T - t0);
     if (scored) cuda::launch_dsa_index_scores(a);
-    cuda::launch_dsa_topk(a.scores, ld, view.positions, t0, a.count, top_k, out.data<int32_t>());
+    cuda::launch_dsa_topk(a.scores, ld, view.positions, t0, a.count, top_k, out);
   }
+}
+
+Tensor CudaBackend::indexer_topk(const Tensor& q, const Tensor& weights, const KvCache& cache, int64_t layer,
+                                 const BatchPlan& plan, int64_t ratio, int64_t top_k, float scale,
+                                 float weights_scale) {
+  // DeepSeek-V4: q [T, Hi, D], weights [T, Hi]; compressed keys (row j in the slot of position j) of cache
+  // layer `layer` -> rows [T, top_k] (I32). dsa_indexer_topk's kernels with each token's last visible row
+  // (pos + 1) / ratio - 1 in place of its position.
+  DSI_CHECK(ratio > 0, "indexer_topk: ratio must be positive");
+  const IndexQueries iq = index_queries(q, weights, cache, layer, plan, top_k);
+  const int64_t T = iq.T, Hi = iq.Hi, D = iq.D;
+  const Tensor& storage = *iq.keys;
+  Tensor out = Tensor::empty_on(Device::kCuda, DType::I32, {T, top_k});  // [T, top_k]
+  if (T == 0) return out;
+  const float* dq = dev_f32(q, "indexer_topk", "q");
+  const float* dw = dev_f32(weights, "indexer_topk", "weights");
+  bool lone_call = false;
+  cuda::DevicePlanView view = plan_view(plan, lone_call);
+  Tensor visible = Tensor::empty_on(Device::kCuda, DType::I32, {T});  // [T] last visible row, -1: none
+  cuda::launch_compressed_visible(view.positions, visible.data<int32_t>(), T, ratio);
+  view.positions = visible.data<int32_t>();
+  int64_t max_rows = 0;
+  for (int32_t p : plan.positions) max_rows = std::max<int64_t>(max_rows, (int64_t{p} + 1) / ratio);
+  index_topk_launches(dq, dw, storage, view, T, Hi, D, max_rows, scale, weights_scale, top_k,
+                      out.data<int32_t>());
   if (lone_call) step_.clear_host();
   return out;
 }

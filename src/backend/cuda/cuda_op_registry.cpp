@@ -120,9 +120,9 @@ const std::vector<CudaOpSupport>& cuda_op_support() {
        {"norm_mlp_residual", "moe_experts", "add_inplace"},
        ""},
       // ---- DeepSeek-V3.2 sparse attention ----
-      // Kernels exist and are op-tested (cuda_backend_dsa.cpp: launch_layer_norm, launch_dsa_index_scores,
-      // launch_dsa_topk, launch_attention_mla over a list); the rows name them once the model has passed end
-      // to end on the GPU (docs/experiments/2026-12-05-v32-on-gpu-enable.patch). Until then V3.2 stays on the CPU.
+      // V3.2's and V4's kernels exist (cuda_backend_dsa.cpp, cuda_backend_v4.cpp) but stay unlisted, so
+      // both run on the CPU until their GPU paths pass the model-level checks
+      // (docs/experiments/2026-12-06-v32-v4-on-gpu-enable.patch names them).
       {"layer_norm", {}, {}, {}, ""},
       {"dsa_indexer_topk", {}, {}, {}, ""},
       {"attention_mla_sparse", {}, {}, {}, ""},
@@ -131,6 +131,7 @@ const std::vector<CudaOpSupport>& cuda_op_support() {
       {"hc_pre", {}, {}, {}, ""},
       {"hc_post", {}, {}, {}, ""},
       {"hc_head", {}, {}, {}, ""},
+      {"table_rows", {}, {}, {}, ""},
       {"moe_weights_for", {}, {}, {}, ""},
       {"compress_rows", {}, {}, {}, ""},
       {"write_compressed", {}, {}, {}, ""},
@@ -211,13 +212,17 @@ const std::vector<std::string>& model_backend_ops(Arch arch) {
     ops.insert(ops.end() - 1, {"rope", "write_kv", "layer_norm", "dsa_indexer_topk", "attention_mla_sparse"});
     return ops;
   }();
-  static const std::vector<std::string> v4 = {
-      "embed",         "rms_norm",         "linear",       "rope",
-      "write_kv",      "hc_expand",        "hc_pre",       "hc_post",
-      "hc_head",       "head_matmul",      "indexer_topk", "attention_v4",
-      "mlp",           "moe_route",        "moe_experts",  "moe_weights_for",
-      "compress_rows", "write_compressed", "add_inplace",  "gather_rows",
-      "sample"};
+  static const std::vector<std::string> v4 = {"embed",         "rms_norm",
+                                              "linear",        "rope",
+                                              "write_kv",      "hc_expand",
+                                              "hc_pre",        "hc_post",
+                                              "hc_head",       "head_matmul",
+                                              "indexer_topk",  "attention_v4",
+                                              "mlp",           "moe_route",
+                                              "moe_experts",   "moe_weights_for",
+                                              "compress_rows", "write_compressed",
+                                              "add_inplace",   "gather_rows",
+                                              "table_rows",    "sample"};
   switch (arch) {
     case Arch::kLlama:
     case Arch::kQwen2:

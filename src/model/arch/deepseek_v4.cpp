@@ -31,7 +31,8 @@ class DeepseekV4Model : public Model {
     weights_ = load_deepseek_v4_weights(c_, w);
     main_rope_ = make_rope_table(c_.main_rope, c_.rope_dim);
     compress_rope_ = make_rope_table(c_.compress_rope, c_.rope_dim);
-    head_ones_ = Tensor::from_f32(std::vector<float>(c_.head_dim, 1.0f), {c_.head_dim});
+    head_ones_ =
+        backend.prepare_weight(Tensor::from_f32(std::vector<float>(c_.head_dim, 1.0f), {c_.head_dim}));
     // Cache layout: see kv_layout().
     int64_t next = 0;
     for (int64_t i = 0; i < c_.num_layers; ++i) {
@@ -50,6 +51,10 @@ class DeepseekV4Model : public Model {
   }
 
   const ModelConfig& config() const override { return config_; }
+  Device kv_device() const override { return backend_.device(); }
+  DType kv_dtype() const override { return backend_.kv_dtype(); }
+  // The compressors' closing rows are host lists made per step (v4_closing_rows).
+  bool graph_capturable() const override { return false; }
 
   // Per model layer, in order: the raw K=V window; for CSA/HCA the compressor inputs (a window of the
   // last c * ratio tokens' [kv | gate] rows) and the compressed rows; for CSA the same pair for the indexer.
@@ -73,6 +78,11 @@ class DeepseekV4Model : public Model {
   }
 
   Tensor forward(const BatchPlan& plan, KvCache& cache) override {
+    return backend_.to_host(forward_device(plan, cache));
+  }
+
+  // Logits [rows, vocab] where the backend keeps them (device memory on the GPU).
+  Tensor forward_device(const BatchPlan& plan, KvCache& cache) override {
     Backend& b = backend_;
     const StepScope step(b, plan);
     DSI_CHECK(cache.num_layers() == static_cast<int64_t>(kv_layout().size()),
@@ -161,7 +171,7 @@ class DeepseekV4Model : public Model {
 
   Tensor moe(const V4MoeWeights& f, const Tensor& x, const BatchPlan& plan, bool hash) {
     Backend& b = backend_;
-    const int64_t T = x.dim(0), K = c_.num_experts_per_tok;
+    const int64_t K = c_.num_experts_per_tok;
     RoutingParams p;
     p.scoring = c_.scoring_func;
     p.method = "noaux_tc";
@@ -170,13 +180,7 @@ class DeepseekV4Model : public Model {
     p.routed_scaling_factor = static_cast<float>(c_.routed_scaling_factor);
     Tensor ids, weights;
     if (hash) {
-      ids = Tensor::empty(DType::I32, {T, K});  // [T, k] = tid2eid[token]
-      for (int64_t t = 0; t < T; ++t) {
-        const int32_t tok = plan.token_ids[t];
-        DSI_CHECK(tok >= 0 && tok < f.tid2eid.dim(0), "token id ", tok, " is outside the vocabulary");
-        std::copy(f.tid2eid.data<int32_t>() + tok * K, f.tid2eid.data<int32_t>() + (tok + 1) * K,
-                  ids.data<int32_t>() + t * K);
-      }
+      ids = b.table_rows(f.tid2eid, plan.token_ids);  // [T, k] = tid2eid[token] (x [T, hidden])
       weights = b.moe_weights_for(x, f.router, ids, p);
     } else {
       b.moe_route(x, f.router, f.bias, p, &ids, &weights);

@@ -8,12 +8,19 @@ namespace dsinfer {
 
 namespace {
 
+// A small float32 parameter the V4 kernels read in full precision (hyper-connection mixes, compressor
+// position biases, attention sinks, routing bias): float32 on the backend's device too.
+Tensor get_f32(WeightLoader& w, const std::string& name, const Shape& shape) {
+  Tensor t = w.get_host(name, shape);
+  return w.backend() ? w.backend()->prepare_weight_f32(std::move(t)) : t;
+}
+
 HyperConnWeights load_hc(WeightLoader& w, const std::string& prefix, int64_t mixes, int64_t inputs,
                          int64_t scales) {
   HyperConnWeights hc;
-  hc.fn = w.get(prefix + "_fn", {mixes, inputs});
-  hc.base = w.get(prefix + "_base", {mixes});
-  hc.scale = w.get(prefix + "_scale", {scales});
+  hc.fn = get_f32(w, prefix + "_fn", {mixes, inputs});
+  hc.base = get_f32(w, prefix + "_base", {mixes});
+  hc.scale = get_f32(w, prefix + "_scale", {scales});
   return hc;
 }
 
@@ -22,7 +29,7 @@ V4CompressorWeights load_compressor(WeightLoader& w, const std::string& p, int64
   V4CompressorWeights comp;
   comp.wkv = w.linear(p + ".wkv", c * dim, hidden);
   comp.wgate = w.linear(p + ".wgate", c * dim, hidden);
-  comp.ape = w.get(p + ".ape", {ratio, c * dim});
+  comp.ape = get_f32(w, p + ".ape", {ratio, c * dim});
   comp.norm = w.get(p + ".norm.weight", {dim});
   return comp;
 }
@@ -62,7 +69,7 @@ V4Weights load_deepseek_v4_weights(const DeepseekV4Config& c, WeightLoader& w) {
     a.wo_a = w.get(ap + ".wo_a.weight", {c.o_groups * c.o_lora_rank, group_in})
                  .reshape({c.o_groups, c.o_lora_rank, group_in});
     a.wo_b = w.linear(ap + ".wo_b", Hd, c.o_groups * c.o_lora_rank);
-    a.sinks = w.get(ap + ".attn_sink", {H});
+    a.sinks = get_f32(w, ap + ".attn_sink", {H});
     const int64_t ratio = c.compress_ratios[i];
     if (c.attn_kinds[i] != V4AttnKind::kSliding) {
       a.has_compressor = true;
@@ -86,13 +93,16 @@ V4Weights load_deepseek_v4_weights(const DeepseekV4Config& c, WeightLoader& w) {
         const int32_t e = f.tid2eid.data<int32_t>()[k];
         DSI_CHECK(e >= 0 && e < E, fp, ".gate.tid2eid holds expert id ", e, " outside [0, ", E, ")");
       }
+      if (w.backend()) f.tid2eid = w.backend()->prepare_table(f.tid2eid);
     } else {
-      f.bias = w.has(fp + ".gate.bias") ? w.get(fp + ".gate.bias", {E}) : Tensor::zeros(DType::F32, {E});
+      f.bias = w.has(fp + ".gate.bias") ? w.get_host(fp + ".gate.bias", {E}) : Tensor::zeros(DType::F32, {E});
+      if (w.backend()) f.bias = w.backend()->prepare_weight_f32(f.bias);
     }
     for (int64_t e = 0; e < E; ++e) {
       f.experts.push_back(
           load_expert(w, fp + ".experts." + std::to_string(e), Hd, c.moe_intermediate_size, limit));
     }
+    if (w.backend()) w.backend()->prepare_experts(f.experts);
     if (c.n_shared_experts > 0) {
       f.has_shared = true;
       f.shared =

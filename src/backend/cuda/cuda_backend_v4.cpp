@@ -1,0 +1,302 @@
+// CudaBackend's DeepSeek-V4 ops (the indexer's top-k is in cuda_backend_dsa.cpp, beside V3.2's): the
+// hyper-connections, the hash layers' expert ids (from the step's device token ids, so async scheduling's fed
+// tokens route right) and weights, the compressor's pooling and compressed-row writes and the shared-KV
+// attention with sinks. Host-side checks with the CPU reference's errors, host lists (the closing compressor
+// rows, host expert ids) uploaded per call, then the launches of v4_kernels.h. The compressor rows are
+// per-step host data, so a DeepSeek-V4 model runs eagerly (Model::graph_capturable).
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/attention_kernels.h"
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_tensor.h"
+#include "backend/cuda/device_args.h"
+#include "backend/cuda/plan_checks.h"
+#include "backend/cuda/v4_kernels.h"
+#include "core/dtype.h"
+#include "core/error.h"
+
+namespace dsinfer {
+
+using cuda::cache_view;
+using cuda::dev_f32;
+
+namespace {
+
+// A float32 parameter on the GPU (loaded through prepare_weight_f32) of `numel` values.
+const float* dev_param(const Tensor& p, int64_t numel, const char* op, const char* what) {
+  DSI_CHECK(p.numel() == numel, op, ": ", what, " has ", p.numel(), " values, expected ", numel);
+  DSI_CHECK(p.device() == Device::kCuda && p.dtype() == DType::F32, op, ": ", what,
+            " must be a float32 CUDA tensor (loaded through prepare_weight_f32), got ", dtype_name(p.dtype()),
+            " on ", device_name(p.device()));
+  return p.data<float>();
+}
+
+// A device copy of a host list (I32 or I64 elements).
+template <typename T>
+Tensor device_list(const std::vector<T>& v, DType dtype) {
+  Tensor host = Tensor::empty(dtype, {static_cast<int64_t>(v.size())});
+  std::memcpy(host.raw(), v.data(), v.size() * sizeof(T));
+  return cuda::to_device(host);
+}
+
+Tensor device_f32(const Shape& shape) {
+  return Tensor::empty_on(Device::kCuda, DType::F32, shape);
+}
+
+// A hyper-connection's checked inputs and its mixing logits, launched: streams x [T, n, H], fn [M, n H], base
+// [M] and scale [3] (the head: M = n, scale [1]) float32 on the GPU; mixes [T, M].
+struct HcMixes {
+  const float* x = nullptr;
+  const float* base = nullptr;
+  const float* scale = nullptr;
+  Tensor mixes;  // [T, M]
+  int64_t T = 0, n = 0, H = 0;
+};
+
+HcMixes hc_mixes(const Tensor& x, const HyperConnWeights& w, bool head, float norm_eps, const char* op) {
+  DSI_CHECK(x.ndim() == 3, op, ": expected streams [T, n, H], got ", shape_str(x.shape()));
+  HcMixes m;
+  m.T = x.dim(0);
+  m.n = x.dim(1);
+  m.H = x.dim(2);
+  const int64_t M = head ? m.n : (2 + m.n) * m.n, scales = head ? 1 : 3;
+  DSI_CHECK(w.fn.ndim() == 2 && w.fn.dim(0) == M && w.base.numel() == M && w.scale.numel() == scales, op,
+            ": weights for ", w.fn.ndim() == 2 ? w.fn.dim(0) : 0, " mixes, ", m.n, " streams need ", M);
+  DSI_CHECK(w.fn.dim(1) == m.n * m.H, "hyper-connection: fn expects ", w.fn.dim(1), " inputs, streams have ",
+            m.n * m.H);
+  DSI_CHECK(m.n <= cuda::kMaxHyperStreams, op, ": ", m.n, " streams (the GPU kernel takes at most ",
+            cuda::kMaxHyperStreams, ")");
+  const float* fn = dev_param(w.fn, M * m.n * m.H, op, "fn");
+  m.base = dev_param(w.base, M, op, "base");
+  m.scale = dev_param(w.scale, scales, op, "scale");
+  m.x = dev_f32(x, op, "x");
+  m.mixes = device_f32({m.T, M});
+  cuda::launch_hc_mixes(m.x, fn, m.mixes.data<float>(), m.T, m.n * m.H, M, norm_eps);
+  return m;
+}
+
+cuda::HashScoring hash_scoring(const std::string& s) {
+  if (s == "softmax") return cuda::HashScoring::kSoftmax;
+  if (s == "sigmoid") return cuda::HashScoring::kSigmoid;
+  if (s == "sqrtsoftplus") return cuda::HashScoring::kSqrtSoftplus;
+  fail("moe_weights_for: unsupported scoring function ", s);
+}
+
+// I32 ids [T, k] on the GPU: a host table is checked against [0, E) and uploaded (a device one is trusted).
+Tensor device_ids(const Tensor& ids, int64_t E, const char* op) {
+  DSI_CHECK(ids.dtype() == DType::I32 && ids.ndim() == 2, op, ": ids must be I32 [T, k], got ",
+            dtype_name(ids.dtype()), " ", shape_str(ids.shape()));
+  if (!ids.is_cpu()) return ids;
+  for (int64_t i = 0; i < ids.numel(); ++i) {
+    const int32_t e = ids.data<int32_t>()[i];
+    DSI_CHECK(e >= 0 && e < E, op, ": expert id ", e, " out of range [0, ", E, ")");
+  }
+  return cuda::to_device(ids);
+}
+
+}  // namespace
+
+Tensor CudaBackend::hc_expand(const Tensor& x, int64_t n) {
+  // x [T, H] -> [T, n, H]
+  DSI_CHECK(x.ndim() == 2, "hc_expand: expected [T, H], got ", shape_str(x.shape()));
+  DSI_CHECK(n >= 1, "hc_expand: ", n, " streams");
+  const int64_t T = x.dim(0), H = x.dim(1);
+  Tensor out = device_f32({T, n, H});  // [T, n, H]
+  cuda::launch_hc_expand(dev_f32(x, "hc_expand", "x"), out.data<float>(), T, n, H);
+  return out;
+}
+
+Tensor CudaBackend::hc_pre(const Tensor& x, const HyperConnWeights& w, int64_t iters, float hc_eps,
+                           float norm_eps, Tensor* post, Tensor* comb) {
+  // x [T, n, H] -> collapsed [T, H], post [T, n], comb [T, n, n]
+  const HcMixes m = hc_mixes(x, w, /*head=*/false, norm_eps, "hc_pre");
+  Tensor out = device_f32({m.T, m.H});  // [T, H]
+  *post = device_f32({m.T, m.n});       // [T, n]
+  *comb = device_f32({m.T, m.n, m.n});  // [T, n, n]
+  cuda::launch_hc_pre_finish(m.x, m.mixes.data<float>(), m.base, m.scale, out.data<float>(),
+                             post->data<float>(), comb->data<float>(), m.T, m.n, m.H, iters, hc_eps);
+  return out;
+}
+
+Tensor CudaBackend::hc_post(const Tensor& x, const Tensor& y, const Tensor& post, const Tensor& comb) {
+  // x [T, n, H], y [T, H], post [T, n], comb [T, n, n] -> [T, n, H]
+  DSI_CHECK(x.ndim() == 3, "hc_post: expected streams [T, n, H], got ", shape_str(x.shape()));
+  const int64_t T = x.dim(0), n = x.dim(1), H = x.dim(2);
+  DSI_CHECK(y.numel() == T * H && post.numel() == T * n && comb.numel() == T * n * n,
+            "hc_post: shape mismatch");
+  Tensor out = device_f32({T, n, H});  // [T, n, H]
+  cuda::launch_hc_post(dev_f32(x, "hc_post", "x"), dev_f32(y, "hc_post", "y"),
+                       dev_f32(post, "hc_post", "post"), dev_f32(comb, "hc_post", "comb"), out.data<float>(),
+                       T, n, H);
+  return out;
+}
+
+Tensor CudaBackend::hc_head(const Tensor& x, const HyperConnWeights& w, float hc_eps, float norm_eps) {
+  // x [T, n, H] -> [T, H]
+  const HcMixes m = hc_mixes(x, w, /*head=*/true, norm_eps, "hc_head");
+  Tensor out = device_f32({m.T, m.H});  // [T, H]
+  cuda::launch_hc_head_finish(m.x, m.mixes.data<float>(), m.base, m.scale, out.data<float>(), m.T, m.n, m.H,
+                              hc_eps);
+  return out;
+}
+
+Tensor CudaBackend::prepare_table(Tensor host_i32) {
+  DSI_CHECK(host_i32.is_cpu() && host_i32.dtype() == DType::I32, "prepare_table: expected a host I32 tensor");
+  return cuda::to_device(host_i32);
+}
+
+Tensor CudaBackend::table_rows(const Tensor& table, const std::vector<int32_t>& ids) {
+  // table [V, k] I32 (device), ids [T] -> [T, k] I32
+  DSI_CHECK(table.ndim() == 2 && table.dtype() == DType::I32 && table.device() == Device::kCuda,
+            "table_rows: the table must be an I32 CUDA tensor [V, k] (loaded through prepare_table)");
+  const int64_t V = table.dim(0), K = table.dim(1), T = static_cast<int64_t>(ids.size());
+  for (int32_t id : ids)
+    DSI_CHECK(id >= 0 && id < V, "token id ", id, " is outside the vocabulary [0, ", V, ")");
+  Tensor out = Tensor::empty_on(Device::kCuda, DType::I32, {T, K});  // [T, k]
+  if (T == 0 || K == 0) return out;
+  cuda::launch_table_rows(table.data<int32_t>(), device_array(ids, ids_), out.data<int32_t>(), T, K, V);
+  return out;
+}
+
+Tensor CudaBackend::moe_weights_for(const Tensor& x, const Tensor& router, const Tensor& ids,
+                                    const RoutingParams& p) {
+  // x [T, H], router [E, H] (bf16), ids [T, k] I32 -> weights [T, k]
+  DSI_CHECK(x.ndim() == 2 && router.ndim() == 2, "moe_weights_for: x ", shape_str(x.shape()), " and router ",
+            shape_str(router.shape()), " must be 2-D");
+  const int64_t T = x.dim(0), H = x.dim(1), E = router.dim(0);
+  DSI_CHECK(router.dim(1) == H, "moe_weights_for: router expects ", router.dim(1), " features, got ", H);
+  DSI_CHECK(ids.ndim() == 2 && ids.dim(0) == T, "moe_weights_for: ids must be I32 [T, k]");
+  DSI_CHECK(E <= cuda::kMaxHashExperts, "moe_weights_for: ", E, " experts (the GPU kernel takes at most ",
+            cuda::kMaxHashExperts, ")");
+  const cuda::HashScoring scoring = hash_scoring(p.scoring);
+  const Tensor dids = device_ids(ids, E, "moe_weights_for");
+  const int64_t K = ids.dim(1);
+  Tensor weights = device_f32({T, K});  // [T, k]
+  Tensor logits = device_f32({T, E});   // [T, E] scratch
+  cuda::launch_moe_weights_for(dev_f32(x, "moe_weights_for", "x"),
+                               cuda::dev_bf16(router, "moe_weights_for", "router"), dids.data<int32_t>(),
+                               logits.data<float>(), weights.data<float>(), T, H, E, K, scoring,
+                               p.norm_topk_prob, p.routed_scaling_factor);
+  return weights;
+}
+
+Tensor CudaBackend::compress_rows(const KvCache& cache, int64_t in_layer, const BatchPlan& plan,
+                                  const CompressedRows& rows, const Tensor& ape, int64_t ratio,
+                                  bool overlap) {
+  // cache rows of in_layer [kv (c D) | gate (c D)] -> pooled [R, D]
+  const cuda::DeviceCacheView in = cache_view(cache, in_layer, "compress_rows");
+  const int64_t c = overlap ? 2 : 1, width = in.width, D = width / (2 * c);
+  const int64_t R = static_cast<int64_t>(rows.size());
+  DSI_CHECK(width == 2 * c * D && D > 0, "compress_rows: cache rows of ", width,
+            " values are not [kv | gate]");
+  DSI_CHECK(ratio > 0, "compress_rows: ratio must be positive");
+  DSI_CHECK(rows.seqs.size() == rows.rows.size(), "compress_rows: ", rows.seqs.size(), " sequences for ",
+            rows.rows.size(), " rows");
+  const float* ape_d = dev_param(ape, ratio * c * D, "compress_rows", "ape");
+  for (int64_t i = 0; i < R; ++i) {
+    DSI_CHECK(rows.seqs[i] >= 0 && rows.seqs[i] < plan.num_seqs() && rows.rows[i] >= 0 &&
+                  (rows.rows[i] + 1) * ratio <= plan.context_lens[rows.seqs[i]],
+              "compress_rows: window ", rows.rows[i], " of sequence ", rows.seqs[i], " is not closed");
+    const int32_t s = rows.seqs[i];
+    const int64_t blocks = plan.block_table_indptr[s + 1] - plan.block_table_indptr[s];
+    DSI_CHECK((rows.rows[i] + 1) * ratio <= blocks * plan.block_size, "compress_rows: window ", rows.rows[i],
+              " of sequence ", s, " is past its ", blocks, " blocks");
+  }
+  Tensor out = device_f32({R, D});  // [R, D]
+  if (R == 0) return out;
+  const Tensor seqs = device_list(rows.seqs, DType::I32);
+  const Tensor windows = device_list(rows.rows, DType::I32);
+  bool lone_call = false;
+  cuda::CompressRowsArgs a;
+  a.in = in;
+  a.plan = plan_view(plan, lone_call);
+  a.seqs = seqs.data<int32_t>();
+  a.rows = windows.data<int32_t>();
+  a.ape = ape_d;
+  a.R = R;
+  a.D = D;
+  a.ratio = ratio;
+  a.overlap = overlap;
+  a.out = out.data<float>();
+  cuda::launch_compress_rows(a);
+  if (lone_call) step_.clear_host();
+  return out;
+}
+
+void CudaBackend::write_compressed(KvCache& cache, int64_t layer, const BatchPlan& plan,
+                                   const CompressedRows& rows, const Tensor& values) {
+  // values [R, W] -> cache layer `layer`, row i in the slot of position rows[i] of sequence seqs[i]
+  const cuda::DeviceCacheView view = cache_view(cache, layer, "write_compressed");
+  const int64_t W = view.width, R = static_cast<int64_t>(rows.size());
+  DSI_CHECK(values.numel() == R * W, "write_compressed: ", values.numel(), " values for ", R, " rows of ", W);
+  DSI_CHECK(rows.seqs.size() == rows.rows.size(), "write_compressed: ", rows.seqs.size(), " sequences for ",
+            rows.rows.size(), " rows");
+  if (R == 0) return;
+  std::vector<int64_t> slots(static_cast<size_t>(R));
+  for (int64_t i = 0; i < R; ++i) {
+    const int32_t s = rows.seqs[i];
+    DSI_CHECK(s >= 0 && s < plan.num_seqs() && rows.rows[i] >= 0, "write_compressed: row ", rows.rows[i],
+              " of sequence ", s);
+    const int64_t blocks = plan.block_table_indptr[s + 1] - plan.block_table_indptr[s];
+    DSI_CHECK(rows.rows[i] < blocks * plan.block_size, "write_compressed: row ", rows.rows[i],
+              " of sequence ", s, " is past its ", blocks, " blocks");
+    slots[i] = plan.slot_of(s, rows.rows[i]);
+  }
+  const Tensor dslots = device_list(slots, DType::I64);
+  cuda::launch_write_kv(view, dslots.data<int64_t>(), dev_f32(values, "write_compressed", "values"), W,
+                        nullptr, 0, R);
+}
+
+Tensor CudaBackend::attention_v4(const Tensor& q, const KvCache& cache, int64_t window_layer, int64_t window,
+                                 int64_t comp_layer, int64_t ratio, const Tensor& selected,
+                                 const BatchPlan& plan, const Tensor& sinks, float scale) {
+  // q [T, H, D] -> [T, H, D]
+  DSI_CHECK(q.ndim() == 3, "attention_v4: q must be [T, H, D], got ", shape_str(q.shape()));
+  const int64_t T = q.dim(0), H = q.dim(1), D = q.dim(2);
+  const cuda::DeviceCacheView win = cache_view(cache, window_layer, "attention_v4");
+  DSI_CHECK(win.width == D, "attention_v4: window rows of ", win.width, " values, heads of ", D);
+  cuda::DeviceCacheView comp;
+  if (comp_layer >= 0) {
+    comp = cache_view(cache, comp_layer, "attention_v4");
+    DSI_CHECK(comp.width == D, "attention_v4: compressed rows must have ", D, " values");
+  }
+  DSI_CHECK(D <= cuda::kMaxV4HeadDim, "attention_v4: head dim ", D, " (the GPU kernel takes at most ",
+            cuda::kMaxV4HeadDim, ")");
+  DSI_CHECK(window >= 1, "attention_v4: the window must be positive");
+  DSI_CHECK(comp_layer < 0 || ratio >= 1, "attention_v4: compressed rows need a positive ratio");
+  const float* sinks_d = dev_param(sinks, H, "attention_v4", "sink logits");
+  DSI_CHECK(T == plan.num_tokens(), "attention_v4: ", T, " query tokens for a plan of ", plan.num_tokens());
+  const int64_t K = selected ? selected.dim(1) : 0;
+  DSI_CHECK(!selected || (selected.dtype() == DType::I32 && selected.ndim() == 2 && selected.dim(0) == T),
+            "attention_v4: bad selection");
+  cuda::check_positions(plan, "attention_v4");
+  Tensor sel = selected;
+  if (selected && selected.is_cpu() && K > 0) sel = cuda::to_device(selected);
+  Tensor out = device_f32({T, H, D});  // [T, H, D]
+  if (T == 0 || H == 0) return out;
+  bool lone_call = false;
+  cuda::AttentionV4Args a;
+  a.q = dev_f32(q, "attention_v4", "q");
+  a.window_rows = win;
+  if (!selected || K > 0) a.comp = comp;  // an empty selection: no compressed rows
+  a.plan = plan_view(plan, lone_call);
+  a.selected = selected && K > 0 ? sel.data<int32_t>() : nullptr;
+  a.K = K;
+  a.sinks = sinks_d;
+  a.T = T;
+  a.H = H;
+  a.D = D;
+  a.window = window;
+  a.ratio = std::max<int64_t>(ratio, 1);  // unused without compressed rows (sliding layers give 0)
+  a.scale = scale;
+  a.out = out.data<float>();
+  cuda::launch_attention_v4(a);
+  if (lone_call) step_.clear_host();
+  return out;
+}
+
+}  // namespace dsinfer

@@ -1,0 +1,303 @@
+// DeepSeek-V4's hyper-connection kernels (v4_kernels.h): stream expansion, the mixing logits (one block per
+// token and mix: a dot over the token's n * H stream values and their sum of squares), the per-token finish
+// (sigmoids, row softmax, Sinkhorn-Knopp on the n x n combination matrix in one thread, then the weighted
+// collapse by the whole block), the write-back, and the hash layers' expert ids and weights. float32
+// throughout, in the order cpu_v4_hc.cpp / cpu_v4_moe.cpp compute (reductions are blockwise, so sums differ
+// in rounding).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "backend/cuda/kernel_common.cuh"
+#include "backend/cuda/pdl.cuh"
+#include "backend/cuda/v4_kernels.h"
+#include "core/error.h"
+
+namespace dsinfer::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int64_t kMaxGridY = 65535;
+
+__device__ __forceinline__ float sigmoidf(float v) {
+  return 1.0f / (1.0f + expf(-v));
+}
+
+__device__ __forceinline__ float bf16_to_float(uint16_t bits) {
+  return __uint_as_float(static_cast<uint32_t>(bits) << 16);
+}
+
+__global__ void hc_expand_kernel(const float* x, float* out, int64_t n, int64_t H, int64_t total) {
+  pdl_wait();
+  pdl_trigger();
+  const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;  // over [T, n, H]
+  if (e >= total) return;
+  const int64_t t = e / (n * H), i = e % H;
+  out[e] = x[t * H + i];
+}
+
+// Block (m, t): mixes[t, m] = dot(x[t], fn[m]) / rms(x[t]).
+__global__ void __launch_bounds__(kThreads)
+    hc_mixes_kernel(const float* x, const float* fn, float* mixes, int64_t F, int64_t M, float norm_eps) {
+  pdl_wait();
+  pdl_trigger();
+  const int64_t m = blockIdx.x, t = blockIdx.y;
+  const float* row = x + t * F;  // [F]
+  const float* w = fn + m * F;   // [F]
+  float dot = 0.0f, ss = 0.0f;
+  for (int64_t i = threadIdx.x; i < F; i += kThreads) {
+    const float v = row[i];
+    dot = fmaf(v, w[i], dot);
+    ss = fmaf(v, v, ss);
+  }
+  dot = block_sum(dot);
+  ss = block_sum(ss);
+  if (threadIdx.x == 0) mixes[t * M + m] = dot * rsqrtf(ss / static_cast<float>(F) + norm_eps);
+}
+
+// Sinkhorn-Knopp on one n x n matrix (row-major): columns first, then `iters - 1` row/column rounds.
+__device__ void sinkhorn(float* c, int n, int64_t iters, float eps) {
+  auto norm_cols = [&]() {
+    for (int col = 0; col < n; ++col) {
+      float s = 0.0f;
+      for (int r = 0; r < n; ++r) s += c[r * n + col];
+      for (int r = 0; r < n; ++r) c[r * n + col] /= (s + eps);
+    }
+  };
+  auto norm_rows = [&]() {
+    for (int r = 0; r < n; ++r) {
+      float s = 0.0f;
+      for (int col = 0; col < n; ++col) s += c[r * n + col];
+      for (int col = 0; col < n; ++col) c[r * n + col] /= (s + eps);
+    }
+  };
+  norm_cols();
+  for (int64_t i = 0; i + 1 < iters; ++i) {
+    norm_rows();
+    norm_cols();
+  }
+}
+
+// out[t, i] = sum_j pre[j] x[t, j, i], pre in shared memory, by the whole block.
+__device__ __forceinline__ void collapse(const float* x, const float* pre, int n, int64_t H, float* out) {
+  for (int64_t i = threadIdx.x; i < H; i += blockDim.x) {
+    float acc = 0.0f;
+    for (int j = 0; j < n; ++j) acc = fmaf(pre[j], x[j * H + i], acc);
+    out[i] = acc;
+  }
+}
+
+// One block per token: thread 0 makes pre, post and comb from the token's mixes, then the block collapses.
+__global__ void __launch_bounds__(kThreads)
+    hc_pre_finish_kernel(const float* x, const float* mixes, const float* base, const float* scale,
+                         float* out, float* post, float* comb, int n, int64_t H, int64_t iters,
+                         float hc_eps) {
+  pdl_wait();
+  pdl_trigger();
+  __shared__ float pre[kMaxHyperStreams];
+  __shared__ float c[kMaxHyperStreams * kMaxHyperStreams];
+  const int64_t t = blockIdx.x;
+  const float* m = mixes + t * (2 + n) * n;  // [(2 + n) n]
+  if (threadIdx.x == 0) {
+    for (int j = 0; j < n; ++j) {
+      pre[j] = sigmoidf(m[j] * scale[0] + base[j]) + hc_eps;
+      post[t * n + j] = 2.0f * sigmoidf(m[n + j] * scale[1] + base[n + j]);
+    }
+    for (int r = 0; r < n; ++r) {  // row-wise softmax, then + eps
+      float* row = c + r * n;
+      float mx = -INFINITY;
+      for (int k = 0; k < n; ++k) {
+        row[k] = m[2 * n + r * n + k] * scale[2] + base[2 * n + r * n + k];
+        mx = fmaxf(mx, row[k]);
+      }
+      float sum = 0.0f;
+      for (int k = 0; k < n; ++k) sum += (row[k] = expf(row[k] - mx));
+      for (int k = 0; k < n; ++k) row[k] = row[k] / sum + hc_eps;
+    }
+    sinkhorn(c, n, iters, hc_eps);
+    for (int e = 0; e < n * n; ++e) comb[t * n * n + e] = c[e];
+  }
+  __syncthreads();
+  collapse(x + t * n * H, pre, n, H, out + t * H);
+}
+
+__global__ void __launch_bounds__(kThreads)
+    hc_head_finish_kernel(const float* x, const float* mixes, const float* base, const float* scale,
+                          float* out, int n, int64_t H, float hc_eps) {
+  pdl_wait();
+  pdl_trigger();
+  __shared__ float pre[kMaxHyperStreams];
+  const int64_t t = blockIdx.x;
+  if (threadIdx.x < n)
+    pre[threadIdx.x] = sigmoidf(mixes[t * n + threadIdx.x] * scale[0] + base[threadIdx.x]) + hc_eps;
+  __syncthreads();
+  collapse(x + t * n * H, pre, n, H, out + t * H);
+}
+
+__global__ void hc_post_kernel(const float* x, const float* y, const float* post, const float* comb,
+                               float* out, int n, int64_t H, int64_t total) {
+  pdl_wait();
+  pdl_trigger();
+  const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;  // over [T, n, H]
+  if (e >= total) return;
+  const int64_t i = e % H, k = (e / H) % n, t = e / (n * H);
+  const float* xt = x + t * n * H;
+  const float* c = comb + t * n * n;
+  float acc = post[t * n + k] * y[t * H + i];
+  for (int j = 0; j < n; ++j) acc = fmaf(c[j * n + k], xt[j * H + i], acc);
+  out[e] = acc;
+}
+
+__global__ void table_rows_kernel(const int32_t* table, const int32_t* ids, int32_t* out, int64_t k,
+                                  int64_t V, int64_t total) {
+  pdl_wait();
+  pdl_trigger();
+  const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;  // over [T, k]
+  if (e >= total) return;
+  const int64_t id = ids[e / k];
+  out[e] = id >= 0 && id < V ? table[id * k + e % k] : 0;
+}
+
+// Block (expert group, t): warp w of the block computes logits[t, e] for e = 8 blockIdx.x + w.
+__global__ void __launch_bounds__(kThreads)
+    router_logits_kernel(const float* x, const uint16_t* router, float* logits, int64_t H, int64_t E) {
+  pdl_wait();
+  pdl_trigger();
+  const int64_t t = blockIdx.y, e = static_cast<int64_t>(blockIdx.x) * (kThreads / 32) + threadIdx.x / 32;
+  if (e >= E) return;
+  const float* row = x + t * H;
+  const uint16_t* w = router + e * H;
+  float acc = 0.0f;
+  for (int64_t i = threadIdx.x % 32; i < H; i += 32) acc = fmaf(row[i], bf16_to_float(w[i]), acc);
+  for (int offset = 16; offset > 0; offset /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, offset);
+  if (threadIdx.x % 32 == 0) logits[t * E + e] = acc;
+}
+
+// One block per token: the scores of all E experts (softmax needs them all), then the chosen ones' weights.
+__global__ void __launch_bounds__(kThreads)
+    hash_weights_kernel(const float* logits, const int32_t* ids, float* weights, int64_t E, int64_t k,
+                        HashScoring scoring, bool normalize, float scaling) {
+  pdl_wait();
+  pdl_trigger();
+  __shared__ float s[kMaxHashExperts];
+  const int64_t t = blockIdx.x;
+  const float* l = logits + t * E;
+  float mx = -INFINITY;
+  for (int64_t e = threadIdx.x; e < E; e += kThreads) mx = fmaxf(mx, l[e]);
+  if (scoring == HashScoring::kSoftmax) {
+    __shared__ float wmax[kThreads / 32];
+    for (int offset = 16; offset > 0; offset /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, offset));
+    if (threadIdx.x % 32 == 0) wmax[threadIdx.x / 32] = mx;
+    __syncthreads();
+    mx = wmax[0];
+    for (int w = 1; w < kThreads / 32; ++w) mx = fmaxf(mx, wmax[w]);
+  }
+  float part = 0.0f;
+  for (int64_t e = threadIdx.x; e < E; e += kThreads) {
+    const float v = l[e];
+    float sc;
+    if (scoring == HashScoring::kSoftmax) {
+      sc = expf(v - mx);
+      part += sc;
+    } else if (scoring == HashScoring::kSigmoid) {
+      sc = 1.0f / (1.0f + expf(-v));
+    } else {
+      sc = sqrtf(v > 20.0f ? v : log1pf(expf(v)));
+    }
+    s[e] = sc;
+  }
+  const float total = block_sum(part);  // synchronises: s is complete
+  if (threadIdx.x == 0) {
+    const int32_t* row = ids + t * k;
+    const float div = scoring == HashScoring::kSoftmax ? total : 1.0f;
+    float denom = 0.0f;
+    for (int64_t j = 0; j < k; ++j) denom += s[row[j]] / div;
+    for (int64_t j = 0; j < k; ++j) {
+      float w = s[row[j]] / div;
+      if (normalize) w /= (denom + 1e-20f);
+      weights[t * k + j] = w * scaling;
+    }
+  }
+}
+
+unsigned blocks_for(int64_t total) {
+  return static_cast<unsigned>((total + kThreads - 1) / kThreads);
+}
+
+}  // namespace
+
+void launch_hc_expand(const float* x, float* out, int64_t T, int64_t n, int64_t H) {
+  const int64_t total = T * n * H;
+  if (total == 0) return;
+  launch_pdl(hc_expand_kernel, blocks_for(total), kThreads, 0, x, out, n, H, total);
+  check_launch("hc_expand");
+}
+
+void launch_hc_mixes(const float* x, const float* fn, float* mixes, int64_t T, int64_t F, int64_t M,
+                     float norm_eps) {
+  if (T == 0 || M == 0) return;
+  for (int64_t t0 = 0; t0 < T; t0 += kMaxGridY) {  // grid.y holds at most 65535 tokens
+    const int64_t count = std::min(kMaxGridY, T - t0);
+    launch_pdl(hc_mixes_kernel, dim3(static_cast<unsigned>(M), static_cast<unsigned>(count)), kThreads, 0,
+               x + t0 * F, fn, mixes + t0 * M, F, M, norm_eps);
+    check_launch("hc_mixes");
+  }
+}
+
+void launch_hc_pre_finish(const float* x, const float* mixes, const float* base, const float* scale,
+                          float* out, float* post, float* comb, int64_t T, int64_t n, int64_t H,
+                          int64_t iters, float hc_eps) {
+  if (T == 0) return;
+  DSI_CHECK(n >= 1 && n <= kMaxHyperStreams, "hc_pre: ", n, " streams (at most ", kMaxHyperStreams, ")");
+  launch_pdl(hc_pre_finish_kernel, static_cast<unsigned>(T), kThreads, 0, x, mixes, base, scale, out, post,
+             comb, static_cast<int>(n), H, iters, hc_eps);
+  check_launch("hc_pre_finish");
+}
+
+void launch_hc_head_finish(const float* x, const float* mixes, const float* base, const float* scale,
+                           float* out, int64_t T, int64_t n, int64_t H, float hc_eps) {
+  if (T == 0) return;
+  DSI_CHECK(n >= 1 && n <= kMaxHyperStreams, "hc_head: ", n, " streams (at most ", kMaxHyperStreams, ")");
+  launch_pdl(hc_head_finish_kernel, static_cast<unsigned>(T), kThreads, 0, x, mixes, base, scale, out,
+             static_cast<int>(n), H, hc_eps);
+  check_launch("hc_head_finish");
+}
+
+void launch_hc_post(const float* x, const float* y, const float* post, const float* comb, float* out,
+                    int64_t T, int64_t n, int64_t H) {
+  const int64_t total = T * n * H;
+  if (total == 0) return;
+  launch_pdl(hc_post_kernel, blocks_for(total), kThreads, 0, x, y, post, comb, out, static_cast<int>(n), H,
+             total);
+  check_launch("hc_post");
+}
+
+void launch_table_rows(const int32_t* table, const int32_t* ids, int32_t* out, int64_t T, int64_t k,
+                       int64_t V) {
+  const int64_t total = T * k;
+  if (total == 0) return;
+  launch_pdl(table_rows_kernel, blocks_for(total), kThreads, 0, table, ids, out, k, V, total);
+  check_launch("table_rows");
+}
+
+void launch_moe_weights_for(const float* x, const uint16_t* router, const int32_t* ids, float* logits,
+                            float* weights, int64_t T, int64_t H, int64_t E, int64_t k, HashScoring scoring,
+                            bool normalize, float scaling) {
+  if (T == 0 || k == 0) return;
+  DSI_CHECK(E >= 1 && E <= kMaxHashExperts, "moe_weights_for: ", E, " experts (at most ", kMaxHashExperts,
+            ")");
+  const int64_t per_block = kThreads / 32;
+  for (int64_t t0 = 0; t0 < T; t0 += kMaxGridY) {
+    const int64_t count = std::min(kMaxGridY, T - t0);
+    launch_pdl(router_logits_kernel,
+               dim3(static_cast<unsigned>((E + per_block - 1) / per_block), static_cast<unsigned>(count)),
+               kThreads, 0, x + t0 * H, router, logits + t0 * E, H, E);
+    check_launch("moe_weights_for logits");
+  }
+  launch_pdl(hash_weights_kernel, static_cast<unsigned>(T), kThreads, 0, logits, ids, weights, E, k, scoring,
+             normalize, scaling);
+  check_launch("moe_weights_for");
+}
+
+}  // namespace dsinfer::cuda

@@ -1,0 +1,98 @@
+// Launchers of DeepSeek-V4's CUDA kernels on raw device pointers (CUDA-header free): the manifold-constrained
+// hyper-connections and the hash-routed experts' weights (v4_hc_kernels.cu), the compressor's window pooling,
+// the indexer's visible rows and the sliding-window + compressed shared-KV attention with sinks
+// (v4_attention_kernels.cu). Semantics of CpuBackend's cpu_v4_hc.cpp, cpu_v4_moe.cpp and
+// cpu_v4_attention.cpp; activations float32, the hyper-connection and compressor parameters float32, matrices
+// bf16 bits.
+#pragma once
+#include <cstdint>
+
+#include "backend/cuda/attention_kernels.h"
+
+namespace dsinfer::cuda {
+
+// out [T, n, H]: n copies of x [T, H].
+void launch_hc_expand(const float* x, float* out, int64_t T, int64_t n, int64_t H);
+
+// mixes [T, M] = (x [T, F] / rms(x)) @ fn^T for fn [M, F] f32 (unweighted RMSNorm over the F = n * H values
+// of a token's streams, eps norm_eps).
+void launch_hc_mixes(const float* x, const float* fn, float* mixes, int64_t T, int64_t F, int64_t M,
+                     float norm_eps);
+
+// Largest stream count (hc_mult) the finishing kernels take.
+inline constexpr int64_t kMaxHyperStreams = 16;
+
+// From mixes [T, (2 + n) * n]: pre = sigmoid(m * scale[0] + base) + eps, post [T, n] = 2 sigmoid(.. scale[1]
+// ..), comb [T, n, n] = Sinkhorn(softmax rows(.. scale[2] ..) + eps, iters); out [T, H] = sum_j pre[j] x[j]
+// for streams x [T, n, H]. base [(2 + n) n], scale [3] f32.
+void launch_hc_pre_finish(const float* x, const float* mixes, const float* base, const float* scale,
+                          float* out, float* post, float* comb, int64_t T, int64_t n, int64_t H,
+                          int64_t iters, float hc_eps);
+
+// The head's collapse: out [T, H] = sum_j (sigmoid(mixes[t, j] * scale[0] + base[j]) + eps) x[t, j] from
+// mixes [T, n].
+void launch_hc_head_finish(const float* x, const float* mixes, const float* base, const float* scale,
+                           float* out, int64_t T, int64_t n, int64_t H, float hc_eps);
+
+// out [T, n, H]: out[t, k] = post[t, k] y[t] + sum_j comb[t, j, k] x[t, j] (x [T, n, H], y [T, H]).
+void launch_hc_post(const float* x, const float* y, const float* post, const float* comb, float* out,
+                    int64_t T, int64_t n, int64_t H);
+
+// out [T, k] = table[ids[t], :] for ids [T] (device) and the I32 table [V, k]; an id outside [0, V) gives a
+// row of zeros (the host checks the ids it knows; fed sampled tokens are within the vocabulary).
+void launch_table_rows(const int32_t* table, const int32_t* ids, int32_t* out, int64_t T, int64_t k,
+                       int64_t V);
+
+// Scoring functions of launch_moe_weights_for (RoutingParams::scoring).
+enum class HashScoring { kSoftmax, kSigmoid, kSqrtSoftplus };
+
+// weights [T, k] for given expert ids [T, k] (device I32, each in [0, E)): the experts' scores over the
+// router logits x [T, H] @ router [E, H] (bf16), normalised over the k chosen when `normalize`, times
+// `scaling`. logits [T, E] f32 is scratch. E at most kMaxHashExperts.
+inline constexpr int64_t kMaxHashExperts = 1024;
+void launch_moe_weights_for(const float* x, const uint16_t* router, const int32_t* ids, float* logits,
+                            float* weights, int64_t T, int64_t H, int64_t E, int64_t k, HashScoring scoring,
+                            bool normalize, float scaling);
+
+// The compressor's pooled rows (before norm and rope): row i is window rows[i] of sequence seqs[i], pooled
+// from the cache layer `in` (rows [kv (c D) | gate (c D)], c = 2 with overlap) with ape [ratio, c D] f32:
+// out[i, d] = sum_e softmax_e(gate_e[d] + ape_e[d]) kv_e[d] over its window's tokens (with overlap first the
+// previous window's first halves). seqs, rows [R] device.
+struct CompressRowsArgs {
+  DeviceCacheView in;  // the compressor-input layer
+  DevicePlanView plan;
+  const int32_t* seqs = nullptr;
+  const int32_t* rows = nullptr;
+  const float* ape = nullptr;
+  int64_t R = 0, D = 0, ratio = 0;
+  bool overlap = false;
+  float* out = nullptr;  // [R, D]
+};
+void launch_compress_rows(const CompressRowsArgs& a);
+
+// visible[t] = (positions[t] + 1) / ratio - 1: the last compressed row token t may see (-1: none), the
+// positions array the DSA indexer kernels take for compressed keys.
+void launch_compressed_visible(const int32_t* positions, int32_t* visible, int64_t T, int64_t ratio);
+
+// Largest head dim launch_attention_v4 takes.
+inline constexpr int64_t kMaxV4HeadDim = 512;
+
+// DeepSeek-V4 attention: q [T, H, D] attends to the raw rows of positions (pos - window, pos] (cache layer
+// `window_rows`) and, when comp has data, to compressed rows j < (pos + 1) / ratio (all of them, or those in
+// selected [T, K] when not null; -1 and rows not yet visible are skipped), with K = V and a per-head sink
+// logit; out [T, H, D]. D a multiple of 4, at most kMaxV4HeadDim.
+struct AttentionV4Args {
+  const float* q = nullptr;
+  DeviceCacheView window_rows;
+  DeviceCacheView comp;  // data null: no compressed rows
+  DevicePlanView plan;
+  const int32_t* selected = nullptr;
+  int64_t K = 0;
+  const float* sinks = nullptr;  // [H] f32
+  int64_t T = 0, H = 0, D = 0, window = 0, ratio = 1;
+  float scale = 1.0f;
+  float* out = nullptr;
+};
+void launch_attention_v4(const AttentionV4Args& a);
+
+}  // namespace dsinfer::cuda

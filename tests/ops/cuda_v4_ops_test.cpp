@@ -1,0 +1,350 @@
+// CudaBackend's DeepSeek-V4 ops against the CPU reference on random inputs: the hyper-connections (expand,
+// pre with Sinkhorn, post, head) at the tiny fixture's and V4-Flash's widths, the hash-routed experts'
+// weights under each scoring function, the compressor's pooling (CSA overlap and HCA) and compressed-row
+// writes, the indexer's top-k over compressed keys (the CPU set to the lowest-position tie rule the GPU
+// follows) and the sliding-window + compressed attention with sinks (all rows, selections with skipped
+// entries, empty selections). Runs where a GPU is visible; CI compiles it and skips. Cached rows are
+// bf16-representable so both backends read the same values.
+#include <string>
+#include <vector>
+
+#include "cuda_deepseek_test_util.h"
+#include "index_selection_check.h"
+#include "kv/kv_cache.h"
+#include "model/arch/deepseek_v4_compressor.h"
+
+namespace dsinfer {
+namespace {
+
+#ifdef DSINFER_HAVE_CUDA
+
+using namespace deepseek_ops_test;
+
+// The bf16 GPU copy of every layer of a host cache (whose values are bf16-representable).
+KvCache gpu_copy(const KvCache& host) {
+  std::vector<KvLayerSpec> layers;
+  for (int64_t l = 0; l < host.num_layers(); ++l) layers.push_back(host.layer(l));
+  KvCache gpu(layers, host.num_blocks(), host.block_size(), Device::kCuda, DType::BF16);
+  for (int64_t l = 0; l < host.num_layers(); ++l) {
+    const Tensor bits = CudaDeepseekOpsTest::to_bf16_bits(host.storage(l));
+    cuda::copy_to_device(const_cast<void*>(gpu.storage(l).raw()), bits.raw(), bits.nbytes());
+  }
+  return gpu;
+}
+
+// Fills every slot of layer `l` with bf16-representable normal values.
+void fill_layer(KvCache& cache, int64_t l, CudaDeepseekOpsTest& test, float sd = 1.0f) {
+  const int64_t slots = cache.num_blocks() * cache.block_size(), W = cache.width(l);
+  const Tensor v = test.random_bf16_values({slots, W}, sd);
+  std::copy(v.f32(), v.f32() + v.numel(), cache.slot(l, 0));
+}
+
+// Blocks for the scrambled plan of `seqs` (make_plan's block order needs a count not divisible by 7).
+int32_t blocks_for(const std::vector<std::pair<int32_t, int32_t>>& seqs, int32_t bs) {
+  int32_t blocks = 2;
+  for (auto [cached, fresh] : seqs) blocks += (cached + fresh + bs - 1) / bs;
+  while (blocks % 7 == 0) ++blocks;
+  return blocks;
+}
+
+HyperConnWeights device_hc(const HyperConnWeights& w) {
+  return {cuda::to_device(w.fn), cuda::to_device(w.base), cuda::to_device(w.scale)};
+}
+
+TEST_F(CudaDeepseekOpsTest, HyperConnectionsMatchCpu) {
+  CudaBackend gpu;
+  // (tokens, streams, hidden): the tiny fixture, a prefill, V4-Flash's width, many streams.
+  for (auto [T, n, H] : {std::tuple<int64_t, int64_t, int64_t>{1, 4, 64},
+                         {37, 4, 64},
+                         {3, 4, 4096},
+                         {5, 2, 300},
+                         {2, 16, 96}}) {
+    SCOPED_TRACE("T " + std::to_string(T) + " n " + std::to_string(n) + " H " + std::to_string(H));
+    const int64_t M = (2 + n) * n;
+    const Tensor x = random_bf16_values({T, H});
+    const Tensor streams = random_bf16_values({T, n, H});
+    HyperConnWeights w{random_bf16_values({M, n * H}, 0.05f), random_bf16_values({M}, 0.5f),
+                       random_bf16_values({3}, 0.5f)};
+    const HyperConnWeights wd = device_hc(w);
+
+    const Tensor expanded = gpu.to_host(gpu.hc_expand(cuda::to_device(x), n));
+    const Tensor expanded_ref = cpu.hc_expand(x, n);
+    ASSERT_EQ(expanded.shape(), expanded_ref.shape());
+    EXPECT_EQ(rel_err(expanded, expanded_ref), 0.0);
+
+    Tensor post_ref, comb_ref, post, comb;
+    const Tensor pre_ref = cpu.hc_pre(streams, w, 20, 1e-6f, 1e-6f, &post_ref, &comb_ref);
+    const Tensor pre = gpu.to_host(gpu.hc_pre(cuda::to_device(streams), wd, 20, 1e-6f, 1e-6f, &post, &comb));
+    ASSERT_EQ(pre.shape(), pre_ref.shape());
+    ASSERT_EQ(comb.shape(), comb_ref.shape());
+    EXPECT_LT(rel_err(pre, pre_ref), 1e-5);
+    EXPECT_LT(rel_err(gpu.to_host(post), post_ref), 1e-5);
+    EXPECT_LT(rel_err(gpu.to_host(comb), comb_ref), 1e-5);
+
+    const Tensor y = random_bf16_values({T, H});
+    const Tensor out_ref = cpu.hc_post(streams, y, post_ref, comb_ref);
+    const Tensor out = gpu.to_host(gpu.hc_post(cuda::to_device(streams), cuda::to_device(y),
+                                               cuda::to_device(post_ref), cuda::to_device(comb_ref)));
+    ASSERT_EQ(out.shape(), out_ref.shape());
+    EXPECT_LT(rel_err(out, out_ref), 1e-6);
+
+    HyperConnWeights head{random_bf16_values({n, n * H}, 0.05f), random_bf16_values({n}, 0.5f),
+                          random_bf16_values({1}, 0.5f)};
+    const Tensor head_ref = cpu.hc_head(streams, head, 1e-6f, 1e-6f);
+    const Tensor head_out = gpu.to_host(gpu.hc_head(cuda::to_device(streams), device_hc(head), 1e-6f, 1e-6f));
+    ASSERT_EQ(head_out.shape(), head_ref.shape());
+    EXPECT_LT(rel_err(head_out, head_ref), 1e-5);
+  }
+}
+
+TEST_F(CudaDeepseekOpsTest, HyperConnectionRefusals) {
+  CudaBackend gpu;
+  const Tensor streams = cuda::to_device(random_bf16_values({2, 4, 8}));
+  HyperConnWeights w{random_bf16_values({24, 32}), random_bf16_values({24}), random_bf16_values({3})};
+  Tensor post, comb;
+  // Host (not prepared) weights, bf16 weights and a wrong mix count are refused with the op named.
+  EXPECT_THROW(gpu.hc_pre(streams, w, 20, 1e-6f, 1e-6f, &post, &comb), Error);
+  HyperConnWeights bf16{device_bf16(w.fn), device_bf16(w.base), device_bf16(w.scale)};
+  EXPECT_THROW(gpu.hc_pre(streams, bf16, 20, 1e-6f, 1e-6f, &post, &comb), Error);
+  HyperConnWeights short_fn{cuda::to_device(random_bf16_values({20, 32})), cuda::to_device(w.base),
+                            cuda::to_device(w.scale)};
+  EXPECT_THROW(gpu.hc_pre(streams, short_fn, 20, 1e-6f, 1e-6f, &post, &comb), Error);
+  const Tensor many = cuda::to_device(random_bf16_values({1, 17, 8}));
+  HyperConnWeights w17{cuda::to_device(random_bf16_values({19 * 17, 17 * 8})),
+                       cuda::to_device(random_bf16_values({19 * 17})), cuda::to_device(w.scale)};
+  EXPECT_THROW(gpu.hc_pre(many, w17, 20, 1e-6f, 1e-6f, &post, &comb), Error);
+}
+
+TEST_F(CudaDeepseekOpsTest, HashRoutedWeightsMatchCpu) {
+  CudaBackend gpu;
+  for (const char* scoring : {"sqrtsoftplus", "softmax", "sigmoid"}) {
+    for (auto [T, H, E, K] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{1, 64, 8, 3},
+                              {9, 64, 8, 3},
+                              {4, 4096, 256, 6},
+                              {2, 128, 1024, 8}}) {
+      for (bool norm : {true, false}) {
+        SCOPED_TRACE(std::string(scoring) + " T " + std::to_string(T) + " E " + std::to_string(E) + " norm " +
+                     std::to_string(norm));
+        RoutingParams p;
+        p.scoring = scoring;
+        p.top_k = K;
+        p.norm_topk_prob = norm;
+        p.routed_scaling_factor = 1.5f;
+        const Tensor x = random_bf16_values({T, H});
+        const Tensor router = random_bf16_values({E, H}, 0.05f);
+        const Tensor ids = distinct_expert_ids(rng, T, K, E);
+        const Tensor ref = cpu.moe_weights_for(x, router, ids, p);
+        const Tensor xd = cuda::to_device(x), rd = device_bf16(router);
+        const Tensor from_host = gpu.to_host(gpu.moe_weights_for(xd, rd, ids, p));
+        const Tensor from_device = gpu.to_host(gpu.moe_weights_for(xd, rd, cuda::to_device(ids), p));
+        ASSERT_EQ(from_host.shape(), ref.shape());
+        EXPECT_LT(rel_err(from_host, ref), 1e-5);
+        EXPECT_EQ(rel_err(from_device, from_host), 0.0);
+      }
+    }
+  }
+  // The hash layers' expert ids: rows of the token table by token id.
+  const Tensor table = distinct_expert_ids(rng, 512, 6, 256);  // [vocab, k]
+  const std::vector<int32_t> tokens = {0, 511, 7, 7, 300};
+  const Tensor rows_ref = cpu.table_rows(table, tokens);
+  const Tensor rows = cuda::to_host(gpu.table_rows(gpu.prepare_table(table), tokens));
+  ASSERT_EQ(rows.shape(), rows_ref.shape());
+  EXPECT_EQ(std::memcmp(rows.raw(), rows_ref.raw(), rows.nbytes()), 0);
+  EXPECT_THROW(gpu.table_rows(gpu.prepare_table(table), {512}), Error);
+  EXPECT_THROW(gpu.table_rows(table, {1}), Error);  // a host table
+  // A host id outside the experts is refused; an unknown scoring function too.
+  RoutingParams p;
+  p.scoring = "sqrtsoftplus";
+  const Tensor xd = cuda::to_device(random_bf16_values({1, 64})),
+               rd = device_bf16(random_bf16_values({8, 64}));
+  Tensor bad = Tensor::empty(DType::I32, {1, 2});
+  bad.data<int32_t>()[0] = 1;
+  bad.data<int32_t>()[1] = 8;
+  EXPECT_THROW(gpu.moe_weights_for(xd, rd, bad, p), Error);
+  bad.data<int32_t>()[1] = 2;
+  p.scoring = "tanh";
+  EXPECT_THROW(gpu.moe_weights_for(xd, rd, bad, p), Error);
+}
+
+struct CompressCase {
+  int64_t D, ratio;
+  bool overlap;
+  std::vector<std::pair<int32_t, int32_t>> seqs;  // (cached, new) per sequence
+};
+
+TEST_F(CudaDeepseekOpsTest, CompressorPoolingAndWritesMatchCpu) {
+  const std::vector<CompressCase> cases = {
+      {32, 4, true, {{0, 40}}},                    // the tiny fixture's CSA, a prefill
+      {32, 128, false, {{0, 300}}},                // the tiny fixture's HCA
+      {16, 4, true, {{25, 7}, {3, 1}, {0, 17}}},   // the indexer's compressor, chunks and decode
+      {512, 4, true, {{4095, 1}, {10, 2}}},        // V4-Flash's head dim, decode closing windows
+      {512, 128, false, {{127, 1}, {1000, 300}}},  // V4-Flash's HCA
+      {8, 4, true, {{1, 2}}},                      // nothing closes
+  };
+  CudaBackend gpu;
+  const int32_t bs = 16;
+  for (const CompressCase& c : cases) {
+    const int64_t cf = c.overlap ? 2 : 1;
+    const int32_t blocks = blocks_for(c.seqs, bs);
+    const BatchPlan plan = make_plan(c.seqs, bs, blocks);
+    // Layer 0: compressor inputs [kv | gate]; layer 1: compressed rows.
+    KvCache host(
+        {{KvKind::kSlidingWindow, 2 * cf * c.D, cf * c.ratio, 1}, {KvKind::kCompressed, c.D, 0, c.ratio}},
+        blocks, bs);
+    fill_layer(host, 0, *this);
+    fill_layer(host, 1, *this);
+    KvCache dev = gpu_copy(host);
+    const CompressedRows rows = v4_closing_rows(plan, c.ratio);
+    SCOPED_TRACE("D " + std::to_string(c.D) + " ratio " + std::to_string(c.ratio) + " rows " +
+                 std::to_string(rows.size()));
+    const Tensor ape = random_bf16_values({c.ratio, cf * c.D});
+    const Tensor ref = cpu.compress_rows(host, 0, plan, rows, ape, c.ratio, c.overlap);
+    const Tensor got =
+        gpu.to_host(gpu.compress_rows(dev, 0, plan, rows, cuda::to_device(ape), c.ratio, c.overlap));
+    ASSERT_EQ(got.shape(), ref.shape());
+    EXPECT_LT(rel_err(got, ref), 1e-6);
+    if (rows.size() == 0) continue;
+    // The writes: bf16-representable values land in the same slots on both.
+    const Tensor values = random_bf16_values({static_cast<int64_t>(rows.size()), c.D});
+    cpu.write_compressed(host, 1, plan, rows, values);
+    gpu.write_compressed(dev, 1, plan, rows, cuda::to_device(values));
+    const Tensor image = cuda::to_host(dev.storage(1));  // [slots, D] bf16 bits
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const int64_t slot = plan.slot_of(rows.seqs[i], rows.rows[i]);
+      for (int64_t d = 0; d < c.D; ++d) {
+        ASSERT_EQ(bf16_to_f32(image.data<uint16_t>()[slot * c.D + d]), host.slot(1, slot)[d])
+            << "row " << i << " value " << d;
+      }
+    }
+  }
+}
+
+TEST_F(CudaDeepseekOpsTest, CompressorRefusesOpenWindows) {
+  CudaBackend gpu;
+  const BatchPlan plan = make_plan({{0, 6}}, 16, 3);
+  KvCache dev({{KvKind::kSlidingWindow, 4 * 8, 8, 1}}, 3, 16, Device::kCuda, DType::BF16);
+  CompressedRows rows;
+  rows.seqs = {0};
+  rows.rows = {1};  // positions 4..7: only 6 tokens are cached
+  EXPECT_THROW(gpu.compress_rows(dev, 0, plan, rows, cuda::to_device(random_bf16_values({4, 16})), 4, true),
+               Error);
+  rows.rows = {0};
+  EXPECT_THROW(gpu.compress_rows(dev, 0, plan, rows, cuda::to_device(random_bf16_values({3, 16})), 4, true),
+               Error);  // ape of the wrong size
+}
+
+struct V4IndexCase {
+  int64_t Hi, D, top_k, ratio;
+  std::vector<std::pair<int32_t, int32_t>> seqs;
+};
+
+TEST_F(CudaDeepseekOpsTest, V4IndexerTopkMatchesCpu) {
+  const std::vector<V4IndexCase> cases = {
+      {2, 16, 4, 4, {{0, 40}}},                   // the tiny fixture's indexer, a prefill
+      {2, 16, 4, 4, {{25, 7}, {3, 1}, {0, 17}}},  // chunks and decode of several sequences
+      {64, 128, 512, 4, {{8000, 1}, {100, 1}}},   // V4-Flash's indexer, decode past and under top_k
+      {64, 128, 512, 4, {{0, 600}}},              // a V4-Flash prefill
+      {8, 32, 3, 4, {{0, 3}, {2, 1}}},            // nothing visible yet
+  };
+  CudaBackend gpu;
+  CpuBackend ref;
+  ref.set_index_ties(CpuBackend::IndexTies::kLowestPosition);
+  const int32_t bs = 16;
+  for (const V4IndexCase& c : cases) {
+    const int32_t blocks = blocks_for(c.seqs, bs);
+    const BatchPlan plan = make_plan(c.seqs, bs, blocks);
+    KvCache host({{KvKind::kCompressed, c.D, 0, c.ratio}}, blocks, bs);
+    fill_layer(host, 0, *this);
+    const KvCache dev = gpu_copy(host);
+    const int64_t T = plan.num_tokens();
+    const Tensor q = random_bf16_values({T, c.Hi, c.D}), w = random_bf16_values({T, c.Hi});
+    const float scale = 1.0f / std::sqrt(static_cast<float>(c.D)),
+                wscale = 1.0f / std::sqrt(static_cast<float>(c.Hi));
+    SCOPED_TRACE("Hi " + std::to_string(c.Hi) + " D " + std::to_string(c.D) + " top_k " +
+                 std::to_string(c.top_k) + " tokens " + std::to_string(T));
+    const Tensor expected = ref.indexer_topk(q, w, host, 0, plan, c.ratio, c.top_k, scale, wscale);
+    const Tensor got = cuda::to_host(gpu.indexer_topk(cuda::to_device(q), cuda::to_device(w), dev, 0, plan,
+                                                      c.ratio, c.top_k, scale, wscale));
+    ASSERT_EQ(got.dtype(), DType::I32);
+    expect_same_selection(got, expected, q, w, host, plan, scale, wscale);
+  }
+}
+
+struct V4AttentionCase {
+  int64_t H, D, window, ratio, K;  // K: -1 no compressed rows, 0 all visible rows, > 0 a selection of K
+  std::vector<std::pair<int32_t, int32_t>> seqs;
+};
+
+TEST_F(CudaDeepseekOpsTest, V4AttentionMatchesCpu) {
+  const std::vector<V4AttentionCase> cases = {
+      {4, 32, 8, 4, -1, {{0, 20}}},                    // the tiny fixture's sliding-window layer
+      {4, 32, 8, 128, 0, {{0, 300}}},                  // its HCA layer (all compressed rows)
+      {4, 32, 8, 4, 4, {{0, 40}, {13, 1}}},            // its CSA layer (a selection)
+      {4, 32, 8, 4, 0, {{2, 1}, {0, 3}}},              // no compressed row visible yet
+      {16, 512, 128, 4, 512, {{3000, 1}, {40, 1}}},    // V4-Flash's CSA at decode
+      {16, 512, 128, 128, 0, {{5000, 2}, {200, 30}}},  // V4-Flash's HCA
+      {8, 64, 16, 4, 0, {{100, 1}}},                   // an empty selection ([T, 0]) below
+  };
+  CudaBackend gpu;
+  const int32_t bs = 16;
+  for (size_t ci = 0; ci < cases.size(); ++ci) {
+    const V4AttentionCase& c = cases[ci];
+    const int32_t blocks = blocks_for(c.seqs, bs);
+    const BatchPlan plan = make_plan(c.seqs, bs, blocks);
+    KvCache host({{KvKind::kSlidingWindow, c.D, c.window, 1}, {KvKind::kCompressed, c.D, 0, c.ratio}}, blocks,
+                 bs);
+    fill_layer(host, 0, *this, 0.5f);
+    fill_layer(host, 1, *this, 0.5f);
+    const KvCache dev = gpu_copy(host);
+    const int64_t T = plan.num_tokens();
+    const Tensor q = random_bf16_values({T, c.H, c.D}, 0.5f);
+    const Tensor sinks = random_bf16_values({c.H});
+    const int64_t comp_layer = c.K < 0 ? -1 : 1;
+    Tensor selected;  // [T, K]: visible rows, -1 holes and rows not yet visible
+    if (c.K > 0) {
+      selected = Tensor::empty(DType::I32, {T, c.K});
+      std::uniform_int_distribution<int> pick(-1, static_cast<int>(plan.context_lens[0] / c.ratio) + 2);
+      for (int64_t i = 0; i < selected.numel(); ++i) selected.data<int32_t>()[i] = pick(rng);
+    }
+    if (ci + 1 == cases.size()) selected = Tensor::empty(DType::I32, {T, 0});
+    const float scale = 1.0f / std::sqrt(static_cast<float>(c.D));
+    SCOPED_TRACE("case " + std::to_string(ci) + " H " + std::to_string(c.H) + " D " + std::to_string(c.D) +
+                 " K " + std::to_string(c.K) + " tokens " + std::to_string(T));
+    const Tensor ref =
+        cpu.attention_v4(q, host, 0, c.window, comp_layer, c.ratio, selected, plan, sinks, scale);
+    for (bool device_selection : {false, true}) {
+      const Tensor sel =
+          device_selection && selected && selected.numel() ? cuda::to_device(selected) : selected;
+      const Tensor got = gpu.to_host(gpu.attention_v4(cuda::to_device(q), dev, 0, c.window, comp_layer,
+                                                      c.ratio, sel, plan, cuda::to_device(sinks), scale));
+      ASSERT_EQ(got.shape(), ref.shape());
+      EXPECT_LT(rel_err(got, ref), 2e-6) << "device selection " << device_selection;
+    }
+  }
+}
+
+TEST_F(CudaDeepseekOpsTest, V4AttentionRefusals) {
+  CudaBackend gpu;
+  const BatchPlan plan = make_plan({{0, 4}}, 16, 3);
+  KvCache dev({{KvKind::kSlidingWindow, 32, 8, 1}, {KvKind::kCompressed, 16, 0, 4}}, 3, 16, Device::kCuda,
+              DType::BF16);
+  const Tensor q = cuda::to_device(random_bf16_values({4, 2, 32}));
+  const Tensor sinks = cuda::to_device(random_bf16_values({2}));
+  // Compressed rows of another width, sinks for other heads, bf16 sinks, a head dim past the kernel's.
+  EXPECT_THROW(gpu.attention_v4(q, dev, 0, 8, 1, 4, Tensor(), plan, sinks, 1.0f), Error);
+  EXPECT_THROW(
+      gpu.attention_v4(q, dev, 0, 8, -1, 4, Tensor(), plan, cuda::to_device(random_bf16_values({3})), 1.0f),
+      Error);
+  EXPECT_THROW(
+      gpu.attention_v4(q, dev, 0, 8, -1, 4, Tensor(), plan, device_bf16(random_bf16_values({2})), 1.0f),
+      Error);
+  KvCache wide({{KvKind::kSlidingWindow, 1024, 8, 1}}, 3, 16, Device::kCuda, DType::BF16);
+  EXPECT_THROW(gpu.attention_v4(cuda::to_device(random_bf16_values({4, 2, 1024})), wide, 0, 8, -1, 4,
+                                Tensor(), plan, sinks, 1.0f),
+               Error);
+}
+
+#endif  // DSINFER_HAVE_CUDA
+
+}  // namespace
+}  // namespace dsinfer
