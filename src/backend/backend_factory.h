@@ -23,9 +23,10 @@ bool cuda_runs(const ModelConfig& config);
 // (DSINFER_CUDA_GEMM=split) instead of rounding them to bf16 (bf16, the default).
 bool split_gemm_activations_from_env();
 // The same for a model of `config` (null: unknown): DSINFER_CUDA_GEMM when set, else split for the models
-// that select cache rows by a top-k of index scores (DeepSeek-V3.2 and V4): a prefill's bf16-rounded
-// activations move the index scores by ~1e-2 and with them which keys are kept, so the GPU's prompts drifted
-// from the reference's (rel L2 0.08-0.3 on the V3.2 references, forty-sixth session), bf16 for the others.
+// that select cache rows by a top-k of index scores (DeepSeek-V3.2 and V4), bf16 for the others: with
+// bf16-rounded activations which keys the indexer keeps depended on how tokens were batched, and
+// tiny-deepseek-v32's batched vs one-at-a-time greedy agreement on the H200 was 46.9% (split: 100%; forty-sixth
+// session, docs/benchmarks.md).
 bool split_gemm_activations_for(const ModelConfig* config);
 
 // The bf16 parts per activation of the CUDA backend's dense decode GEMVs (CudaBackendOptions::

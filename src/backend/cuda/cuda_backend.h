@@ -218,12 +218,6 @@ class CudaBackend : public Backend {
     return mirror.upload(v);
   }
 
-  // The lightning indexer's score and top-k launches for T query tokens over `keys` (bf16 rows of D), token t
-  // seeing keys 0 .. view.positions[t]; max_keys bounds that count over the launch (the scores' row width)
-  // (cuda_backend_dsa.cpp). out [T, top_k].
-  void index_topk_launches(const float* q, const float* w, const Tensor& keys,
-                           const cuda::DevicePlanView& view, int64_t T, int64_t Hi, int64_t D,
-                           int64_t max_keys, float scale, float weight_scale, int64_t top_k, int32_t* out);
   // rope_write_kv's checks; returns Dv (cuda_backend_attention.cpp).
   int64_t check_rope_write_kv(const Tensor& q, const Tensor& k, const Tensor& v, const RopeTable& table,
                               const KvCache& cache, int64_t layer, const BatchPlan& plan);
@@ -276,6 +270,7 @@ class CudaBackend : public Backend {
   int32_t context_bound_ = 0;
   // Device copies of the host arrays ops receive, one mirror per kind so they do not evict each other.
   cuda::DeviceMirror ids_, rows_, positions_, slot_mapping_, inv_freq_, decode_tokens_, flash_tiles_;
+  cuda::DeviceMirror comp_seqs_, comp_rows_, comp_slots_;  // DeepSeek-V4's closing compressor rows
   SampleCall sample_;
   cuda::PinnedBuffer sample_inputs_, sample_outputs_;  // staging of the sampling inputs and results
   Tensor sample_row_counters_;  // [rows] I32 (used as uint32) arrival counters of the split row max (zeroed

@@ -43,6 +43,8 @@ const Tensor& gpu_cache_layer(const KvCache& cache, int64_t layer, const char* o
 struct IndexQueries {
   int64_t T = 0, Hi = 0, D = 0;
   const Tensor* keys = nullptr;
+  const float* q = nullptr;  // [T, Hi, D] on the GPU
+  const float* w = nullptr;  // [T, Hi] on the GPU
 };
 
 IndexQueries index_queries(const Tensor& q, const Tensor& weights, const KvCache& cache, int64_t layer,
@@ -67,7 +69,41 @@ IndexQueries index_queries(const Tensor& q, const Tensor& weights, const KvCache
             "at most 128 heads, within shared memory)");
   cuda::check_positions(plan, "indexer_topk");
   iq.keys = &storage;
+  iq.q = dev_f32(q, "indexer_topk", "q");
+  iq.w = dev_f32(weights, "indexer_topk", "weights");
   return iq;
+}
+
+// The indexer's score and top-k launches for iq's T query tokens, token t seeing keys 0 .. view.positions[t];
+// max_keys bounds that count over the launch (the scores' row width). out [T, top_k].
+void index_topk_launches(const IndexQueries& iq, const cuda::DevicePlanView& view, int64_t max_keys,
+                         float scale, float weight_scale, int64_t top_k, int32_t* out) {
+  const int64_t T = iq.T;
+  const int64_t ld =
+      std::max<int64_t>(1, (max_keys + cuda::kIndexKeysPerBlock - 1) / cuda::kIndexKeysPerBlock) *
+      cuda::kIndexKeysPerBlock;
+  const bool scored = max_keys > top_k;  // otherwise every token takes all it sees: no scores
+  const int64_t group = std::clamp<int64_t>(kMaxScoreFloats / ld, 1, T);
+  Tensor scores;
+  if (scored) scores = Tensor::empty_on(Device::kCuda, DType::F32, {group, ld});  // [group, ld]
+  cuda::IndexScoresArgs a;
+  a.q = iq.q;
+  a.w = iq.w;
+  a.keys = static_cast<const uint16_t*>(iq.keys->raw());
+  a.plan = view;
+  a.Hi = iq.Hi;
+  a.D = iq.D;
+  a.scale = scale;
+  a.weight_scale = weight_scale;
+  a.top_k = top_k;
+  a.scores = scored ? scores.data<float>() : nullptr;
+  a.ld = ld;
+  for (int64_t t0 = 0; t0 < T; t0 += group) {
+    a.t0 = t0;
+    a.count = std::min(group, T - t0);
+    if (scored) cuda::launch_dsa_index_scores(a);
+    cuda::launch_dsa_topk(a.scores, ld, view.positions, t0, a.count, top_k, out);
+  }
 }
 
 }  // namespace
@@ -89,53 +125,17 @@ Tensor CudaBackend::dsa_indexer_topk(const Tensor& q, const Tensor& weights, con
                                      int64_t top_k) {
   // q [T, Hi, D], weights [T, Hi]; cache rows of `layer` [D] (bf16) -> positions [T, top_k] (I32)
   const IndexQueries iq = index_queries(q, weights, cache, layer, plan, top_k);
-  const int64_t T = iq.T, Hi = iq.Hi, D = iq.D;
-  const Tensor& storage = *iq.keys;
-  Tensor out = Tensor::empty_on(Device::kCuda, DType::I32, {T, top_k});  // [T, top_k]
-  if (T == 0) return out;
-  const float* dq = dev_f32(q, "indexer_topk", "q");
-  const float* dw = dev_f32(weights, "indexer_topk", "weights");
+  Tensor out = Tensor::empty_on(Device::kCuda, DType::I32, {iq.T, top_k});  // [T, top_k]
+  if (iq.T == 0) return out;
   bool lone_call = false;
   const cuda::DevicePlanView view = plan_view(plan, lone_call);
   // Scores rows as wide as the longest context the launch may meet: this step's, or the CUDA graph's context
   // bucket (a captured launch serves every step of its bucket).
   int64_t max_ctx = std::max<int64_t>(step_.device().max_context, context_bound_);
   for (int32_t p : plan.positions) max_ctx = std::max<int64_t>(max_ctx, int64_t{p} + 1);
-  index_topk_launches(dq, dw, storage, view, T, Hi, D, max_ctx, scale, weight_scale, top_k,
-                      out.data<int32_t>());
+  index_topk_launches(iq, view, max_ctx, scale, weight_scale, top_k, out.data<int32_t>());
   if (lone_call) step_.clear_host();
   return out;
-}
-
-void CudaBackend::index_topk_launches(const float* q, const float* w, const Tensor& keys,
-                                      const cuda::DevicePlanView& view, int64_t T, int64_t Hi, int64_t D,
-                                      int64_t max_keys, float scale, float weight_scale, int64_t top_k,
-                                      int32_t* out) {
-  const int64_t ld =
-      std::max<int64_t>(1, (max_keys + cuda::kIndexKeysPerBlock - 1) / cuda::kIndexKeysPerBlock) *
-      cuda::kIndexKeysPerBlock;
-  const bool scored = max_keys > top_k;  // otherwise every token takes all it sees: no scores
-  const int64_t group = std::clamp<int64_t>(kMaxScoreFloats / ld, 1, T);
-  Tensor scores;
-  if (scored) scores = Tensor::empty_on(Device::kCuda, DType::F32, {group, ld});  // [group, ld]
-  cuda::IndexScoresArgs a;
-  a.q = q;
-  a.w = w;
-  a.keys = static_cast<const uint16_t*>(keys.raw());
-  a.plan = view;
-  a.Hi = Hi;
-  a.D = D;
-  a.scale = scale;
-  a.weight_scale = weight_scale;
-  a.top_k = top_k;
-  a.scores = scored ? scores.data<float>() : nullptr;
-  a.ld = ld;
-  for (int64_t t0 = 0; t0 < T; t0 += group) {
-    a.t0 = t0;
-    a.count = std::min(group, T - t0);
-    if (scored) cuda::launch_dsa_index_scores(a);
-    cuda::launch_dsa_topk(a.scores, ld, view.positions, t0, a.count, top_k, out);
-  }
 }
 
 Tensor CudaBackend::indexer_topk(const Tensor& q, const Tensor& weights, const KvCache& cache, int64_t layer,
@@ -146,21 +146,16 @@ Tensor CudaBackend::indexer_topk(const Tensor& q, const Tensor& weights, const K
   // (pos + 1) / ratio - 1 in place of its position.
   DSI_CHECK(ratio > 0, "indexer_topk: ratio must be positive");
   const IndexQueries iq = index_queries(q, weights, cache, layer, plan, top_k);
-  const int64_t T = iq.T, Hi = iq.Hi, D = iq.D;
-  const Tensor& storage = *iq.keys;
-  Tensor out = Tensor::empty_on(Device::kCuda, DType::I32, {T, top_k});  // [T, top_k]
-  if (T == 0) return out;
-  const float* dq = dev_f32(q, "indexer_topk", "q");
-  const float* dw = dev_f32(weights, "indexer_topk", "weights");
+  Tensor out = Tensor::empty_on(Device::kCuda, DType::I32, {iq.T, top_k});  // [T, top_k]
+  if (iq.T == 0) return out;
   bool lone_call = false;
   cuda::DevicePlanView view = plan_view(plan, lone_call);
-  Tensor visible = Tensor::empty_on(Device::kCuda, DType::I32, {T});  // [T] last visible row, -1: none
-  cuda::launch_compressed_visible(view.positions, visible.data<int32_t>(), T, ratio);
+  Tensor visible = Tensor::empty_on(Device::kCuda, DType::I32, {iq.T});  // [T] last visible row, -1: none
+  cuda::launch_compressed_visible(view.positions, visible.data<int32_t>(), iq.T, ratio);
   view.positions = visible.data<int32_t>();
   int64_t max_rows = 0;
   for (int32_t p : plan.positions) max_rows = std::max<int64_t>(max_rows, (int64_t{p} + 1) / ratio);
-  index_topk_launches(dq, dw, storage, view, T, Hi, D, max_rows, scale, weights_scale, top_k,
-                      out.data<int32_t>());
+  index_topk_launches(iq, view, max_rows, scale, weights_scale, top_k, out.data<int32_t>());
   if (lone_call) step_.clear_host();
   return out;
 }

@@ -2,11 +2,11 @@
 // hyper-connections, the hash layers' expert ids (from the step's device token ids, so async scheduling's fed
 // tokens route right) and weights, the compressor's pooling and compressed-row writes and the shared-KV
 // attention with sinks. Host-side checks with the CPU reference's errors, host lists (the closing compressor
-// rows, host expert ids) uploaded per call, then the launches of v4_kernels.h. The compressor rows are
-// per-step host data, so a DeepSeek-V4 model runs eagerly (Model::graph_capturable).
+// rows and their slots through the backend's device mirrors, host expert ids), then the launches of
+// v4_kernels.h. The compressor rows are per-step host data, so a DeepSeek-V4 model runs eagerly
+// (Model::graph_capturable).
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -33,14 +33,6 @@ const float* dev_param(const Tensor& p, int64_t numel, const char* op, const cha
             " must be a float32 CUDA tensor (loaded through prepare_weight_f32), got ", dtype_name(p.dtype()),
             " on ", device_name(p.device()));
   return p.data<float>();
-}
-
-// A device copy of a host list (I32 or I64 elements).
-template <typename T>
-Tensor device_list(const std::vector<T>& v, DType dtype) {
-  Tensor host = Tensor::empty(dtype, {static_cast<int64_t>(v.size())});
-  std::memcpy(host.raw(), v.data(), v.size() * sizeof(T));
-  return cuda::to_device(host);
 }
 
 Tensor device_f32(const Shape& shape) {
@@ -208,14 +200,12 @@ Tensor CudaBackend::compress_rows(const KvCache& cache, int64_t in_layer, const 
   }
   Tensor out = device_f32({R, D});  // [R, D]
   if (R == 0) return out;
-  const Tensor seqs = device_list(rows.seqs, DType::I32);
-  const Tensor windows = device_list(rows.rows, DType::I32);
   bool lone_call = false;
   cuda::CompressRowsArgs a;
   a.in = in;
   a.plan = plan_view(plan, lone_call);
-  a.seqs = seqs.data<int32_t>();
-  a.rows = windows.data<int32_t>();
+  a.seqs = device_array(rows.seqs, comp_seqs_);  // the same lists for every layer of a step: one upload
+  a.rows = device_array(rows.rows, comp_rows_);
   a.ape = ape_d;
   a.R = R;
   a.D = D;
@@ -246,9 +236,8 @@ void CudaBackend::write_compressed(KvCache& cache, int64_t layer, const BatchPla
               " of sequence ", s, " is past its ", blocks, " blocks");
     slots[i] = plan.slot_of(s, rows.rows[i]);
   }
-  const Tensor dslots = device_list(slots, DType::I64);
-  cuda::launch_write_kv(view, dslots.data<int64_t>(), dev_f32(values, "write_compressed", "values"), W,
-                        nullptr, 0, R);
+  cuda::launch_write_kv(view, device_array(slots, comp_slots_), dev_f32(values, "write_compressed", "values"),
+                        W, nullptr, 0, R);
 }
 
 Tensor CudaBackend::attention_v4(const Tensor& q, const KvCache& cache, int64_t window_layer, int64_t window,
