@@ -713,6 +713,22 @@ TEST_F(CudaLinearTest, PacedPreissueChangesNoBits) {
   expect_same_bits_across([](int n) { cuda::gemv_set_preissue_inflight(n); }, {0, 1, 2}, false);
 }
 
+// Two activation parts as MMA columns (gemv_set_parts_in_columns) change no bits: every persistent GEMV path
+// (row-major and packed weights, several matrices, a norm, SwiGLU, short K) at M 1 and 3 gives the same
+// outputs with the switch off and on, and the switch reads back as set.
+TEST_F(CudaLinearTest, PartsInColumnsChangeNoBits) {
+  CudaBackend gpu;  // registers the device allocator
+  struct Restore {
+    bool saved = cuda::gemv_parts_in_columns();
+    ~Restore() { cuda::gemv_set_parts_in_columns(saved); }
+  } restore;
+  for (bool on : {true, false}) {
+    cuda::gemv_set_parts_in_columns(on);
+    EXPECT_EQ(cuda::gemv_parts_in_columns(), on);
+  }
+  expect_same_bits_across([](bool on) { cuda::gemv_set_parts_in_columns(on); }, {false, true}, false);
+}
+
 // Which weights get a packed copy (gemv_wants_packed_copy): the dense MLP's gate and up projections and the
 // LM head, not the attention, down or experts' matrices; the copy lives exactly as long as the weight, and a
 // weight with a copy holds the same values as one without.

@@ -2,6 +2,7 @@
 // cuda::GemvMoeUnits: the shared experts' slices and the routed experts in one gate/up + SwiGLU launch, then
 // one down launch over every unit's columns into the residual; no permutation, no combine) against the CPU
 // reference and the weight-streaming path. Runs where a GPU is visible; CI compiles it and skips.
+#include "backend/cuda/gemv_kernels.h"
 #include "cuda_deepseek_test_util.h"
 
 namespace dsinfer {
@@ -99,6 +100,39 @@ TEST_F(CudaDeepseekOpsTest, MoeUnitsDropIdsOutsideTheExperts) {
     EXPECT_LT(rel_err(a, want), 1e-4) << "units, trial " << trial;
     EXPECT_LT(rel_err(b, want), 1e-4) << "streaming, trial " << trial;
     EXPECT_GT(differing(a, b), 0) << "the units path did not run? trial " << trial;
+  }
+}
+
+// Two activation parts as MMA columns (gemv_set_parts_in_columns) give the units launches the same bits:
+// one token's experts, with and without shared units, the switch off and on.
+TEST_F(CudaDeepseekOpsTest, MoeUnitsPartsInColumnsChangeNoBits) {
+  struct Restore {
+    bool saved = cuda::gemv_parts_in_columns();
+    ~Restore() { cuda::gemv_set_parts_in_columns(saved); }
+  } restore;
+  CudaBackend units(units_on());
+  const int64_t E = 64, H = 256, I = 128, K = 6;
+  const float eps = 1e-6f;
+  ExpertSet experts = make_experts(this, units, E, H, I);
+  units.prepare_experts(experts.gpu);
+  const SharedMlp shared = make_shared_mlp(this, units, 2, H, I);
+  const Tensor norm_g = device_bf16(norm_weight(this, H));
+  const MoeSharedExperts sg{&shared.gpu, norm_g, eps};
+  for (bool with_shared : {false, true}) {
+    for (int trial = 0; trial < 2; ++trial) {
+      const Tensor ids = cuda::to_device(distinct_expert_ids(rng, 1, K, E));
+      const Tensor weights = cuda::to_device(random_bf16_values({1, K}));
+      const Tensor x = cuda::to_device(random_bf16_values({1, H}));
+      const Tensor h = random_bf16_values({1, H}, 4.0f);
+      auto run = [&](bool on) {
+        cuda::gemv_set_parts_in_columns(on);
+        Tensor out = cuda::to_device(h);
+        units.moe_experts_residual(out, x, ids, weights, experts.gpu, nullptr, with_shared ? &sg : nullptr);
+        return units.to_host(out);
+      };
+      const Tensor off = run(false), on = run(true);
+      EXPECT_EQ(differing(off, on), 0) << "shared " << with_shared << " trial " << trial;
+    }
   }
 }
 

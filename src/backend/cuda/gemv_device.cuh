@@ -68,6 +68,8 @@ struct Params {
   bool weights_evict_first;  // the weight copies' L2 policy (weight_l2_policy.cuh)
   int preissue_inflight;     // persistent kernel: stages a warp keeps in flight while it issues its stages
                              // before the PDL wait (0: all at once; DSINFER_GEMV_PREISSUE_INFLIGHT)
+  bool
+      parts_in_columns;  // persistent kernel, two parts, M <= 4: the parts as MMA columns (mma_stage_columns)
 };
 
 // Floats of one (tile, split) partial: TILES x 4 x 32 lane values and 32 for the sums of squares.
@@ -232,6 +234,46 @@ __device__ __forceinline__ void mma_stage(const float4 (&xv)[U][2], const uint4 
         mma(acc[j][l], a.x, b.x, a.y, b.y, bp[0][l], bp[1][l]);
         mma(acc[j][l], a.z, b.z, a.w, b.w, bp[2][l], bp[3][l]);
       }
+    }
+  }
+}
+
+// mma_stage for two activation parts with the parts as MMA columns (M <= 4): this lane (g, t) loads
+// activation row g / 2 and gives part g % 2 of it as B's column g, so column 2 m holds row m's high part and
+// 2 m + 1 its low part, and one MMA per fragment computes both parts' products where mma_stage runs one per
+// part. Each output element of an MMA is its own chain (its sum does not depend on the other columns), so
+// acc[j][0][2 h] and [2 h + 1] (rows g + 8 h, activation row t) hold exactly what mma_stage's acc[j][0][.]
+// and acc[j][1][.] hold for that row and activation row: the same bits at half the MMAs.
+template <int TILES, int U, bool TILE_MAJOR = false>
+__device__ __forceinline__ void mma_stage_columns(const float4 (&xv)[U][2], const uint4 (&nv)[U],
+                                                  bool has_norm, const uint4* stage,
+                                                  float (&acc)[TILES][2][4], float& sumsq, int part) {
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    float xs[8] = {xv[u][0].x, xv[u][0].y, xv[u][0].z, xv[u][0].w,
+                   xv[u][1].x, xv[u][1].y, xv[u][1].z, xv[u][1].w};
+    if (has_norm) {
+      const uint32_t nw[4] = {nv[u].x, nv[u].y, nv[u].z, nv[u].w};
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        sumsq = __fmaf_rn(xs[e], xs[e], sumsq);
+        const uint32_t bits = (e % 2 == 0) ? (nw[e / 2] << 16) : (nw[e / 2] & 0xffff0000u);
+        xs[e] = __fmul_rn(xs[e], __uint_as_float(bits));
+      }
+    }
+    uint32_t bp[4];  // pair e's part `part`
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      uint32_t parts[2];
+      split_bf16<2>(xs[2 * e], xs[2 * e + 1], parts);
+      bp[e] = part ? parts[1] : parts[0];
+    }
+#pragma unroll
+    for (int j = 0; j < TILES; ++j) {
+      const int f = TILE_MAJOR ? j * U + u : u * TILES + j;
+      const uint4 a = stage[(f * 2 + 0) * 32], b = stage[(f * 2 + 1) * 32];
+      mma(acc[j][0], a.x, b.x, a.y, b.y, bp[0], bp[1]);
+      mma(acc[j][0], a.z, b.z, a.w, b.w, bp[2], bp[3]);
     }
   }
 }

@@ -568,6 +568,13 @@ int preissue_inflight(char role) {
   return roles.find(role) != std::string::npos ? preissue_inflight_switch() : 0;
 }
 
+// Whether the persistent kernel runs two activation parts as MMA columns up to 4 rows
+// (DSINFER_GEMV_PARTS_IN_COLUMNS; gemv_set_parts_in_columns).
+bool& parts_in_columns_switch() {
+  static bool on = env_switch("DSINFER_GEMV_PARTS_IN_COLUMNS", true);
+  return on;
+}
+
 // The auto choice runs the persistent kernel (choose_persistent_shape) unless DSINFER_GEMV_PERSISTENT=0.
 bool persistent_by_default() {
   static const bool on = env_switch("DSINFER_GEMV_PERSISTENT", true);
@@ -681,6 +688,7 @@ void launch(Params& p, GemvConfig c, const char* what) {
   if (p.M == 0) return;
   p.weights_evict_first = weights_evict_first_switch();
   p.preissue_inflight = preissue_inflight(SWIGLU ? 's' : p.accumulate ? 'a' : 'q');
+  p.parts_in_columns = parts_in_columns_switch();
   DSI_CHECK(p.M >= 1 && p.M <= kGemvMaxRows, what, ": M = ", p.M, " rows, the GEMV takes 1..", kGemvMaxRows);
   const int mats = p.count;  // SwiGLU: 1 (up shares gate's blocks)
   bool fast = !c.generic && p.K % 8 == 0 && aligned16(p.x) && aligned16(p.norm);
@@ -887,6 +895,7 @@ void launch_units(Params& p, GemvConfig c, const MmaKernel& k, int64_t rows, boo
   p.stamps = nullptr;
   p.weights_evict_first = weights_evict_first_switch();
   p.preissue_inflight = preissue_inflight(swiglu ? 'g' : 'd');
+  p.parts_in_columns = parts_in_columns_switch();
   const int64_t per_sm = std::min(c.persist, k.blocks_per_sm);
   const int64_t grid = std::min<int64_t>(p.tiles, num_sms() * per_sm);
   k.launch(p, dim3(static_cast<unsigned>(grid)), c.cap_per_sm ? cap_padding(k, static_cast<int>(per_sm)) : 0);
@@ -954,6 +963,14 @@ int gemv_preissue_inflight() {
 void gemv_set_preissue_inflight(int n) {
   DSI_CHECK(n >= 0 && n <= 2, "gemv_set_preissue_inflight: ", n, " stages, the GEMV takes 0..2");
   preissue_inflight_switch() = n;
+}
+
+bool gemv_parts_in_columns() {
+  return parts_in_columns_switch();
+}
+
+void gemv_set_parts_in_columns(bool on) {
+  parts_in_columns_switch() = on;
 }
 
 bool gemv_weights_evict_first() {

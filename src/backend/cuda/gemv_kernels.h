@@ -115,6 +115,13 @@ void launch_gemv_moe_gate_up(const float* x, int64_t H, const GemvMoeUnits& u, f
 // out [H] = (or += with accumulate) sum over the units of act_u down_u^T, one pass over K = count len.
 void launch_gemv_moe_down(const float* act, int64_t H, const GemvMoeUnits& u, float* out, bool accumulate);
 
+// Whether the persistent GEMV computes two activation parts with one MMA per weight fragment up to 4 rows
+// (part q of activation row m as B's column 2 m + q; gemv_device.cuh, mma_stage_columns) instead of one MMA
+// per part: half the MMAs, the same bits. DSINFER_GEMV_PARTS_IN_COLUMNS=0/1 sets it at start (on by
+// default: V2-Lite batch 1 -1.7%, H100, forty-seventh session; docs/benchmarks.md).
+bool gemv_parts_in_columns();
+void gemv_set_parts_in_columns(bool on);
+
 // The L2 eviction priority of the weight reads of every GEMV and head GEMV launch: evict-first (weights are
 // read once a step; weight_l2_policy.cuh) or L2's default. DSINFER_GEMV_L2_EVICT_FIRST=0/1 sets it at start
 // (on by default); the same bits either way.

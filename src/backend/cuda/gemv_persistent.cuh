@@ -274,8 +274,12 @@ __global__ void __launch_bounds__(W * 32, 16 / W) gemv_persistent_kernel(const P
     for (; pre < S - 1; ++pre) issue_next();
   }
 
-  const bool xok = g < p.M;
-  const float* xrow = p.x + (xok ? g : 0) * K;
+  // Two parts as MMA columns (mma_stage_columns): lane (g, t) loads activation row g / 2 and its outputs are
+  // rows g and g + 8 of activation row t; the same bits as the part-per-MMA form.
+  const bool cols = SPLITS == 2 && p.parts_in_columns && p.M <= 4;
+  const int xr = cols ? g >> 1 : g;  // the activation row this lane loads
+  const bool xok = xr < p.M;
+  const float* xrow = p.x + (xok ? xr : 0) * K;
   const bool has_norm = p.norm != nullptr;
   // The cross-warp reduction's own buffers (not the pipeline's, whose next stages are landing meanwhile).
   __shared__ float red[W][TILES * 4][32];
@@ -301,7 +305,15 @@ __global__ void __launch_bounds__(W * 32, 16 / W) gemv_persistent_kernel(const P
         tma::mbar_wait(bars + 8 * use_stage, use_phase);
       else
         copy_async_wait<S - 1>();
-      mma_stage<TILES, U, SPLITS, kPacked>(xv, nv, has_norm, mine + use_stage * kStage, acc, sumsq);
+      if constexpr (SPLITS == 2) {
+        if (cols)
+          mma_stage_columns<TILES, U, kPacked>(xv, nv, has_norm, mine + use_stage * kStage, acc, sumsq,
+                                               g & 1);
+        else
+          mma_stage<TILES, U, SPLITS, kPacked>(xv, nv, has_norm, mine + use_stage * kStage, acc, sumsq);
+      } else {
+        mma_stage<TILES, U, SPLITS, kPacked>(xv, nv, has_norm, mine + use_stage * kStage, acc, sumsq);
+      }
       use_stage = use_stage + 1 == S ? 0 : use_stage + 1;
       use_phase ^= use_stage == 0 ? 1u : 0u;
       if (k == 0 && i == 0) stamp_now<STAMPS>(p, kStampConsumed);
@@ -310,10 +322,19 @@ __global__ void __launch_bounds__(W * 32, 16 / W) gemv_persistent_kernel(const P
     // Sum the warps' partial tiles (and sums of squares) in a fixed order. The buffers are free once every
     // warp is past the previous tile's epilogue.
     if (k > 0) __syncthreads();
+    if (cols) {
+      // Rows g + 8 h of activation row t: low part (column 2 t + 1) + high part (column 2 t), part_sum's
+      // order.
 #pragma unroll
-    for (int j = 0; j < TILES; ++j)
+      for (int j = 0; j < TILES; ++j)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) red[warp][j * 4 + i][lane] = part_sum<TILES, SPLITS>(acc, j, i);
+        for (int h = 0; h < 2; ++h) red[warp][j * 4 + h][lane] = acc[j][0][2 * h + 1] + acc[j][0][2 * h];
+    } else {
+#pragma unroll
+      for (int j = 0; j < TILES; ++j)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) red[warp][j * 4 + i][lane] = part_sum<TILES, SPLITS>(acc, j, i);
+    }
     ssq[warp][lane] = sumsq;
     __syncthreads();
 
@@ -337,19 +358,22 @@ __global__ void __launch_bounds__(W * 32, 16 / W) gemv_persistent_kernel(const P
     constexpr int kOut = SWIGLU ? 4 : TILES * 4;
     for (int o = warp; o < kOut; o += W) {
       const int j = o / 4, i = o % 4;
+      if (cols && i >= 2) continue;  // columns: i is h (rows g + 8 h), the activation row t
       float v = 0.0f, up = 0.0f;
       for (int w = 0; w < W; ++w) v += red[w][j * 4 + i][lane];
       if (SWIGLU)
         for (int w = 0; w < W; ++w) up += red[w][(TILES - 1) * 4 + i][lane];
-      const int m = 2 * t + (i & 1);
+      const int m = cols ? t : 2 * t + (i & 1);
       float inv = 1.0f;
       if (has_norm) {
+        // Row m's sum of squares: its lanes' (columns: the lanes of its high part, which loaded it).
+        const int lane0 = (cols ? 2 * m : m) * 4;
         float s = 0.0f;
         for (int w = 0; w < W; ++w)
-          for (int tt = 0; tt < 4; ++tt) s += ssq[w][m * 4 + tt];
+          for (int tt = 0; tt < 4; ++tt) s += ssq[w][lane0 + tt];
         inv = norm_scale(s, K, p.eps);
       }
-      const int64_t n = row0 + (SWIGLU ? 0 : 16 * j) + g + 8 * (i >> 1);
+      const int64_t n = row0 + (SWIGLU ? 0 : 16 * j) + g + 8 * (cols ? i : i >> 1);
       if (m < p.M && n < d.N) store_output<SWIGLU, UNITS == kRowUnits>(p, d, m, n, v, up, inv, unit_scale);
     }
   }
