@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "core/dtype.h"
 #include "core/error.h"
 #include "core/progress_bar.h"
 
@@ -96,7 +97,9 @@ Tensor WeightLoader::dummy(const std::string& name, const Shape& shape) const {
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     z ^= z >> 31;
     const float u = static_cast<float>(z >> 40) * (1.0f / 16777216.0f);  // [0, 1)
-    p[i] = (2.0f * u - 1.0f) * scale;
+    // bf16-exact, as a bf16 checkpoint's values are: the CPU (float32 weights) and the GPU (bf16 weights)
+    // then hold the same model, so their outputs can be compared at bf16 tolerance.
+    p[i] = bf16_to_f32(f32_to_bf16((2.0f * u - 1.0f) * scale));
   }
   return out;
 }

@@ -19,7 +19,8 @@ class WeightLoader {
  public:
   WeightLoader(const SafetensorsArchive& archive, const ModelConfig& config, ProgressBar* progress = nullptr);
   // Dummy weights: every get() returns random values (norm weights 1, biases 0, matrices uniform in
-  // +-1/sqrt(columns)), seeded by `seed` and the tensor name; has() is false (optional tensors are absent).
+  // +-1/sqrt(columns), bf16-exact), seeded by `seed` and the tensor name; has() is false (optional tensors
+  // are absent).
   WeightLoader(const ModelConfig& config, uint64_t seed);
 
   // Every get() result then goes through backend.prepare_weight (e.g. to bf16 on the GPU); without a

@@ -5,9 +5,12 @@
 #include <cmath>
 
 #include "backend/cpu/cpu_backend.h"
+#include "core/dtype.h"
 #include "core/error.h"
 #include "engine/sequence_runner.h"
 #include "model/model.h"
+#include "model/model_config.h"
+#include "model/weight_loader.h"
 
 namespace dsinfer {
 namespace {
@@ -31,6 +34,20 @@ TEST_P(DummyWeightsTest, LoadsAndRunsFromConfigAlone) {
     ASSERT_TRUE(std::isfinite(la.f32()[i]));
     ASSERT_EQ(la.f32()[i], lb.f32()[i]);
   }
+}
+
+TEST(DummyWeightValuesTest, AreBf16ExactSoTheCpuAndGpuHoldTheSameModel) {
+  const ModelConfig config = load_model_config(std::string(DSINFER_TEST_DATA) + "/models/tiny-deepseek-v3");
+  WeightLoader loader(config, 3);
+  const Tensor w = loader.get_host("model.layers.0.mlp.gate_proj.weight", {64, 48});  // [64, 48]
+  int64_t nonzero = 0;
+  for (int64_t i = 0; i < w.numel(); ++i) {
+    const float v = w.f32()[i];
+    ASSERT_EQ(v, bf16_to_f32(f32_to_bf16(v))) << "element " << i;
+    ASSERT_LE(std::abs(v), 1.0f / std::sqrt(48.0f) * (1.0f + 1.0f / 256));  // within rounding of the bound
+    nonzero += v != 0.0f;
+  }
+  EXPECT_GT(nonzero, w.numel() * 9 / 10);  // random values, not zeros
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, DummyWeightsTest,
