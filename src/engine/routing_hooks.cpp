@@ -24,16 +24,16 @@ std::string format_numbers(const char* format, double a, double b) {
   return buf;
 }
 
-Tensor host_ids(const Tensor& host, int64_t layer) {
+Tensor host_ids(const Tensor& host, int64_t layer, const char* what) {
   if (host.dtype() == DType::I32) return host;
-  DSI_CHECK(host.dtype() == DType::F32, "routing check: expert ids of layer ", layer, " came back as ",
+  DSI_CHECK(host.dtype() == DType::F32, what, " of layer ", layer, " came back as ",
             dtype_name(host.dtype()));
   Tensor ids = Tensor::empty(DType::I32, host.shape());  // [T, k]
   const float* src = host.data<float>();
   int32_t* dst = ids.data<int32_t>();
   for (int64_t i = 0; i < host.numel(); ++i) {
     dst[i] = static_cast<int32_t>(src[i]);
-    DSI_CHECK(static_cast<float>(dst[i]) == src[i], "routing check: expert id ", src[i], " of layer ", layer,
+    DSI_CHECK(static_cast<float>(dst[i]) == src[i], what, " of layer ", layer, ": ", src[i],
               " is not a whole number");
   }
   return ids;

@@ -32,8 +32,8 @@ class ScopedRoutingHook {
 std::string format_numbers(const char* format, double a, double b = 0.0);
 
 // Backend::to_host hands back values as F32 (the GPU's I32 expert ids too): `host` ([T, k]) as I32 again,
-// each id checked to be a whole number.
-Tensor host_ids(const Tensor& host, int64_t layer);
+// each id checked to be a whole number; `what` names the values in the errors.
+Tensor host_ids(const Tensor& host, int64_t layer, const char* what = "routing check: expert ids");
 
 // Host copies of every routing call of a run, in call order.
 class RoutingRecorder : public MoeRoutingHook {

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "model/index_selection_hook.h"
 #include "model/model_config.h"
 #include "model/moe_routing_hook.h"
 
@@ -44,6 +45,9 @@ class Model {
   virtual bool graph_capturable() const { return true; }
   // Routes every MoE layer's routing through `hook` (null: none). False for models without MoE routing.
   virtual bool set_moe_routing_hook(MoeRoutingHook* hook) { return false; }
+  // Routes every indexed layer's row selection through `hook` (null: none). False for models without an
+  // indexer (sparse attention).
+  virtual bool set_index_selection_hook(IndexSelectionHook* hook) { return false; }
 };
 
 struct LoadOptions {

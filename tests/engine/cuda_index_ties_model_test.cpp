@@ -5,8 +5,8 @@
 // keeps and with them the logits of 150- and 300-token prompts by rel L2 2-6% (the CPU against itself). So
 // this is the model-level check of their GPU paths: prompts of 7, 64, 150 and 300 tokens, then 12 greedy
 // decode steps of the GPU's tokens fed to both, every step's logits within bf16 tolerance, with the GPU's MoE
-// routing replayed on the CPU (see below). Runs on a GPU for the architectures the op registry lets run
-// there; skips elsewhere (CI compiles it). Also V3.2 at DeepSeek-V3's attention shape
+// routing and indexer selections replayed on the CPU (see below). Runs on a GPU for the architectures the op
+// registry lets run there; skips elsewhere (CI compiles it). Also V3.2 at DeepSeek-V3's attention shape
 // (tests/data/configs/deepseek-v32-v3-shape.json: 16 heads, kv_lora_rank 512, rope 64, the tensor-core sparse
 // kernel; index_topk 64, so a 64-token prompt selects every key) with bf16-exact dummy weights, and its dense
 // twin (the same config as deepseek_v3, which runs on main): where the GPU misses the CPU on V3.2 and not on
@@ -28,6 +28,7 @@
 #include "cuda_test_models.h"
 #include "engine/routing_hooks.h"
 #include "engine/routing_rule.h"
+#include "engine/selection_hooks.h"
 #include "engine/sequence_runner.h"
 #include "model/model.h"
 #include "model/model_config.h"
@@ -105,6 +106,10 @@ TEST_P(CudaIndexTiesModelTest, GpuMatchesTheCpuWithTheSameTieRule) {
   // model routes through a hook, the GPU's routing is recorded and replayed on the CPU, every differing
   // decision must be within bf16 noise of the CPU's own scores, and the logits are compared under it.
   const bool force_routing = has_moe_routing(*gpu_model) && has_moe_routing(*cpu_model);
+  // The same for the indexers' selections: replayed, a differing selection (keys within rounding of each
+  // other's scores; bf16 index keys on both sides) no longer hides a kernel error, and how many kept rows
+  // differ is bounded on its own.
+  const bool force_selection = gpu_model->set_index_selection_hook(nullptr);
   std::mt19937 rng(7);
   std::uniform_int_distribution<int32_t> token(2, static_cast<int32_t>(V) - 1);
   for (int64_t n : {7, 64, 150, 300}) {
@@ -112,11 +117,14 @@ TEST_P(CudaIndexTiesModelTest, GpuMatchesTheCpuWithTheSameTieRule) {
     for (int32_t& t : prompt) t = token(rng);
     // The GPU first: prompt logits, then 12 greedy steps of its own tokens.
     RoutingRecorder recorded;
+    SelectionRecorder selections;
     std::vector<Tensor> gpu_logits;  // [n, vocab], then [1, vocab] per step
     std::vector<int32_t> fed;        // the GPU's greedy tokens
     {
       std::optional<ScopedRoutingHook> hook;
       if (force_routing) hook.emplace(*gpu_model, &recorded, "CudaIndexTiesModelTest");
+      std::optional<ScopedSelectionHook> select_hook;
+      if (force_selection) select_hook.emplace(*gpu_model, &selections, "CudaIndexTiesModelTest");
       SequenceRunner on_gpu(*gpu_model, 512, 16, 2);
       gpu_logits.push_back(on_gpu.append(prompt, /*all_logits=*/true));
       for (int step = 0; step < 12; ++step) {
@@ -125,16 +133,30 @@ TEST_P(CudaIndexTiesModelTest, GpuMatchesTheCpuWithTheSameTieRule) {
         gpu_logits.push_back(on_gpu.append({fed.back()}));
       }
     }
-    // The CPU on the same tokens, under the GPU's routing.
+    // The CPU on the same tokens, under the GPU's routing and selections.
     RoutingForcer forcer(recorded.calls);
     std::optional<ScopedRoutingHook> hook;
     if (force_routing) hook.emplace(*cpu_model, &forcer, "CudaIndexTiesModelTest");
+    SelectionForcer selection_forcer(selections.calls);
+    std::optional<ScopedSelectionHook> select_hook;
+    if (force_selection) select_hook.emplace(*cpu_model, &selection_forcer, "CudaIndexTiesModelTest");
     SequenceRunner on_cpu(*cpu_model, 512, 16, 1);
     for (size_t i = 0; i < gpu_logits.size(); ++i) {
       const Tensor ref = i == 0 ? on_cpu.append(prompt, /*all_logits=*/true) : on_cpu.append({fed[i - 1]});
       ASSERT_EQ(gpu_logits[i].shape(), ref.shape());
       EXPECT_LT(rel_l2(gpu_logits[i], ref), 2e-2)
           << GetParam() << " prompt of " << n << (i == 0 ? "" : " decode step " + std::to_string(i - 1));
+    }
+    if (force_selection) {
+      EXPECT_TRUE(selection_forcer.all_used()) << GetParam() << ": the CPU selected fewer times than the GPU";
+      EXPECT_LE(selection_forcer.entries_differ, selection_forcer.entries / 20)
+          << GetParam() << " prompt of " << n << ": over 5% of the GPU's kept rows are not the CPU's";
+      std::printf("%s, prompt of %lld: %lld of %lld selections differ, %lld of %lld kept rows\n",
+                  GetParam().c_str(), static_cast<long long>(n),
+                  static_cast<long long>(selection_forcer.rows_differ),
+                  static_cast<long long>(selection_forcer.rows),
+                  static_cast<long long>(selection_forcer.entries_differ),
+                  static_cast<long long>(selection_forcer.entries));
     }
     if (!force_routing) continue;
     EXPECT_TRUE(forcer.all_used()) << GetParam() << ": the CPU made fewer routing calls than the GPU";

@@ -134,6 +134,11 @@ class DeepseekModel : public Model {
     return true;
   }
 
+  bool set_index_selection_hook(IndexSelectionHook* hook) override {
+    selection_hook_ = hook;
+    return selector_ != nullptr;
+  }
+
   Tensor forward(const BatchPlan& plan, KvCache& cache) override {
     return backend_.to_host(forward_device(plan, cache));
   }
@@ -206,6 +211,7 @@ class DeepseekModel : public Model {
     Tensor o;                                   // [T, H, v]
     if (selector_) {
       Tensor selected = selector_->select(layer, x, q_resid, plan, cache);  // [T, K] positions
+      if (selection_hook_) selection_hook_->on_select(b, layer, selected);
       Tensor o_lat = b.attention_mla_sparse(q_lat, q_pe, cache, layer, plan, selected, scale_);  // [T, H, R]
       o = b.head_matmul(o_lat, a.w_uv, /*transpose_w=*/false);
     } else {
@@ -217,8 +223,9 @@ class DeepseekModel : public Model {
 
   ModelConfig config_;
   Backend& backend_;
-  std::unique_ptr<MlaTokenSelector> selector_;  // null: dense MLA
-  MoeRoutingHook* routing_hook_ = nullptr;      // evaluation tools only
+  std::unique_ptr<MlaTokenSelector> selector_;    // null: dense MLA
+  MoeRoutingHook* routing_hook_ = nullptr;        // evaluation tools only
+  IndexSelectionHook* selection_hook_ = nullptr;  // evaluation tools only
   Tensor embed_;
   std::vector<DeepseekLayer> layers_;
   Tensor norm_;

@@ -55,6 +55,12 @@ class DeepseekV4Model : public Model {
   DType kv_dtype() const override { return backend_.kv_dtype(); }
   // The compressors' closing rows are host lists made per step (v4_closing_rows).
   bool graph_capturable() const override { return false; }
+  bool set_index_selection_hook(IndexSelectionHook* hook) override {
+    selection_hook_ = hook;
+    for (V4AttnKind kind : c_.attn_kinds)
+      if (kind == V4AttnKind::kCsa) return true;
+    return false;
+  }
 
   // Per model layer, in order: the raw K=V window; for CSA/HCA the compressor inputs (a window of the
   // last c * ratio tokens' [kv | gate] rows) and the compressed rows; for CSA the same pair for the indexer.
@@ -158,6 +164,7 @@ class DeepseekV4Model : public Model {
       selected = b.indexer_topk(qi, wts, cache, cl.idx, plan, ratio, c_.index_topk,
                                 static_cast<float>(1.0 / std::sqrt(static_cast<double>(ihd))),
                                 static_cast<float>(1.0 / std::sqrt(static_cast<double>(nh))));
+      if (selection_hook_) selection_hook_->on_select(b, layer, selected);
     }
     const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
     Tensor o = b.attention_v4(q, cache, cl.window, c_.sliding_window, cl.comp, ratio, selected, plan, a.sinks,
@@ -198,6 +205,7 @@ class DeepseekV4Model : public Model {
   RopeTable compress_rope_;
   Tensor head_ones_;
   std::vector<V4CacheLayers> cache_layers_;
+  IndexSelectionHook* selection_hook_ = nullptr;  // evaluation tools only
 };
 
 }  // namespace

@@ -1,0 +1,54 @@
+// The two IndexSelectionHooks of teacher-forced comparisons of sparse-attention models: SelectionRecorder
+// keeps host copies of a tested model's indexer selections, SelectionForcer replays them on the CPU reference
+// and counts the rows where the reference's own selection differs (as sets of kept rows: the order within a
+// selection does not change attention). Together with the routing replay (routing_hooks.h) the reference
+// then computes what the tested model computed, so the logits' distance measures the kernels alone.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model/index_selection_hook.h"
+
+namespace dsinfer {
+
+class Model;
+
+// Installs `hook` on `model` for the scope's duration; `what` names the caller in the error a model without
+// an indexer gives.
+class ScopedSelectionHook {
+ public:
+  ScopedSelectionHook(Model& model, IndexSelectionHook* hook, const char* what);
+  ~ScopedSelectionHook();
+  ScopedSelectionHook(const ScopedSelectionHook&) = delete;
+  ScopedSelectionHook& operator=(const ScopedSelectionHook&) = delete;
+
+ private:
+  Model& model_;
+};
+
+// Host copies ([T, K] I32) of every selection of a run, in call order.
+class SelectionRecorder : public IndexSelectionHook {
+ public:
+  void on_select(Backend& backend, int64_t layer, Tensor& selected) override;
+  std::vector<Tensor> calls;    // [T, K] I32 each
+  std::vector<int64_t> layers;  // the model layer of each call
+};
+
+// Replaces each selection with the recorded one, in call order, counting where the reference's differs.
+class SelectionForcer : public IndexSelectionHook {
+ public:
+  explicit SelectionForcer(const std::vector<Tensor>& calls) : calls_(calls) {}
+
+  void on_select(Backend& backend, int64_t layer, Tensor& selected) override;
+
+  bool all_used() const { return next_ == calls_.size(); }
+  int64_t rows = 0, rows_differ = 0;        // token rows compared; rows whose kept sets differ
+  int64_t entries = 0, entries_differ = 0;  // rows the tested model kept; those the reference did not keep
+
+ private:
+  const std::vector<Tensor>& calls_;
+  size_t next_ = 0;
+};
+
+}  // namespace dsinfer
