@@ -38,6 +38,12 @@ class SelectionHooksTest : public ::testing::TestWithParam<std::string> {
     for (int32_t t : {5, 9, 7}) out.push_back(runner.append({t}));
     return out;
   }
+  // run() on a fresh copy of the model with its selections recorded.
+  std::vector<Tensor> run_recorded(SelectionRecorder& recorded) {
+    auto tested = load(GetParam());
+    ScopedSelectionHook hook(*tested, &recorded, "test");
+    return run(*tested);
+  }
   CpuBackend cpu;
 };
 
@@ -46,13 +52,9 @@ INSTANTIATE_TEST_SUITE_P(Models, SelectionHooksTest,
                          [](const auto& info) { return info.param == "tiny-deepseek-v32" ? "v32" : "v4"; });
 
 TEST_P(SelectionHooksTest, OwnSelectionsReplayExactly) {
-  auto tested = load(GetParam()), reference = load(GetParam());
+  auto reference = load(GetParam());
   SelectionRecorder recorded;
-  std::vector<Tensor> want;
-  {
-    ScopedSelectionHook hook(*tested, &recorded, "test");
-    want = run(*tested);
-  }
+  const std::vector<Tensor> want = run_recorded(recorded);
   ASSERT_FALSE(recorded.calls.empty());
   SelectionForcer forcer(recorded.calls);
   ScopedSelectionHook hook(*reference, &forcer, "test");
@@ -71,13 +73,9 @@ TEST_P(SelectionHooksTest, OwnSelectionsReplayExactly) {
 }
 
 TEST_P(SelectionHooksTest, ChangedSelectionsAreCountedAndChangeTheLogits) {
-  auto tested = load(GetParam()), reference = load(GetParam());
+  auto reference = load(GetParam());
   SelectionRecorder recorded;
-  std::vector<Tensor> want;
-  {
-    ScopedSelectionHook hook(*tested, &recorded, "test");
-    want = run(*tested);
-  }
+  const std::vector<Tensor> want = run_recorded(recorded);
   // In the last indexed layer's calls (so no later selection sees a changed hidden state), in every row that
   // keeps rows and leaves some out, swap one kept row for one left out (-1 slots kept).
   const int64_t last = *std::max_element(recorded.layers.begin(), recorded.layers.end());

@@ -203,6 +203,23 @@ __device__ __forceinline__ void load_activations(const Params& p, const float* x
   }
 }
 
+// Eight activations of one chunk (x0, x1), times the norm weights `nv` (bf16 pairs) when has_norm, their
+// squares summed into sumsq first; explicitly rounded, as store_output (split_bf16 subtracts from them).
+__device__ __forceinline__ void normed_activations(const float4 (&x)[2], const uint4& nv, bool has_norm,
+                                                   float (&xs)[8], float& sumsq) {
+  const float v[8] = {x[0].x, x[0].y, x[0].z, x[0].w, x[1].x, x[1].y, x[1].z, x[1].w};
+#pragma unroll
+  for (int e = 0; e < 8; ++e) xs[e] = v[e];
+  if (!has_norm) return;
+  const uint32_t nw[4] = {nv.x, nv.y, nv.z, nv.w};
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    sumsq = __fmaf_rn(xs[e], xs[e], sumsq);
+    const uint32_t bits = (e % 2 == 0) ? (nw[e / 2] << 16) : (nw[e / 2] & 0xffff0000u);
+    xs[e] = __fmul_rn(xs[e], __uint_as_float(bits));
+  }
+}
+
 // One warp iteration's MMAs: the activations (times the norm weights, their squares summed into sumsq;
 // explicitly rounded, as store_output) split into SPLITS bf16 parts against the landed weight stage `stage`
 // ([U][TILES][2][32] uint4, or [TILES][U][2][32] with TILE_MAJOR; this lane's entries at offset 0).
@@ -211,17 +228,8 @@ __device__ __forceinline__ void mma_stage(const float4 (&xv)[U][2], const uint4 
                                           const uint4* stage, float (&acc)[TILES][SPLITS][4], float& sumsq) {
 #pragma unroll
   for (int u = 0; u < U; ++u) {
-    float xs[8] = {xv[u][0].x, xv[u][0].y, xv[u][0].z, xv[u][0].w,
-                   xv[u][1].x, xv[u][1].y, xv[u][1].z, xv[u][1].w};
-    if (has_norm) {
-      const uint32_t nw[4] = {nv[u].x, nv[u].y, nv[u].z, nv[u].w};
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        sumsq = __fmaf_rn(xs[e], xs[e], sumsq);
-        const uint32_t bits = (e % 2 == 0) ? (nw[e / 2] << 16) : (nw[e / 2] & 0xffff0000u);
-        xs[e] = __fmul_rn(xs[e], __uint_as_float(bits));  // rounded: split_bf16 subtracts from it
-      }
-    }
+    float xs[8];
+    normed_activations(xv[u], nv[u], has_norm, xs, sumsq);
     uint32_t bp[4][SPLITS];  // pair e = (xs[2e], xs[2e + 1]), part l
 #pragma unroll
     for (int e = 0; e < 4; ++e) split_bf16<SPLITS>(xs[2 * e], xs[2 * e + 1], bp[e]);
@@ -250,17 +258,8 @@ __device__ __forceinline__ void mma_stage_columns(const float4 (&xv)[U][2], cons
                                                   float (&acc)[TILES][2][4], float& sumsq, int part) {
 #pragma unroll
   for (int u = 0; u < U; ++u) {
-    float xs[8] = {xv[u][0].x, xv[u][0].y, xv[u][0].z, xv[u][0].w,
-                   xv[u][1].x, xv[u][1].y, xv[u][1].z, xv[u][1].w};
-    if (has_norm) {
-      const uint32_t nw[4] = {nv[u].x, nv[u].y, nv[u].z, nv[u].w};
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        sumsq = __fmaf_rn(xs[e], xs[e], sumsq);
-        const uint32_t bits = (e % 2 == 0) ? (nw[e / 2] << 16) : (nw[e / 2] & 0xffff0000u);
-        xs[e] = __fmul_rn(xs[e], __uint_as_float(bits));
-      }
-    }
+    float xs[8];
+    normed_activations(xv[u], nv[u], has_norm, xs, sumsq);
     uint32_t bp[4];  // pair e's part `part`
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
