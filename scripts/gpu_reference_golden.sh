@@ -8,6 +8,12 @@
 #                       fused rope + cache write
 #   qwen2-d64           Qwen2 with head_dim 64 (8 q / 2 kv heads, q/k/v biases): the same at D 64, where one
 #                       split's last step names rows of the next
+#   deepseek-v32-dsa    DeepSeek-V3.2 with V3.2's indexer heads (64 x 128), top_k 64 (the 300-token prompt
+#                       selects) over V2-Lite's MLA shape: the indexer and sparse MLA kernels
+#   deepseek-v32-ties   the tiny-deepseek-v32 fixture's shape (2 indexer heads: many keys score exactly 0), made
+#                       by torch on the GPU: the tie rule at the top-k boundary is torch.topk's on CUDA (the
+#                       lowest positions), which the GPU backend follows; the fixture's own golden was made on
+#                       the CPU, whose torch.topk keeps other tied keys
 # Needs a GPU, PyTorch and transformers, and build/dsinfer (or the binary named by DSINFER_BIN).
 # Usage: scripts/gpu_reference_golden.sh REF [WORK_DIR] [extra eval golden flags]
 set -euo pipefail

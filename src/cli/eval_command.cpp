@@ -186,10 +186,11 @@ void add_eval_command(CLI::App& app) {
                    "Excuse a greedy mismatch within bf16 noise: on, off, auto (on for non-CPU devices)")
       ->check(CLI::IsMember({"auto", "on", "off"}));
   golden
-      ->add_option("--routing-rule", golden_args->routing_rule,
-                   "MoE models: excuse a failing case whose only cause is expert-routing flips within bf16 "
-                   "noise (checked on the CPU reference forced to this backend's routing): on, off, auto (on "
-                   "for non-CPU devices)")
+      ->add_option(
+          "--routing-rule", golden_args->routing_rule,
+          "MoE and sparse-attention models: excuse a failing case whose only cause is expert-routing "
+          "flips or indexer selections within bf16 noise (checked on the CPU reference forced to this "
+          "backend's routing and selections): on, off, auto (on for non-CPU devices)")
       ->check(CLI::IsMember({"auto", "on", "off"}));
   golden->add_option("--prefill-chunk", golden_args->chunk,
                      "Prefill the prompt in chunks of this many tokens");

@@ -100,7 +100,7 @@ GoldenReport run_golden(Model& model, const std::string& golden_path, const Gold
   GoldenReport report;
   report.tolerance = options.rel_l2_tolerance;
   report.margin_rule = options.margin_rule;
-  const bool routing_rule = options.routing_rule && has_moe_routing(model);  // dense models: never
+  const bool routing_rule = options.routing_rule && has_discrete_choices(model);  // dense models: never
   report.routing_rule = routing_rule;
   report.pass = true;
   for (int i = 0; i < cases; ++i) {

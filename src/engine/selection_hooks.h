@@ -1,13 +1,15 @@
 // The two IndexSelectionHooks of teacher-forced comparisons of sparse-attention models: SelectionRecorder
 // keeps host copies of a tested model's indexer selections, SelectionForcer replays them on the CPU reference
 // and counts the rows where the reference's own selection differs (as sets of kept rows: the order within a
-// selection does not change attention). Together with the routing replay (routing_hooks.h) the reference
+// selection does not change attention), judging each such row by the reference's own scores
+// (engine/selection_margin.h). Together with the routing replay (routing_hooks.h) the reference
 // then computes what the tested model computed, so the logits' distance measures the kernels alone.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
+#include "engine/selection_margin.h"
 #include "model/index_selection_hook.h"
 
 namespace dsinfer {
@@ -35,20 +37,27 @@ class SelectionRecorder : public IndexSelectionHook {
   std::vector<int64_t> layers;  // the model layer of each call
 };
 
-// Replaces each selection with the recorded one, in call order, counting where the reference's differs.
+// Replaces each selection with the recorded one, in call order, counting where the reference's differs and
+// judging each differing row. Tokens are numbered across the run's forward passes as RoutingForcer numbers
+// them (a pass starts when the layer index does not increase).
 class SelectionForcer : public IndexSelectionHook {
  public:
   explicit SelectionForcer(const std::vector<Tensor>& calls) : calls_(calls) {}
 
+  void on_index_inputs(Backend& backend, int64_t layer, const IndexScoreInputs& inputs) override;
   void on_select(Backend& backend, int64_t layer, Tensor& selected) override;
 
   bool all_used() const { return next_ == calls_.size(); }
   int64_t rows = 0, rows_differ = 0;        // token rows compared; rows whose kept sets differ
   int64_t entries = 0, entries_differ = 0;  // rows the tested model kept; those the reference did not keep
+  std::vector<SelectionFlip> flips;         // one per differing row, in call order
 
  private:
   const std::vector<Tensor>& calls_;
   size_t next_ = 0;
+  IndexScoreInputs inputs_;  // the current layer's (from on_index_inputs)
+  int64_t input_layer_ = -1;
+  int64_t offset_ = 0, last_layer_ = -1, last_rows_ = 0;  // token numbering across forward passes
 };
 
 }  // namespace dsinfer

@@ -36,11 +36,6 @@ std::unique_ptr<Model> load_model(const std::string& dir, Backend& backend, cons
   if (archive) weights_storage.emplace(*archive, config, &progress);
   WeightLoader& weights = *weights_storage;
   if (backend.device() != Device::kCpu) {
-    DSI_CHECK(
-        config.arch == Arch::kLlama || config.arch == Arch::kQwen2 || config.arch == Arch::kDeepseekV2 ||
-            config.arch == Arch::kDeepseekV3,
-        "the ", backend.name(),
-        " backend runs Llama, Qwen2 and DeepSeek-V2/V3 models only so far; use --device cpu for this model");
     weights.set_backend(&backend);  // weights in the backend's own form (CPU weights stay as read)
     // Refuse before reading gigabytes when the weights cannot fit (the backend holds them as bf16).
     const int64_t free_bytes = backend.free_memory_bytes();

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "../golden_files.h"
 #include "backend/cpu/cpu_backend.h"
 #include "core/dtype.h"
 #include "engine/batch_agreement.h"
@@ -82,26 +83,6 @@ TEST(MarginRule, ArgmaxTakesTheLowestIdOnTiesAndTop2Margin) {
   v[2] = 2.5f;
   EXPECT_DOUBLE_EQ(top2_margin(v.data(), 4), 0.5);
   EXPECT_DOUBLE_EQ(max_abs(std::vector<float>{-7.0f, 3.0f}.data(), 2), 7.0);
-}
-
-// Writes `tensors` as a safetensors file (the fixtures' format, little-endian).
-void write_safetensors(const std::string& path, const std::map<std::string, Tensor>& tensors,
-                       const std::map<std::string, std::string>& metadata) {
-  nlohmann::json header;
-  header["__metadata__"] = metadata;
-  size_t offset = 0;
-  for (const auto& [name, t] : tensors) {
-    header[name] = {{"dtype", std::string(dtype_name(t.dtype()))},
-                    {"shape", t.shape()},
-                    {"data_offsets", {offset, offset + t.nbytes()}}};
-    offset += t.nbytes();
-  }
-  const std::string h = header.dump();
-  std::ofstream out(path, std::ios::binary);
-  const uint64_t n = h.size();
-  out.write(reinterpret_cast<const char*>(&n), 8);
-  out.write(h.data(), static_cast<std::streamsize>(h.size()));
-  for (const auto& [name, t] : tensors) out.write(static_cast<const char*>(t.raw()), t.nbytes());
 }
 
 // Copies of a golden file's tensors (owning, so they can be edited).

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "../fixture_models.h"
+#include "../golden_files.h"
 #include "backend/cpu/cpu_backend.h"
 #include "engine/golden_eval.h"
 #include "engine/routing_check.h"
@@ -266,25 +267,6 @@ class PlantedModel : public Model {
   bool done_ = false;
 };
 
-// Writes `tensors` as a safetensors file (the fixtures' format, little-endian).
-void write_safetensors(const std::string& path, const std::map<std::string, Tensor>& tensors) {
-  nlohmann::json header;
-  header["__metadata__"] = {{"cases", "1"}};
-  size_t offset = 0;
-  for (const auto& [name, t] : tensors) {
-    header[name] = {{"dtype", std::string(dtype_name(t.dtype()))},
-                    {"shape", t.shape()},
-                    {"data_offsets", {offset, offset + t.nbytes()}}};
-    offset += t.nbytes();
-  }
-  const std::string h = header.dump();
-  std::ofstream out(path, std::ios::binary);
-  const uint64_t n = h.size();
-  out.write(reinterpret_cast<const char*>(&n), 8);
-  out.write(h.data(), static_cast<std::streamsize>(h.size()));
-  for (const auto& [name, t] : tensors) out.write(static_cast<const char*>(t.raw()), t.nbytes());
-}
-
 class RoutingRuleTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -318,18 +300,10 @@ class RoutingRuleTest : public ::testing::Test {
   }
   // A one-case golden file: the fixture's case `c` (Hugging Face logits and greedy tokens).
   std::string golden_of_case(int c) {
-    SafetensorsFile golden(fixture_model_dir("tiny-deepseek-v3") + "/golden.safetensors");
-    std::map<std::string, Tensor> tensors;
-    for (const std::string what : {"input_ids.", "logits.", "greedy."}) {
-      Tensor src = golden.get(what + std::to_string(c));
-      Tensor t = Tensor::empty(src.dtype(), src.shape());
-      std::memcpy(t.raw(), src.raw(), src.nbytes());
-      tensors.emplace(what + "0", t);
-    }
     const std::string path = (std::filesystem::temp_directory_path() /
                               ("dsinfer_routing_rule_" + std::to_string(getpid()) + "_" + std::to_string(c)))
                                  .string();
-    write_safetensors(path, tensors);
+    write_one_case_golden(fixture_model_dir("tiny-deepseek-v3") + "/golden.safetensors", c, path);
     paths_.push_back(path);
     return path;
   }

@@ -9,7 +9,9 @@
 #include <vector>
 
 #ifdef DSINFER_HAVE_CUDA
+#include "backend/backend_factory.h"
 #include "backend/cuda/device_query.h"
+#include "model/model_config.h"
 #include "server/gpu_power_metrics.h"
 #endif
 
@@ -79,15 +81,27 @@ TEST(GpuPowerMetricsTest, CpuDeviceRegistersNothing) {
   EXPECT_EQ(registry.prometheus_text().find("dsinfer_gpu_power_watts"), std::string::npos);
 }
 
-// --device auto with a model the GPU has no kernels for (DeepSeek-V4) runs on the CPU: no GPU gauges, whether
-// or not a GPU is visible; an unreadable model directory registers nothing either.
-TEST(GpuPowerMetricsTest, AutoWithACpuOnlyModelRegistersNothing) {
+// --device auto follows the backend's own choice (picks_cuda): every architecture has CUDA kernels, so with a
+// GPU visible the gauges are registered for a model directory, and without one auto runs on the CPU and
+// registers nothing; an unreadable model directory registers nothing either.
+TEST(GpuPowerMetricsTest, AutoWithAModelFollowsTheBackendChoice) {
   server::MetricsRegistry registry;
   const std::string v4 = std::string(DSINFER_TEST_DATA) + "/models/tiny-deepseek-v4";
-  EXPECT_THAT(server::register_visible_gpu_power_metrics(registry, "auto", v4),
-              HasSubstr("runs this model on the CPU"));
-  EXPECT_FALSE(server::register_visible_gpu_power_metrics(registry, "auto", "/nonexistent/dsinfer").empty());
-  EXPECT_EQ(registry.prometheus_text().find("dsinfer_gpu_power_watts"), std::string::npos);
+  const bool gpu = picks_cuda("auto", load_model_config(v4));
+  const std::string why = server::register_visible_gpu_power_metrics(registry, "auto", v4);
+  if (gpu) {
+    // Registered, unless NVML itself is missing (then the reason says so, not "on the CPU").
+    EXPECT_EQ(why.find("runs this model on the CPU"), std::string::npos) << why;
+    EXPECT_EQ(registry.prometheus_text().find("dsinfer_gpu_power_watts") != std::string::npos, why.empty())
+        << why;
+  } else {
+    EXPECT_THAT(why, HasSubstr("runs this model on the CPU"));
+    EXPECT_EQ(registry.prometheus_text().find("dsinfer_gpu_power_watts"), std::string::npos);
+  }
+  server::MetricsRegistry unreadable;
+  EXPECT_FALSE(
+      server::register_visible_gpu_power_metrics(unreadable, "auto", "/nonexistent/dsinfer").empty());
+  EXPECT_EQ(unreadable.prometheus_text().find("dsinfer_gpu_power_watts"), std::string::npos);
 }
 
 TEST(GpuPowerMetricsTest, DeviceUuidIsTheOneQueryDevicesNames) {

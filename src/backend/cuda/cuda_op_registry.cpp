@@ -120,23 +120,24 @@ const std::vector<CudaOpSupport>& cuda_op_support() {
        {"norm_mlp_residual", "moe_experts", "add_inplace"},
        ""},
       // ---- DeepSeek-V3.2 sparse attention ----
-      // V3.2's and V4's kernels exist (cuda_backend_dsa.cpp, cuda_backend_v4.cpp) but stay unlisted, so
-      // both run on the CPU until their GPU paths pass the model-level checks
-      // (docs/experiments/2026-12-06-v32-v4-on-gpu-enable.patch names them).
-      {"layer_norm", {}, {}, {}, ""},
-      {"dsa_indexer_topk", {}, {}, {}, ""},
-      {"attention_mla_sparse", {}, {}, {}, ""},
+      {"layer_norm", {"launch_layer_norm"}, {}, {}, ""},
+      {"dsa_indexer_topk", {"launch_dsa_index_scores", "launch_dsa_topk"}, {}, {}, ""},
+      {"attention_mla_sparse", {"launch_attention_mla (sparse positions)"}, {}, {}, ""},
       // ---- DeepSeek-V4 ----
-      {"hc_expand", {}, {}, {}, ""},
-      {"hc_pre", {}, {}, {}, ""},
-      {"hc_post", {}, {}, {}, ""},
-      {"hc_head", {}, {}, {}, ""},
-      {"table_rows", {}, {}, {}, ""},
-      {"moe_weights_for", {}, {}, {}, ""},
-      {"compress_rows", {}, {}, {}, ""},
-      {"write_compressed", {}, {}, {}, ""},
-      {"indexer_topk", {}, {}, {}, ""},
-      {"attention_v4", {}, {}, {}, ""},
+      {"hc_expand", {"launch_hc_expand"}, {}, {}, ""},
+      {"hc_pre", {"launch_hc_mixes", "launch_hc_pre_finish"}, {}, {}, ""},
+      {"hc_post", {"launch_hc_post"}, {}, {}, ""},
+      {"hc_head", {"launch_hc_mixes", "launch_hc_head_finish"}, {}, {}, ""},
+      {"table_rows", {"launch_table_rows"}, {}, {}, ""},
+      {"moe_weights_for", {"launch_moe_weights_for"}, {}, {}, ""},
+      {"compress_rows", {"launch_compress_rows"}, {}, {}, ""},
+      {"write_compressed", {"launch_write_kv"}, {}, {}, ""},
+      {"indexer_topk",
+       {"launch_compressed_visible", "launch_dsa_index_scores", "launch_dsa_topk"},
+       {},
+       {},
+       ""},
+      {"attention_v4", {"launch_attention_v4"}, {}, {}, ""},
   };
   return table;
 }

@@ -131,7 +131,7 @@ class DeepseekModel : public Model {
 
   bool set_moe_routing_hook(MoeRoutingHook* hook) override {
     routing_hook_ = hook;
-    return true;
+    return config_.n_routed_experts > 0;  // a dense configuration has no routing to show
   }
 
   bool set_index_selection_hook(IndexSelectionHook* hook) override {
@@ -210,7 +210,8 @@ class DeepseekModel : public Model {
                                  layer, plan);  // [T, H, R]
     Tensor o;                                   // [T, H, v]
     if (selector_) {
-      Tensor selected = selector_->select(layer, x, q_resid, plan, cache);  // [T, K] positions
+      Tensor selected =
+          selector_->select(layer, x, q_resid, plan, cache, selection_hook_);  // [T, K] positions
       if (selection_hook_) selection_hook_->on_select(b, layer, selected);
       Tensor o_lat = b.attention_mla_sparse(q_lat, q_pe, cache, layer, plan, selected, scale_);  // [T, H, R]
       o = b.head_matmul(o_lat, a.w_uv, /*transpose_w=*/false);

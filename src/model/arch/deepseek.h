@@ -20,9 +20,10 @@ class MlaTokenSelector {
   virtual std::vector<KvLayerSpec> kv_layout() const = 0;
   // For MLA layer `layer`: x [T, hidden] is the attention input (after input_layernorm), q_resid [T, q_lora]
   // the normalised compressed query. Writes the selector's cache rows of the new tokens and returns the
-  // positions each token attends to, [T, K] (I32, -1 = unused).
+  // positions each token attends to, [T, K] (I32, -1 = unused). `hook` (optional) is shown the scores'
+  // inputs before the selection (IndexSelectionHook::on_index_inputs).
   virtual Tensor select(int64_t layer, const Tensor& x, const Tensor& q_resid, const BatchPlan& plan,
-                        KvCache& cache) = 0;
+                        KvCache& cache, IndexSelectionHook* hook) = 0;
 };
 
 // `selector` (optional) makes the attention sparse; it needs a config with q_lora_rank.

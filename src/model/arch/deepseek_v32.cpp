@@ -45,8 +45,8 @@ class LightningIndexer : public MlaTokenSelector {
     return std::vector<KvLayerSpec>(config_.num_layers, spec);
   }
 
-  Tensor select(int64_t layer, const Tensor& x, const Tensor& q_resid, const BatchPlan& plan,
-                KvCache& cache) override {
+  Tensor select(int64_t layer, const Tensor& x, const Tensor& q_resid, const BatchPlan& plan, KvCache& cache,
+                IndexSelectionHook* hook) override {
     Backend& b = backend_;
     const IndexerWeights& L = layers_[layer];
     const int64_t T = plan.num_tokens(), Hi = config_.index_n_heads, Di = config_.index_head_dim;
@@ -57,6 +57,7 @@ class LightningIndexer : public MlaTokenSelector {
     b.rope(k, plan.positions, rope_, 0, RopeLayout::kHalf);  // [T, 1, Di]
     b.write_kv(cache, entry, plan, k, Tensor());
     Tensor weights = b.linear(x, L.weights_proj);  // [T, Hi]
+    if (hook) hook->on_index_inputs(b, layer, {q, weights, &cache, entry, &plan, 1, scale_, weight_scale_});
     return b.dsa_indexer_topk(q, weights, cache, entry, plan, scale_, weight_scale_,
                               config_.index_topk);  // [T, K]
   }

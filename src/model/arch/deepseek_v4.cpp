@@ -55,6 +55,14 @@ class DeepseekV4Model : public Model {
   DType kv_dtype() const override { return backend_.kv_dtype(); }
   // The compressors' closing rows are host lists made per step (v4_closing_rows).
   bool graph_capturable() const override { return false; }
+  // The hook sees the learned routing of the non-hash MoE layers (hash layers' experts are fixed by the
+  // token id: nothing to flip).
+  bool set_moe_routing_hook(MoeRoutingHook* hook) override {
+    routing_hook_ = hook;
+    for (bool hash : c_.hash_layers)
+      if (!hash) return true;
+    return false;
+  }
   bool set_index_selection_hook(IndexSelectionHook* hook) override {
     selection_hook_ = hook;
     for (V4AttnKind kind : c_.attn_kinds)
@@ -102,6 +110,7 @@ class DeepseekV4Model : public Model {
     }
     const float eps = static_cast<float>(c_.rms_norm_eps), hc_eps = static_cast<float>(c_.hc_eps);
     const int64_t iters = c_.hc_sinkhorn_iters;
+    if (routing_hook_) routing_hook_->on_step(plan);
     Tensor h = b.hc_expand(b.embed(weights_.embed, plan.token_ids), c_.hc_mult);  // [T, n, hidden]
     for (int64_t i = 0; i < c_.num_layers; ++i) {
       const V4LayerWeights& L = weights_.layers[i];
@@ -110,7 +119,7 @@ class DeepseekV4Model : public Model {
       Tensor y = attention(i, b.rms_norm(x, L.attn_norm, eps), plan, cache);
       h = b.hc_post(h, y, post, comb);
       x = b.hc_pre(h, L.hc_ffn, iters, hc_eps, eps, &post, &comb);
-      y = moe(L.ffn, b.rms_norm(x, L.ffn_norm, eps), plan, c_.hash_layers[i]);
+      y = moe(i, L.ffn, b.rms_norm(x, L.ffn_norm, eps), plan, c_.hash_layers[i]);
       h = b.hc_post(h, y, post, comb);
     }
     // A step of prefill chunks only (nothing to sample) needs no logits.
@@ -161,9 +170,13 @@ class DeepseekV4Model : public Model {
       Tensor qi = b.linear(q_res, ix.wq_b).reshape({T, nh, ihd});  // [T, nh, ihd]
       b.rope(qi, plan.positions, compress_rope_, ihd - rd, RopeLayout::kInterleaved);
       Tensor wts = b.linear(x, ix.weights_proj);  // [T, nh]
-      selected = b.indexer_topk(qi, wts, cache, cl.idx, plan, ratio, c_.index_topk,
-                                static_cast<float>(1.0 / std::sqrt(static_cast<double>(ihd))),
-                                static_cast<float>(1.0 / std::sqrt(static_cast<double>(nh))));
+      const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(ihd)));
+      const float weight_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(nh)));
+      if (selection_hook_) {
+        selection_hook_->on_index_inputs(b, layer,
+                                         {qi, wts, &cache, cl.idx, &plan, ratio, scale, weight_scale});
+      }
+      selected = b.indexer_topk(qi, wts, cache, cl.idx, plan, ratio, c_.index_topk, scale, weight_scale);
       if (selection_hook_) selection_hook_->on_select(b, layer, selected);
     }
     const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
@@ -176,7 +189,7 @@ class DeepseekV4Model : public Model {
     return b.linear(g.reshape({T, G * c_.o_lora_rank}), a.wo_b);                            // [T, hidden]
   }
 
-  Tensor moe(const V4MoeWeights& f, const Tensor& x, const BatchPlan& plan, bool hash) {
+  Tensor moe(int64_t layer, const V4MoeWeights& f, const Tensor& x, const BatchPlan& plan, bool hash) {
     Backend& b = backend_;
     const int64_t K = c_.num_experts_per_tok;
     RoutingParams p;
@@ -190,7 +203,9 @@ class DeepseekV4Model : public Model {
       ids = b.table_rows(f.tid2eid, plan.token_ids);  // [T, k] = tid2eid[token] (x [T, hidden])
       weights = b.moe_weights_for(x, f.router, ids, p);
     } else {
-      b.moe_route(x, f.router, f.bias, p, &ids, &weights);
+      if (routing_hook_) routing_hook_->on_router_input(b, layer, x, f.router, f.bias, p);
+      b.moe_route(x, f.router, f.bias, p, &ids, &weights);  // [T, k], [T, k]
+      if (routing_hook_) routing_hook_->on_route(b, layer, ids, weights);
     }
     Tensor y = b.moe_experts(x, ids, weights, f.experts);  // [T, hidden]
     if (f.has_shared) b.add_inplace(y, b.mlp(x, f.shared));
@@ -205,6 +220,7 @@ class DeepseekV4Model : public Model {
   RopeTable compress_rope_;
   Tensor head_ones_;
   std::vector<V4CacheLayers> cache_layers_;
+  MoeRoutingHook* routing_hook_ = nullptr;        // evaluation tools only
   IndexSelectionHook* selection_hook_ = nullptr;  // evaluation tools only
 };
 
