@@ -27,6 +27,7 @@
 #include "engine/sequence_runner.h"
 #include "model/model.h"
 #include "model/safetensors.h"
+#include "planted_model.h"
 
 namespace dsinfer {
 namespace {
@@ -218,54 +219,10 @@ class SwapScan : public MoeRoutingHook {
   RoutingParams p_;
 };
 
-// Hands routing on after planting `plant.ids` at its (layer, token) of the first forward pass, anew every
-// time a hook is installed (each run of the golden check and of the rule): a stand-in for a backend whose
-// routing flips that one decision. Logits come back times `logit_scale` (a stand-in for kernel error).
-class PlantedModel : public Model {
- public:
-  PlantedModel(Model& inner, Plant plant, float logit_scale = 1.0f)
-      : inner_(inner), plant_(std::move(plant)), scale_(logit_scale), hook_(this) {
-    inner_.set_moe_routing_hook(&hook_);
-  }
-  ~PlantedModel() override { inner_.set_moe_routing_hook(nullptr); }
-  const ModelConfig& config() const override { return inner_.config(); }
-  std::vector<KvLayerSpec> kv_layout() const override { return inner_.kv_layout(); }
-  Tensor forward(const BatchPlan& plan, KvCache& cache) override {
-    Tensor logits = inner_.forward(plan, cache).clone();
-    for (int64_t i = 0; i < logits.numel(); ++i) logits.f32()[i] *= scale_;
-    return logits;
-  }
-  bool set_moe_routing_hook(MoeRoutingHook* hook) override {
-    next_ = hook;
-    done_ = false;
-    return true;
-  }
-
- private:
-  struct Hook : MoeRoutingHook {
-    explicit Hook(PlantedModel* m) : m(m) {}
-    void on_router_input(Backend& b, int64_t layer, const Tensor& x, const Tensor& router, const Tensor& bias,
-                         const RoutingParams& p) override {
-      if (m->next_) m->next_->on_router_input(b, layer, x, router, bias, p);
-    }
-    void on_route(Backend& b, int64_t layer, Tensor& ids, Tensor& weights) override {
-      if (layer == m->plant_.layer && !m->done_) {
-        m->done_ = true;
-        ids = ids.clone();
-        const int64_t k = ids.dim(1);
-        std::copy(m->plant_.ids.begin(), m->plant_.ids.end(), ids.data<int32_t>() + m->plant_.token * k);
-      }
-      if (m->next_) m->next_->on_route(b, layer, ids, weights);
-    }
-    PlantedModel* m;
-  };
-  Model& inner_;
-  Plant plant_;
-  float scale_;
-  Hook hook_;
-  MoeRoutingHook* next_ = nullptr;
-  bool done_ = false;
-};
+// The plant as PlantedModel takes it.
+PlantedRow planted(const Plant& p) {
+  return {PlantedChoice::kRouting, p.layer, p.token, p.ids};
+}
 
 class RoutingRuleTest : public ::testing::Test {
  protected:
@@ -332,7 +289,7 @@ TEST_F(RoutingRuleTest, PlantedFlipAtANearTieIsExcused) {
       plant.golden_case, static_cast<long long>(plant.layer), static_cast<long long>(plant.token),
       plant.judged.level.c_str(), plant.judged.margin, plant.judged.bound, static_cast<long long>(within),
       plants_.size());
-  PlantedModel tested(*inner_, plant);
+  PlantedModel tested(*inner_, planted(plant));
   // Without the rule the planted flip fails the case.
   const GoldenReport off = golden_with(tested, plant, false);
   ASSERT_EQ(off.cases.size(), 1u);
@@ -366,7 +323,7 @@ TEST_F(RoutingRuleTest, PlantedFlipWithALargeMarginIsNotExcused) {
   const Plant& plant = farthest();
   ASSERT_FALSE(plant.judged.within);
   ASSERT_GT(plant.judged.margin, 10 * plant.judged.bound);
-  PlantedModel tested(*inner_, plant);
+  PlantedModel tested(*inner_, planted(plant));
   const GoldenReport r = golden_with(tested, plant, true);
   const GoldenCase& c = r.cases[0];
   ASSERT_TRUE(c.routing_checked);
@@ -382,7 +339,8 @@ TEST_F(RoutingRuleTest, PlantedFlipWithALargeMarginIsNotExcused) {
 TEST_F(RoutingRuleTest, ForcedErrorAboveTheToleranceIsNotExcused) {
   const Plant& plant = nearest();
   ASSERT_TRUE(plant.judged.within);
-  PlantedModel tested(*inner_, plant, /*logit_scale=*/1.001f);  // rel L2 1e-3 > 1e-5 whatever the routing
+  PlantedModel tested(*inner_, planted(plant),
+                      /*logit_scale=*/1.001f);  // rel L2 1e-3 > 1e-5 whatever the routing
   const GoldenReport r = golden_with(tested, plant, true);
   const GoldenCase& c = r.cases[0];
   ASSERT_TRUE(c.routing_checked);
@@ -397,7 +355,7 @@ TEST_F(RoutingRuleTest, ForcedErrorAboveTheToleranceIsNotExcused) {
 TEST_F(RoutingRuleTest, NoFlipIsNotExcused) {
   Plant none = nearest();
   none.layer = -1;  // plants nothing
-  PlantedModel tested(*inner_, none, /*logit_scale=*/1.001f);
+  PlantedModel tested(*inner_, planted(none), /*logit_scale=*/1.001f);
   const GoldenReport r = golden_with(tested, none, true);
   const GoldenCase& c = r.cases[0];
   ASSERT_TRUE(c.routing_checked);

@@ -24,6 +24,7 @@
 #include "engine/selection_margin.h"
 #include "engine/sequence_runner.h"
 #include "model/model.h"
+#include "planted_model.h"
 
 namespace dsinfer {
 namespace {
@@ -175,53 +176,10 @@ class SwapScan : public IndexSelectionHook {
   IndexScoreInputs in_;
 };
 
-// Hands selections on after planting `plant.row` at its (layer, token) of every prompt pass (a pass from
-// position 0: each run of the golden check and of the rule): a stand-in for a backend whose indexer kept
-// other rows there. Logits come back times `logit_scale` (a stand-in for kernel error).
-class PlantedModel : public Model {
- public:
-  PlantedModel(Model& inner, Plant plant, float logit_scale = 1.0f)
-      : inner_(inner), plant_(std::move(plant)), scale_(logit_scale), hook_(this) {
-    inner_.set_index_selection_hook(&hook_);
-  }
-  ~PlantedModel() override { inner_.set_index_selection_hook(nullptr); }
-  const ModelConfig& config() const override { return inner_.config(); }
-  std::vector<KvLayerSpec> kv_layout() const override { return inner_.kv_layout(); }
-  Tensor forward(const BatchPlan& plan, KvCache& cache) override {
-    prompt_pass_ = plan.positions.at(0) == 0;
-    Tensor logits = inner_.forward(plan, cache).clone();
-    for (int64_t i = 0; i < logits.numel(); ++i) logits.f32()[i] *= scale_;
-    return logits;
-  }
-  bool set_moe_routing_hook(MoeRoutingHook* hook) override { return inner_.set_moe_routing_hook(hook); }
-  bool set_index_selection_hook(IndexSelectionHook* hook) override {
-    next_ = hook;
-    return true;
-  }
-
- private:
-  struct Hook : IndexSelectionHook {
-    explicit Hook(PlantedModel* m) : m(m) {}
-    void on_index_inputs(Backend& b, int64_t layer, const IndexScoreInputs& inputs) override {
-      if (m->next_) m->next_->on_index_inputs(b, layer, inputs);
-    }
-    void on_select(Backend& b, int64_t layer, Tensor& selected) override {
-      if (layer == m->plant_.layer && m->prompt_pass_) {
-        selected = selected.clone();
-        const int64_t K = selected.dim(1);
-        std::copy(m->plant_.row.begin(), m->plant_.row.end(), selected.data<int32_t>() + m->plant_.token * K);
-      }
-      if (m->next_) m->next_->on_select(b, layer, selected);
-    }
-    PlantedModel* m;
-  };
-  Model& inner_;
-  Plant plant_;
-  float scale_;
-  Hook hook_;
-  IndexSelectionHook* next_ = nullptr;
-  bool prompt_pass_ = false;
-};
+// The plant as PlantedModel takes it.
+PlantedRow planted(const Plant& p) {
+  return {PlantedChoice::kSelection, p.layer, p.token, p.row};
+}
 
 class SelectionRuleTest : public ::testing::TestWithParam<std::string> {
  protected:
@@ -284,7 +242,7 @@ TEST_P(SelectionRuleTest, PlantedSwapAtANearTieIsExcused) {
   std::printf("nearest: case %d layer %lld token %lld margin %.3e bound %.3e (%zu swaps scanned)\n",
               plant.golden_case, static_cast<long long>(plant.layer), static_cast<long long>(plant.token),
               plant.judged.margin, plant.judged.bound, plants_.size());
-  PlantedModel tested(*inner_, plant);
+  PlantedModel tested(*inner_, planted(plant));
   EXPECT_TRUE(has_index_selection(tested));
   // Without the rule the planted swap fails the case (the attention read other rows).
   const GoldenReport off = golden_with(tested, plant, false);
@@ -321,7 +279,7 @@ TEST_P(SelectionRuleTest, PlantedSwapWithALargeMarginIsNotExcused) {
   const Plant& plant = farthest();
   ASSERT_FALSE(plant.judged.within);
   ASSERT_GT(plant.judged.margin, 10 * plant.judged.bound);
-  PlantedModel tested(*inner_, plant);
+  PlantedModel tested(*inner_, planted(plant));
   const GoldenReport r = golden_with(tested, plant, true);
   const GoldenCase& c = r.cases[0];
   ASSERT_TRUE(c.routing_checked);
@@ -336,7 +294,7 @@ TEST_P(SelectionRuleTest, PlantedSwapWithALargeMarginIsNotExcused) {
 TEST_P(SelectionRuleTest, ForcedErrorAboveTheToleranceIsNotExcused) {
   const Plant& plant = nearest();
   ASSERT_TRUE(plant.judged.within);
-  PlantedModel tested(*inner_, plant, /*logit_scale=*/1.001f);
+  PlantedModel tested(*inner_, planted(plant), /*logit_scale=*/1.001f);
   const GoldenReport r = golden_with(tested, plant, true);
   const GoldenCase& c = r.cases[0];
   ASSERT_TRUE(c.routing_checked);
