@@ -79,16 +79,21 @@ int run_golden_command(const GoldenArgs& a) {
       }
     }
     for (const RoutingCheckCase& r : routing) {
+      std::string selections;
+      if (r.selections > 0) {
+        selections = ", " + std::to_string(r.selections_differ) + " of " + std::to_string(r.selections) +
+                     " index selections";
+      }
       std::printf(
-          "routing check case %d: %lld of %lld routing decisions differ from the CPU reference's; rel_l2 "
-          "%.3e free, %.3e with the CPU forced to this backend's routing\n",
-          r.index, static_cast<long long>(r.flipped), static_cast<long long>(r.decisions), r.free_rel_l2,
-          r.forced_rel_l2);
+          "routing check case %d: %lld of %lld routing decisions%s differ from the CPU reference's; rel_l2 "
+          "%.3e free, %.3e with the CPU forced to this backend's choices\n",
+          r.index, static_cast<long long>(r.flipped), static_cast<long long>(r.decisions), selections.c_str(),
+          r.free_rel_l2, r.forced_rel_l2);
     }
     std::printf("%s (rel_l2 <= %.1e and %s%s, %s backend)\n", report.pass ? "PASS" : "FAIL", report.tolerance,
                 report.margin_rule ? "greedy tokens identical up to a mismatch within bf16 noise"
                                    : "identical greedy tokens",
-                report.routing_rule ? ", or only routing flips within bf16 noise" : "",
+                report.routing_rule ? ", or only routing flips or index selections within bf16 noise" : "",
                 backend->name().c_str());
   }
   return report.pass ? 0 : 1;
@@ -196,9 +201,9 @@ void add_eval_command(CLI::App& app) {
                      "Prefill the prompt in chunks of this many tokens");
   golden->add_flag("--json", golden_args->json, "Print one JSON object");
   golden->add_flag("--routing-check", golden_args->routing_check,
-                   "MoE models: also run each prompt on the CPU reference forced to this backend's expert "
-                   "routing and report the flipped routing decisions, their margins and both logits errors "
-                   "(diagnostic: the verdict is unchanged)");
+                   "MoE and sparse-attention models: also run each prompt on the CPU reference forced to "
+                   "this backend's expert routing and indexer selections and report the ones that differ, "
+                   "their margins and both logits errors (diagnostic: the verdict is unchanged)");
   golden->callback([golden_args]() { run_guarded([&]() { return run_golden_command(*golden_args); }); });
 
   auto ppl_args = std::make_shared<PplArgs>();

@@ -1,20 +1,25 @@
 // The teacher-forced routing check (engine/routing_check): two runs of the same CPU model agree exactly;
 // a tested model whose routing is perturbed in one decision shows that one flip, a non-zero free error and
 // exactly zero error once the reference is forced to the same routing; ids handed back as F32 (the CUDA
-// backend's to_host) are read as ids; a dense model is refused.
+// backend's to_host) are read as ids; DeepSeek-V3.2's index selections are compared too; a dense model is
+// refused.
 #include "engine/routing_check.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "../engine/planted_model.h"
 #include "../fixture_models.h"
 #include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
 #include "engine/golden_eval.h"
+#include "engine/selection_hooks.h"
+#include "engine/sequence_runner.h"
 #include "model/model.h"
 
 namespace dsinfer {
@@ -126,6 +131,51 @@ TEST(RoutingCheckTest, IdsHandedBackAsF32AreReadAsIds) {
   EXPECT_EQ(cases[0].decisions, 12);
   EXPECT_EQ(cases[0].flipped, 0);
   EXPECT_EQ(cases[0].forced_rel_l2, 0.0);
+}
+
+// DeepSeek-V3.2: the indexer's selections are replayed and compared beside the routing. The same model twice
+// agrees exactly; one planted row of kept keys is counted once, judged, and forced away.
+TEST(RoutingCheckTest, SparseAttentionSelectionsAreComparedToo) {
+  CpuBackend backend;
+  auto inner = load_fixture_model("tiny-deepseek-v32", backend);
+  auto reference = load_fixture_model("tiny-deepseek-v32", backend);
+  std::vector<int32_t> prompt(40);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(3 + 7 * i % 300);
+  const auto same = run_routing_check(*inner, *reference, {prompt});
+  ASSERT_EQ(same.size(), 1u);
+  const int64_t indexed_layers = inner->config().num_layers;  // every layer of V3.2 is indexed
+  EXPECT_EQ(same[0].selections, indexed_layers * 40);
+  EXPECT_EQ(same[0].selections_differ, 0);
+  EXPECT_EQ(same[0].forced_rel_l2, 0.0);
+  EXPECT_EQ(same[0].free_rel_l2, 0.0);
+  // The last layer's selection of the last token, one kept row swapped for one left out.
+  SelectionRecorder recorded;
+  {
+    ScopedSelectionHook hook(*reference, &recorded, "test");
+    SequenceRunner runner(*reference, 41);
+    runner.append(prompt, /*all_logits=*/true);
+  }
+  const Tensor& last = recorded.calls.back();  // [40, K]
+  const int64_t K = last.dim(1);
+  PlantedRow plant{PlantedChoice::kSelection, recorded.layers.back(), 39,
+                   std::vector<int32_t>(last.data<int32_t>() + 39 * K, last.data<int32_t>() + 40 * K)};
+  int32_t left_out = 0;
+  while (std::find(plant.row.begin(), plant.row.end(), left_out) != plant.row.end()) ++left_out;
+  ASSERT_LT(left_out, 40);
+  plant.row[0] = left_out;
+  PlantedModel tested(*inner, plant);
+  const auto cases = run_routing_check(tested, *reference, {prompt});
+  ASSERT_EQ(cases.size(), 1u);
+  EXPECT_EQ(cases[0].selections_differ, 1);
+  ASSERT_EQ(cases[0].selection_flips.size(), 1u);
+  EXPECT_EQ(cases[0].selection_flips[0].token, 39);
+  EXPECT_EQ(cases[0].selection_flips[0].in, std::vector<int32_t>{left_out});
+  EXPECT_EQ(cases[0].selection_flips[0].level, "rows");
+  EXPECT_GT(cases[0].free_rel_l2, 0.0);
+  EXPECT_EQ(cases[0].forced_rel_l2, 0.0);
+  const nlohmann::json j = routing_check_json(cases);
+  EXPECT_EQ(j[0]["selections_differ"].get<int64_t>(), 1);
+  EXPECT_EQ(j[0]["selection_flips"].size(), 1u);
 }
 
 TEST(RoutingCheckTest, DenseModelIsRefused) {
