@@ -15,6 +15,7 @@
 #include <memory>
 #include <random>
 #include <set>
+#include <string>
 #include <tuple>
 
 #include "backend/cpu/cpu_backend.h"
@@ -54,6 +55,23 @@ class CudaDeepseekOpsTest : public ::testing::Test {
     Tensor t = Tensor::empty(DType::F32, shape);
     for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = bf16_to_f32(f32_to_bf16(d(rng)));
     return t;
+  }
+  // A random indexer query of T tokens (V3.2's and V4's indexer tests): q [T, Hi, D], head weights [T, Hi],
+  // the scales the models use (D^-0.5 on q . k, Hi^-0.5 on the weights) and a label for SCOPED_TRACE.
+  struct IndexerQuery {
+    Tensor q, w;
+    float scale = 1.0f, wscale = 1.0f;
+    std::string label;
+  };
+  IndexerQuery random_indexer_query(int64_t T, int64_t Hi, int64_t D, int64_t top_k) {
+    IndexerQuery iq;
+    iq.q = random_bf16_values({T, Hi, D});
+    iq.w = random_bf16_values({T, Hi});
+    iq.scale = 1.0f / std::sqrt(static_cast<float>(D));
+    iq.wscale = 1.0f / std::sqrt(static_cast<float>(Hi));
+    iq.label = "Hi " + std::to_string(Hi) + " D " + std::to_string(D) + " top_k " + std::to_string(top_k) +
+               " tokens " + std::to_string(T);
+    return iq;
   }
   static Tensor to_bf16_bits(const Tensor& values) {
     Tensor bits = Tensor::empty(DType::BF16, values.shape());

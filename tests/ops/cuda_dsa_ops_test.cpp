@@ -82,16 +82,14 @@ TEST_F(CudaDeepseekOpsTest, IndexerTopkMatchesCpu) {
     const Tensor rows = random_bf16_values({static_cast<int64_t>(blocks) * bs, c.D});
     const CachePair caches = make_caches(rows, c.D, blocks, bs);
     const int64_t T = plan.num_tokens();
-    const Tensor q = random_bf16_values({T, c.Hi, c.D}), w = random_bf16_values({T, c.Hi});
-    const float scale = 1.0f / std::sqrt(static_cast<float>(c.D)),
-                wscale = 1.0f / std::sqrt(static_cast<float>(c.Hi));
-    SCOPED_TRACE("Hi " + std::to_string(c.Hi) + " D " + std::to_string(c.D) + " top_k " +
-                 std::to_string(c.top_k) + " tokens " + std::to_string(T));
-    const Tensor expected = ref.dsa_indexer_topk(q, w, caches.host, 0, plan, scale, wscale, c.top_k);
-    const Tensor got = cuda::to_host(gpu.dsa_indexer_topk(cuda::to_device(q), cuda::to_device(w), caches.gpu,
-                                                          0, plan, scale, wscale, c.top_k));
+    const IndexerQuery iq = random_indexer_query(T, c.Hi, c.D, c.top_k);
+    SCOPED_TRACE(iq.label);
+    const Tensor expected =
+        ref.dsa_indexer_topk(iq.q, iq.w, caches.host, 0, plan, iq.scale, iq.wscale, c.top_k);
+    const Tensor got = cuda::to_host(gpu.dsa_indexer_topk(cuda::to_device(iq.q), cuda::to_device(iq.w),
+                                                          caches.gpu, 0, plan, iq.scale, iq.wscale, c.top_k));
     ASSERT_EQ(got.dtype(), DType::I32);
-    expect_same_selection(got, expected, q, w, caches.host, plan, scale, wscale);
+    expect_same_selection(got, expected, iq.q, iq.w, caches.host, plan, iq.scale, iq.wscale);
   }
 }
 

@@ -257,16 +257,14 @@ TEST_F(CudaDeepseekOpsTest, V4IndexerTopkMatchesCpu) {
     fill_layer(host, 0, *this);
     const KvCache dev = gpu_copy(host);
     const int64_t T = plan.num_tokens();
-    const Tensor q = random_bf16_values({T, c.Hi, c.D}), w = random_bf16_values({T, c.Hi});
-    const float scale = 1.0f / std::sqrt(static_cast<float>(c.D)),
-                wscale = 1.0f / std::sqrt(static_cast<float>(c.Hi));
-    SCOPED_TRACE("Hi " + std::to_string(c.Hi) + " D " + std::to_string(c.D) + " top_k " +
-                 std::to_string(c.top_k) + " tokens " + std::to_string(T));
-    const Tensor expected = ref.indexer_topk(q, w, host, 0, plan, c.ratio, c.top_k, scale, wscale);
-    const Tensor got = cuda::to_host(gpu.indexer_topk(cuda::to_device(q), cuda::to_device(w), dev, 0, plan,
-                                                      c.ratio, c.top_k, scale, wscale));
+    const IndexerQuery iq = random_indexer_query(T, c.Hi, c.D, c.top_k);
+    SCOPED_TRACE(iq.label);
+    const Tensor expected =
+        ref.indexer_topk(iq.q, iq.w, host, 0, plan, c.ratio, c.top_k, iq.scale, iq.wscale);
+    const Tensor got = cuda::to_host(gpu.indexer_topk(cuda::to_device(iq.q), cuda::to_device(iq.w), dev, 0,
+                                                      plan, c.ratio, c.top_k, iq.scale, iq.wscale));
     ASSERT_EQ(got.dtype(), DType::I32);
-    expect_same_selection(got, expected, q, w, host, plan, scale, wscale);
+    expect_same_selection(got, expected, iq.q, iq.w, host, plan, iq.scale, iq.wscale);
   }
 }
 
