@@ -61,9 +61,7 @@ void RoutingForcer::on_route(Backend& backend, int64_t layer, Tensor& ids, Tenso
             "routing check: routing of layer ", layer, " has shape ", shape_str(ids.shape()),
             " on the reference and ", shape_str(fids.shape()), " on the tested model");
   const int64_t T = ids.dim(0), k = ids.dim(1);
-  if (layer <= last_layer_) offset_ += last_rows_;  // a new forward pass
-  last_layer_ = layer;
-  last_rows_ = T;
+  const int64_t first = tokens_.first_token(layer, T);
   const bool have_inputs = input_layer_ == layer && x_ && x_.dim(0) == T;
   std::vector<float> logits;  // [T, E], computed at the first flip of the call
   for (int64_t t = 0; t < T; ++t) {
@@ -86,7 +84,7 @@ void RoutingForcer::on_route(Backend& backend, int64_t layer, Tensor& ids, Tenso
       f.level = "unknown";  // the model handed no router inputs: the flip cannot be judged
       f.margin = INFINITY;
     }
-    f.token = offset_ + t;
+    f.token = first + t;
     f.layer = layer;
     flips.push_back(std::move(f));
   }

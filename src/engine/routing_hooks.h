@@ -35,6 +35,22 @@ std::string format_numbers(const char* format, double a, double b = 0.0);
 // each id checked to be a whole number; `what` names the values in the errors.
 Tensor host_ids(const Tensor& host, int64_t layer, const char* what = "routing check: expert ids");
 
+// Numbers the rows of a run's forward passes as the forcing hooks see them, across passes (a SequenceRunner's
+// prompt rows first, then each later step's): a pass starts when the layer index does not increase.
+class RunTokenNumbering {
+ public:
+  // The run-wide number of row 0 of this call (layer `layer`, `rows` rows).
+  int64_t first_token(int64_t layer, int64_t rows) {
+    if (layer <= last_layer_) offset_ += last_rows_;  // a new forward pass
+    last_layer_ = layer;
+    last_rows_ = rows;
+    return offset_;
+  }
+
+ private:
+  int64_t offset_ = 0, last_layer_ = -1, last_rows_ = 0;
+};
+
 // Host copies of every routing call of a run, in call order.
 class RoutingRecorder : public MoeRoutingHook {
  public:
@@ -44,8 +60,7 @@ class RoutingRecorder : public MoeRoutingHook {
 
 // Replaces each routing call's result with the recorded one; counts the decisions that differ and judges
 // each of them against the reference's own scores. Tokens are numbered across the run's forward passes
-// (a pass starts when the layer index does not increase), so a SequenceRunner's prompt rows come first
-// and each later step adds its tokens.
+// (RunTokenNumbering).
 class RoutingForcer : public MoeRoutingHook {
  public:
   explicit RoutingForcer(const std::vector<std::pair<Tensor, Tensor>>& calls) : calls_(calls) {}
@@ -65,8 +80,7 @@ class RoutingForcer : public MoeRoutingHook {
   Tensor x_, router_, bias_;
   RoutingParams params_;
   int64_t input_layer_ = -1;
-  // Token numbering across forward passes.
-  int64_t offset_ = 0, last_layer_ = -1, last_rows_ = 0;
+  RunTokenNumbering tokens_;
 };
 
 }  // namespace dsinfer

@@ -38,9 +38,7 @@ void SelectionForcer::on_select(Backend& backend, int64_t layer, Tensor& selecte
   DSI_CHECK(forced.shape() == selected.shape(), "selection check: layer ", layer, " selected ",
             shape_str(selected.shape()), " where the tested model selected ", shape_str(forced.shape()));
   const int64_t T = selected.ndim() == 2 ? selected.dim(0) : 0, K = T > 0 ? selected.dim(1) : 0;
-  if (layer <= last_layer_) offset_ += last_rows_;  // a new forward pass
-  last_layer_ = layer;
-  last_rows_ = T;
+  const int64_t first = tokens_.first_token(layer, T);
   const bool have_inputs = input_layer_ == layer && inputs_.plan && inputs_.q && inputs_.q.dim(0) == T;
   std::vector<int32_t> own, kept;
   for (int64_t t = 0; t < T; ++t) {
@@ -66,7 +64,7 @@ void SelectionForcer::on_select(Backend& backend, int64_t layer, Tensor& selecte
       f.level = "unknown";  // the model handed no score inputs: the row cannot be judged
       f.margin = INFINITY;
     }
-    f.token = offset_ + t;
+    f.token = first + t;
     f.layer = layer;
     flips.push_back(std::move(f));
   }

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "engine/routing_hooks.h"
 #include "engine/selection_margin.h"
 #include "model/index_selection_hook.h"
 
@@ -38,8 +39,7 @@ class SelectionRecorder : public IndexSelectionHook {
 };
 
 // Replaces each selection with the recorded one, in call order, counting where the reference's differs and
-// judging each differing row. Tokens are numbered across the run's forward passes as RoutingForcer numbers
-// them (a pass starts when the layer index does not increase).
+// judging each differing row. Tokens are numbered across the run's forward passes (RunTokenNumbering).
 class SelectionForcer : public IndexSelectionHook {
  public:
   explicit SelectionForcer(const std::vector<Tensor>& calls) : calls_(calls) {}
@@ -57,7 +57,7 @@ class SelectionForcer : public IndexSelectionHook {
   size_t next_ = 0;
   IndexScoreInputs inputs_;  // the current layer's (from on_index_inputs)
   int64_t input_layer_ = -1;
-  int64_t offset_ = 0, last_layer_ = -1, last_rows_ = 0;  // token numbering across forward passes
+  RunTokenNumbering tokens_;
 };
 
 }  // namespace dsinfer
