@@ -53,12 +53,14 @@ HyperConnWeights device_hc(const HyperConnWeights& w) {
 
 TEST_F(CudaDeepseekOpsTest, HyperConnectionsMatchCpu) {
   CudaBackend gpu;
-  // (tokens, streams, hidden): the tiny fixture, a prefill, V4-Flash's width, many streams.
+  // (tokens, streams, hidden): the tiny fixture, a prefill, V4-Flash's width, many streams (Sinkhorn in
+  // shared memory; up to 5 streams it runs in registers).
   for (auto [T, n, H] : {std::tuple<int64_t, int64_t, int64_t>{1, 4, 64},
                          {37, 4, 64},
                          {3, 4, 4096},
                          {5, 2, 300},
-                         {2, 16, 96}}) {
+                         {2, 16, 96},
+                         {2, 3, 75}}) {  // n * H odd: the mixing logits' one-value loads
     SCOPED_TRACE("T " + std::to_string(T) + " n " + std::to_string(n) + " H " + std::to_string(H));
     const int64_t M = (2 + n) * n;
     const Tensor x = random_bf16_values({T, H});
@@ -281,7 +283,9 @@ TEST_F(CudaDeepseekOpsTest, V4AttentionMatchesCpu) {
       {4, 32, 8, 4, 0, {{2, 1}, {0, 3}}},              // no compressed row visible yet
       {16, 512, 128, 4, 512, {{3000, 1}, {40, 1}}},    // V4-Flash's CSA at decode
       {16, 512, 128, 128, 0, {{5000, 2}, {200, 30}}},  // V4-Flash's HCA
-      {8, 64, 16, 4, 0, {{100, 1}}},                   // an empty selection ([T, 0]) below
+      {64, 512, 128, 4, 512, {{200, 1}}},              // V4-Flash's 64 heads, decode: most of 512 picks holes
+      {64, 512, 128, 4, 512, {{3000, 1}, {900, 1}, {70, 1}}},  // a decode batch (key splits merged)
+      {8, 64, 16, 4, 0, {{100, 1}}},                           // an empty selection ([T, 0]) below
   };
   CudaBackend gpu;
   const int32_t bs = 16;

@@ -283,6 +283,12 @@ Tensor CudaBackend::attention_v4(const Tensor& q, const KvCache& cache, int64_t 
   a.ratio = std::max<int64_t>(ratio, 1);  // unused without compressed rows (sliding layers give 0)
   a.scale = scale;
   a.out = out.data<float>();
+  a.splits = cuda::attention_v4_splits(T, H);
+  Tensor partial;  // the splits' softmax states, merged into out
+  if (a.splits > 1) {
+    partial = device_f32({cuda::attention_v4_partial_floats(T, H, D, a.splits)});
+    a.partial = partial.data<float>();
+  }
   cuda::launch_attention_v4(a);
   if (lone_call) step_.clear_host();
   return out;

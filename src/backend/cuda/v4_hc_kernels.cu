@@ -1,7 +1,7 @@
 // DeepSeek-V4's hyper-connection kernels (v4_kernels.h): stream expansion, the mixing logits (one block per
 // token and mix: a dot over the token's n * H stream values and their sum of squares), the per-token finish
-// (sigmoids, row softmax, Sinkhorn-Knopp on the n x n combination matrix in one thread, then the weighted
-// collapse by the whole block), the write-back, and the hash layers' expert ids and weights. float32
+// (sigmoids, row softmax, Sinkhorn-Knopp on the n x n combination matrix by one warp, and the weighted
+// collapse spread over column blocks), the write-back, and the hash layers' expert ids and weights. float32
 // throughout, in the order cpu_v4_hc.cpp / cpu_v4_moe.cpp compute (reductions are blockwise, so sums differ
 // in rounding).
 #include <cuda_runtime.h>
@@ -18,6 +18,7 @@ namespace dsinfer::cuda {
 namespace {
 
 constexpr int kThreads = 256;
+constexpr int kMixThreads = 512;  // hc_mixes: a row of n * H values per block
 constexpr int64_t kMaxGridY = 65535;
 
 __device__ __forceinline__ float sigmoidf(float v) {
@@ -37,8 +38,9 @@ __global__ void hc_expand_kernel(const float* x, float* out, int64_t n, int64_t 
   out[e] = x[t * H + i];
 }
 
-// Block (m, t): mixes[t, m] = dot(x[t], fn[m]) / rms(x[t]).
-__global__ void __launch_bounds__(kThreads)
+// Block (m, t): mixes[t, m] = dot(x[t], fn[m]) / rms(x[t]). Four values a load when F % 4 == 0 (rows 16-byte
+// aligned), several loads in flight per thread.
+__global__ void __launch_bounds__(kMixThreads)
     hc_mixes_kernel(const float* x, const float* fn, float* mixes, int64_t F, int64_t M, float norm_eps) {
   pdl_wait();
   pdl_trigger();
@@ -46,31 +48,47 @@ __global__ void __launch_bounds__(kThreads)
   const float* row = x + t * F;  // [F]
   const float* w = fn + m * F;   // [F]
   float dot = 0.0f, ss = 0.0f;
-  for (int64_t i = threadIdx.x; i < F; i += kThreads) {
-    const float v = row[i];
-    dot = fmaf(v, w[i], dot);
-    ss = fmaf(v, v, ss);
+  if (F % 4 == 0) {
+    const float4* row4 = reinterpret_cast<const float4*>(row);
+    const float4* w4 = reinterpret_cast<const float4*>(w);
+#pragma unroll 4
+    for (int64_t i = threadIdx.x; i < F / 4; i += kMixThreads) {
+      const float4 v = row4[i], u = w4[i];
+      dot = fmaf(v.w, u.w, fmaf(v.z, u.z, fmaf(v.y, u.y, fmaf(v.x, u.x, dot))));
+      ss = fmaf(v.w, v.w, fmaf(v.z, v.z, fmaf(v.y, v.y, fmaf(v.x, v.x, ss))));
+    }
+  } else {
+#pragma unroll 4
+    for (int64_t i = threadIdx.x; i < F; i += kMixThreads) {
+      const float v = row[i];
+      dot = fmaf(v, w[i], dot);
+      ss = fmaf(v, v, ss);
+    }
   }
   dot = block_sum(dot);
   ss = block_sum(ss);
   if (threadIdx.x == 0) mixes[t * M + m] = dot * rsqrtf(ss / static_cast<float>(F) + norm_eps);
 }
 
-// Sinkhorn-Knopp on one n x n matrix (row-major): columns first, then `iters - 1` row/column rounds.
-__device__ void sinkhorn(float* c, int n, int64_t iters, float eps) {
+// Sinkhorn-Knopp on one n x n matrix (row-major, shared memory) by warp 0: columns first, then `iters - 1`
+// row/column rounds, lane j summing and dividing column (or row) j in the order one thread would.
+__device__ void sinkhorn_warp(float* c, int n, int64_t iters, float eps) {
+  const int lane = threadIdx.x % 32;
   auto norm_cols = [&]() {
-    for (int col = 0; col < n; ++col) {
+    if (lane < n) {
       float s = 0.0f;
-      for (int r = 0; r < n; ++r) s += c[r * n + col];
-      for (int r = 0; r < n; ++r) c[r * n + col] /= (s + eps);
+      for (int r = 0; r < n; ++r) s += c[r * n + lane];
+      for (int r = 0; r < n; ++r) c[r * n + lane] /= (s + eps);
     }
+    __syncwarp();
   };
   auto norm_rows = [&]() {
-    for (int r = 0; r < n; ++r) {
+    if (lane < n) {
       float s = 0.0f;
-      for (int col = 0; col < n; ++col) s += c[r * n + col];
-      for (int col = 0; col < n; ++col) c[r * n + col] /= (s + eps);
+      for (int col = 0; col < n; ++col) s += c[lane * n + col];
+      for (int col = 0; col < n; ++col) c[lane * n + col] /= (s + eps);
     }
+    __syncwarp();
   };
   norm_cols();
   for (int64_t i = 0; i + 1 < iters; ++i) {
@@ -88,38 +106,108 @@ __device__ __forceinline__ void collapse(const float* x, const float* pre, int n
   }
 }
 
-// One block per token: thread 0 makes pre, post and comb from the token's mixes, then the block collapses.
+// Sinkhorn-Knopp as sinkhorn_warp computes it, for N * N <= 32: lane r * N + col holds c[r][col] in a
+// register and gathers its column's (row's) values by shuffles, all in flight at once, summing them in the
+// same order.
+template <int N>
+__device__ float sinkhorn_lanes(float v, int64_t iters, float eps) {
+  static_assert(N * N <= 32, "one lane per entry");
+  const int lane = threadIdx.x % 32, row = lane / N, col = lane % N;
+  auto norm_cols = [&]() {
+    float g[N];
+#pragma unroll
+    for (int r = 0; r < N; ++r) g[r] = __shfl_sync(0xffffffffu, v, r * N + col);
+    float s = 0.0f;
+#pragma unroll
+    for (int r = 0; r < N; ++r) s += g[r];
+    v /= (s + eps);
+  };
+  auto norm_rows = [&]() {
+    float g[N];
+#pragma unroll
+    for (int k = 0; k < N; ++k) g[k] = __shfl_sync(0xffffffffu, v, row * N + k);
+    float s = 0.0f;
+#pragma unroll
+    for (int k = 0; k < N; ++k) s += g[k];
+    v /= (s + eps);
+  };
+  norm_cols();
+  for (int64_t i = 0; i + 1 < iters; ++i) {
+    norm_rows();
+    norm_cols();
+  }
+  return v;
+}
+
+// The matrix c (n x n, shared) after Sinkhorn, written to comb [n * n] by warp 0: in registers up to 5
+// streams.
+__device__ void sinkhorn_to(float* c, float* comb, int n, int64_t iters, float eps) {
+  const int lane = threadIdx.x % 32;
+  const float v = lane < n * n ? c[lane] : 0.0f;
+  float r = 0.0f;
+  switch (n) {
+    case 1:
+      r = sinkhorn_lanes<1>(v, iters, eps);
+      break;
+    case 2:
+      r = sinkhorn_lanes<2>(v, iters, eps);
+      break;
+    case 3:
+      r = sinkhorn_lanes<3>(v, iters, eps);
+      break;
+    case 4:
+      r = sinkhorn_lanes<4>(v, iters, eps);
+      break;
+    case 5:
+      r = sinkhorn_lanes<5>(v, iters, eps);
+      break;
+    default:
+      sinkhorn_warp(c, n, iters, eps);
+      for (int e = lane; e < n * n; e += 32) comb[e] = c[e];
+      return;
+  }
+  if (lane < n * n) comb[lane] = r;
+}
+
+// Block (t, chunk): the token's pre gates (every block makes the same ones), then its kThreads columns of the
+// collapse. Block (t, 0) then also makes post and comb with warp 0 (lane j: stream j's gate and row j's
+// softmax, then Sinkhorn), off the other blocks' path. kMaxHyperStreams <= 32 lanes.
 __global__ void __launch_bounds__(kThreads)
     hc_pre_finish_kernel(const float* x, const float* mixes, const float* base, const float* scale,
                          float* out, float* post, float* comb, int n, int64_t H, int64_t iters,
                          float hc_eps) {
   pdl_wait();
   pdl_trigger();
+  static_assert(kMaxHyperStreams <= 32, "one lane per stream");
   __shared__ float pre[kMaxHyperStreams];
   __shared__ float c[kMaxHyperStreams * kMaxHyperStreams];
   const int64_t t = blockIdx.x;
   const float* m = mixes + t * (2 + n) * n;  // [(2 + n) n]
-  if (threadIdx.x == 0) {
-    for (int j = 0; j < n; ++j) {
-      pre[j] = sigmoidf(m[j] * scale[0] + base[j]) + hc_eps;
-      post[t * n + j] = 2.0f * sigmoidf(m[n + j] * scale[1] + base[n + j]);
-    }
-    for (int r = 0; r < n; ++r) {  // row-wise softmax, then + eps
-      float* row = c + r * n;
-      float mx = -INFINITY;
-      for (int k = 0; k < n; ++k) {
-        row[k] = m[2 * n + r * n + k] * scale[2] + base[2 * n + r * n + k];
-        mx = fmaxf(mx, row[k]);
-      }
-      float sum = 0.0f;
-      for (int k = 0; k < n; ++k) sum += (row[k] = expf(row[k] - mx));
-      for (int k = 0; k < n; ++k) row[k] = row[k] / sum + hc_eps;
-    }
-    sinkhorn(c, n, iters, hc_eps);
-    for (int e = 0; e < n * n; ++e) comb[t * n * n + e] = c[e];
-  }
+  const int j = threadIdx.x;
+  if (j < n) pre[j] = sigmoidf(m[j] * scale[0] + base[j]) + hc_eps;
   __syncthreads();
-  collapse(x + t * n * H, pre, n, H, out + t * H);
+  const int64_t i = static_cast<int64_t>(blockIdx.y) * kThreads + threadIdx.x;
+  if (i < H) {
+    const float* xt = x + t * n * H;
+    float acc = 0.0f;
+    for (int k = 0; k < n; ++k) acc = fmaf(pre[k], xt[k * H + i], acc);
+    out[t * H + i] = acc;
+  }
+  if (blockIdx.y != 0 || j >= 32) return;
+  if (j < n) {
+    post[t * n + j] = 2.0f * sigmoidf(m[n + j] * scale[1] + base[n + j]);
+    float* row = c + j * n;  // row-wise softmax, then + eps
+    float mx = -INFINITY;
+    for (int k = 0; k < n; ++k) {
+      row[k] = m[2 * n + j * n + k] * scale[2] + base[2 * n + j * n + k];
+      mx = fmaxf(mx, row[k]);
+    }
+    float sum = 0.0f;
+    for (int k = 0; k < n; ++k) sum += (row[k] = expf(row[k] - mx));
+    for (int k = 0; k < n; ++k) row[k] = row[k] / sum + hc_eps;
+  }
+  __syncwarp();
+  sinkhorn_to(c, comb + t * n * n, n, iters, hc_eps);
 }
 
 __global__ void __launch_bounds__(kThreads)
@@ -239,7 +327,7 @@ void launch_hc_mixes(const float* x, const float* fn, float* mixes, int64_t T, i
   if (T == 0 || M == 0) return;
   for (int64_t t0 = 0; t0 < T; t0 += kMaxGridY) {  // grid.y holds at most 65535 tokens
     const int64_t count = std::min(kMaxGridY, T - t0);
-    launch_pdl(hc_mixes_kernel, dim3(static_cast<unsigned>(M), static_cast<unsigned>(count)), kThreads, 0,
+    launch_pdl(hc_mixes_kernel, dim3(static_cast<unsigned>(M), static_cast<unsigned>(count)), kMixThreads, 0,
                x + t0 * F, fn, mixes + t0 * M, F, M, norm_eps);
     check_launch("hc_mixes");
   }
@@ -250,8 +338,10 @@ void launch_hc_pre_finish(const float* x, const float* mixes, const float* base,
                           int64_t iters, float hc_eps) {
   if (T == 0) return;
   DSI_CHECK(n >= 1 && n <= kMaxHyperStreams, "hc_pre: ", n, " streams (at most ", kMaxHyperStreams, ")");
-  launch_pdl(hc_pre_finish_kernel, static_cast<unsigned>(T), kThreads, 0, x, mixes, base, scale, out, post,
-             comb, static_cast<int>(n), H, iters, hc_eps);
+  const int64_t chunks = (H + kThreads - 1) / kThreads;
+  DSI_CHECK(chunks <= kMaxGridY && T <= int64_t{2147483647}, "hc_pre: ", T, " tokens of ", H, " values");
+  launch_pdl(hc_pre_finish_kernel, dim3(static_cast<unsigned>(T), static_cast<unsigned>(chunks)), kThreads, 0,
+             x, mixes, base, scale, out, post, comb, static_cast<int>(n), H, iters, hc_eps);
   check_launch("hc_pre_finish");
 }
 

@@ -80,7 +80,9 @@ inline constexpr int64_t kMaxV4HeadDim = 512;
 // DeepSeek-V4 attention: q [T, H, D] attends to the raw rows of positions (pos - window, pos] (cache layer
 // `window_rows`) and, when comp has data, to compressed rows j < (pos + 1) / ratio (all of them, or those in
 // selected [T, K] when not null; -1 and rows not yet visible are skipped), with K = V and a per-head sink
-// logit; out [T, H, D]. D a multiple of 4, at most kMaxV4HeadDim.
+// logit; out [T, H, D]. D a multiple of 4, at most kMaxV4HeadDim. With splits > 1 each (token, head)'s
+// entries are cut into `splits` ranges run by their own blocks (flash-decoding), whose partial softmax states
+// go to `partial` (attention_v4_partial_floats) and are merged into out by a second kernel.
 struct AttentionV4Args {
   const float* q = nullptr;
   DeviceCacheView window_rows;
@@ -92,7 +94,13 @@ struct AttentionV4Args {
   int64_t T = 0, H = 0, D = 0, window = 0, ratio = 1;
   float scale = 1.0f;
   float* out = nullptr;
+  int splits = 1;
+  float* partial = nullptr;  // splits > 1: attention_v4_partial_floats(T, H, D, splits) floats
 };
+// Key-range splits for T tokens of H heads: enough blocks to cover the GPU twice at decode, 1 once the
+// (token, head) blocks alone do.
+int attention_v4_splits(int64_t T, int64_t H);
+int64_t attention_v4_partial_floats(int64_t T, int64_t H, int64_t D, int splits);
 void launch_attention_v4(const AttentionV4Args& a);
 
 }  // namespace dsinfer::cuda
