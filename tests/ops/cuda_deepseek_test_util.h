@@ -21,6 +21,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "core/dtype.h"
 #include "core/tensor.h"
+#include "kv/kv_cache.h"
 #include "model/rope.h"
 #include "scrambled_plan.h"
 
@@ -200,6 +201,16 @@ inline int64_t differing(const Tensor& a, const Tensor& b) {
   for (int64_t i = 0; i < a.numel(); ++i)
     n += static_cast<const uint32_t*>(a.raw())[i] != static_cast<const uint32_t*>(b.raw())[i];
   return n;
+}
+
+// Every slot of a bf16 GPU cache layer set to small random values (the benchmarks' caches).
+inline void fill_gpu_cache(CudaDeepseekOpsTest* test, KvCache& cache, int64_t layer) {
+  const Tensor& storage = cache.storage(layer);
+  const int64_t n = storage.numel(), block = std::min<int64_t>(n, 1 << 22);
+  const Tensor bits = CudaDeepseekOpsTest::to_bf16_bits(test->random_bf16_values({block}, 0.05f));
+  for (int64_t i = 0; i < n; i += block)
+    cuda::copy_to_device(static_cast<uint16_t*>(const_cast<void*>(storage.raw())) + i, bits.raw(),
+                         std::min(block, n - i) * 2);
 }
 
 // a - h elementwise (host tensors of one shape): what an op added to the residual h.

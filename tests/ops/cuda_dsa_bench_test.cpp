@@ -14,16 +14,6 @@ namespace {
 
 using namespace deepseek_ops_test;
 
-// A bf16 GPU cache layer of `width` whose every slot holds small random values.
-void fill_gpu_cache(CudaDeepseekOpsTest* test, KvCache& cache, int64_t layer) {
-  const Tensor& storage = cache.storage(layer);
-  const int64_t n = storage.numel(), block = std::min<int64_t>(n, 1 << 22);
-  const Tensor bits = CudaDeepseekOpsTest::to_bf16_bits(test->random_bf16_values({block}, 0.05f));
-  for (int64_t i = 0; i < n; i += block)
-    cuda::copy_to_device(static_cast<uint16_t*>(const_cast<void*>(storage.raw())) + i, bits.raw(),
-                         std::min(block, n - i) * 2);
-}
-
 TEST_F(CudaDeepseekOpsTest, DISABLED_BenchDsaDecode) {
   const int64_t Hi = 64, Di = 128, top_k = 2048, H = 128, R = 512, P = 64;
   std::printf("%-28s %12s %12s %12s   (us per call; GB read; %% of 4290 GB/s)\n", "V3.2 decode", "indexer",
