@@ -14,6 +14,7 @@
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda/runtime.h"
 #include "backend/cuda/v4_kernels.h"
+#include "core/env_choice.h"
 #include "core/error.h"
 
 namespace dsinfer::cuda {
@@ -286,6 +287,9 @@ void launch_compressed_visible(const int32_t* positions, int32_t* visible, int64
 }
 
 int attention_v4_splits(int64_t T, int64_t H) {
+  // DSINFER_CUDA_V4_SPLITS: 1 to kMaxSplits splits every launch (a benchmark's sweep); unset or 0: as below.
+  static const int fixed = env_int("DSINFER_CUDA_V4_SPLITS", 0, 0, kMaxSplits);
+  if (fixed > 0) return fixed;
   const int64_t blocks = std::max<int64_t>(T * H, 1), target = 2 * static_cast<int64_t>(device_sm_count(132));
   if (blocks >= target) return 1;
   return static_cast<int>(std::min<int64_t>(kMaxSplits, (target + blocks - 1) / blocks));

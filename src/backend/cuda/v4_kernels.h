@@ -98,7 +98,7 @@ struct AttentionV4Args {
   float* partial = nullptr;  // splits > 1: attention_v4_partial_floats(T, H, D, splits) floats
 };
 // Key-range splits for T tokens of H heads: enough blocks to cover the GPU twice at decode, 1 once the
-// (token, head) blocks alone do.
+// (token, head) blocks alone do; DSINFER_CUDA_V4_SPLITS=N (1 to 16) fixes N for every launch.
 int attention_v4_splits(int64_t T, int64_t H);
 int64_t attention_v4_partial_floats(int64_t T, int64_t H, int64_t D, int splits);
 void launch_attention_v4(const AttentionV4Args& a);
