@@ -8,6 +8,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/device_mirror.h"
+#include "backend/cuda/keyed_mirrors.h"
 #include "backend/cuda/mla_kernels.h"
 #include "backend/cuda/mla_write_kernels.h"
 #include "backend/cuda/pinned_buffer.h"
@@ -269,7 +270,8 @@ class CudaBackend : public Backend {
   cuda::StepPlan step_;
   int32_t context_bound_ = 0;
   // Device copies of the host arrays ops receive, one mirror per kind so they do not evict each other.
-  cuda::DeviceMirror ids_, rows_, positions_, slot_mapping_, inv_freq_, decode_tokens_, flash_tiles_;
+  cuda::DeviceMirror ids_, rows_, positions_, slot_mapping_, decode_tokens_, flash_tiles_;
+  cuda::KeyedMirrors<cuda::DeviceMirror> inv_freq_;  // one copy per rope table (V4 alternates two a step)
   cuda::DeviceMirror comp_seqs_, comp_rows_, comp_slots_;  // DeepSeek-V4's closing compressor rows
   SampleCall sample_;
   cuda::PinnedBuffer sample_inputs_, sample_outputs_;  // staging of the sampling inputs and results
