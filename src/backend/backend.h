@@ -77,6 +77,23 @@ struct CompressedRows {
   size_t size() const { return rows.size(); }
 };
 
+// Rows of a ratio-`ratio` compressor that close in this step, sequence by sequence (row j closes with the
+// token at position (j + 1) * ratio - 1).
+CompressedRows v4_closing_rows(const BatchPlan& plan, int64_t ratio);
+
+// One DeepSeek-V4 compressor's closing step (Backend::compress_close): where its inputs are, how it pools,
+// and the norm and rope of the pooled rows.
+struct CompressCloseSpec {
+  int64_t in_layer = -1;            // per-token [kv | gate] rows (compress_rows' input layer)
+  int64_t out_layer = -1;           // compressed rows of D values
+  int64_t ratio = 0;                // tokens a row pools
+  bool overlap = false;             // CSA: also the previous window's first halves
+  const Tensor* ape = nullptr;      // [ratio, c * D] position biases of the gate
+  const Tensor* norm = nullptr;     // [D] RMSNorm weight
+  float eps = 1e-6f;                // RMSNorm epsilon
+  const RopeTable* rope = nullptr;  // rotates the trailing rope->rope_dim values (interleaved pairs)
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -251,6 +268,11 @@ class Backend {
   // (compressed row j of a sequence lives in the slot of position j).
   virtual void write_compressed(KvCache& cache, int64_t layer, const BatchPlan& plan,
                                 const CompressedRows& rows, const Tensor& values) = 0;
+  // The rows that close in this step (v4_closing_rows) pooled (compress_rows), RMS-normalised, roped at
+  // their window's first position (row j: j * ratio) and written to spec.out_layer (write_compressed). A GPU
+  // backend finds the rows of a decode step on the device (each token closes a row when (pos + 1) % ratio ==
+  // 0), so that no per-step host list stops the step from being captured in a CUDA graph.
+  virtual void compress_close(KvCache& cache, const BatchPlan& plan, const CompressCloseSpec& spec);
   // Lightning indexer: q [T, h, d], weights [T, h]; score(t, j) =
   // sum_h (relu(q[t, h] . K[j]) * scale) * (weights[t, h] * weights_scale) over compressed keys K (cache
   // layer `layer`) visible to t (j < (pos + 1) / ratio). Returns the top `top_k` rows per token [T, top_k]

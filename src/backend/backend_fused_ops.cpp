@@ -77,4 +77,31 @@ void Backend::moe_experts_residual(Tensor& residual, const Tensor& x, const Tens
   add_inplace(residual, moe_experts(x, ids, weights, experts));
 }
 
+CompressedRows v4_closing_rows(const BatchPlan& plan, int64_t ratio) {
+  DSI_CHECK(ratio > 0, "compressor ratio must be positive");
+  CompressedRows rows;
+  for (int32_t s = 0; s < plan.num_seqs(); ++s) {
+    const int64_t end = plan.context_lens[s], begin = end - plan.query_len(s);
+    for (int64_t j = begin / ratio; j < end / ratio; ++j) {
+      rows.seqs.push_back(s);
+      rows.rows.push_back(static_cast<int32_t>(j));
+    }
+  }
+  return rows;
+}
+
+void Backend::compress_close(KvCache& cache, const BatchPlan& plan, const CompressCloseSpec& spec) {
+  DSI_CHECK(spec.ape && spec.norm && spec.rope, "compress_close: the spec needs ape, norm and rope");
+  const CompressedRows rows = v4_closing_rows(plan, spec.ratio);
+  if (rows.size() == 0) return;
+  Tensor pooled =
+      compress_rows(cache, spec.in_layer, plan, rows, *spec.ape, spec.ratio, spec.overlap);  // [R, D]
+  const int64_t R = pooled.dim(0), D = pooled.dim(1);
+  pooled = rms_norm(pooled, *spec.norm, spec.eps).reshape({R, 1, D});  // [R, 1, D]
+  std::vector<int32_t> starts(static_cast<size_t>(R));
+  for (int64_t k = 0; k < R; ++k) starts[k] = static_cast<int32_t>(rows.rows[k] * spec.ratio);
+  rope(pooled, starts, *spec.rope, D - spec.rope->rope_dim, RopeLayout::kInterleaved);
+  write_compressed(cache, spec.out_layer, plan, rows, pooled);
+}
+
 }  // namespace dsinfer

@@ -40,8 +40,7 @@ class Model {
   // the whole prompt (BatchPlan::prompt_lens, as transformers' one-shot prefill does): DeepSeek-V3.2 and V4.
   virtual bool prefix_cache_exact() const { return true; }
   // Whether a decode step may be captured once and replayed as a CUDA graph: its launches depend on the
-  // plan's device arrays alone. False for models whose ops read per-step host lists (DeepSeek-V4's compressor
-  // rows).
+  // plan's device arrays alone. False for a model whose ops read per-step host lists.
   virtual bool graph_capturable() const { return true; }
   // Routes every MoE layer's routing through `hook` (null: none). False for models without MoE routing.
   virtual bool set_moe_routing_hook(MoeRoutingHook* hook) { return false; }

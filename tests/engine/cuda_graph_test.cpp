@@ -1,7 +1,7 @@
 // CUDA graphs (CudaGraphModel): decode steps replayed from graphs produce the same greedy tokens as eager
 // steps, for batch sizes that fill a bucket exactly and ones that are padded, with sequences finishing at
-// different steps, for a dense model, the MLA + MoE models and DeepSeek-V3.2. Runs on a GPU; skips elsewhere
-// (CI compiles it).
+// different steps, for a dense model, the MLA + MoE models, DeepSeek-V3.2 and V4. Runs on a GPU; skips
+// elsewhere (CI compiles it).
 #include <gtest/gtest.h>
 
 #include <condition_variable>
@@ -64,11 +64,13 @@ std::vector<std::vector<int32_t>> run_greedy(EngineConfig config,
 
 class CudaGraphTest : public ::testing::TestWithParam<std::string> {};
 
-// Dense GQA (tiny-llama), MLA + DeepSeekMoE with device-side routing (tiny-deepseek-v2 / v3) and V3.2's
-// indexer + sparse MLA (tiny-deepseek-v32: its score rows follow the graph's context bucket).
+// Dense GQA (tiny-llama), MLA + DeepSeekMoE with device-side routing (tiny-deepseek-v2 / v3), V3.2's
+// indexer + sparse MLA (tiny-deepseek-v32: its score rows follow the graph's context bucket) and V4
+// (tiny-deepseek-v4: the compressors' closing rows found on the device, every 4 tokens on its CSA layers and
+// at position 127 on its HCA layer, and its indexer's score rows sized by the context bucket).
 INSTANTIATE_TEST_SUITE_P(Models, CudaGraphTest,
                          ::testing::Values("tiny-llama", "tiny-deepseek-v2", "tiny-deepseek-v3",
-                                           "tiny-deepseek-v32"),
+                                           "tiny-deepseek-v32", "tiny-deepseek-v4"),
                          [](const auto& info) { return model_param_name(info.param); });
 
 TEST_P(CudaGraphTest, ReplayedDecodeMatchesEagerDecode) {

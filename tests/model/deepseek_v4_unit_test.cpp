@@ -155,7 +155,9 @@ TEST_P(DeepseekV4Compressor, OneCallChunksAndTokenByTokenGiveTheSameRows) {
       const int32_t end = std::min(N, begin + chunk);
       std::vector<int32_t> part(tokens.begin() + begin, tokens.begin() + end);
       BatchPlan plan = single_plan(part, begin, bs, N);
-      run_v4_compressor(b, f.w, f.step(), f.rope, x.rows(begin, end).clone(), plan, cache);
+      const Tensor xs = x.rows(begin, end).clone();  // [chunk, hidden]
+      run_v4_compressor(b, f.w, f.step(), f.rope, b.linear(xs, f.w.wkv), b.linear(xs, f.w.wgate), plan,
+                        cache);
     }
     std::vector<float> rows;
     for (int64_t j = 0; j < N / f.ratio; ++j) {

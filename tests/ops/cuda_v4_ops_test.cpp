@@ -221,6 +221,78 @@ TEST_F(CudaDeepseekOpsTest, CompressorPoolingAndWritesMatchCpu) {
   }
 }
 
+// compress_close in one launch against the CPU's composition (compress_rows, rms_norm, rope,
+// write_compressed) with bf16 cache rounding: decode steps (each token finds on the GPU whether it closes a
+// row, most do not) and prefill / mixed steps (host-listed rows). Every slot of the compressed layer is
+// compared, so a row written where none closes, or to the wrong slot, fails too.
+TEST_F(CudaDeepseekOpsTest, CompressCloseMatchesCpu) {
+  struct CloseCase {
+    int64_t D, rope_dim, ratio;
+    bool overlap;
+    std::vector<std::pair<int32_t, int32_t>> seqs;  // (cached, new) per sequence
+  };
+  const std::vector<CloseCase> cases = {
+      {32, 8, 4, true, {{3, 1}, {4, 1}, {6, 1}, {11, 1}}},          // the tiny CSA, decode, two close
+      {16, 8, 4, true, {{0, 17}, {25, 7}, {3, 1}}},                 // the tiny indexer, prefill and mixed
+      {32, 8, 128, false, {{127, 1}, {200, 1}}},                    // the tiny HCA, decode, one closes
+      {512, 64, 4, true, {{4095, 1}, {10, 1}, {1, 1}, {2046, 1}}},  // V4-Flash's CSA, decode
+      {128, 64, 4, true, {{8191, 1}, {100, 1}}},                    // V4-Flash's indexer, decode
+      {512, 64, 128, false, {{255, 1}, {1000, 300}}},               // V4-Flash's HCA, mixed
+      {512, 64, 128, false, {{126, 1}, {0, 1}}},                    // decode, nothing closes
+  };
+  CudaBackend gpu;
+  CpuBackend ref;
+  ref.set_bf16_cache_values(true);
+  const int32_t bs = 16;
+  for (const CloseCase& c : cases) {
+    const int64_t cf = c.overlap ? 2 : 1;
+    const int32_t blocks = blocks_for(c.seqs, bs);
+    const BatchPlan plan = make_plan(c.seqs, bs, blocks);
+    KvCache host(
+        {{KvKind::kSlidingWindow, 2 * cf * c.D, cf * c.ratio, 1}, {KvKind::kCompressed, c.D, 0, c.ratio}},
+        blocks, bs);
+    fill_layer(host, 0, *this);
+    fill_layer(host, 1, *this);
+    KvCache dev = gpu_copy(host);
+    const size_t closing = v4_closing_rows(plan, c.ratio).size();
+    SCOPED_TRACE("D " + std::to_string(c.D) + " ratio " + std::to_string(c.ratio) + " closing " +
+                 std::to_string(closing));
+    const Tensor ape = random_bf16_values({c.ratio, cf * c.D}), norm = norm_weight(this, c.D);
+    RopeConfig rc;
+    rc.theta = 160000.0;
+    const RopeTable rope = make_rope_table(rc, c.rope_dim);
+    CompressCloseSpec spec;
+    spec.in_layer = 0;
+    spec.out_layer = 1;
+    spec.ratio = c.ratio;
+    spec.overlap = c.overlap;
+    spec.rope = &rope;
+    spec.eps = 1e-6f;
+    spec.ape = &ape;
+    spec.norm = &norm;
+    const int64_t slots = blocks * bs;
+    const std::vector<float> before(host.slot(1, 0), host.slot(1, 0) + slots * c.D);
+    ref.compress_close(host, plan, spec);
+    const Tensor ape_d = cuda::to_device(ape), norm_d = device_bf16(norm);
+    spec.ape = &ape_d;
+    spec.norm = &norm_d;
+    gpu.compress_close(dev, plan, spec);
+    const Tensor image = cuda::to_host(dev.storage(1));  // [slots, D] bf16 bits
+    size_t written = 0;
+    for (int64_t slot = 0; slot < slots; ++slot) {
+      bool changed = false;
+      for (int64_t d = 0; d < c.D; ++d) {
+        const float want = host.slot(1, slot)[d], got = bf16_to_f32(image.data<uint16_t>()[slot * c.D + d]);
+        changed = changed || want != before[slot * c.D + d];
+        // One bf16 step apart at most (float32 sums in another order may round the other way).
+        ASSERT_LE(std::abs(got - want), std::abs(want) / 128 + 1e-6f) << "slot " << slot << " value " << d;
+      }
+      written += changed;
+    }
+    EXPECT_EQ(written, closing);  // the reference wrote exactly the closing rows
+  }
+}
+
 TEST_F(CudaDeepseekOpsTest, CompressorRefusesOpenWindows) {
   CudaBackend gpu;
   const BatchPlan plan = make_plan({{0, 6}}, 16, 3);

@@ -198,6 +198,9 @@ class CudaBackend : public Backend {
                        const CompressedRows& rows, const Tensor& ape, int64_t ratio, bool overlap) override;
   void write_compressed(KvCache& cache, int64_t layer, const BatchPlan& plan, const CompressedRows& rows,
                         const Tensor& values) override;
+  // One launch: the closing rows pooled, normed, roped and written (a decode step's rows found on the
+  // device).
+  void compress_close(KvCache& cache, const BatchPlan& plan, const CompressCloseSpec& spec) override;
   Tensor indexer_topk(const Tensor& q, const Tensor& weights, const KvCache& cache, int64_t layer,
                       const BatchPlan& plan, int64_t ratio, int64_t top_k, float scale,
                       float weights_scale) override;

@@ -153,7 +153,9 @@ Tensor CudaBackend::indexer_topk(const Tensor& q, const Tensor& weights, const K
   Tensor visible = Tensor::empty_on(Device::kCuda, DType::I32, {iq.T});  // [T] last visible row, -1: none
   cuda::launch_compressed_visible(view.positions, visible.data<int32_t>(), iq.T, ratio);
   view.positions = visible.data<int32_t>();
-  int64_t max_rows = 0;
+  // Score rows for as many compressed keys as the launch may meet: this step's, or those of the CUDA graph's
+  // context bucket (a captured launch serves every step of its bucket).
+  int64_t max_rows = std::max<int64_t>(step_.device().max_context, context_bound_) / ratio;
   for (int32_t p : plan.positions) max_rows = std::max<int64_t>(max_rows, (int64_t{p} + 1) / ratio);
   index_topk_launches(iq, view, max_rows, scale, weights_scale, top_k, out.data<int32_t>());
   if (lone_call) step_.clear_host();

@@ -2,9 +2,9 @@
 // hyper-connections, the hash layers' expert ids (from the step's device token ids, so async scheduling's fed
 // tokens route right) and weights, the compressor's pooling and compressed-row writes and the shared-KV
 // attention with sinks. Host-side checks with the CPU reference's errors, host lists (the closing compressor
-// rows and their slots through the backend's device mirrors, host expert ids), then the launches of
-// v4_kernels.h. The compressor rows are per-step host data, so a DeepSeek-V4 model runs eagerly
-// (Model::graph_capturable).
+// rows of prefill steps through the backend's device mirrors, host expert ids), then the launches of
+// v4_kernels.h. A decode step's closing compressor rows are found by the kernel from the device positions, so
+// a DeepSeek-V4 decode step replays from a CUDA graph.
 #include <algorithm>
 #include <cstdint>
 #include <string>
@@ -69,6 +69,29 @@ HcMixes hc_mixes(const Tensor& x, const HyperConnWeights& w, bool head, float no
   m.mixes = device_f32({m.T, M});
   cuda::launch_hc_mixes(m.x, fn, m.mixes.data<float>(), m.T, m.n * m.H, M, norm_eps);
   return m;
+}
+
+// Every listed window has all its tokens cached, within its sequence's blocks.
+void check_closed_windows(const BatchPlan& plan, const CompressedRows& rows, int64_t ratio, const char* op) {
+  DSI_CHECK(rows.seqs.size() == rows.rows.size(), op, ": ", rows.seqs.size(), " sequences for ",
+            rows.rows.size(), " rows");
+  for (size_t i = 0; i < rows.size(); ++i) {
+    DSI_CHECK(rows.seqs[i] >= 0 && rows.seqs[i] < plan.num_seqs() && rows.rows[i] >= 0 &&
+                  (rows.rows[i] + 1) * ratio <= plan.context_lens[rows.seqs[i]],
+              op, ": window ", rows.rows[i], " of sequence ", rows.seqs[i], " is not closed");
+    const int32_t s = rows.seqs[i];
+    const int64_t blocks = plan.block_table_indptr[s + 1] - plan.block_table_indptr[s];
+    DSI_CHECK((rows.rows[i] + 1) * ratio <= blocks * plan.block_size, op, ": window ", rows.rows[i],
+              " of sequence ", s, " is past its ", blocks, " blocks");
+  }
+}
+
+// Every sequence of the plan adds exactly one token (token i is sequence i's).
+bool one_token_each(const BatchPlan& plan) {
+  if (plan.num_seqs() == 0 || plan.num_tokens() != plan.num_seqs()) return false;
+  for (int32_t s = 0; s <= plan.num_seqs(); ++s)
+    if (plan.cu_seqlens[s] != s) return false;
+  return true;
 }
 
 cuda::HashScoring hash_scoring(const std::string& s) {
@@ -186,18 +209,8 @@ Tensor CudaBackend::compress_rows(const KvCache& cache, int64_t in_layer, const 
   DSI_CHECK(width == 2 * c * D && D > 0, "compress_rows: cache rows of ", width,
             " values are not [kv | gate]");
   DSI_CHECK(ratio > 0, "compress_rows: ratio must be positive");
-  DSI_CHECK(rows.seqs.size() == rows.rows.size(), "compress_rows: ", rows.seqs.size(), " sequences for ",
-            rows.rows.size(), " rows");
   const float* ape_d = dev_param(ape, ratio * c * D, "compress_rows", "ape");
-  for (int64_t i = 0; i < R; ++i) {
-    DSI_CHECK(rows.seqs[i] >= 0 && rows.seqs[i] < plan.num_seqs() && rows.rows[i] >= 0 &&
-                  (rows.rows[i] + 1) * ratio <= plan.context_lens[rows.seqs[i]],
-              "compress_rows: window ", rows.rows[i], " of sequence ", rows.seqs[i], " is not closed");
-    const int32_t s = rows.seqs[i];
-    const int64_t blocks = plan.block_table_indptr[s + 1] - plan.block_table_indptr[s];
-    DSI_CHECK((rows.rows[i] + 1) * ratio <= blocks * plan.block_size, "compress_rows: window ", rows.rows[i],
-              " of sequence ", s, " is past its ", blocks, " blocks");
-  }
+  check_closed_windows(plan, rows, ratio, "compress_rows");
   Tensor out = device_f32({R, D});  // [R, D]
   if (R == 0) return out;
   bool lone_call = false;
@@ -238,6 +251,56 @@ void CudaBackend::write_compressed(KvCache& cache, int64_t layer, const BatchPla
   }
   cuda::launch_write_kv(view, device_array(slots, comp_slots_), dev_f32(values, "write_compressed", "values"),
                         W, nullptr, 0, R);
+}
+
+void CudaBackend::compress_close(KvCache& cache, const BatchPlan& plan, const CompressCloseSpec& spec) {
+  // cache rows of spec.in_layer [kv (c D) | gate (c D)] -> rows [D] of spec.out_layer
+  DSI_CHECK(spec.ape && spec.norm && spec.rope, "compress_close: the spec needs ape, norm and rope");
+  const cuda::DeviceCacheView in = cache_view(cache, spec.in_layer, "compress_close");
+  const cuda::DeviceCacheView out = cache_view(cache, spec.out_layer, "compress_close");
+  const int64_t c = spec.overlap ? 2 : 1, D = in.width / (2 * c), rd = spec.rope->rope_dim;
+  DSI_CHECK(in.width == 2 * c * D && D > 0, "compress_close: cache rows of ", in.width,
+            " values are not [kv | gate]");
+  DSI_CHECK(out.width == D, "compress_close: compressed rows of ", out.width, " values for pooled rows of ",
+            D);
+  DSI_CHECK(spec.ratio > 0, "compress_close: ratio must be positive");
+  DSI_CHECK(D % 4 == 0 && D <= cuda::kMaxV4HeadDim, "compress_close: rows of ", D,
+            " values (the GPU kernel takes multiples of 4 up to ", cuda::kMaxV4HeadDim, ")");
+  DSI_CHECK(rd >= 0 && rd <= D && rd % 2 == 0 && static_cast<int64_t>(spec.rope->inv_freq.size()) == rd / 2,
+            "compress_close: a rope table of ", spec.rope->inv_freq.size(), " frequencies for ", rd,
+            " rope dims of ", D);
+  DSI_CHECK(spec.norm->numel() == D, "compress_close: norm has ", spec.norm->numel(), " values for rows of ",
+            D);
+  cuda::check_positions(plan, "compress_close");
+  cuda::CompressCloseArgs a;
+  CompressedRows rows;
+  if (one_token_each(plan)) {
+    a.R = plan.num_tokens();  // the kernel finds which tokens close a row (no host list: capturable)
+  } else {
+    rows = v4_closing_rows(plan, spec.ratio);
+    check_closed_windows(plan, rows, spec.ratio, "compress_close");
+    a.R = static_cast<int64_t>(rows.size());
+    if (a.R == 0) return;
+  }
+  a.ape = dev_param(*spec.ape, spec.ratio * c * D, "compress_close", "ape");
+  a.norm = cuda::dev_bf16(*spec.norm, "compress_close", "the norm weight");
+  bool lone_call = false;
+  a.in = in;
+  a.out = out;
+  a.plan = plan_view(plan, lone_call);
+  if (!rows.seqs.empty()) {
+    a.seqs = device_array(rows.seqs, comp_seqs_);
+    a.rows = device_array(rows.rows, comp_rows_);
+  }
+  a.inv_freq = rd > 0 ? inv_freq_.upload(spec.rope->inv_freq) : nullptr;
+  a.rope_scaling = spec.rope->attention_scaling;
+  a.eps = spec.eps;
+  a.D = D;
+  a.ratio = spec.ratio;
+  a.rope_dim = rd;
+  a.overlap = spec.overlap;
+  cuda::launch_compress_close(a);
+  if (lone_call) step_.clear_host();
 }
 
 Tensor CudaBackend::attention_v4(const Tensor& q, const KvCache& cache, int64_t window_layer, int64_t window,

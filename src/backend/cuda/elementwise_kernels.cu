@@ -54,8 +54,20 @@ __global__ void rms_norm_kernel(const float* x, const uint16_t* w, float* out, i
   const int64_t t = blockIdx.x;
   const float* row = x + t * H;
   const float inv = block_inv_rms(row, H, eps);
-  for (int64_t i = threadIdx.x; i < H; i += blockDim.x)
-    out[t * H + i] = bf16_bits_to_float(w[i]) * (row[i] * inv);
+  // Loads of four elements before their stores (x and out may alias only element for element).
+  const int64_t step = blockDim.x;
+  int64_t i = threadIdx.x;
+  for (; i + 3 * step < H; i += 4 * step) {
+    float v[4], g[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      v[k] = row[i + k * step];
+      g[k] = bf16_bits_to_float(w[i + k * step]);
+    }
+#pragma unroll
+    for (int k = 0; k < 4; ++k) out[t * H + i + k * step] = g[k] * (v[k] * inv);
+  }
+  for (; i < H; i += step) out[t * H + i] = bf16_bits_to_float(w[i]) * (row[i] * inv);
 }
 
 // torch.nn.LayerNorm: the mean, then the biased variance of the centred values (two reductions, as the CPU

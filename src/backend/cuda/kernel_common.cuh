@@ -64,7 +64,18 @@ __device__ __forceinline__ void mma_bf16(float* c, const uint32_t* a, const uint
 __device__ __forceinline__ float block_inv_rms(const float* row, int64_t H, float eps) {
   __shared__ float partial[32];
   float ss = 0.0f;
-  for (int64_t i = threadIdx.x; i < H; i += blockDim.x) ss += row[i] * row[i];
+  // Thread x sums elements x, x + blockDim.x, ... in that order (other kernels reproduce these bits); four
+  // loads go out before their sums, so that a long row is not a chain of dependent L2 round trips.
+  const int64_t step = blockDim.x;
+  int64_t i = threadIdx.x;
+  for (; i + 3 * step < H; i += 4 * step) {
+    const float a = row[i], b = row[i + step], c = row[i + 2 * step], d = row[i + 3 * step];
+    ss += a * a;
+    ss += b * b;
+    ss += c * c;
+    ss += d * d;
+  }
+  for (; i < H; i += step) ss += row[i] * row[i];
   for (int offset = 16; offset > 0; offset /= 2) ss += __shfl_xor_sync(0xffffffffu, ss, offset);
   if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = ss;
   __syncthreads();

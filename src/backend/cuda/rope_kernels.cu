@@ -1,9 +1,12 @@
-// Rotary embedding: one block per token, one thread per (head, pair); and rope fused with the KV-cache
+// Rotary embedding: one thread per (head, pair), one block per token (per 128 pairs of a token when the step
+// has few tokens); and rope fused with the KV-cache
 // write (one block per (token, head): q heads rotate in place; k heads rotate in place and write their K and
 // V parts of the token's cache row as float32 or bf16). Precise cosf/sinf (no fast math) so
 // the angles match the CPU reference to float32 rounding; the fused write's arithmetic is rope_device.cuh's,
 // which the decode attention kernel that fuses it (decode_attention_warp.cu) shares bit for bit.
 #include <cuda_runtime.h>
+
+#include <algorithm>
 
 #include "backend/cuda/attention_common.cuh"
 #include "backend/cuda/pdl.cuh"
@@ -23,7 +26,8 @@ __global__ void rope_kernel(float* x, const int32_t* positions, const float* inv
   pdl_trigger();
   const int64_t t = blockIdx.x;
   const float pos = static_cast<float>(positions[t]);
-  for (int64_t idx = threadIdx.x; idx < heads * half; idx += blockDim.x) {
+  const int64_t stride = int64_t{blockDim.x} * gridDim.y;
+  for (int64_t idx = int64_t{blockIdx.y} * blockDim.x + threadIdx.x; idx < heads * half; idx += stride) {
     const int64_t h = idx / half, i = idx % half;
     const float freq = inv_freq[i] * pos;
     const float c = cosf(freq) * scaling;
@@ -105,8 +109,14 @@ void launch_rope(float* x, const int32_t* positions, const float* inv_freq, int6
                  int64_t head_dim, int64_t offset, int64_t rope_dim, float attention_scaling,
                  bool interleaved, bool inverse) {
   if (T == 0 || heads == 0 || rope_dim < 2) return;
-  launch_pdl(rope_kernel, static_cast<unsigned>(T), 128, 0, x, positions, inv_freq, heads, head_dim, offset,
-             rope_dim / 2, attention_scaling, interleaved, inverse ? -1.0f : 1.0f);
+  // A token's pairs over several blocks when the step has few tokens (decode: one block per 128 pairs rather
+  // than one block walking all heads); each pair's arithmetic is the same either way.
+  constexpr int kThreads = 128;
+  const int64_t blocks_per_token = (heads * (rope_dim / 2) + kThreads - 1) / kThreads;
+  const int64_t y = std::clamp<int64_t>(std::min<int64_t>(blocks_per_token, 1024 / T), 1, 65535);
+  launch_pdl(rope_kernel, dim3(static_cast<unsigned>(T), static_cast<unsigned>(y)), kThreads, 0, x, positions,
+             inv_freq, heads, head_dim, offset, rope_dim / 2, attention_scaling, interleaved,
+             inverse ? -1.0f : 1.0f);
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) fail("CUDA kernel rope failed to launch: ", cudaGetErrorString(err));
 }

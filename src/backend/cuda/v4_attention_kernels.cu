@@ -1,8 +1,7 @@
-// DeepSeek-V4's attention-side kernels (v4_kernels.h) over the paged cache (float32 or bf16 rows): the
-// compressor's window pooling (one thread per output value, an online softmax over the window's tokens), the
-// indexer's visible compressed rows, and the shared-KV attention with sinks (one block per (head, token, key
-// split), an online softmax per warp over the present keys, each key row loaded once into registers for both
-// its dot and its value; at decode the key ranges are split over blocks and merged, flash-decoding style).
+// DeepSeek-V4's shared-KV attention kernels (v4_kernels.h) over the paged cache (float32 or bf16 rows): the
+// sliding-window + compressed attention with sinks (one block per (head, token, key split), an online softmax
+// per warp over the present keys, each key row loaded once into registers for both its dot and its value; at
+// decode the key ranges are split over blocks and merged, flash-decoding style).
 // CUDA-core kernels: each head still re-reads its token's keys (from L2 after the first head).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -24,7 +23,6 @@ namespace {
 using attn::slot_of;
 using attn::to_float;
 
-constexpr int kPoolThreads = 128;
 constexpr int kAttnThreads = 128;
 constexpr int kAttnWarps = kAttnThreads / 32;
 constexpr int kVec = 4;                            // head-dim values a lane loads at once
@@ -32,47 +30,6 @@ constexpr int kIts = kMaxV4HeadDim / (32 * kVec);  // loads of a key row per lan
 static_assert(kVec * kAttnThreads >= kMaxV4HeadDim, "the merge gives each thread kVec head-dim values");
 constexpr int kMaxSplits = 16;
 constexpr int64_t kMaxGridY = 65535;
-
-template <typename E>
-__global__ void __launch_bounds__(kPoolThreads) compress_rows_kernel(CompressRowsArgs a) {
-  pdl_wait();
-  pdl_trigger();
-  const int64_t i = blockIdx.x, d = static_cast<int64_t>(blockIdx.y) * kPoolThreads + threadIdx.x;
-  if (d >= a.D) return;
-  const int64_t c = a.overlap ? 2 : 1, D = a.D, W = a.in.width;
-  const E* rows = static_cast<const E*>(a.in.data);
-  const int32_t s = a.seqs[i];
-  const int64_t j = a.rows[i];
-  float mx = -INFINITY, sum = 0.0f, acc = 0.0f;
-  // Entry k of a window at `pos`, half `half` of its [kv | gate] row parts.
-  auto visit = [&](int64_t pos, int64_t k, int64_t half) {
-    const E* row = rows + slot_of(a.plan, s, pos) * W;
-    const float kv = to_float(row[half * D + d]);
-    const float logit = to_float(row[c * D + half * D + d]) + a.ape[k * c * D + half * D + d];
-    if (logit > mx) {
-      const float corr = expf(mx - logit);  // 0 on the first entry
-      sum *= corr;
-      acc *= corr;
-      mx = logit;
-    }
-    const float p = expf(logit - mx);
-    sum += p;
-    acc = fmaf(p, kv, acc);
-  };
-  if (a.overlap && j > 0) {
-    for (int64_t k = 0; k < a.ratio; ++k) visit((j - 1) * a.ratio + k, k, 0);
-  }
-  for (int64_t k = 0; k < a.ratio; ++k) visit(j * a.ratio + k, k, c - 1);
-  a.out[i * D + d] = acc / sum;
-}
-
-__global__ void compressed_visible_kernel(const int32_t* positions, int32_t* visible, int64_t T,
-                                          int64_t ratio) {
-  pdl_wait();
-  pdl_trigger();
-  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (t < T) visible[t] = static_cast<int32_t>((static_cast<int64_t>(positions[t]) + 1) / ratio - 1);
-}
 
 // A lane's four head-dim values of a cache row as loaded (bf16 pairs stay packed) and as floats; p 8- /
 // 16-byte aligned.
@@ -264,27 +221,6 @@ __global__ void __launch_bounds__(kAttnThreads)
 }
 
 }  // namespace
-
-void launch_compress_rows(const CompressRowsArgs& a) {
-  if (a.R == 0 || a.D == 0) return;
-  const dim3 grid(static_cast<unsigned>(a.R), static_cast<unsigned>((a.D + kPoolThreads - 1) / kPoolThreads));
-  DSI_CHECK(grid.y <= kMaxGridY && a.R <= int64_t{2147483647}, "compress_rows: ", a.R, " rows of ", a.D);
-  if (a.in.bf16) {
-    launch_pdl(compress_rows_kernel<__nv_bfloat16>, grid, kPoolThreads, 0, a);
-  } else {
-    launch_pdl(compress_rows_kernel<float>, grid, kPoolThreads, 0, a);
-  }
-  check_launch("compress_rows");
-}
-
-void launch_compressed_visible(const int32_t* positions, int32_t* visible, int64_t T, int64_t ratio) {
-  if (T == 0) return;
-  DSI_CHECK(ratio > 0, "compressed_visible: ratio must be positive");
-  const int threads = 256;
-  launch_pdl(compressed_visible_kernel, static_cast<unsigned>((T + threads - 1) / threads), threads, 0,
-             positions, visible, T, ratio);
-  check_launch("compressed_visible");
-}
 
 int attention_v4_splits(int64_t T, int64_t H) {
   // DSINFER_CUDA_V4_SPLITS: 1 to kMaxSplits splits every launch (a benchmark's sweep); unset or 0: as below.

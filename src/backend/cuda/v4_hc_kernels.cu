@@ -97,15 +97,6 @@ __device__ void sinkhorn_warp(float* c, int n, int64_t iters, float eps) {
   }
 }
 
-// out[t, i] = sum_j pre[j] x[t, j, i], pre in shared memory, by the whole block.
-__device__ __forceinline__ void collapse(const float* x, const float* pre, int n, int64_t H, float* out) {
-  for (int64_t i = threadIdx.x; i < H; i += blockDim.x) {
-    float acc = 0.0f;
-    for (int j = 0; j < n; ++j) acc = fmaf(pre[j], x[j * H + i], acc);
-    out[i] = acc;
-  }
-}
-
 // Sinkhorn-Knopp as sinkhorn_warp computes it, for N * N <= 32: lane r * N + col holds c[r][col] in a
 // register and gathers its column's (row's) values by shuffles, all in flight at once, summing them in the
 // same order.
@@ -210,6 +201,7 @@ __global__ void __launch_bounds__(kThreads)
   sinkhorn_to(c, comb + t * n * n, n, iters, hc_eps);
 }
 
+// Block (t, chunk): the token's pre gates, then its kThreads columns of the collapse (as hc_pre_finish).
 __global__ void __launch_bounds__(kThreads)
     hc_head_finish_kernel(const float* x, const float* mixes, const float* base, const float* scale,
                           float* out, int n, int64_t H, float hc_eps) {
@@ -220,7 +212,13 @@ __global__ void __launch_bounds__(kThreads)
   if (threadIdx.x < n)
     pre[threadIdx.x] = sigmoidf(mixes[t * n + threadIdx.x] * scale[0] + base[threadIdx.x]) + hc_eps;
   __syncthreads();
-  collapse(x + t * n * H, pre, n, H, out + t * H);
+  const int64_t i = static_cast<int64_t>(blockIdx.y) * kThreads + threadIdx.x;
+  if (i < H) {
+    const float* xt = x + t * n * H;
+    float acc = 0.0f;
+    for (int j = 0; j < n; ++j) acc = fmaf(pre[j], xt[j * H + i], acc);
+    out[t * H + i] = acc;
+  }
 }
 
 __global__ void hc_post_kernel(const float* x, const float* y, const float* post, const float* comb,
@@ -262,6 +260,14 @@ __global__ void __launch_bounds__(kThreads)
   if (threadIdx.x % 32 == 0) logits[t * E + e] = acc;
 }
 
+// Scores of the sigmoid and sqrtsoftplus scorings (softmax: the caller's, over all experts).
+__device__ __forceinline__ float hash_score(float v, HashScoring scoring) {
+  return scoring == HashScoring::kSigmoid ? 1.0f / (1.0f + expf(-v)) : sqrtf(v > 20.0f ? v : log1pf(expf(v)));
+}
+
+// Most chosen experts per token hash_chosen_weights_kernel takes.
+constexpr int kMaxChosen = 16;
+
 // One block per token: the scores of all E experts (softmax needs them all), then the chosen ones' weights.
 __global__ void __launch_bounds__(kThreads)
     hash_weights_kernel(const float* logits, const int32_t* ids, float* weights, int64_t E, int64_t k,
@@ -288,10 +294,8 @@ __global__ void __launch_bounds__(kThreads)
     if (scoring == HashScoring::kSoftmax) {
       sc = expf(v - mx);
       part += sc;
-    } else if (scoring == HashScoring::kSigmoid) {
-      sc = 1.0f / (1.0f + expf(-v));
     } else {
-      sc = sqrtf(v > 20.0f ? v : log1pf(expf(v)));
+      sc = hash_score(v, scoring);
     }
     s[e] = sc;
   }
@@ -303,6 +307,81 @@ __global__ void __launch_bounds__(kThreads)
     for (int64_t j = 0; j < k; ++j) denom += s[row[j]] / div;
     for (int64_t j = 0; j < k; ++j) {
       float w = s[row[j]] / div;
+      if (normalize) w /= (denom + 1e-20f);
+      weights[t * k + j] = w * scaling;
+    }
+  }
+}
+
+// One block per token, for scorings that need only the chosen experts' logits (sigmoid, sqrtsoftplus), at
+// most kMaxChosen of them: the k dots of x[t] with the chosen router rows at once (a thread's columns 8 at a
+// time, every load in flight together), then their scores, normalised and scaled as hash_weights_kernel does.
+__global__ void __launch_bounds__(kThreads)
+    hash_chosen_weights_kernel(const float* x, const uint16_t* router, const int32_t* ids, float* weights,
+                               int64_t H, int k, HashScoring scoring, bool normalize, float scaling) {
+  __shared__ float part[kThreads / 32][kMaxChosen];
+  __shared__ float score[kMaxChosen];
+  pdl_wait();
+  pdl_trigger();
+  const int64_t t = blockIdx.x;
+  const float* row = x + t * H;
+  const int32_t* chosen = ids + t * k;
+  float acc[kMaxChosen];
+  int64_t base[kMaxChosen];
+#pragma unroll
+  for (int j = 0; j < kMaxChosen; ++j) {
+    acc[j] = 0.0f;
+    base[j] = j < k ? int64_t{chosen[j]} * H : 0;
+  }
+  if (H % 8 == 0) {  // rows 16-byte aligned: 8 values a load
+#pragma unroll 2
+    for (int64_t c = threadIdx.x * 8; c < H; c += kThreads * 8) {
+      const float4 x0 = *reinterpret_cast<const float4*>(row + c),
+                   x1 = *reinterpret_cast<const float4*>(row + c + 4);
+      const float xv[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+      uint4 wv[kMaxChosen];
+#pragma unroll
+      for (int j = 0; j < kMaxChosen; ++j)
+        if (j < k) wv[j] = *reinterpret_cast<const uint4*>(router + base[j] + c);
+#pragma unroll
+      for (int j = 0; j < kMaxChosen; ++j) {
+        if (j >= k) continue;
+        const uint32_t b[4] = {wv[j].x, wv[j].y, wv[j].z, wv[j].w};
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          acc[j] = fmaf(xv[2 * q], __uint_as_float(b[q] << 16), acc[j]);
+          acc[j] = fmaf(xv[2 * q + 1], __uint_as_float(b[q] & 0xffff0000u), acc[j]);
+        }
+      }
+    }
+  } else {
+    for (int64_t i = threadIdx.x; i < H; i += kThreads) {
+      const float v = row[i];
+#pragma unroll
+      for (int j = 0; j < kMaxChosen; ++j)
+        if (j < k) acc[j] = fmaf(v, bf16_to_float(router[base[j] + i]), acc[j]);
+    }
+  }
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+#pragma unroll
+  for (int j = 0; j < kMaxChosen; ++j) {
+    if (j >= k) continue;
+    float v = acc[j];
+    for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+    if (lane == 0) part[warp][j] = v;
+  }
+  __syncthreads();
+  if (threadIdx.x < k) {
+    float logit = 0.0f;
+    for (int w = 0; w < kThreads / 32; ++w) logit += part[w][threadIdx.x];
+    score[threadIdx.x] = hash_score(logit, scoring);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float denom = 0.0f;
+    for (int j = 0; j < k; ++j) denom += score[j];
+    for (int j = 0; j < k; ++j) {
+      float w = score[j];
       if (normalize) w /= (denom + 1e-20f);
       weights[t * k + j] = w * scaling;
     }
@@ -349,8 +428,10 @@ void launch_hc_head_finish(const float* x, const float* mixes, const float* base
                            float* out, int64_t T, int64_t n, int64_t H, float hc_eps) {
   if (T == 0) return;
   DSI_CHECK(n >= 1 && n <= kMaxHyperStreams, "hc_head: ", n, " streams (at most ", kMaxHyperStreams, ")");
-  launch_pdl(hc_head_finish_kernel, static_cast<unsigned>(T), kThreads, 0, x, mixes, base, scale, out,
-             static_cast<int>(n), H, hc_eps);
+  const int64_t chunks = (H + kThreads - 1) / kThreads;
+  DSI_CHECK(chunks <= kMaxGridY && T <= int64_t{2147483647}, "hc_head: ", T, " tokens of ", H, " values");
+  launch_pdl(hc_head_finish_kernel, dim3(static_cast<unsigned>(T), static_cast<unsigned>(chunks)), kThreads,
+             0, x, mixes, base, scale, out, static_cast<int>(n), H, hc_eps);
   check_launch("hc_head_finish");
 }
 
@@ -377,6 +458,13 @@ void launch_moe_weights_for(const float* x, const uint16_t* router, const int32_
   if (T == 0 || k == 0) return;
   DSI_CHECK(E >= 1 && E <= kMaxHashExperts, "moe_weights_for: ", E, " experts (at most ", kMaxHashExperts,
             ")");
+  if (scoring != HashScoring::kSoftmax && k <= kMaxChosen && T <= int64_t{2147483647}) {
+    // Only the chosen experts' logits are needed (no softmax over all of them).
+    launch_pdl(hash_chosen_weights_kernel, static_cast<unsigned>(T), kThreads, 0, x, router, ids, weights, H,
+               static_cast<int>(k), scoring, normalize, scaling);
+    check_launch("moe_weights_for");
+    return;
+  }
   const int64_t per_block = kThreads / 32;
   for (int64_t t0 = 0; t0 < T; t0 += kMaxGridY) {
     const int64_t count = std::min(kMaxGridY, T - t0);

@@ -1,9 +1,9 @@
 // Launchers of DeepSeek-V4's CUDA kernels on raw device pointers (CUDA-header free): the manifold-constrained
-// hyper-connections and the hash-routed experts' weights (v4_hc_kernels.cu), the compressor's window pooling,
-// the indexer's visible rows and the sliding-window + compressed shared-KV attention with sinks
-// (v4_attention_kernels.cu). Semantics of CpuBackend's cpu_v4_hc.cpp, cpu_v4_moe.cpp and
-// cpu_v4_attention.cpp; activations float32, the hyper-connection and compressor parameters float32, matrices
-// bf16 bits.
+// hyper-connections and the hash-routed experts' weights (v4_hc_kernels.cu), the compressor's window pooling
+// and closing step and the indexer's visible rows (v4_compress_kernels.cu), and the sliding-window +
+// compressed shared-KV attention with sinks (v4_attention_kernels.cu). Semantics of CpuBackend's
+// cpu_v4_hc.cpp, cpu_v4_moe.cpp and cpu_v4_attention.cpp; activations float32, the hyper-connection and
+// compressor parameters float32, matrices bf16 bits.
 #pragma once
 #include <cstdint>
 
@@ -70,12 +70,34 @@ struct CompressRowsArgs {
 };
 void launch_compress_rows(const CompressRowsArgs& a);
 
+// Largest head dim launch_attention_v4 and launch_compress_close take.
+inline constexpr int64_t kMaxV4HeadDim = 512;
+
+// A compressor's closing rows in one launch: each row pooled as launch_compress_rows pools it, RMS-normalised
+// with norm [D] (bf16 bits, eps), its trailing rope_dim values rotated as interleaved pairs at the window's
+// first position (row * ratio; inv_freq [rope_dim / 2], cos and sin times rope_scaling), and written to cache
+// layer `out` (rows of D values, the same element type as `in`) in the slot of position `row` of its
+// sequence. The rows: seqs, rows [R] (device), or, with seqs null, the R tokens of a decode step (token i is
+// sequence i), each of which closes row (pos + 1) / ratio - 1 when (pos + 1) % ratio == 0 and writes nothing
+// otherwise. D a multiple of 4, at most kMaxV4HeadDim; rope_dim even.
+struct CompressCloseArgs {
+  DeviceCacheView in;   // the compressor-input layer, rows [kv (c D) | gate (c D)]
+  DeviceCacheView out;  // the compressed layer, rows [D]
+  DevicePlanView plan;
+  const int32_t* seqs = nullptr;  // [R] or null (a decode step's tokens)
+  const int32_t* rows = nullptr;  // [R]
+  const float* ape = nullptr;     // [ratio, c D]
+  const uint16_t* norm = nullptr;
+  const float* inv_freq = nullptr;
+  float rope_scaling = 1.0f, eps = 1e-6f;
+  int64_t R = 0, D = 0, ratio = 0, rope_dim = 0;
+  bool overlap = false;
+};
+void launch_compress_close(const CompressCloseArgs& a);
+
 // visible[t] = (positions[t] + 1) / ratio - 1: the last compressed row token t may see (-1: none), the
 // positions array the DSA indexer kernels take for compressed keys.
 void launch_compressed_visible(const int32_t* positions, int32_t* visible, int64_t T, int64_t ratio);
-
-// Largest head dim launch_attention_v4 takes.
-inline constexpr int64_t kMaxV4HeadDim = 512;
 
 // DeepSeek-V4 attention: q [T, H, D] attends to the raw rows of positions (pos - window, pos] (cache layer
 // `window_rows`) and, when comp has data, to compressed rows j < (pos + 1) / ratio (all of them, or those in

@@ -53,8 +53,8 @@ class DeepseekV4Model : public Model {
   const ModelConfig& config() const override { return config_; }
   Device kv_device() const override { return backend_.device(); }
   DType kv_dtype() const override { return backend_.kv_dtype(); }
-  // The compressors' closing rows are host lists made per step (v4_closing_rows).
-  bool graph_capturable() const override { return false; }
+  // Decode steps are capturable: a GPU backend finds the compressors' closing rows on the device
+  // (Backend::compress_close).
   // The hook sees the learned routing of the non-hash MoE layers (hash layers' experts are fixed by the
   // token id: nothing to flip).
   bool set_moe_routing_hook(MoeRoutingHook* hook) override {
@@ -116,10 +116,10 @@ class DeepseekV4Model : public Model {
       const V4LayerWeights& L = weights_.layers[i];
       Tensor post, comb;
       Tensor x = b.hc_pre(h, L.hc_attn, iters, hc_eps, eps, &post, &comb);  // [T, hidden]
-      Tensor y = attention(i, b.rms_norm(x, L.attn_norm, eps), plan, cache);
+      Tensor y = attention(i, x, L.attn_norm, plan, cache);
       h = b.hc_post(h, y, post, comb);
       x = b.hc_pre(h, L.hc_ffn, iters, hc_eps, eps, &post, &comb);
-      y = moe(i, L.ffn, b.rms_norm(x, L.ffn_norm, eps), plan, c_.hash_layers[i]);
+      y = moe(i, L.ffn, x, L.ffn_norm, plan, c_.hash_layers[i]);
       h = b.hc_post(h, y, post, comb);
     }
     // A step of prefill chunks only (nothing to sample) needs no logits.
@@ -130,8 +130,9 @@ class DeepseekV4Model : public Model {
   }
 
  private:
-  void compress(const V4CompressorWeights& w, const Tensor& x, int64_t ratio, bool overlap, int64_t in_layer,
-                int64_t out_layer, const BatchPlan& plan, KvCache& cache) {
+  // kv, gate [T, dim]: the compressor's projections of the step's attention input.
+  void compress(const V4CompressorWeights& w, const Tensor& kv, const Tensor& gate, int64_t ratio,
+                bool overlap, int64_t in_layer, int64_t out_layer, const BatchPlan& plan, KvCache& cache) {
     V4CompressorStep step;
     step.ratio = ratio;
     step.overlap = overlap;
@@ -139,10 +140,14 @@ class DeepseekV4Model : public Model {
     step.out_layer = out_layer;
     step.rope_dim = c_.rope_dim;
     step.rms_eps = static_cast<float>(c_.rms_norm_eps);
-    run_v4_compressor(backend_, w, step, compress_rope_, x, plan, cache);
+    run_v4_compressor(backend_, w, step, compress_rope_, kv, gate, plan, cache);
   }
 
-  Tensor attention(int64_t layer, const Tensor& x, const BatchPlan& plan, KvCache& cache) {
+  // x [T, hidden]: the layer's attention input before attn_norm. Every projection of the normed input (q's
+  // and kv's, the compressors', the indexer's head weights) is one norm_linears call, and both projections of
+  // q_res another (the CUDA backend fuses the norm into its decode GEMV, four matrices a launch).
+  Tensor attention(int64_t layer, const Tensor& x, const Tensor& attn_norm, const BatchPlan& plan,
+                   KvCache& cache) {
     Backend& b = backend_;
     const V4AttentionWeights& a = weights_.layers[layer].attn;
     const V4CacheLayers& cl = cache_layers_[layer];
@@ -150,26 +155,35 @@ class DeepseekV4Model : public Model {
     const float eps = static_cast<float>(c_.rms_norm_eps);
     const int64_t ratio = c_.compress_ratios[layer];
     const RopeTable& rope = c_.attn_kinds[layer] == V4AttnKind::kSliding ? main_rope_ : compress_rope_;
+    const V4IndexerWeights& ix = a.indexer;
 
-    Tensor q_res = b.rms_norm(b.linear(x, a.wq_a), a.q_norm, eps);  // [T, q_lora]
-    Tensor q = b.linear(q_res, a.wq_b).reshape({T, H, D});          // [T, H, D]
-    q = b.rms_norm(q, head_ones_, eps);                             // per-head, unweighted
+    std::vector<const Linear*> in_linears = {&a.wq_a, &a.wkv};
+    if (a.has_compressor) in_linears.insert(in_linears.end(), {&a.compressor.wkv, &a.compressor.wgate});
+    if (a.has_indexer) {
+      in_linears.insert(in_linears.end(), {&ix.compressor.wkv, &ix.compressor.wgate, &ix.weights_proj});
+    }
+    const std::vector<Tensor> in = b.norm_linears(x, attn_norm, eps, in_linears);  // [T, out_i] each
+    std::vector<const Linear*> q_linears = {&a.wq_b};
+    if (a.has_indexer) q_linears.push_back(&ix.wq_b);
+    const std::vector<Tensor> qs = b.norm_linears(in[0], a.q_norm, eps, q_linears);  // of q_res [T, q_lora]
+
+    Tensor q = qs[0].reshape({T, H, D});  // [T, H, D]
+    q = b.rms_norm(q, head_ones_, eps);   // per-head, unweighted
     b.rope(q, plan.positions, rope, D - rd, RopeLayout::kInterleaved);
-    Tensor kv = b.rms_norm(b.linear(x, a.wkv), a.kv_norm, eps).reshape({T, 1, D});  // [T, 1, D], K = V
+    Tensor kv = b.rms_norm(in[1], a.kv_norm, eps).reshape({T, 1, D});  // [T, 1, D], K = V
     b.rope(kv, plan.positions, rope, D - rd, RopeLayout::kInterleaved);
     b.write_kv(cache, cl.window, plan, kv, Tensor());
 
     Tensor selected;  // [T, index_topk] on CSA layers
     if (a.has_compressor) {
-      compress(a.compressor, x, ratio, a.has_indexer, cl.comp_in, cl.comp, plan, cache);
+      compress(a.compressor, in[2], in[3], ratio, a.has_indexer, cl.comp_in, cl.comp, plan, cache);
     }
     if (a.has_indexer) {
-      const V4IndexerWeights& ix = a.indexer;
       const int64_t nh = c_.index_n_heads, ihd = c_.index_head_dim;
-      compress(ix.compressor, x, ratio, true, cl.idx_in, cl.idx, plan, cache);
-      Tensor qi = b.linear(q_res, ix.wq_b).reshape({T, nh, ihd});  // [T, nh, ihd]
+      compress(ix.compressor, in[4], in[5], ratio, true, cl.idx_in, cl.idx, plan, cache);
+      Tensor qi = qs[1].reshape({T, nh, ihd});  // [T, nh, ihd]
       b.rope(qi, plan.positions, compress_rope_, ihd - rd, RopeLayout::kInterleaved);
-      Tensor wts = b.linear(x, ix.weights_proj);  // [T, nh]
+      const Tensor& wts = in[6];  // [T, nh]
       const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(ihd)));
       const float weight_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(nh)));
       if (selection_hook_) {
@@ -189,8 +203,13 @@ class DeepseekV4Model : public Model {
     return b.linear(g.reshape({T, G * c_.o_lora_rank}), a.wo_b);                            // [T, hidden]
   }
 
-  Tensor moe(int64_t layer, const V4MoeWeights& f, const Tensor& x, const BatchPlan& plan, bool hash) {
+  // h [T, hidden]: the collapsed streams before ffn_norm. Hash layers take their experts from the token ids;
+  // the others route the normed input (norm and routing in one op unless a hook watches the routing). The
+  // output is the shared expert's plus the routed experts' weighted sum.
+  Tensor moe(int64_t layer, const V4MoeWeights& f, const Tensor& h, const Tensor& norm, const BatchPlan& plan,
+             bool hash) {
     Backend& b = backend_;
+    const float eps = static_cast<float>(c_.rms_norm_eps);
     const int64_t K = c_.num_experts_per_tok;
     RoutingParams p;
     p.scoring = c_.scoring_func;
@@ -198,17 +217,23 @@ class DeepseekV4Model : public Model {
     p.top_k = K;
     p.norm_topk_prob = true;  // V4 always renormalises the chosen weights
     p.routed_scaling_factor = static_cast<float>(c_.routed_scaling_factor);
-    Tensor ids, weights;
+    Tensor x, ids, weights;  // [T, hidden], [T, k], [T, k]
+    MoeDispatch dispatch;
     if (hash) {
-      ids = b.table_rows(f.tid2eid, plan.token_ids);  // [T, k] = tid2eid[token] (x [T, hidden])
+      x = b.rms_norm(h, norm, eps);
+      ids = b.table_rows(f.tid2eid, plan.token_ids);  // tid2eid[token]
       weights = b.moe_weights_for(x, f.router, ids, p);
+    } else if (routing_hook_) {
+      x = b.rms_norm(h, norm, eps);
+      routing_hook_->on_router_input(b, layer, x, f.router, f.bias, p);
+      b.moe_route(x, f.router, f.bias, p, &ids, &weights);
+      routing_hook_->on_route(b, layer, ids, weights);
     } else {
-      if (routing_hook_) routing_hook_->on_router_input(b, layer, x, f.router, f.bias, p);
-      b.moe_route(x, f.router, f.bias, p, &ids, &weights);  // [T, k], [T, k]
-      if (routing_hook_) routing_hook_->on_route(b, layer, ids, weights);
+      x = b.norm_moe_route(h, norm, eps, f.router, f.bias, p, f.experts, &ids, &weights, &dispatch);
     }
-    Tensor y = b.moe_experts(x, ids, weights, f.experts);  // [T, hidden]
-    if (f.has_shared) b.add_inplace(y, b.mlp(x, f.shared));
+    if (!f.has_shared) return b.moe_experts(x, ids, weights, f.experts);
+    Tensor y = b.mlp(x, f.shared);                                     // [T, hidden]
+    b.moe_experts_residual(y, x, ids, weights, f.experts, &dispatch);  // y += routed experts
     return y;
   }
 

@@ -1,15 +1,13 @@
 // The DeepSeek-V4 compressor step shared by CSA / HCA attention and the lightning indexer: stores the new
-// tokens' [kv | gate] projections in their sliding cache layer, pools every window that closes in this step
-// (row j closes with token (j + 1) * ratio - 1), normalises it, ropes it at the window's first position and
-// writes it to the compressed cache layer. Works for any chunking and any number of batched sequences.
+// tokens' [kv | gate] projections in their sliding cache layer, then pools every window that closes in this
+// step (row j closes with token (j + 1) * ratio - 1), normalises it, ropes it at the window's first position
+// and writes it to the compressed cache layer (Backend::compress_close). Works for any chunking and any
+// number of batched sequences.
 #pragma once
 #include "backend/backend.h"
 #include "model/arch/deepseek_v4_weights.h"
 
 namespace dsinfer {
-
-// Rows of a ratio-`ratio` compressor that close in this step, sequence by sequence.
-CompressedRows v4_closing_rows(const BatchPlan& plan, int64_t ratio);
 
 struct V4CompressorStep {
   int64_t ratio = 0;
@@ -20,9 +18,9 @@ struct V4CompressorStep {
   float rms_eps = 1e-6f;
 };
 
-// x [T, hidden]: the attention input of the step's tokens. Returns the rows it closed.
-CompressedRows run_v4_compressor(Backend& backend, const V4CompressorWeights& w, const V4CompressorStep& step,
-                                 const RopeTable& rope, const Tensor& x, const BatchPlan& plan,
-                                 KvCache& cache);
+// kv, gate [T, dim]: the step's tokens' projections of the normed attention input by w.wkv and w.wgate.
+void run_v4_compressor(Backend& backend, const V4CompressorWeights& w, const V4CompressorStep& step,
+                       const RopeTable& rope, const Tensor& kv, const Tensor& gate, const BatchPlan& plan,
+                       KvCache& cache);
 
 }  // namespace dsinfer
