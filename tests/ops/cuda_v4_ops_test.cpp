@@ -168,6 +168,29 @@ TEST_F(CudaDeepseekOpsTest, HashRoutedWeightsMatchCpu) {
   EXPECT_THROW(gpu.moe_weights_for(xd, rd, bad, p), Error);
 }
 
+// A compressor's two cache layers for the scrambled plan of `seqs` (cached, new tokens each): layer 0 the
+// inputs [kv | gate] (c = 2 with overlap), layer 1 the compressed rows of D values, both filled with
+// bf16-representable values on the host and copied to the GPU.
+struct CompressorCaches {
+  int32_t blocks;
+  BatchPlan plan;
+  KvCache host;
+  KvCache dev;
+  CompressorCaches(const std::vector<std::pair<int32_t, int32_t>>& seqs, int64_t D, int64_t ratio,
+                   bool overlap, int32_t bs, CudaDeepseekOpsTest& test)
+      : blocks(blocks_for(seqs, bs)),
+        plan(make_plan(seqs, bs, blocks)),
+        host({{KvKind::kSlidingWindow, 2 * (overlap ? 2 : 1) * D, (overlap ? 2 : 1) * ratio, 1},
+              {KvKind::kCompressed, D, 0, ratio}},
+             blocks, bs),
+        dev(filled_copy(host, test)) {}
+  static KvCache filled_copy(KvCache& host, CudaDeepseekOpsTest& test) {
+    fill_layer(host, 0, test);
+    fill_layer(host, 1, test);
+    return gpu_copy(host);
+  }
+};
+
 struct CompressCase {
   int64_t D, ratio;
   bool overlap;
@@ -187,15 +210,9 @@ TEST_F(CudaDeepseekOpsTest, CompressorPoolingAndWritesMatchCpu) {
   const int32_t bs = 16;
   for (const CompressCase& c : cases) {
     const int64_t cf = c.overlap ? 2 : 1;
-    const int32_t blocks = blocks_for(c.seqs, bs);
-    const BatchPlan plan = make_plan(c.seqs, bs, blocks);
-    // Layer 0: compressor inputs [kv | gate]; layer 1: compressed rows.
-    KvCache host(
-        {{KvKind::kSlidingWindow, 2 * cf * c.D, cf * c.ratio, 1}, {KvKind::kCompressed, c.D, 0, c.ratio}},
-        blocks, bs);
-    fill_layer(host, 0, *this);
-    fill_layer(host, 1, *this);
-    KvCache dev = gpu_copy(host);
+    CompressorCaches caches(c.seqs, c.D, c.ratio, c.overlap, bs, *this);
+    const BatchPlan& plan = caches.plan;
+    KvCache &host = caches.host, &dev = caches.dev;
     const CompressedRows rows = v4_closing_rows(plan, c.ratio);
     SCOPED_TRACE("D " + std::to_string(c.D) + " ratio " + std::to_string(c.ratio) + " rows " +
                  std::to_string(rows.size()));
@@ -246,14 +263,10 @@ TEST_F(CudaDeepseekOpsTest, CompressCloseMatchesCpu) {
   const int32_t bs = 16;
   for (const CloseCase& c : cases) {
     const int64_t cf = c.overlap ? 2 : 1;
-    const int32_t blocks = blocks_for(c.seqs, bs);
-    const BatchPlan plan = make_plan(c.seqs, bs, blocks);
-    KvCache host(
-        {{KvKind::kSlidingWindow, 2 * cf * c.D, cf * c.ratio, 1}, {KvKind::kCompressed, c.D, 0, c.ratio}},
-        blocks, bs);
-    fill_layer(host, 0, *this);
-    fill_layer(host, 1, *this);
-    KvCache dev = gpu_copy(host);
+    CompressorCaches caches(c.seqs, c.D, c.ratio, c.overlap, bs, *this);
+    const BatchPlan& plan = caches.plan;
+    KvCache &host = caches.host, &dev = caches.dev;
+    const int32_t blocks = caches.blocks;
     const size_t closing = v4_closing_rows(plan, c.ratio).size();
     SCOPED_TRACE("D " + std::to_string(c.D) + " ratio " + std::to_string(c.ratio) + " closing " +
                  std::to_string(closing));

@@ -97,6 +97,18 @@ __device__ void sinkhorn_warp(float* c, int n, int64_t iters, float eps) {
   }
 }
 
+// Block (t, chunk) of a collapse: out[t, i] = sum_j pre[j] x[t, j, i] for its kThreads columns i (pre in
+// shared memory).
+__device__ __forceinline__ void collapse_chunk(const float* x, const float* pre, int n, int64_t H, int64_t t,
+                                               float* out) {
+  const int64_t i = static_cast<int64_t>(blockIdx.y) * kThreads + threadIdx.x;
+  if (i >= H) return;
+  const float* xt = x + t * n * H;
+  float acc = 0.0f;
+  for (int j = 0; j < n; ++j) acc = fmaf(pre[j], xt[j * H + i], acc);
+  out[t * H + i] = acc;
+}
+
 // Sinkhorn-Knopp as sinkhorn_warp computes it, for N * N <= 32: lane r * N + col holds c[r][col] in a
 // register and gathers its column's (row's) values by shuffles, all in flight at once, summing them in the
 // same order.
@@ -177,13 +189,7 @@ __global__ void __launch_bounds__(kThreads)
   const int j = threadIdx.x;
   if (j < n) pre[j] = sigmoidf(m[j] * scale[0] + base[j]) + hc_eps;
   __syncthreads();
-  const int64_t i = static_cast<int64_t>(blockIdx.y) * kThreads + threadIdx.x;
-  if (i < H) {
-    const float* xt = x + t * n * H;
-    float acc = 0.0f;
-    for (int k = 0; k < n; ++k) acc = fmaf(pre[k], xt[k * H + i], acc);
-    out[t * H + i] = acc;
-  }
+  collapse_chunk(x, pre, n, H, t, out);
   if (blockIdx.y != 0 || j >= 32) return;
   if (j < n) {
     post[t * n + j] = 2.0f * sigmoidf(m[n + j] * scale[1] + base[n + j]);
@@ -212,13 +218,7 @@ __global__ void __launch_bounds__(kThreads)
   if (threadIdx.x < n)
     pre[threadIdx.x] = sigmoidf(mixes[t * n + threadIdx.x] * scale[0] + base[threadIdx.x]) + hc_eps;
   __syncthreads();
-  const int64_t i = static_cast<int64_t>(blockIdx.y) * kThreads + threadIdx.x;
-  if (i < H) {
-    const float* xt = x + t * n * H;
-    float acc = 0.0f;
-    for (int j = 0; j < n; ++j) acc = fmaf(pre[j], xt[j * H + i], acc);
-    out[t * H + i] = acc;
-  }
+  collapse_chunk(x, pre, n, H, t, out);
 }
 
 __global__ void hc_post_kernel(const float* x, const float* y, const float* post, const float* comb,
