@@ -77,12 +77,16 @@ WeightLoader::WeightLoader(const ModelConfig& config, uint64_t seed)
     : archive_(nullptr), seed_(seed), config_(config), progress_(nullptr) {}
 
 Tensor WeightLoader::dummy(const std::string& name, const Shape& shape) const {
-  Tensor out = Tensor::zeros(DType::F32, shape);
   const bool norm = name.find("norm") != std::string::npos;
   if (shape.size() == 1) {
+    Tensor out = Tensor::zeros(DType::F32, shape);
     if (norm) std::fill(out.f32(), out.f32() + out.numel(), 1.0f);  // RMSNorm scales; biases stay 0
     return out;
   }
+  // Every element is written below, by all threads at once: no zeroing pass, and the pages of a large tensor
+  // are first touched in parallel (a single-threaded memset of a V2-Lite's or V4 slice's 60-110 GB of float32
+  // was most of a dummy load).
+  Tensor out = Tensor::empty(DType::F32, shape);
   // splitmix64 stream seeded by the name: the same name and seed always give the same tensor.
   uint64_t state = seed_ ^ 0x9e3779b97f4a7c15ull;
   for (char c : name) state = (state ^ static_cast<uint8_t>(c)) * 0x100000001b3ull;
