@@ -198,7 +198,9 @@ int run_bench(const BenchArgs& a) {
     power_note = "off (--gpu-power-interval-ms 0)";
   }
 #endif
+  const Clock::time_point load_start = Clock::now();
   std::unique_ptr<Engine> engine = Engine::create(config);
+  const double load_s = std::chrono::duration<double>(Clock::now() - load_start).count();  // weights, warm-up
   std::vector<BenchRequest> requests = make_requests(a, *engine);
 
   std::vector<Outcome> outcomes(requests.size());
@@ -311,6 +313,7 @@ int run_bench(const BenchArgs& a) {
         {"prompt_logprobs", a.prompt_logprobs},
         {"max_prompt_logprob_rows", a.max_prompt_logprob_rows},
         {"duration_s", seconds},
+        {"load_s", load_s},
         {"requests_per_s", rps},
         {"input_tokens_per_s", in_tps},
         {"output_tokens_per_s", out_tps},
@@ -346,8 +349,10 @@ int run_bench(const BenchArgs& a) {
     std::cout << j.dump() << std::endl;
   } else {
     std::printf(
-        "requests: %zu (%lld failed)   duration: %.2f s   steps: %lld (%lld tokens fed on the device)\n",
-        requests.size(), static_cast<long long>(errors), seconds, static_cast<long long>(stats.steps),
+        "requests: %zu (%lld failed)   duration: %.2f s (model load %.2f s)   steps: %lld (%lld tokens fed "
+        "on "
+        "the device)\n",
+        requests.size(), static_cast<long long>(errors), seconds, load_s, static_cast<long long>(stats.steps),
         static_cast<long long>(stats.fed_tokens));
     std::printf("throughput: %.2f requests/s, %.1f input tokens/s, %.1f output tokens/s\n", rps, in_tps,
                 out_tps);

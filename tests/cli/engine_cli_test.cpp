@@ -84,6 +84,7 @@ TEST(EngineCli, BenchReportsFiguresWithDummyWeights) {
   EXPECT_EQ(j["errors"], 0);
   EXPECT_EQ(j["total_output_tokens"], 24);
   EXPECT_GT(j["output_tokens_per_s"].get<double>(), 0.0);
+  EXPECT_GT(j["load_s"].get<double>(), 0.0);  // the model's load, apart from the timed run
   for (const char* k : {"ttft_ms", "tpot_ms", "e2e_latency_ms"}) {
     EXPECT_EQ(j[k]["count"], 6) << k;
     EXPECT_LE(j[k]["min"].get<double>(), j[k]["p50"].get<double>()) << k;
