@@ -43,6 +43,11 @@ def parse_arm(text):
     return label, binary, env
 
 
+def load_text(seconds):
+    """The model's load time, where the bench reports it (its `load_s`)."""
+    return f", load {seconds:.1f} s" if isinstance(seconds, (int, float)) else ""
+
+
 def gpu_identity():
     if shutil.which("nvidia-smi") is None:
         return None
@@ -113,7 +118,8 @@ def main():
                 results.setdefault((label, name), []).append(tpot["mean"])
                 print(f"{at} {label:>12} {name}: TPOT {tpot['mean']:.4f} (p99 {tpot['p99']:.4f}) ms, copy "
                       f"{roof.get('copy_bandwidth_gbs', 0):.0f} GB/s, roofline/TPOT "
-                      f"{100 * roof.get('tpot_fraction', 0):.2f}%{power_text(d.get('gpu_power'))}", flush=True)
+                      f"{100 * roof.get('tpot_fraction', 0):.2f}%{power_text(d.get('gpu_power'))}"
+                      f"{load_text(d.get('load_s'))}", flush=True)
     failed = False
     for model in models:
         name = os.path.basename(os.path.normpath(model))
