@@ -33,6 +33,8 @@ TEST_F(CudaDeepseekOpsTest, MoeRouteMatchesCpu) {
                              RouteCase{"sigmoid", "noaux_tc", 256, 8, 8, 4, true, 2.5f, true},
                              RouteCase{"sigmoid", "noaux_tc", 8, 3, 4, 2, true, 2.5f, true},
                              RouteCase{"sigmoid", "noaux_tc", 4, 2, 1, 1, true, 2.5f, false},
+                             RouteCase{"sigmoid", "noaux_tc", 256, 8, 1, 1, true, 2.5f, true},
+                             RouteCase{"sigmoid", "noaux_tc", 64, 4, 4, 4, true, 2.5f, true},
                              RouteCase{"softmax", "greedy", 6, 1, 1, 1, true, 1.0f, false},
                              RouteCase{"sqrtsoftplus", "greedy", 32, 4, 1, 1, true, 1.5f, false}}) {
     const int64_t E = c.E, T = 600;
@@ -375,6 +377,8 @@ const FusedRouteCase kFusedRouteCases[] = {
     {"sigmoid", "group_limited_greedy", 256, 6, 8, 4, false, true},   // bias ignored outside noaux_tc
     {"softmax", "greedy", 6, 2, 1, 1, false, false},                  // tiny-deepseek-v2 (one block)
     {"sigmoid", "noaux_tc", 8, 3, 4, 2, true, true},                  // tiny-deepseek-v3
+    {"sqrtsoftplus", "noaux_tc", 256, 6, 1, 1, true, true},           // V4-Flash: one group, none masked
+    {"sigmoid", "noaux_tc", 64, 4, 4, 4, true, true},                 // every group kept
 };
 
 // Random router [E, H] with planted ties (expert 1 = expert 0; with groups, group 1 = group 0).

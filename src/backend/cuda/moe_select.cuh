@@ -113,6 +113,13 @@ __device__ __forceinline__ float route_group_score_scan(const float* grp, int pe
   return m1 + m2;
 }
 
+// Whether the group-limited methods mask any group: not where every group is kept (topk_group >= n_group, as
+// DeepSeek-V4's single group), whose mask changes nothing, so its scans are skipped.
+__host__ __device__ inline bool route_masks_groups(const MoeRouteParams& p) {
+  const int G = p.n_group > 0 ? p.n_group : 1;
+  return p.method != MoeTopk::kGreedy && p.topk_group < G;
+}
+
 // One token: logits [E] (read through L2, so values other blocks of the same launch wrote are seen) ->
 // ids [K], wout [K]. Called by the 32 lanes of one warp with its scratch (select_scratch_floats floats).
 __device__ __forceinline__ void route_select_token(const float* logits, const float* bias, int32_t* ids,
@@ -130,7 +137,7 @@ __device__ __forceinline__ void route_select_token(const float* logits, const fl
   for (int e = lane; e < E; e += 32) taken[e] = 0;
   __syncwarp();
 
-  if (p.method != MoeTopk::kGreedy) {
+  if (route_masks_groups(p)) {
     const int per = E / G;
     for (int g = lane; g < G; g += 32) {
       gscore[g] = route_group_score_scan(sel + g * per, per, p.method == MoeTopk::kNoauxTc);
@@ -226,7 +233,7 @@ __device__ __forceinline__ const int32_t* route_select_block(const float* logits
     route_score_token<SHARED>(logits + t * E, bias, E, p, score + t * E, sel + t * E);
   __syncthreads();
 
-  if (p.method != MoeTopk::kGreedy) {
+  if (route_masks_groups(p)) {
     const int per = E / G;
     for (int task = warp; task < T * G; task += nwarps) {
       const float* grp = sel + (task / G) * E + (task % G) * per;

@@ -172,9 +172,10 @@ __device__ void sinkhorn_to(float* c, float* comb, int n, int64_t iters, float e
   if (lane < n * n) comb[lane] = r;
 }
 
-// Block (t, chunk): the token's pre gates (every block makes the same ones), then its kThreads columns of the
-// collapse. Block (t, 0) then also makes post and comb with warp 0 (lane j: stream j's gate and row j's
-// softmax, then Sinkhorn), off the other blocks' path. kMaxHyperStreams <= 32 lanes.
+// Block (t, chunk < chunks): the token's pre gates (every block makes the same ones), then its kThreads
+// columns of the collapse. Block (t, chunks) makes post and comb with warp 0 (lane j: stream j's gate and row
+// j's softmax, then Sinkhorn) beside the collapse blocks rather than after a collapse chunk, so the kernel
+// lasts the longer of the two, not their sum. kMaxHyperStreams <= 32 lanes.
 __global__ void __launch_bounds__(kThreads)
     hc_pre_finish_kernel(const float* x, const float* mixes, const float* base, const float* scale,
                          float* out, float* post, float* comb, int n, int64_t H, int64_t iters,
@@ -187,10 +188,13 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t t = blockIdx.x;
   const float* m = mixes + t * (2 + n) * n;  // [(2 + n) n]
   const int j = threadIdx.x;
-  if (j < n) pre[j] = sigmoidf(m[j] * scale[0] + base[j]) + hc_eps;
-  __syncthreads();
-  collapse_chunk(x, pre, n, H, t, out);
-  if (blockIdx.y != 0 || j >= 32) return;
+  if (blockIdx.y + 1 < gridDim.y) {
+    if (j < n) pre[j] = sigmoidf(m[j] * scale[0] + base[j]) + hc_eps;
+    __syncthreads();
+    collapse_chunk(x, pre, n, H, t, out);
+    return;
+  }
+  if (j >= 32) return;
   if (j < n) {
     post[t * n + j] = 2.0f * sigmoidf(m[n + j] * scale[1] + base[n + j]);
     float* row = c + j * n;  // row-wise softmax, then + eps
@@ -418,9 +422,9 @@ void launch_hc_pre_finish(const float* x, const float* mixes, const float* base,
   if (T == 0) return;
   DSI_CHECK(n >= 1 && n <= kMaxHyperStreams, "hc_pre: ", n, " streams (at most ", kMaxHyperStreams, ")");
   const int64_t chunks = (H + kThreads - 1) / kThreads;
-  DSI_CHECK(chunks <= kMaxGridY && T <= int64_t{2147483647}, "hc_pre: ", T, " tokens of ", H, " values");
-  launch_pdl(hc_pre_finish_kernel, dim3(static_cast<unsigned>(T), static_cast<unsigned>(chunks)), kThreads, 0,
-             x, mixes, base, scale, out, post, comb, static_cast<int>(n), H, iters, hc_eps);
+  DSI_CHECK(chunks < kMaxGridY && T <= int64_t{2147483647}, "hc_pre: ", T, " tokens of ", H, " values");
+  launch_pdl(hc_pre_finish_kernel, dim3(static_cast<unsigned>(T), static_cast<unsigned>(chunks + 1)),
+             kThreads, 0, x, mixes, base, scale, out, post, comb, static_cast<int>(n), H, iters, hc_eps);
   check_launch("hc_pre_finish");
 }
 
