@@ -483,7 +483,8 @@ TEST_F(CudaDeepseekOpsTest, DISABLED_BenchNormMoeRoute) {
   std::printf("%-8s %2s %8s %8s %9s %7s %9s %8s %8s %8s %7s %10s\n", "shape", "T", "fused", "cluster",
               "separate", "saved", "rms_norm", "route", "permute", "f.eager", "f. %BW", "saved/tok");
   for (const RouterShape& r : {RouterShape{"V2-Lite", 2048, 64, 6, 1, 1, "softmax", "greedy", 26},
-                               RouterShape{"V3", 7168, 256, 8, 8, 4, "sigmoid", "noaux_tc", 58}}) {
+                               RouterShape{"V3", 7168, 256, 8, 8, 4, "sigmoid", "noaux_tc", 58},
+                               RouterShape{"V4-Flash", 4096, 256, 6, 1, 1, "sqrtsoftplus", "noaux_tc", 40}}) {
     const int64_t router_elems = r.E * r.H;
     const int64_t copies = std::max<int64_t>(2, (int64_t{100} << 20) / (router_elems * 2) + 1);
     const Tensor routers = device_bf16_filled(this, {copies * r.E, r.H});  // [copies * E, H]
