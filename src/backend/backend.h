@@ -245,6 +245,12 @@ class Backend {
                         float norm_eps, Tensor* post, Tensor* comb) = 0;
   // New streams [T, n, H]: out[k] = post[k] * y + sum_j comb[j, k] * x[j] for sublayer output y [T, H].
   virtual Tensor hc_post(const Tensor& x, const Tensor& y, const Tensor& post, const Tensor& comb) = 0;
+  // hc_pre(hc_post(x, y, post, comb), w, ...): a sublayer's write-back, then the next sublayer's mixing and
+  // collapse. The new streams [T, n, H] go to *streams, the next post [T, n] and comb [T, n, n] to *post_out
+  // and *comb_out (each may be the tensor passed as x, post or comb). Default: the two ops.
+  virtual Tensor hc_post_pre(const Tensor& x, const Tensor& y, const Tensor& post, const Tensor& comb,
+                             const HyperConnWeights& w, int64_t iters, float hc_eps, float norm_eps,
+                             Tensor* streams, Tensor* post_out, Tensor* comb_out);
   // Final collapse of x [T, n, H] -> [T, H] with the head's sigmoid weights.
   virtual Tensor hc_head(const Tensor& x, const HyperConnWeights& w, float hc_eps, float norm_eps) = 0;
   // Expert choice given by a table (V4 hash layers): ids [T, k] I32 chosen by the caller; weights [T, k] are

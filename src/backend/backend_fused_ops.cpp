@@ -29,6 +29,18 @@ void Backend::rope_write_kv(Tensor& q, Tensor& k, const Tensor& v, const RopeTab
   write_kv(cache, layer, plan, k, v);
 }
 
+Tensor Backend::hc_post_pre(const Tensor& x, const Tensor& y, const Tensor& post, const Tensor& comb,
+                            const HyperConnWeights& w, int64_t iters, float hc_eps, float norm_eps,
+                            Tensor* streams, Tensor* post_out, Tensor* comb_out) {
+  Tensor s = hc_post(x, y, post, comb);                        // [T, n, H]
+  Tensor p, c;                                                 // [T, n], [T, n, n]
+  Tensor out = hc_pre(s, w, iters, hc_eps, norm_eps, &p, &c);  // [T, H]
+  *streams = std::move(s);
+  *post_out = std::move(p);
+  *comb_out = std::move(c);
+  return out;
+}
+
 Tensor Backend::rope_attention_gqa(Tensor& q, Tensor& k, const Tensor& v, const RopeTable& table,
                                    RopeLayout layout, KvCache& cache, int64_t layer, const BatchPlan& plan,
                                    int64_t v_head_dim, float scale) {

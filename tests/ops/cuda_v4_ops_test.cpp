@@ -99,6 +99,72 @@ TEST_F(CudaDeepseekOpsTest, HyperConnectionsMatchCpu) {
   }
 }
 
+// Float32 tensors with the same bits (sizes first).
+void expect_same_bits(const Tensor& a, const Tensor& b, const char* what) {
+  ASSERT_EQ(a.shape(), b.shape()) << what;
+  int64_t differ = 0;
+  for (int64_t i = 0; i < a.numel(); ++i)
+    differ += static_cast<const uint32_t*>(a.raw())[i] != static_cast<const uint32_t*>(b.raw())[i];
+  EXPECT_EQ(differ, 0) << what << ": " << differ << " of " << a.numel() << " values differ";
+}
+
+// hc_post_pre (one launch for the write-back and the next mixes, then the finish) against hc_post then hc_pre
+// on the GPU, bit for bit, with the results written over the inputs as the model does; and against the CPU.
+TEST_F(CudaDeepseekOpsTest, HyperConnPostPreEqualsPostThenPre) {
+  CudaBackend gpu;
+  // (tokens, streams, hidden): decode and prefill at V4-Flash's width, the tiny fixture's, many streams,
+  // hidden % 4 != 0 with n * hidden % 4 == 0 and n * hidden odd (one value a load).
+  for (auto [T, n, H] : {std::tuple<int64_t, int64_t, int64_t>{1, 4, 4096},
+                         {8, 4, 4096},
+                         {37, 4, 64},
+                         {2, 16, 96},
+                         {2, 4, 75},
+                         {2, 3, 75}}) {
+    SCOPED_TRACE("T " + std::to_string(T) + " n " + std::to_string(n) + " H " + std::to_string(H));
+    const int64_t M = (2 + n) * n;
+    const Tensor streams = random_bf16_values({T, n, H});
+    const Tensor y = random_bf16_values({T, H});
+    HyperConnWeights w0{random_bf16_values({M, n * H}, 0.05f), random_bf16_values({M}, 0.5f),
+                        random_bf16_values({3}, 0.5f)};
+    HyperConnWeights w1{random_bf16_values({M, n * H}, 0.05f), random_bf16_values({M}, 0.5f),
+                        random_bf16_values({3}, 0.5f)};
+    const HyperConnWeights w0d = device_hc(w0), w1d = device_hc(w1);
+
+    // The previous sublayer's post and comb.
+    Tensor post0, comb0;
+    gpu.hc_pre(cuda::to_device(streams), w0d, 20, 1e-6f, 1e-6f, &post0, &comb0);
+    // Unfused.
+    const Tensor h = cuda::to_device(streams), yd = cuda::to_device(y);
+    const Tensor h_ref = gpu.hc_post(h, yd, post0, comb0);
+    Tensor post_ref, comb_ref;
+    const Tensor x_ref = gpu.hc_pre(h_ref, w1d, 20, 1e-6f, 1e-6f, &post_ref, &comb_ref);
+    // Fused, its outputs replacing its inputs.
+    Tensor hf = cuda::to_device(streams), post = post0, comb = comb0;
+    const Tensor x = gpu.hc_post_pre(hf, yd, post, comb, w1d, 20, 1e-6f, 1e-6f, &hf, &post, &comb);
+    expect_same_bits(gpu.to_host(hf), gpu.to_host(h_ref), "streams");
+    expect_same_bits(gpu.to_host(x), gpu.to_host(x_ref), "collapsed");
+    expect_same_bits(gpu.to_host(post), gpu.to_host(post_ref), "post");
+    expect_same_bits(gpu.to_host(comb), gpu.to_host(comb_ref), "comb");
+
+    // The CPU's (Backend's default: the two ops) from the same post and comb.
+    Tensor h_cpu = streams, post_cpu = gpu.to_host(post0), comb_cpu = gpu.to_host(comb0);
+    const Tensor x_cpu =
+        cpu.hc_post_pre(h_cpu, y, post_cpu, comb_cpu, w1, 20, 1e-6f, 1e-6f, &h_cpu, &post_cpu, &comb_cpu);
+    EXPECT_LT(rel_err(gpu.to_host(hf), h_cpu), 1e-6);
+    EXPECT_LT(rel_err(gpu.to_host(x), x_cpu), 1e-5);
+    EXPECT_LT(rel_err(gpu.to_host(post), post_cpu), 1e-5);
+    EXPECT_LT(rel_err(gpu.to_host(comb), comb_cpu), 1e-5);
+  }
+  // Mismatched shapes are refused with the op named.
+  const Tensor h = cuda::to_device(random_bf16_values({2, 4, 8}));
+  HyperConnWeights wd = device_hc(
+      HyperConnWeights{random_bf16_values({24, 32}), random_bf16_values({24}), random_bf16_values({3})});
+  Tensor post, comb, hs;
+  gpu.hc_pre(h, wd, 20, 1e-6f, 1e-6f, &post, &comb);
+  const Tensor short_y = cuda::to_device(random_bf16_values({2, 7}));
+  EXPECT_THROW(gpu.hc_post_pre(h, short_y, post, comb, wd, 20, 1e-6f, 1e-6f, &hs, &post, &comb), Error);
+}
+
 TEST_F(CudaDeepseekOpsTest, HyperConnectionRefusals) {
   CudaBackend gpu;
   const Tensor streams = cuda::to_device(random_bf16_values({2, 4, 8}));

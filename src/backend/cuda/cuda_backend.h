@@ -189,6 +189,9 @@ class CudaBackend : public Backend {
   Tensor hc_pre(const Tensor& x, const HyperConnWeights& w, int64_t iters, float hc_eps, float norm_eps,
                 Tensor* post, Tensor* comb) override;
   Tensor hc_post(const Tensor& x, const Tensor& y, const Tensor& post, const Tensor& comb) override;
+  Tensor hc_post_pre(const Tensor& x, const Tensor& y, const Tensor& post, const Tensor& comb,
+                     const HyperConnWeights& w, int64_t iters, float hc_eps, float norm_eps, Tensor* streams,
+                     Tensor* post_out, Tensor* comb_out) override;
   Tensor hc_head(const Tensor& x, const HyperConnWeights& w, float hc_eps, float norm_eps) override;
   Tensor table_rows(const Tensor& table, const std::vector<int32_t>& ids) override;
   Tensor prepare_table(Tensor host_i32) override;

@@ -49,12 +49,15 @@ struct HcMixes {
   int64_t T = 0, n = 0, H = 0;
 };
 
-HcMixes hc_mixes(const Tensor& x, const HyperConnWeights& w, bool head, float norm_eps, const char* op) {
-  DSI_CHECK(x.ndim() == 3, op, ": expected streams [T, n, H], got ", shape_str(x.shape()));
+// The checked weights of a hyper-connection over streams of shape [T, n, H] (its fn in *fn), mixes allocated
+// and not launched; m.x unset.
+HcMixes hc_mix_weights(const Shape& streams, const HyperConnWeights& w, bool head, const char* op,
+                       const float** fn_out) {
+  DSI_CHECK(streams.size() == 3, op, ": expected streams [T, n, H], got ", shape_str(streams));
   HcMixes m;
-  m.T = x.dim(0);
-  m.n = x.dim(1);
-  m.H = x.dim(2);
+  m.T = streams[0];
+  m.n = streams[1];
+  m.H = streams[2];
   const int64_t M = head ? m.n : (2 + m.n) * m.n, scales = head ? 1 : 3;
   DSI_CHECK(w.fn.ndim() == 2 && w.fn.dim(0) == M && w.base.numel() == M && w.scale.numel() == scales, op,
             ": weights for ", w.fn.ndim() == 2 ? w.fn.dim(0) : 0, " mixes, ", m.n, " streams need ", M);
@@ -65,9 +68,17 @@ HcMixes hc_mixes(const Tensor& x, const HyperConnWeights& w, bool head, float no
   const float* fn = dev_param(w.fn, M * m.n * m.H, op, "fn");
   m.base = dev_param(w.base, M, op, "base");
   m.scale = dev_param(w.scale, scales, op, "scale");
-  m.x = dev_f32(x, op, "x");
   m.mixes = device_f32({m.T, M});
-  cuda::launch_hc_mixes(m.x, fn, m.mixes.data<float>(), m.T, m.n * m.H, M, norm_eps);
+  *fn_out = fn;
+  return m;
+}
+
+// A hyper-connection's checked inputs and its mixing logits, launched, for streams x.
+HcMixes hc_mixes(const Tensor& x, const HyperConnWeights& w, bool head, float norm_eps, const char* op) {
+  const float* fn = nullptr;
+  HcMixes m = hc_mix_weights(x.shape(), w, head, op, &fn);
+  m.x = dev_f32(x, op, "x");
+  cuda::launch_hc_mixes(m.x, fn, m.mixes.data<float>(), m.T, m.n * m.H, m.mixes.dim(1), norm_eps);
   return m;
 }
 
@@ -147,6 +158,33 @@ Tensor CudaBackend::hc_post(const Tensor& x, const Tensor& y, const Tensor& post
   cuda::launch_hc_post(dev_f32(x, "hc_post", "x"), dev_f32(y, "hc_post", "y"),
                        dev_f32(post, "hc_post", "post"), dev_f32(comb, "hc_post", "comb"), out.data<float>(),
                        T, n, H);
+  return out;
+}
+
+Tensor CudaBackend::hc_post_pre(const Tensor& x, const Tensor& y, const Tensor& post, const Tensor& comb,
+                                const HyperConnWeights& w, int64_t iters, float hc_eps, float norm_eps,
+                                Tensor* streams, Tensor* post_out, Tensor* comb_out) {
+  // x [T, n, H], y [T, H], post [T, n], comb [T, n, n] -> new streams [T, n, H], collapsed [T, H], the next
+  // post [T, n] and comb [T, n, n]. post, comb and x are read by the first launch, before *post_out,
+  // *comb_out and *streams (which may be the same tensors) are replaced.
+  const char* op = "hc_post_pre";
+  const float* fn = nullptr;
+  HcMixes m = hc_mix_weights(x.shape(), w, /*head=*/false, op, &fn);
+  DSI_CHECK(y.numel() == m.T * m.H && post.numel() == m.T * m.n && comb.numel() == m.T * m.n * m.n, op,
+            ": shape mismatch (streams ", shape_str(x.shape()), ", y ", shape_str(y.shape()), ", post ",
+            shape_str(post.shape()), ", comb ", shape_str(comb.shape()), ")");
+  Tensor s = device_f32({m.T, m.n, m.H});  // [T, n, H]
+  cuda::launch_hc_post_mixes(dev_f32(x, op, "x"), dev_f32(y, op, "y"), dev_f32(post, op, "post"),
+                             dev_f32(comb, op, "comb"), s.data<float>(), fn, m.mixes.data<float>(), m.T, m.n,
+                             m.H, m.mixes.dim(1), norm_eps);
+  Tensor out = device_f32({m.T, m.H});     // [T, H]
+  Tensor p = device_f32({m.T, m.n});       // [T, n]
+  Tensor c = device_f32({m.T, m.n, m.n});  // [T, n, n]
+  cuda::launch_hc_pre_finish(s.data<float>(), m.mixes.data<float>(), m.base, m.scale, out.data<float>(),
+                             p.data<float>(), c.data<float>(), m.T, m.n, m.H, iters, hc_eps);
+  *streams = std::move(s);
+  *post_out = std::move(p);
+  *comb_out = std::move(c);
   return out;
 }
 

@@ -112,15 +112,21 @@ class DeepseekV4Model : public Model {
     const int64_t iters = c_.hc_sinkhorn_iters;
     if (routing_hook_) routing_hook_->on_step(plan);
     Tensor h = b.hc_expand(b.embed(weights_.embed, plan.token_ids), c_.hc_mult);  // [T, n, hidden]
+    // Each sublayer's write-back (hc_post) and the next sublayer's collapse (hc_pre) go together.
+    Tensor post, comb;  // [T, n], [T, n, n] of the sublayer in progress
+    Tensor x;           // [T, hidden] the sublayer's input
+    if (c_.num_layers > 0) x = b.hc_pre(h, weights_.layers[0].hc_attn, iters, hc_eps, eps, &post, &comb);
     for (int64_t i = 0; i < c_.num_layers; ++i) {
       const V4LayerWeights& L = weights_.layers[i];
-      Tensor post, comb;
-      Tensor x = b.hc_pre(h, L.hc_attn, iters, hc_eps, eps, &post, &comb);  // [T, hidden]
       Tensor y = attention(i, x, L.attn_norm, plan, cache);
-      h = b.hc_post(h, y, post, comb);
-      x = b.hc_pre(h, L.hc_ffn, iters, hc_eps, eps, &post, &comb);
+      x = b.hc_post_pre(h, y, post, comb, L.hc_ffn, iters, hc_eps, eps, &h, &post, &comb);
       y = moe(i, L.ffn, x, L.ffn_norm, plan, c_.hash_layers[i]);
-      h = b.hc_post(h, y, post, comb);
+      if (i + 1 < c_.num_layers) {
+        x = b.hc_post_pre(h, y, post, comb, weights_.layers[i + 1].hc_attn, iters, hc_eps, eps, &h, &post,
+                          &comb);
+      } else {
+        h = b.hc_post(h, y, post, comb);
+      }
     }
     // A step of prefill chunks only (nothing to sample) needs no logits.
     if (plan.logits_rows.empty()) return Tensor::empty(DType::F32, {0, c_.vocab_size});
