@@ -251,6 +251,13 @@ class Backend {
   virtual Tensor hc_post_pre(const Tensor& x, const Tensor& y, const Tensor& post, const Tensor& comb,
                              const HyperConnWeights& w, int64_t iters, float hc_eps, float norm_eps,
                              Tensor* streams, Tensor* post_out, Tensor* comb_out);
+  // DeepSeek-V4's attention inputs: returns rope(rms_norm(q, q_norm)) for q [T, H, D] (per head), and writes
+  // rope(rms_norm(kv, kv_norm)) for kv [T, D] (K = V, one row a token) to cache layer `layer`; the rope on
+  // each row's last table.rope_dim dims, interleaved pairs, at plan.positions. Default: rms_norm, rope,
+  // rms_norm, rope, write_kv.
+  virtual Tensor norm_rope_write_kv(const Tensor& q, const Tensor& kv, const Tensor& q_norm,
+                                    const Tensor& kv_norm, float eps, const RopeTable& table, KvCache& cache,
+                                    int64_t layer, const BatchPlan& plan);
   // Final collapse of x [T, n, H] -> [T, H] with the head's sigmoid weights.
   virtual Tensor hc_head(const Tensor& x, const HyperConnWeights& w, float hc_eps, float norm_eps) = 0;
   // Expert choice given by a table (V4 hash layers): ids [T, k] I32 chosen by the caller; weights [T, k] are

@@ -25,8 +25,8 @@ bool split_gemm_activations_from_env();
 // The same for a model of `config` (null: unknown): DSINFER_CUDA_GEMM when set, else split for the models
 // that select cache rows by a top-k of index scores (DeepSeek-V3.2 and V4), bf16 for the others: with
 // bf16-rounded activations which keys the indexer keeps depended on how tokens were batched, and
-// tiny-deepseek-v32's batched vs one-at-a-time greedy agreement on the H200 was 46.9% (split: 100%; forty-sixth
-// session, docs/benchmarks.md).
+// tiny-deepseek-v32's batched vs one-at-a-time greedy agreement on the H200 was 46.9% (split: 100%;
+// forty-sixth session, docs/benchmarks.md).
 bool split_gemm_activations_for(const ModelConfig* config);
 
 // The bf16 parts per activation of the CUDA backend's dense decode GEMVs (CudaBackendOptions::

@@ -29,6 +29,21 @@ void Backend::rope_write_kv(Tensor& q, Tensor& k, const Tensor& v, const RopeTab
   write_kv(cache, layer, plan, k, v);
 }
 
+Tensor Backend::norm_rope_write_kv(const Tensor& q, const Tensor& kv, const Tensor& q_norm,
+                                   const Tensor& kv_norm, float eps, const RopeTable& table, KvCache& cache,
+                                   int64_t layer, const BatchPlan& plan) {
+  DSI_CHECK(q.ndim() == 3 && q.dim(0) == plan.num_tokens() && kv.numel() == q.dim(0) * q.dim(2),
+            "norm_rope_write_kv: q ", shape_str(q.shape()), " and kv ", shape_str(kv.shape()), " for ",
+            plan.num_tokens(), " tokens");
+  const int64_t T = q.dim(0), D = q.dim(2), R = table.rope_dim;
+  Tensor qn = rms_norm(q, q_norm, eps);  // [T, H, D]
+  rope(qn, plan.positions, table, D - R, RopeLayout::kInterleaved);
+  Tensor kvn = rms_norm(kv, kv_norm, eps).reshape({T, 1, D});  // [T, 1, D]
+  rope(kvn, plan.positions, table, D - R, RopeLayout::kInterleaved);
+  write_kv(cache, layer, plan, kvn, Tensor());
+  return qn;
+}
+
 Tensor Backend::hc_post_pre(const Tensor& x, const Tensor& y, const Tensor& post, const Tensor& comb,
                             const HyperConnWeights& w, int64_t iters, float hc_eps, float norm_eps,
                             Tensor* streams, Tensor* post_out, Tensor* comb_out) {

@@ -5,6 +5,8 @@
 // follows) and the sliding-window + compressed attention with sinks (all rows, selections with skipped
 // entries, empty selections). Runs where a GPU is visible; CI compiles it and skips. Cached rows are
 // bf16-representable so both backends read the same values.
+#include <algorithm>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -163,6 +165,62 @@ TEST_F(CudaDeepseekOpsTest, HyperConnPostPreEqualsPostThenPre) {
   gpu.hc_pre(h, wd, 20, 1e-6f, 1e-6f, &post, &comb);
   const Tensor short_y = cuda::to_device(random_bf16_values({2, 7}));
   EXPECT_THROW(gpu.hc_post_pre(h, short_y, post, comb, wd, 20, 1e-6f, 1e-6f, &hs, &post, &comb), Error);
+}
+
+// norm_rope_write_kv (one launch) against the Backend default on the GPU (rms_norm, rope, rms_norm, rope,
+// write_kv): the query bits and every bit of the cache layer equal; against the CPU reference within float32
+// (query) and one bf16 step (cache rows). A mixed step: decode tokens and a prefill chunk, scrambled blocks.
+TEST_F(CudaDeepseekOpsTest, V4NormRopeWriteKvEqualsUnfused) {
+  CudaBackend gpu;
+  CpuBackend ref;
+  ref.set_bf16_cache_values(true);
+  const int32_t bs = 16;
+  const std::vector<std::pair<int32_t, int32_t>> seqs = {{5, 1}, {0, 7}, {30, 1}};
+  const int32_t blocks = blocks_for(seqs, bs);
+  const BatchPlan plan = make_plan(seqs, bs, blocks);
+  const int64_t T = plan.num_tokens();
+  // (heads, head dim, rope dim): V4-Flash, the tiny fixture, a head dim that is no multiple of 256's loops.
+  for (auto [H, D, R] : {std::tuple<int64_t, int64_t, int64_t>{64, 512, 64}, {4, 32, 8}, {3, 200, 16}}) {
+    SCOPED_TRACE("H " + std::to_string(H) + " D " + std::to_string(D) + " R " + std::to_string(R));
+    KvCache host({{KvKind::kSlidingWindow, D, 8, 1}}, blocks, bs);
+    fill_layer(host, 0, *this);
+    KvCache fused = gpu_copy(host), unfused = gpu_copy(host);
+    const Tensor q = random_bf16_values({T, H, D}, 2.0f), kv = random_bf16_values({T, D}, 2.0f);
+    Tensor ones = Tensor::empty(DType::F32, {D});
+    std::fill(ones.f32(), ones.f32() + D, 1.0f);
+    const Tensor kv_norm = norm_weight(this, D);
+    RopeConfig rc;
+    rc.theta = 10000.0;
+    const RopeTable rope = make_rope_table(rc, R);
+    const Tensor qd = cuda::to_device(q), kvd = cuda::to_device(kv);
+    const Tensor ones_d = device_bf16(ones), kv_norm_d = device_bf16(kv_norm);
+
+    const Tensor q_fused =
+        gpu.to_host(gpu.norm_rope_write_kv(qd, kvd, ones_d, kv_norm_d, 1e-6f, rope, fused, 0, plan));
+    const Tensor q_unfused = gpu.to_host(
+        gpu.Backend::norm_rope_write_kv(qd, kvd, ones_d, kv_norm_d, 1e-6f, rope, unfused, 0, plan));
+    expect_same_bits(q_fused, q_unfused, "q");
+    const Tensor image = cuda::to_host(fused.storage(0)), image_ref = cuda::to_host(unfused.storage(0));
+    ASSERT_EQ(image.nbytes(), image_ref.nbytes());
+    EXPECT_EQ(std::memcmp(image.raw(), image_ref.raw(), image.nbytes()), 0) << "cache layers differ";
+
+    const Tensor q_cpu = ref.norm_rope_write_kv(q, kv, ones, kv_norm, 1e-6f, rope, host, 0, plan);
+    EXPECT_LT(rel_err(q_fused, q_cpu), 1e-5);
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t slot = plan.slot_mapping[t];
+      for (int64_t d = 0; d < D; ++d) {
+        const float want = host.slot(0, slot)[d], got = bf16_to_f32(image.data<uint16_t>()[slot * D + d]);
+        ASSERT_LE(std::abs(got - want), std::abs(want) / 128 + 1e-6f) << "token " << t << " value " << d;
+      }
+    }
+  }
+  // A cache layer of another width is refused before any launch.
+  KvCache wide({{KvKind::kSlidingWindow, 64, 8, 1}}, blocks, bs, Device::kCuda, DType::BF16);
+  const Tensor q = cuda::to_device(random_bf16_values({T, 4, 32})),
+               kv = cuda::to_device(random_bf16_values({T, 32}));
+  const Tensor w = device_bf16(norm_weight(this, 32));
+  RopeConfig rc;
+  EXPECT_THROW(gpu.norm_rope_write_kv(q, kv, w, w, 1e-6f, make_rope_table(rc, 8), wide, 0, plan), Error);
 }
 
 TEST_F(CudaDeepseekOpsTest, HyperConnectionRefusals) {

@@ -189,6 +189,9 @@ class CudaBackend : public Backend {
   Tensor hc_pre(const Tensor& x, const HyperConnWeights& w, int64_t iters, float hc_eps, float norm_eps,
                 Tensor* post, Tensor* comb) override;
   Tensor hc_post(const Tensor& x, const Tensor& y, const Tensor& post, const Tensor& comb) override;
+  Tensor norm_rope_write_kv(const Tensor& q, const Tensor& kv, const Tensor& q_norm, const Tensor& kv_norm,
+                            float eps, const RopeTable& table, KvCache& cache, int64_t layer,
+                            const BatchPlan& plan) override;
   Tensor hc_post_pre(const Tensor& x, const Tensor& y, const Tensor& post, const Tensor& comb,
                      const HyperConnWeights& w, int64_t iters, float hc_eps, float norm_eps, Tensor* streams,
                      Tensor* post_out, Tensor* comb_out) override;

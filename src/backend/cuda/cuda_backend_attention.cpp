@@ -19,19 +19,9 @@ namespace dsinfer {
 
 using cuda::cache_view;
 using cuda::check_positions;
+using cuda::check_slots;
 using cuda::dev_bf16;
 using cuda::dev_f32;
-
-namespace {
-
-void check_slots(const KvCache& cache, const BatchPlan& plan, const char* op) {
-  DSI_CHECK(static_cast<int64_t>(plan.slot_mapping.size()) == plan.num_tokens(), op, ": slot_mapping has ",
-            plan.slot_mapping.size(), " entries for ", plan.num_tokens(), " tokens");
-  const int64_t slots = cache.num_blocks() * cache.block_size();
-  for (int64_t s : plan.slot_mapping) DSI_CHECK(s >= 0 && s < slots, op, ": slot ", s, " outside the cache");
-}
-
-}  // namespace
 
 void CudaBackend::rope(Tensor& x, const std::vector<int32_t>& positions, const RopeTable& table,
                        int64_t offset, RopeLayout layout, bool inverse) {

@@ -22,6 +22,8 @@
 namespace dsinfer {
 
 using cuda::cache_view;
+using cuda::check_slots;
+using cuda::dev_bf16;
 using cuda::dev_f32;
 
 namespace {
@@ -125,6 +127,33 @@ Tensor device_ids(const Tensor& ids, int64_t E, const char* op) {
 }
 
 }  // namespace
+
+Tensor CudaBackend::norm_rope_write_kv(const Tensor& q, const Tensor& kv, const Tensor& q_norm,
+                                       const Tensor& kv_norm, float eps, const RopeTable& table,
+                                       KvCache& cache, int64_t layer, const BatchPlan& plan) {
+  // q [T, H, D], kv [T, D] -> roped q [T, H, D]; kv's row to cache layer `layer`
+  const char* op = "norm_rope_write_kv";
+  const cuda::DeviceCacheView view = cache_view(cache, layer, op);
+  const int64_t T = plan.num_tokens(), R = table.rope_dim;
+  DSI_CHECK(q.ndim() == 3 && q.dim(0) == T && kv.numel() == T * q.dim(2), op, ": q ", shape_str(q.shape()),
+            " and kv ", shape_str(kv.shape()), " for ", T, " tokens");
+  const int64_t H = q.dim(1), D = q.dim(2);
+  DSI_CHECK(q_norm.numel() == D && kv_norm.numel() == D, op, ": norm weights of ", q_norm.numel(), " and ",
+            kv_norm.numel(), " values for rows of ", D);
+  DSI_CHECK(view.width == D, op, ": cache rows of ", view.width, " values for K = V rows of ", D);
+  DSI_CHECK(R % 2 == 0 && R <= D && static_cast<int64_t>(table.inv_freq.size()) == R / 2, op,
+            ": rope table of ", table.inv_freq.size(), " frequencies for rope_dim ", R, " and head dim ", D);
+  DSI_CHECK(static_cast<int64_t>(plan.positions.size()) == T, op, ": positions for ", T, " tokens");
+  check_slots(cache, plan, op);
+  Tensor out = device_f32({T, H, D});  // [T, H, D]
+  if (T == 0) return out;
+  cuda::launch_norm_rope_write_kv(
+      dev_f32(q, op, "q"), dev_f32(kv, op, "kv"), dev_bf16(q_norm, op, "q_norm"),
+      dev_bf16(kv_norm, op, "kv_norm"), out.data<float>(), view,
+      device_array(plan.slot_mapping, slot_mapping_), device_array(plan.positions, positions_),
+      R ? inv_freq_.upload(table.inv_freq) : nullptr, T, H, D, R, table.attention_scaling, eps);
+  return out;
+}
 
 Tensor CudaBackend::hc_expand(const Tensor& x, int64_t n) {
   // x [T, H] -> [T, n, H]

@@ -1,6 +1,7 @@
 // Host-side checks of a step's BatchPlan and KV cache shared by CudaBackend's attention ops: the kernels
 // index the sequences' block tables with the plan's positions, so a position past its sequence's blocks must
-// be refused before any launch; and the checked device view of one cache layer. Header-only glue of
+// be refused before any launch, and write the slots the plan names, which must lie in the cache; and the
+// checked device view of one cache layer. Header-only glue of
 // dsinfer_lib.
 #pragma once
 #include <cstdint>
@@ -21,6 +22,14 @@ inline void check_positions(const BatchPlan& plan, const char* op) {
       DSI_CHECK(plan.positions[t] >= 0 && plan.positions[t] < blocks * plan.block_size, op, ": position ",
                 plan.positions[t], " of sequence ", s, " is past its ", blocks, " blocks");
   }
+}
+
+// The plan names one cache slot per token, each within the cache.
+inline void check_slots(const KvCache& cache, const BatchPlan& plan, const char* op) {
+  DSI_CHECK(static_cast<int64_t>(plan.slot_mapping.size()) == plan.num_tokens(), op, ": slot_mapping has ",
+            plan.slot_mapping.size(), " entries for ", plan.num_tokens(), " tokens");
+  const int64_t slots = cache.num_blocks() * cache.block_size();
+  for (int64_t s : plan.slot_mapping) DSI_CHECK(s >= 0 && s < slots, op, ": slot ", s, " outside the cache");
 }
 
 // Layer `layer` of a GPU cache (float32 or bf16 rows) as the kernels take it.

@@ -20,4 +20,17 @@ __device__ __forceinline__ float rotate(float x, float p, float c, float s_signe
   return __fadd_rn(__fmul_rn(x, c), __fmul_rn(p, s_signed));
 }
 
+// rope_kernel's rotation of the pair (x0, x1) at angle inv_freq * pos (cos and sin times scaling; sign -1
+// rotates back), as plain expressions: every kernel that inlines it contracts them alike, so rope_kernel and
+// the fused V4 norm + rope + cache write (v4_norm_rope_kernels.cu) give the same bits.
+__device__ __forceinline__ void rotate_pair(float& x0, float& x1, float inv_freq, float pos, float scaling,
+                                            float sign) {
+  const float freq = inv_freq * pos;
+  const float c = cosf(freq) * scaling;
+  const float s = sign * sinf(freq) * scaling;
+  const float a = x0, b = x1;
+  x0 = a * c - b * s;
+  x1 = b * c + a * s;
+}
+
 }  // namespace dsinfer::cuda::rope_math

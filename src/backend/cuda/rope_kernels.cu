@@ -29,15 +29,13 @@ __global__ void rope_kernel(float* x, const int32_t* positions, const float* inv
   const int64_t stride = int64_t{blockDim.x} * gridDim.y;
   for (int64_t idx = int64_t{blockIdx.y} * blockDim.x + threadIdx.x; idx < heads * half; idx += stride) {
     const int64_t h = idx / half, i = idx % half;
-    const float freq = inv_freq[i] * pos;
-    const float c = cosf(freq) * scaling;
-    const float s = sign * sinf(freq) * scaling;
     float* v = x + (t * heads + h) * head_dim + offset;
     const int64_t a = interleaved ? 2 * i : i;
     const int64_t b = interleaved ? 2 * i + 1 : i + half;
-    const float x0 = v[a], x1 = v[b];
-    v[a] = x0 * c - x1 * s;
-    v[b] = x1 * c + x0 * s;
+    float x0 = v[a], x1 = v[b];
+    rope_math::rotate_pair(x0, x1, inv_freq[i], pos, scaling, sign);
+    v[a] = x0;
+    v[b] = x1;
   }
 }
 

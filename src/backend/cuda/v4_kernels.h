@@ -44,6 +44,16 @@ void launch_hc_head_finish(const float* x, const float* mixes, const float* base
 void launch_hc_post(const float* x, const float* y, const float* post, const float* comb, float* out,
                     int64_t T, int64_t n, int64_t H);
 
+// DeepSeek-V4's attention inputs (v4_norm_rope_kernels.cu): q_out [T, H, D] = rope(rms_norm(q [T, H, D],
+// q_norm)) per head, and rope(rms_norm(kv [T, D], kv_norm)) written to cache row slot_mapping[t] (width D);
+// the rope on the last rope_dim dims, interleaved pairs, at positions[t] with inv_freq [rope_dim / 2]. The
+// same bits as launch_rms_norm, launch_rope and launch_write_kv. q_out may be q.
+void launch_norm_rope_write_kv(const float* q, const float* kv, const uint16_t* q_norm,
+                               const uint16_t* kv_norm, float* q_out, const DeviceCacheView& cache,
+                               const int64_t* slot_mapping, const int32_t* positions, const float* inv_freq,
+                               int64_t T, int64_t H, int64_t D, int64_t rope_dim, float attention_scaling,
+                               float eps);
+
 // out [T, k] = table[ids[t], :] for ids [T] (device) and the I32 table [V, k]; an id outside [0, V) gives a
 // row of zeros (the host checks the ids it knows; fed sampled tokens are within the vocabulary).
 void launch_table_rows(const int32_t* table, const int32_t* ids, int32_t* out, int64_t T, int64_t k,

@@ -173,12 +173,9 @@ class DeepseekV4Model : public Model {
     if (a.has_indexer) q_linears.push_back(&ix.wq_b);
     const std::vector<Tensor> qs = b.norm_linears(in[0], a.q_norm, eps, q_linears);  // of q_res [T, q_lora]
 
-    Tensor q = qs[0].reshape({T, H, D});  // [T, H, D]
-    q = b.rms_norm(q, head_ones_, eps);   // per-head, unweighted
-    b.rope(q, plan.positions, rope, D - rd, RopeLayout::kInterleaved);
-    Tensor kv = b.rms_norm(in[1], a.kv_norm, eps).reshape({T, 1, D});  // [T, 1, D], K = V
-    b.rope(kv, plan.positions, rope, D - rd, RopeLayout::kInterleaved);
-    b.write_kv(cache, cl.window, plan, kv, Tensor());
+    // q per head (unweighted) and K = V normalised and roped; K = V goes to the window cache.
+    Tensor q = b.norm_rope_write_kv(qs[0].reshape({T, H, D}), in[1], head_ones_, a.kv_norm, eps, rope, cache,
+                                    cl.window, plan);  // [T, H, D]
 
     Tensor selected;  // [T, index_topk] on CSA layers
     if (a.has_compressor) {
