@@ -300,6 +300,12 @@ class Backend {
   virtual Tensor attention_v4(const Tensor& q, const KvCache& cache, int64_t window_layer, int64_t window,
                               int64_t comp_layer, int64_t ratio, const Tensor& selected,
                               const BatchPlan& plan, const Tensor& sinks, float scale) = 0;
+  // attention_v4, then the output's last table.rope_dim dims rotated back to each token's position (rope's
+  // inverse, interleaved pairs): K = V carried the rope. Default: attention_v4, then rope.
+  virtual Tensor attention_v4_unrope(const Tensor& q, const KvCache& cache, int64_t window_layer,
+                                     int64_t window, int64_t comp_layer, int64_t ratio,
+                                     const Tensor& selected, const BatchPlan& plan, const Tensor& sinks,
+                                     float scale, const RopeTable& table);
   // DeepSeek-V3.2 sparse attention (DSA).
   // x [T, H] -> [T, H], y = (x - mean(x)) / sqrt(var(x) + eps) * w + b (torch.nn.LayerNorm, biased variance).
   virtual Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps) = 0;

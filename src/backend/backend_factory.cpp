@@ -41,6 +41,9 @@ std::unique_ptr<Backend> make_cuda_backend(const std::string& cuda_arch, const M
               "\"");
     options.moe_grouped_min_rows = n;
   }
+  // DSINFER_CUDA_HC_POST_MIXES=1 / 0: V4's write-back formed inside the next mixes launch on / off (off by
+  // default, cuda_backend.h).
+  options.hc_post_mixes_fused = env_switch("DSINFER_CUDA_HC_POST_MIXES", options.hc_post_mixes_fused);
   // DSINFER_CUDA_MOE_FUSED_ROUTE=0 / 1: the one-kernel routing at decode sizes off / on (on by default,
   // cuda_backend.h).
   options.moe_fused_route = env_switch("DSINFER_CUDA_MOE_FUSED_ROUTE", options.moe_fused_route);

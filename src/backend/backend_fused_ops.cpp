@@ -44,6 +44,16 @@ Tensor Backend::norm_rope_write_kv(const Tensor& q, const Tensor& kv, const Tens
   return qn;
 }
 
+Tensor Backend::attention_v4_unrope(const Tensor& q, const KvCache& cache, int64_t window_layer,
+                                    int64_t window, int64_t comp_layer, int64_t ratio, const Tensor& selected,
+                                    const BatchPlan& plan, const Tensor& sinks, float scale,
+                                    const RopeTable& table) {
+  Tensor o = attention_v4(q, cache, window_layer, window, comp_layer, ratio, selected, plan, sinks,
+                          scale);  // [T, H, D]
+  rope(o, plan.positions, table, o.dim(2) - table.rope_dim, RopeLayout::kInterleaved, /*inverse=*/true);
+  return o;
+}
+
 Tensor Backend::hc_post_pre(const Tensor& x, const Tensor& y, const Tensor& post, const Tensor& comb,
                             const HyperConnWeights& w, int64_t iters, float hc_eps, float norm_eps,
                             Tensor* streams, Tensor* post_out, Tensor* comb_out) {

@@ -394,9 +394,9 @@ Tensor tied_router(CudaDeepseekOpsTest* test, int64_t E, int64_t H, int64_t grou
 }
 
 // The fused decode routing kernel against launch_rms_norm + launch_moe_route + launch_moe_permute on random
-// inputs: x, logits (the plain form; its warps share a logit where it has few), ids and weights bit for bit,
-// offsets and tiles equal, and both permutations consistent (the fused one in pair order within an expert);
-// the arrival counter is zero again after each launch.
+// inputs: x, logits (the plain form; the cluster form keeps them in shared memory), ids and weights bit for
+// bit, offsets and tiles equal, and both permutations consistent (the fused one in pair order within an
+// expert); the arrival counter is zero again after each launch.
 TEST_F(CudaDeepseekOpsTest, MoeNormRouteKernelEqualsSeparateKernels) {
   CudaBackend gpu;       // registers the device allocator
   int cluster_runs = 0;  // the cluster form at V2-Lite's router shape

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda/v4_kernels.h"
 #include "cuda_deepseek_test_util.h"
 #include "index_selection_check.h"
 #include "kv/kv_cache.h"
@@ -113,7 +114,9 @@ void expect_same_bits(const Tensor& a, const Tensor& b, const char* what) {
 // hc_post_pre (one launch for the write-back and the next mixes, then the finish) against hc_post then hc_pre
 // on the GPU, bit for bit, with the results written over the inputs as the model does; and against the CPU.
 TEST_F(CudaDeepseekOpsTest, HyperConnPostPreEqualsPostThenPre) {
-  CudaBackend gpu;
+  CudaBackendOptions options;
+  options.hc_post_mixes_fused = true;  // the one-launch form (off by default until timed)
+  CudaBackend gpu(options);
   // (tokens, streams, hidden): decode and prefill at V4-Flash's width, the tiny fixture's, many streams,
   // hidden % 4 != 0 with n * hidden % 4 == 0 and n * hidden odd (one value a load).
   for (auto [T, n, H] : {std::tuple<int64_t, int64_t, int64_t>{1, 4, 4096},
@@ -531,6 +534,61 @@ TEST_F(CudaDeepseekOpsTest, V4AttentionMatchesCpu) {
       ASSERT_EQ(got.shape(), ref.shape());
       EXPECT_LT(rel_err(got, ref), 2e-6) << "device selection " << device_selection;
     }
+  }
+}
+
+// attention_v4_unrope (the inverse rope in the attention's last stores) against the Backend default on the
+// GPU (attention_v4, then rope's inverse) bit for bit, through the single-split epilogue and the split merge;
+// and against the CPU.
+TEST_F(CudaDeepseekOpsTest, V4AttentionUnropeEqualsAttentionThenRope) {
+  struct Case {
+    int64_t H, D, R, ratio, K;
+    std::vector<std::pair<int32_t, int32_t>> seqs;
+  };
+  const std::vector<Case> cases = {
+      {64, 512, 64, 4, 512, {{3000, 1}}},  // V4-Flash's CSA, one token: splits merge
+      {64,
+       512,
+       64,
+       128,
+       0,
+       {{500, 1}, {90, 1}, {7, 1}, {1200, 1}, {3, 1}, {60, 1}, {33, 1}, {2, 1}}},  // 8 tokens
+      {4, 32, 8, 4, -1, {{0, 20}, {5, 1}}},  // the tiny fixture's sliding layer
+      {4, 36, 6, 4, -1, {{0, 9}}},           // D - R = 30: a pair's float4 half in range
+  };
+  CudaBackend gpu;
+  const int32_t bs = 16;
+  for (const Case& c : cases) {
+    const int32_t blocks = blocks_for(c.seqs, bs);
+    const BatchPlan plan = make_plan(c.seqs, bs, blocks);
+    KvCache host({{KvKind::kSlidingWindow, c.D, 8, 1}, {KvKind::kCompressed, c.D, 0, c.ratio}}, blocks, bs);
+    fill_layer(host, 0, *this, 0.5f);
+    fill_layer(host, 1, *this, 0.5f);
+    const KvCache dev = gpu_copy(host);
+    const int64_t T = plan.num_tokens();
+    const Tensor q = random_bf16_values({T, c.H, c.D}, 0.5f), sinks = random_bf16_values({c.H});
+    const int64_t comp_layer = c.K < 0 ? -1 : 1;
+    Tensor selected;  // [T, K]
+    if (c.K > 0) {
+      selected = Tensor::empty(DType::I32, {T, c.K});
+      std::uniform_int_distribution<int> pick(-1, static_cast<int>(plan.context_lens[0] / c.ratio));
+      for (int64_t i = 0; i < selected.numel(); ++i) selected.data<int32_t>()[i] = pick(rng);
+    }
+    RopeConfig rc;
+    rc.theta = 160000.0;
+    const RopeTable rope = make_rope_table(rc, c.R);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(c.D));
+    SCOPED_TRACE("H " + std::to_string(c.H) + " D " + std::to_string(c.D) + " tokens " + std::to_string(T) +
+                 " splits " + std::to_string(cuda::attention_v4_splits(T, c.H)));
+    const Tensor qd = cuda::to_device(q), sd = cuda::to_device(sinks);
+    const Tensor fused = gpu.to_host(
+        gpu.attention_v4_unrope(qd, dev, 0, 8, comp_layer, c.ratio, selected, plan, sd, scale, rope));
+    const Tensor unfused = gpu.to_host(gpu.Backend::attention_v4_unrope(qd, dev, 0, 8, comp_layer, c.ratio,
+                                                                        selected, plan, sd, scale, rope));
+    expect_same_bits(fused, unfused, "attention output");
+    const Tensor ref =
+        cpu.attention_v4_unrope(q, host, 0, 8, comp_layer, c.ratio, selected, plan, sinks, scale, rope);
+    EXPECT_LT(rel_err(fused, ref), 5e-6);
   }
 }
 

@@ -81,6 +81,12 @@ struct CudaBackendOptions {
   // into the output), with no permutation and no combine kernel; false: the weight-streaming expert kernels,
   // the permutation and the combine. H200, V2-Lite batch 1: 2.173 vs 2.379 ms/token.
   bool moe_units = true;
+  // false (default; DSINFER_CUDA_HC_POST_MIXES=1 turns it on): hc_post_pre runs hc_post's kernel, then the
+  // mixes, then the finish; true: the mixes kernel forms hc_post's streams itself (one launch fewer, the same
+  // bits). Off until timed: its first form (a loop over a run-time stream count, each stream's load after
+  // the last one's sum) took 14.2 us a launch against hc_post's 3.4 + hc_mixes' 3.6 (H100, V4-Flash 4-layer
+  // slice, 2026-12-06); the current one unrolls V4's 4 streams with every load issued first, not yet timed.
+  bool hc_post_mixes_fused = false;
 };
 
 class CudaBackend : public Backend {
@@ -213,6 +219,10 @@ class CudaBackend : public Backend {
   Tensor attention_v4(const Tensor& q, const KvCache& cache, int64_t window_layer, int64_t window,
                       int64_t comp_layer, int64_t ratio, const Tensor& selected, const BatchPlan& plan,
                       const Tensor& sinks, float scale) override;
+  // The inverse rope in attention_v4's last stores (its single-split epilogue or its merge).
+  Tensor attention_v4_unrope(const Tensor& q, const KvCache& cache, int64_t window_layer, int64_t window,
+                             int64_t comp_layer, int64_t ratio, const Tensor& selected, const BatchPlan& plan,
+                             const Tensor& sinks, float scale, const RopeTable& table) override;
   Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps) override;
   Tensor dsa_indexer_topk(const Tensor& q, const Tensor& weights, const KvCache& cache, int64_t layer,
                           const BatchPlan& plan, float scale, float weight_scale, int64_t top_k) override;
@@ -236,6 +246,10 @@ class CudaBackend : public Backend {
   void launch_gqa_decode(const float* q, const cuda::DeviceCacheView& cv, const cuda::DevicePlanView& view,
                          const std::vector<int32_t>& dec_tokens, int64_t T, int64_t max_context, float* out,
                          const cuda::GqaShape& shape, const cuda::DecodeRopeArgs* rope);
+  // attention_v4, and with `unrope` (not null) its inverse rope in the same launches (cuda_backend_v4.cpp).
+  Tensor run_attention_v4(const Tensor& q, const KvCache& cache, int64_t window_layer, int64_t window,
+                          int64_t comp_layer, int64_t ratio, const Tensor& selected, const BatchPlan& plan,
+                          const Tensor& sinks, float scale, const RopeTable* unrope);
   // The step plan's device arrays as attention kernels read them (uploads a lone op call's plan: `lone`).
   cuda::DevicePlanView plan_view(const BatchPlan& plan, bool& lone);
   // mla_rope_write_kv's checks and kernel arguments (cuda_backend_attention.cpp).

@@ -196,6 +196,8 @@ Tensor CudaBackend::hc_post_pre(const Tensor& x, const Tensor& y, const Tensor& 
   // x [T, n, H], y [T, H], post [T, n], comb [T, n, n] -> new streams [T, n, H], collapsed [T, H], the next
   // post [T, n] and comb [T, n, n]. post, comb and x are read by the first launch, before *post_out,
   // *comb_out and *streams (which may be the same tensors) are replaced.
+  if (!options_.hc_post_mixes_fused)
+    return Backend::hc_post_pre(x, y, post, comb, w, iters, hc_eps, norm_eps, streams, post_out, comb_out);
   const char* op = "hc_post_pre";
   const float* fn = nullptr;
   HcMixes m = hc_mix_weights(x.shape(), w, /*head=*/false, op, &fn);
@@ -373,6 +375,22 @@ void CudaBackend::compress_close(KvCache& cache, const BatchPlan& plan, const Co
 Tensor CudaBackend::attention_v4(const Tensor& q, const KvCache& cache, int64_t window_layer, int64_t window,
                                  int64_t comp_layer, int64_t ratio, const Tensor& selected,
                                  const BatchPlan& plan, const Tensor& sinks, float scale) {
+  return run_attention_v4(q, cache, window_layer, window, comp_layer, ratio, selected, plan, sinks, scale,
+                          nullptr);
+}
+
+Tensor CudaBackend::attention_v4_unrope(const Tensor& q, const KvCache& cache, int64_t window_layer,
+                                        int64_t window, int64_t comp_layer, int64_t ratio,
+                                        const Tensor& selected, const BatchPlan& plan, const Tensor& sinks,
+                                        float scale, const RopeTable& table) {
+  return run_attention_v4(q, cache, window_layer, window, comp_layer, ratio, selected, plan, sinks, scale,
+                          &table);
+}
+
+Tensor CudaBackend::run_attention_v4(const Tensor& q, const KvCache& cache, int64_t window_layer,
+                                     int64_t window, int64_t comp_layer, int64_t ratio,
+                                     const Tensor& selected, const BatchPlan& plan, const Tensor& sinks,
+                                     float scale, const RopeTable* unrope) {
   // q [T, H, D] -> [T, H, D]
   DSI_CHECK(q.ndim() == 3, "attention_v4: q must be [T, H, D], got ", shape_str(q.shape()));
   const int64_t T = q.dim(0), H = q.dim(1), D = q.dim(2);
@@ -393,6 +411,15 @@ Tensor CudaBackend::attention_v4(const Tensor& q, const KvCache& cache, int64_t 
   DSI_CHECK(!selected || (selected.dtype() == DType::I32 && selected.ndim() == 2 && selected.dim(0) == T),
             "attention_v4: bad selection");
   cuda::check_positions(plan, "attention_v4");
+  const bool rotate = unrope && unrope->rope_dim >= 2;  // (rope leaves a rope_dim under 2 alone)
+  if (rotate) {
+    const int64_t R = unrope->rope_dim;
+    DSI_CHECK(R % 2 == 0 && R <= D && static_cast<int64_t>(unrope->inv_freq.size()) == R / 2,
+              "attention_v4_unrope: rope table of ", unrope->inv_freq.size(), " frequencies for rope_dim ", R,
+              " and head dim ", D);
+    DSI_CHECK(static_cast<int64_t>(plan.positions.size()) == T, "attention_v4_unrope: positions for ", T,
+              " tokens");
+  }
   Tensor sel = selected;
   if (selected && selected.is_cpu() && K > 0) sel = cuda::to_device(selected);
   Tensor out = device_f32({T, H, D});  // [T, H, D]
@@ -413,6 +440,11 @@ Tensor CudaBackend::attention_v4(const Tensor& q, const KvCache& cache, int64_t 
   a.ratio = std::max<int64_t>(ratio, 1);  // unused without compressed rows (sliding layers give 0)
   a.scale = scale;
   a.out = out.data<float>();
+  if (rotate) {
+    a.unrope_inv_freq = inv_freq_.upload(unrope->inv_freq);
+    a.unrope_dim = static_cast<int>(unrope->rope_dim);
+    a.unrope_scaling = unrope->attention_scaling;
+  }
   a.splits = cuda::attention_v4_splits(T, H);
   Tensor partial;  // the splits' softmax states, merged into out
   if (a.splits > 1) {

@@ -145,6 +145,11 @@ const std::vector<CudaOpSupport>& cuda_op_support() {
        {},
        ""},
       {"attention_v4", {"launch_attention_v4"}, {}, {}, ""},
+      {"attention_v4_unrope",
+       {"launch_attention_v4 (the inverse rope in its last stores)"},
+       {},
+       {"attention_v4", "rope"},
+       ""},
   };
   return table;
 }
@@ -234,6 +239,7 @@ const std::vector<std::string>& model_backend_ops(Arch arch) {
                                               "head_matmul",
                                               "indexer_topk",
                                               "attention_v4",
+                                              "attention_v4_unrope",
                                               "mlp",
                                               "moe_route",
                                               "moe_experts",

@@ -5,16 +5,14 @@
 // PDL wait (weights depend on no earlier kernel), then each block normalises every token itself (the sum of
 // squares in launch_rms_norm's order, all of a thread's loads issued together), writes one slice of x and
 // computes its experts' logits in moe_logits_kernel's order (x formed on the fly, the weights from shared
-// memory; where the block has at most half as many (expert, token) items as warps, 2 or 4 warps share an
-// item, each summing some of its four partial sums). The last block to arrive (an arrival counter it resets,
-// as the MLA fused merge) selects every token's experts with all its warps (route_select_block, the bits of
-// moe_select_kernel) and builds the permutation (every pair's row and every expert's offsets counted directly
-// from the ids, no atomics, no serial scan), its pairs in pair order within an expert. In the cluster form
-// (Hopper, routers of at most 64 experts: one thread block cluster of up to 8 CTAs) every CTA sends its
-// logits into the first CTA's shared memory by asynchronous remote stores that complete on that CTA's
-// mbarrier, and the first CTA selects once they have all landed: no device-wide fence, arrival atomic or L2
-// round trip for the logits. Outputs equal, bit for bit, launch_rms_norm + launch_moe_route +
-// launch_moe_permute in either form.
+// memory). The last block to arrive (an arrival counter it resets, as the MLA fused merge) selects every
+// token's experts with all its warps (route_select_block, the bits of moe_select_kernel) and builds the
+// permutation (every pair's row and every expert's offsets counted directly from the ids, no atomics, no
+// serial scan), its pairs in pair order within an expert. In the cluster form (Hopper, routers of at most
+// 64 experts: one thread block cluster of up to 8 CTAs) every CTA sends its logits into the first CTA's
+// shared memory by asynchronous remote stores that complete on that CTA's mbarrier, and the first CTA
+// selects once they have all landed: no device-wide fence, arrival atomic or L2 round trip for the logits.
+// Outputs equal, bit for bit, launch_rms_norm + launch_moe_route + launch_moe_permute in either form.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -49,11 +47,9 @@ __device__ __forceinline__ float bf16f(uint32_t bits16) {
   return __uint_as_float(bits16 << 16);
 }
 
-// Shared memory of the logits phase: the block's router rows [epb, H] and the norm weight [H], bf16, then
-// the partial sums of items that warps share [kWarps / 2, kRouteDotParts, 32] floats.
+// Shared memory of the logits phase: the block's router rows [epb, H] and the norm weight [H], bf16.
 size_t weights_smem(int epb, int H) {
-  return static_cast<size_t>(epb + 1) * H * sizeof(uint16_t) +
-         static_cast<size_t>(kWarps / 2) * detail::kRouteDotParts * 32 * sizeof(float);
+  return static_cast<size_t>(epb + 1) * H * sizeof(uint16_t);
 }
 
 // Shared memory of the last block: route_select_block's scratch, then per pair its expert's count and
@@ -78,87 +74,6 @@ int experts_per_block(int E, int H) {
 // The cluster form's experts per CTA: the E experts over at most kMoeRouteClusterCtas CTAs.
 int cluster_experts_per_block(int E) {
   return (E + kMoeRouteClusterCtas - 1) / kMoeRouteClusterCtas;
-}
-
-// One router dot of the logits phase: item = (expert j of the block) * T + token t, x = norm * (h * inv)
-// formed on the fly from the block's shared router rows and norm weight.
-struct ItemDot {
-  const uint4* s_router;  // [epb, H / 8] the block's router rows, bf16
-  const uint4* s_norm;    // [H / 8] the norm weight, bf16
-  const float* h;         // [T, H] the residual
-  const float* s_inv;     // [T] 1 / rms
-  int T, H;
-
-  // Partial sums g, g + kS, ... (route_dot_lane_total's, kRouteDotParts / kS of them) of this lane of the
-  // warp, in part[0 ..]: the lane's chunks k = 4 m + g + kS i, kDotBatch of them loaded at once.
-  template <int kS>
-  __device__ void partials(int item, int g, float (&part)[detail::kRouteDotParts]) const {
-    constexpr int kParts = detail::kRouteDotParts, kNb = kParts / kS, kMb = kDotBatch / kNb;
-    const int lane = threadIdx.x % 32, j = item / T, t = item % T, hc = H / 8;
-    const uint4* wr = s_router + j * hc;
-    const float* ht = h + static_cast<int64_t>(t) * H;
-    const float inv = s_inv[t];
-#pragma unroll
-    for (int i = 0; i < kParts; ++i) part[i] = 0.0f;
-    for (int m0 = 0; 32 * kParts * m0 < hc; m0 += kMb) {
-      uint4 wv[kMb][kNb], nb[kMb][kNb];
-      float4 h0[kMb][kNb], h1[kMb][kNb];
-#pragma unroll
-      for (int mi = 0; mi < kMb; ++mi)
-#pragma unroll
-        for (int i = 0; i < kNb; ++i) {
-          const int c = lane + 32 * (kParts * (m0 + mi) + g + kS * i);
-          if (c < hc) {
-            wv[mi][i] = wr[c];
-            nb[mi][i] = s_norm[c];
-            h0[mi][i] = __ldg(reinterpret_cast<const float4*>(ht + 8 * c));
-            h1[mi][i] = __ldg(reinterpret_cast<const float4*>(ht + 8 * c + 4));
-          }
-        }
-#pragma unroll
-      for (int mi = 0; mi < kMb; ++mi)
-#pragma unroll
-        for (int i = 0; i < kNb; ++i) {
-          if (lane + 32 * (kParts * (m0 + mi) + g + kS * i) < hc) {
-            const uint4 w = wv[mi][i], n = nb[mi][i];
-            const float4 a0 = h0[mi][i], a1 = h1[mi][i];
-            const uint32_t w4[4] = {w.x, w.y, w.z, w.w};
-            const uint32_t n4[4] = {n.x, n.y, n.z, n.w};
-            const float hv[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
-#pragma unroll
-            for (int q = 0; q < 4; ++q) {
-              const float x0 = bf16f(n4[q] & 0xffffu) * (hv[2 * q] * inv);
-              const float x1 = __uint_as_float(n4[q] & 0xffff0000u) * (hv[2 * q + 1] * inv);
-              part[i] += x0 * bf16f(w4[q] & 0xffffu);
-              part[i] += x1 * __uint_as_float(w4[q] & 0xffff0000u);
-            }
-          }
-        }
-    }
-  }
-};
-
-// The logits of a block with items * kS <= kWarps: warp w takes partial sums w % kS, ... of item w / kS
-// into s_dot [items, kRouteDotParts, 32]; then the item's first warp adds them up in the lane order and
-// the butterfly, and emit(item, logit). Called by every thread of the block (it synchronises).
-template <int kS, typename Emit>
-__device__ void split_item_logits(const ItemDot& d, int items, float* s_dot, const Emit& emit) {
-  constexpr int kParts = detail::kRouteDotParts, kNb = kParts / kS;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, item = warp / kS, g = warp % kS;
-  if (item < items) {
-    float part[kParts];
-    d.partials<kS>(item, g, part);
-#pragma unroll
-    for (int i = 0; i < kNb; ++i) s_dot[(item * kParts + g + kS * i) * 32 + lane] = part[i];
-  }
-  __syncthreads();
-  if (item < items && g == 0) {
-    float part[kParts];
-#pragma unroll
-    for (int b = 0; b < kParts; ++b) part[b] = s_dot[(item * kParts + b) * 32 + lane];
-    const float dot = detail::route_warp_sum(detail::route_dot_lane_total(part));
-    if (lane == 0) emit(item, dot);
-  }
 }
 
 // CLUSTER: the grid is one thread block cluster (the cluster form above).
@@ -267,33 +182,53 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
 
-  // logits [T, E]: the (expert, token) items of the block, x formed as above, each dot in moe_logits_kernel's
-  // order (route_dot_lane_total's partial sums, then its butterfly). Where the block has at most half as many
-  // items as warps, 2 or 4 warps share an item (each some of its partial sums, met in shared memory), so
-  // that a dot's loads are spread over more warps; else one warp per item. The cluster form stores the logits
-  // into the first CTA's inbox, once every CTA has started (and the inbox is set up).
+  // logits [T, E]: one warp per (expert, token) of the block; lane l takes inputs 8l + 256i in order, x
+  // formed as above, the products summed in moe_logits_kernel's order, then its butterfly. The cluster form
+  // stores them into the first CTA's inbox, once every CTA has started (and the inbox is set up).
   if constexpr (CLUSTER) detail::cluster_wait_started();
-  const int items = ne * T;
-  const auto emit = [&](int item, float dot) {
+  for (int item = warp; item < ne * T; item += kWarps) {
     const int j = item / T, t = item % T;
-    if constexpr (CLUSTER) {
-      detail::store_async(detail::map_rank(detail::smem_addr(&s_logits[t * E + e0 + j]), 0), dot,
-                          detail::map_rank(detail::smem_addr(&s_inbox), 0));
-    } else {
-      a.logits[static_cast<int64_t>(t) * E + e0 + j] = dot;
+    const uint4* wr = s_router + j * hc;
+    const float* ht = a.h + static_cast<int64_t>(t) * H;
+    const float inv = s_inv[t];
+    float dot = 0.0f;
+    for (int c0 = lane; c0 < hc; c0 += 32 * kDotBatch) {
+      uint4 wv[kDotBatch], nb[kDotBatch];
+      float4 h0[kDotBatch], h1[kDotBatch];
+#pragma unroll
+      for (int b = 0; b < kDotBatch; ++b) {
+        const int c = c0 + 32 * b;
+        if (c < hc) {
+          wv[b] = wr[c];
+          nb[b] = s_norm[c];
+          h0[b] = __ldg(reinterpret_cast<const float4*>(ht + 8 * c));
+          h1[b] = __ldg(reinterpret_cast<const float4*>(ht + 8 * c + 4));
+        }
+      }
+#pragma unroll
+      for (int b = 0; b < kDotBatch; ++b) {
+        if (c0 + 32 * b < hc) {
+          const uint32_t w4[4] = {wv[b].x, wv[b].y, wv[b].z, wv[b].w};
+          const uint32_t n4[4] = {nb[b].x, nb[b].y, nb[b].z, nb[b].w};
+          const float hv[8] = {h0[b].x, h0[b].y, h0[b].z, h0[b].w, h1[b].x, h1[b].y, h1[b].z, h1[b].w};
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            const float x0 = bf16f(n4[q] & 0xffffu) * (hv[2 * q] * inv);
+            const float x1 = __uint_as_float(n4[q] & 0xffff0000u) * (hv[2 * q + 1] * inv);
+            dot += x0 * bf16f(w4[q] & 0xffffu);
+            dot += x1 * __uint_as_float(w4[q] & 0xffff0000u);
+          }
+        }
+      }
     }
-  };
-  const ItemDot d{s_router, s_norm, a.h, s_inv, T, H};
-  if (items * 4 <= kWarps) {
-    split_item_logits<4>(d, items, reinterpret_cast<float*>(s_norm + hc), emit);
-  } else if (items * 2 <= kWarps) {
-    split_item_logits<2>(d, items, reinterpret_cast<float*>(s_norm + hc), emit);
-  } else {
-    for (int item = warp; item < items; item += kWarps) {
-      float part[detail::kRouteDotParts];
-      d.partials<1>(item, 0, part);
-      const float dot = detail::route_warp_sum(detail::route_dot_lane_total(part));
-      if (lane == 0) emit(item, dot);
+    dot = detail::route_warp_sum(dot);
+    if (lane == 0) {
+      if constexpr (CLUSTER) {
+        detail::store_async(detail::map_rank(detail::smem_addr(&s_logits[t * E + e0 + j]), 0), dot,
+                            detail::map_rank(detail::smem_addr(&s_inbox), 0));
+      } else {
+        a.logits[static_cast<int64_t>(t) * E + e0 + j] = dot;
+      }
     }
   }
 

@@ -34,12 +34,11 @@ __device__ float warp_sum(float v) {
 }
 
 // logits [T, E] = x [T, H] router [E, H]^T. kVec: lane l takes inputs 8l + 256i (H % 8 == 0, 16-byte
-// aligned x and router) in route_dot_lane_total's order (moe_select.cuh); else inputs l + 32i, one sum in
-// order. Then a butterfly over the warp: the order depends on H only.
+// aligned x and router); else inputs l + 32i. Each lane's partial sum runs over its inputs in order, then a
+// butterfly over the warp: the order depends on H only.
 template <bool kVec>
 __global__ void __launch_bounds__(kLogitWarps * 32)
     moe_logits_kernel(const float* x, const uint16_t* router, float* logits, int T, int H, int E) {
-  constexpr int kParts = detail::kRouteDotParts;
   pdl_wait();
   pdl_trigger();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -49,32 +48,24 @@ __global__ void __launch_bounds__(kLogitWarps * 32)
   if (e >= E) return;
   const uint16_t* w = router + static_cast<int64_t>(e) * H;
   const float* xt = x + t0 * H;
-  float dot[kLogitTokens][kParts];
+  float dot[kLogitTokens];
 #pragma unroll
-  for (int t = 0; t < kLogitTokens; ++t)
-#pragma unroll
-    for (int b = 0; b < kParts; ++b) dot[t][b] = 0.0f;
+  for (int t = 0; t < kLogitTokens; ++t) dot[t] = 0.0f;
   if (kVec) {
-    // chunk k = 4 m + b of the lane goes to partial b
-    for (int kk0 = lane * 8; kk0 < H; kk0 += 256 * kParts) {
+#pragma unroll 4
+    for (int kk = lane * 8; kk < H; kk += 256) {
+      const uint4 v = __ldg(reinterpret_cast<const uint4*>(w + kk));
+      const uint32_t b[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
-      for (int b = 0; b < kParts; ++b) {
-        const int kk = kk0 + 256 * b;
-        if (kk >= H) break;
-        const uint4 v = __ldg(reinterpret_cast<const uint4*>(w + kk));
-        const uint32_t wb[4] = {v.x, v.y, v.z, v.w};
+      for (int t = 0; t < kLogitTokens; ++t) {
+        if (t < nt) {
+          const float4 x0 = __ldg(reinterpret_cast<const float4*>(xt + static_cast<int64_t>(t) * H + kk));
+          const float4 x1 = __ldg(reinterpret_cast<const float4*>(xt + static_cast<int64_t>(t) * H + kk + 4));
+          const float xv[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
 #pragma unroll
-        for (int t = 0; t < kLogitTokens; ++t) {
-          if (t < nt) {
-            const float4 x0 = __ldg(reinterpret_cast<const float4*>(xt + static_cast<int64_t>(t) * H + kk));
-            const float4 x1 =
-                __ldg(reinterpret_cast<const float4*>(xt + static_cast<int64_t>(t) * H + kk + 4));
-            const float xv[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-              dot[t][b] += xv[2 * i] * __uint_as_float(wb[i] << 16);
-              dot[t][b] += xv[2 * i + 1] * __uint_as_float(wb[i] & 0xffff0000u);
-            }
+          for (int i = 0; i < 4; ++i) {
+            dot[t] += xv[2 * i] * __uint_as_float(b[i] << 16);
+            dot[t] += xv[2 * i + 1] * __uint_as_float(b[i] & 0xffff0000u);
           }
         }
       }
@@ -84,12 +75,12 @@ __global__ void __launch_bounds__(kLogitWarps * 32)
       const float wv = bf16f(w[i]);
 #pragma unroll
       for (int t = 0; t < kLogitTokens; ++t)
-        if (t < nt) dot[t][0] += xt[static_cast<int64_t>(t) * H + i] * wv;
+        if (t < nt) dot[t] += xt[static_cast<int64_t>(t) * H + i] * wv;
     }
   }
 #pragma unroll
   for (int t = 0; t < kLogitTokens; ++t) {
-    const float d = warp_sum(kVec ? detail::route_dot_lane_total(dot[t]) : dot[t][0]);
+    const float d = warp_sum(dot[t]);
     if (lane == 0 && t < nt) logits[(t0 + t) * E + e] = d;
   }
 }

@@ -52,17 +52,6 @@ __device__ __forceinline__ float route_warp_sum(float v) {
   return v;
 }
 
-// A router logit's summation order (moe_logits_kernel's vector form and the fused decode routing): lane l
-// takes the 16-byte chunks c = l + 32 k (inputs 8c .. 8c + 7) and sums chunk k's eight products into partial
-// sum k % kRouteDotParts, each partial over increasing k; the lane's total is (p0 + p1) + (p2 + p3), then the
-// warp butterfly. The order depends on H only, and up to kRouteDotParts warps can share one logit (each
-// summing some of its partials) with the same bits.
-constexpr int kRouteDotParts = 4;
-
-__device__ __forceinline__ float route_dot_lane_total(const float (&part)[kRouteDotParts]) {
-  return (part[0] + part[1]) + (part[2] + part[3]);
-}
-
 // A logit: from shared memory (SHARED) or through L2, so that values other blocks of the same launch wrote
 // are seen.
 template <bool SHARED>

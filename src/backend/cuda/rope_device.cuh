@@ -1,6 +1,6 @@
-// The rotary-embedding arithmetic shared by the rope + cache-write kernel (rope_kernels.cu) and the decode
-// attention kernel that fuses it (decode_attention_warp.cu), written with explicit round-to-nearest
-// operations so that no FMA contraction makes the two differ by a bit.
+// The rotary-embedding arithmetic shared by the rope kernels (rope_kernels.cu) and the kernels that fuse a
+// rope (decode_attention_warp.cu; V4's v4_norm_rope_kernels.cu and v4_attention_kernels.cu), written with
+// explicit round-to-nearest operations so that no FMA contraction makes them differ by a bit.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -21,16 +21,17 @@ __device__ __forceinline__ float rotate(float x, float p, float c, float s_signe
 }
 
 // rope_kernel's rotation of the pair (x0, x1) at angle inv_freq * pos (cos and sin times scaling; sign -1
-// rotates back), as plain expressions: every kernel that inlines it contracts them alike, so rope_kernel and
-// the fused V4 norm + rope + cache write (v4_norm_rope_kernels.cu) give the same bits.
+// rotates back), every product and sum rounded on its own (no FMA contraction, whatever the compiler sees
+// around it), so rope_kernel, the fused V4 norm + rope + cache write (v4_norm_rope_kernels.cu) and the V4
+// attention's inverse rope (v4_attention_kernels.cu) give the same bits.
 __device__ __forceinline__ void rotate_pair(float& x0, float& x1, float inv_freq, float pos, float scaling,
                                             float sign) {
-  const float freq = inv_freq * pos;
-  const float c = cosf(freq) * scaling;
-  const float s = sign * sinf(freq) * scaling;
+  const float freq = __fmul_rn(inv_freq, pos);
+  const float c = __fmul_rn(cosf(freq), scaling);
+  const float s = __fmul_rn(__fmul_rn(sign, sinf(freq)), scaling);
   const float a = x0, b = x1;
-  x0 = a * c - b * s;
-  x1 = b * c + a * s;
+  x0 = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
+  x1 = __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s));
 }
 
 }  // namespace dsinfer::cuda::rope_math

@@ -2,8 +2,9 @@
 // has few tokens); and rope fused with the KV-cache
 // write (one block per (token, head): q heads rotate in place; k heads rotate in place and write their K and
 // V parts of the token's cache row as float32 or bf16). Precise cosf/sinf (no fast math) so
-// the angles match the CPU reference to float32 rounding; the fused write's arithmetic is rope_device.cuh's,
-// which the decode attention kernel that fuses it (decode_attention_warp.cu) shares bit for bit.
+// the angles match the CPU reference to float32 rounding; both kernels' arithmetic is rope_device.cuh's
+// (each product and sum rounded on its own), which the kernels that fuse a rope (decode_attention_warp.cu,
+// V4's norm + rope + cache write and attention's inverse rope) share bit for bit.
 #include <cuda_runtime.h>
 
 #include <algorithm>

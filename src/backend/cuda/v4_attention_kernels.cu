@@ -11,6 +11,7 @@
 #include "backend/cuda/attention_common.cuh"
 #include "backend/cuda/kernel_common.cuh"
 #include "backend/cuda/pdl.cuh"
+#include "backend/cuda/rope_device.cuh"
 #include "backend/cuda/runtime.h"
 #include "backend/cuda/v4_kernels.h"
 #include "core/env_choice.h"
@@ -59,6 +60,19 @@ __device__ __forceinline__ float dot4(float4 a, float4 b, float acc) {
 
 __device__ __forceinline__ float4 axpy4(float w, float4 v, float4 acc) {
   return make_float4(fmaf(w, v.x, acc.x), fmaf(w, v.y, acc.y), fmaf(w, v.z, acc.z), fmaf(w, v.w, acc.w));
+}
+
+// Output values d0 .. d0 + 3 (d0 % 4 == 0) with those among the last rope_dim dims rotated back to position
+// pos (interleaved pairs, D - rope_dim even: a pair never straddles two threads' values), rope_kernel's
+// rotation with sign -1; unchanged where inv_freq is null.
+__device__ __forceinline__ float4 unrope4(float4 v, int d0, int D, const float* inv_freq, int rope_dim,
+                                          float scaling, float pos) {
+  if (!inv_freq) return v;
+  const int offset = D - rope_dim;
+  if (d0 >= offset) rope_math::rotate_pair(v.x, v.y, inv_freq[(d0 - offset) / 2], pos, scaling, -1.0f);
+  if (d0 + 2 >= offset)
+    rope_math::rotate_pair(v.z, v.w, inv_freq[(d0 + 2 - offset) / 2], pos, scaling, -1.0f);
+  return v;
 }
 
 // The cache row of entry e of token t's keys: the raw window (oldest first, e < nw), then the compressed rows
@@ -183,7 +197,8 @@ __global__ void __launch_bounds__(kAttnThreads) attention_v4_kernel(AttentionV4A
   if (splits == 1) {
     const float inv = 1.0f / S;
     *reinterpret_cast<float4*>(a.out + (t * a.H + h) * D + d0) =
-        make_float4(o.x * inv, o.y * inv, o.z * inv, o.w * inv);
+        unrope4(make_float4(o.x * inv, o.y * inv, o.z * inv, o.w * inv), d0, D, a.unrope_inv_freq,
+                a.unrope_dim, a.unrope_scaling, static_cast<float>(pos));
     return;
   }
   const int64_t slot = (t * a.H + h) * splits + split;
@@ -196,9 +211,11 @@ __global__ void __launch_bounds__(kAttnThreads) attention_v4_kernel(AttentionV4A
 }
 
 // Block (h, t): out = sum_i e^(m_i - M) acc_i / sum_i e^(m_i - M) s_i over the splits (split 0 holds the
-// sink, so M is finite).
+// sink, so M is finite), rotated back as unrope4 says.
 __global__ void __launch_bounds__(kAttnThreads)
-    attention_v4_merge_kernel(const float* partial, float* out, int64_t T, int64_t H, int D, int splits) {
+    attention_v4_merge_kernel(const float* partial, float* out, int64_t T, int64_t H, int D, int splits,
+                              const int32_t* positions, const float* unrope_inv_freq, int unrope_dim,
+                              float unrope_scaling) {
   pdl_wait();
   pdl_trigger();
   const int64_t h = blockIdx.x, t = blockIdx.y, first = (t * H + h) * splits;
@@ -217,7 +234,8 @@ __global__ void __launch_bounds__(kAttnThreads)
   }
   const float inv = 1.0f / S;
   *reinterpret_cast<float4*>(out + (t * H + h) * D + d0) =
-      make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
+      unrope4(make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv), d0, D, unrope_inv_freq,
+              unrope_dim, unrope_scaling, static_cast<float>(positions[t]));
 }
 
 }  // namespace
@@ -243,6 +261,8 @@ void launch_attention_v4(const AttentionV4Args& a) {
   DSI_CHECK(!a.comp.data || a.comp.bf16 == a.window_rows.bf16,
             "attention_v4: the window and compressed rows must share a cache dtype");
   DSI_CHECK(a.ratio > 0, "attention_v4: ratio must be positive");
+  DSI_CHECK(!a.unrope_inv_freq || (a.unrope_dim >= 2 && a.unrope_dim % 2 == 0 && a.unrope_dim <= a.D),
+            "attention_v4: inverse rope over ", a.unrope_dim, " of ", a.D, " dims");
   DSI_CHECK(a.splits >= 1 && a.splits <= kMaxSplits, "attention_v4: ", a.splits, " splits (1 to ", kMaxSplits,
             ")");
   DSI_CHECK(a.splits == 1 || (a.partial && a.T <= kMaxGridY), "attention_v4: ", a.splits,
@@ -260,7 +280,8 @@ void launch_attention_v4(const AttentionV4Args& a) {
   if (a.splits > 1) {
     const dim3 grid(static_cast<unsigned>(a.H), static_cast<unsigned>(a.T));
     launch_pdl(attention_v4_merge_kernel, grid, kAttnThreads, 0, static_cast<const float*>(a.partial), a.out,
-               a.T, a.H, static_cast<int>(a.D), a.splits);
+               a.T, a.H, static_cast<int>(a.D), a.splits, a.plan.positions, a.unrope_inv_freq, a.unrope_dim,
+               a.unrope_scaling);
     check_launch("attention_v4_merge");
   }
 }

@@ -134,6 +134,11 @@ struct AttentionV4Args {
   float* out = nullptr;
   int splits = 1;
   float* partial = nullptr;  // splits > 1: attention_v4_partial_floats(T, H, D, splits) floats
+  // Not null: the output's last unrope_dim dims (interleaved pairs, even, at least 2) are rotated back to the
+  // token's position before they are stored (launch_rope's inverse, the same bits); [unrope_dim / 2].
+  const float* unrope_inv_freq = nullptr;
+  int unrope_dim = 0;
+  float unrope_scaling = 1.0f;
 };
 // Key-range splits for T tokens of H heads: enough blocks to cover the GPU twice at decode, 1 once the
 // (token, head) blocks alone do; DSINFER_CUDA_V4_SPLITS=N (1 to 16) fixes N for every launch.

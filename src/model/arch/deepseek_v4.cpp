@@ -197,10 +197,9 @@ class DeepseekV4Model : public Model {
       if (selection_hook_) selection_hook_->on_select(b, layer, selected);
     }
     const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
-    Tensor o = b.attention_v4(q, cache, cl.window, c_.sliding_window, cl.comp, ratio, selected, plan, a.sinks,
-                              scale);  // [T, H, D]
-    // K = V carried rope on its trailing dims: rotate the output back to the query position.
-    b.rope(o, plan.positions, rope, D - rd, RopeLayout::kInterleaved, /*inverse=*/true);
+    // K = V carried rope on its trailing dims: the output is rotated back to the query position.
+    Tensor o = b.attention_v4_unrope(q, cache, cl.window, c_.sliding_window, cl.comp, ratio, selected, plan,
+                                     a.sinks, scale, rope);  // [T, H, D]
     const int64_t G = c_.o_groups;
     Tensor g = b.head_matmul(o.reshape({T, G, H * D / G}), a.wo_a, /*transpose_w=*/false);  // [T, G, o_lora]
     return b.linear(g.reshape({T, G * c_.o_lora_rank}), a.wo_b);                            // [T, hidden]
