@@ -45,16 +45,16 @@ Tensor device_f32(const Shape& shape) {
 // [M] and scale [3] (the head: M = n, scale [1]) float32 on the GPU; mixes [T, M].
 struct HcMixes {
   const float* x = nullptr;
+  const float* fn = nullptr;
   const float* base = nullptr;
   const float* scale = nullptr;
   Tensor mixes;  // [T, M]
   int64_t T = 0, n = 0, H = 0;
 };
 
-// The checked weights of a hyper-connection over streams of shape [T, n, H] (its fn in *fn), mixes allocated
-// and not launched; m.x unset.
-HcMixes hc_mix_weights(const Shape& streams, const HyperConnWeights& w, bool head, const char* op,
-                       const float** fn_out) {
+// The checked weights of a hyper-connection over streams of shape [T, n, H], mixes allocated and not
+// launched; m.x unset.
+HcMixes hc_mix_weights(const Shape& streams, const HyperConnWeights& w, bool head, const char* op) {
   DSI_CHECK(streams.size() == 3, op, ": expected streams [T, n, H], got ", shape_str(streams));
   HcMixes m;
   m.T = streams[0];
@@ -67,20 +67,18 @@ HcMixes hc_mix_weights(const Shape& streams, const HyperConnWeights& w, bool hea
             m.n * m.H);
   DSI_CHECK(m.n <= cuda::kMaxHyperStreams, op, ": ", m.n, " streams (the GPU kernel takes at most ",
             cuda::kMaxHyperStreams, ")");
-  const float* fn = dev_param(w.fn, M * m.n * m.H, op, "fn");
+  m.fn = dev_param(w.fn, M * m.n * m.H, op, "fn");
   m.base = dev_param(w.base, M, op, "base");
   m.scale = dev_param(w.scale, scales, op, "scale");
   m.mixes = device_f32({m.T, M});
-  *fn_out = fn;
   return m;
 }
 
 // A hyper-connection's checked inputs and its mixing logits, launched, for streams x.
 HcMixes hc_mixes(const Tensor& x, const HyperConnWeights& w, bool head, float norm_eps, const char* op) {
-  const float* fn = nullptr;
-  HcMixes m = hc_mix_weights(x.shape(), w, head, op, &fn);
+  HcMixes m = hc_mix_weights(x.shape(), w, head, op);
   m.x = dev_f32(x, op, "x");
-  cuda::launch_hc_mixes(m.x, fn, m.mixes.data<float>(), m.T, m.n * m.H, m.mixes.dim(1), norm_eps);
+  cuda::launch_hc_mixes(m.x, m.fn, m.mixes.data<float>(), m.T, m.n * m.H, m.mixes.dim(1), norm_eps);
   return m;
 }
 
@@ -199,15 +197,14 @@ Tensor CudaBackend::hc_post_pre(const Tensor& x, const Tensor& y, const Tensor& 
   if (!options_.hc_post_mixes_fused)
     return Backend::hc_post_pre(x, y, post, comb, w, iters, hc_eps, norm_eps, streams, post_out, comb_out);
   const char* op = "hc_post_pre";
-  const float* fn = nullptr;
-  HcMixes m = hc_mix_weights(x.shape(), w, /*head=*/false, op, &fn);
+  HcMixes m = hc_mix_weights(x.shape(), w, /*head=*/false, op);
   DSI_CHECK(y.numel() == m.T * m.H && post.numel() == m.T * m.n && comb.numel() == m.T * m.n * m.n, op,
             ": shape mismatch (streams ", shape_str(x.shape()), ", y ", shape_str(y.shape()), ", post ",
             shape_str(post.shape()), ", comb ", shape_str(comb.shape()), ")");
   Tensor s = device_f32({m.T, m.n, m.H});  // [T, n, H]
   cuda::launch_hc_post_mixes(dev_f32(x, op, "x"), dev_f32(y, op, "y"), dev_f32(post, op, "post"),
-                             dev_f32(comb, op, "comb"), s.data<float>(), fn, m.mixes.data<float>(), m.T, m.n,
-                             m.H, m.mixes.dim(1), norm_eps);
+                             dev_f32(comb, op, "comb"), s.data<float>(), m.fn, m.mixes.data<float>(), m.T,
+                             m.n, m.H, m.mixes.dim(1), norm_eps);
   Tensor out = device_f32({m.T, m.H});     // [T, H]
   Tensor p = device_f32({m.T, m.n});       // [T, n]
   Tensor c = device_f32({m.T, m.n, m.n});  // [T, n, n]

@@ -273,7 +273,8 @@ __device__ void sinkhorn_to(float* c, float* comb, int n, int64_t iters, float e
 // Block (t, chunk < chunks): the token's pre gates (every block makes the same ones), then its kThreads
 // columns of the collapse. Block (t, chunks) makes post and comb with warp 0 (lane j: stream j's gate and row
 // j's softmax, then Sinkhorn) beside the collapse blocks rather than after a collapse chunk, so the kernel
-// should last the longer of the two, not their sum (predicted, not yet timed). kMaxHyperStreams <= 32 lanes.
+// should last the longer of the two, not their sum (not timed alone: 9.4 us a launch in an H100 trace of the
+// V4-Flash 4-layer slice with it, docs/benchmarks.md, fifty-second session). kMaxHyperStreams <= 32 lanes.
 __global__ void __launch_bounds__(kThreads)
     hc_pre_finish_kernel(const float* x, const float* mixes, const float* base, const float* scale,
                          float* out, float* post, float* comb, int n, int64_t H, int64_t iters,
