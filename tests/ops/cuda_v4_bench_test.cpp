@@ -1,7 +1,8 @@
 // Benchmark (disabled by default; run with --gtest_also_run_disabled_tests) of DeepSeek-V4's decode-side ops
 // at V4-Flash's shapes: attention_v4 (64 heads x 512, window 128) on a sliding-window layer, a CSA layer
 // (ratio 4, 512 selected compressed rows) and an HCA layer (ratio 128, every compressed row), and the
-// hyper-connection pre (mixing logits, Sinkhorn and collapse of 4 x 4096 streams), at batch 1 and 32 and
+// hyper-connection pre (mixing logits, Sinkhorn and collapse of 4 x 4096 streams; also with one Sinkhorn
+// iteration for V4's 20, the difference being the other 19 iterations' chain), at batch 1 and 32 and
 // contexts of 256 to 32768 tokens. Microseconds per call, replayed in a CUDA graph inside one step (no plan
 // upload per call), with the distinct cached bytes an attention call reads (each head re-reads them, from L2
 // after the first).
@@ -18,8 +19,8 @@ using namespace deepseek_ops_test;
 TEST_F(CudaDeepseekOpsTest, DISABLED_BenchV4Decode) {
   const int64_t H = 64, D = 512, window = 128, top_k = 512, n = 4, hidden = 4096, M = (2 + n) * n;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  std::printf("%-22s %20s %20s %20s %10s   (us per call; MB of cached rows)\n", "V4-Flash decode",
-              "sliding attention", "CSA attention", "HCA attention", "hc_pre");
+  std::printf("%-22s %20s %20s %20s %10s %10s   (us per call; MB of cached rows)\n", "V4-Flash decode",
+              "sliding attention", "CSA attention", "HCA attention", "hc_pre", "1 iter");
   for (auto [batch, ctx] : {std::pair<int32_t, int32_t>{1, 256}, {1, 4096}, {1, 32768}, {32, 4096}}) {
     const int32_t bs = 64, blocks = batch * ((ctx + bs - 1) / bs) + 8;
     const BatchPlan plan =
@@ -52,12 +53,15 @@ TEST_F(CudaDeepseekOpsTest, DISABLED_BenchV4Decode) {
     };
     const double sliding_us = attention_us(-1, 0, Tensor()), csa_us = attention_us(1, 4, selected),
                  hca_us = attention_us(2, 128, Tensor());
-    const double hc_us = 1e3 * cuda::time_graph_ms(
-                                   [&] {
-                                     Tensor post, comb;
-                                     gpu.hc_pre(streams, hc, 20, 1e-6f, 1e-6f, &post, &comb);
-                                   },
-                                   20);
+    auto hc_pre_us = [&](int64_t iters) {
+      return 1e3 * cuda::time_graph_ms(
+                       [&] {
+                         Tensor post, comb;
+                         gpu.hc_pre(streams, hc, iters, 1e-6f, 1e-6f, &post, &comb);
+                       },
+                       20);
+    };
+    const double hc_us = hc_pre_us(20), hc_one_us = hc_pre_us(1);
     gpu.end_step();
     const int64_t nw = std::min<int64_t>(window, ctx);
     auto cell = [&](double us, int64_t rows) {
@@ -67,9 +71,9 @@ TEST_F(CudaDeepseekOpsTest, DISABLED_BenchV4Decode) {
     };
     char name[64];
     std::snprintf(name, sizeof(name), "batch %d ctx %d", batch, ctx);
-    std::printf("%-22s %20s %20s %20s %10.1f\n", name, cell(sliding_us, nw).c_str(),
+    std::printf("%-22s %20s %20s %20s %10.1f %10.1f\n", name, cell(sliding_us, nw).c_str(),
                 cell(csa_us, nw + std::min(top_k, visible)).c_str(), cell(hca_us, nw + ctx / 128).c_str(),
-                hc_us);
+                hc_us, hc_one_us);
   }
 }
 

@@ -13,10 +13,6 @@ namespace dsinfer::cuda {
 
 namespace {
 
-__device__ __forceinline__ float bf16_bits_to_float(uint16_t bits) {
-  return __uint_as_float(static_cast<uint32_t>(bits) << 16);
-}
-
 // One row of H values per block; each thread moves up to kRowVectors pieces of 8 (bf16 in, float out) per
 // round, all loaded before any is stored, so a thread has its loads in flight together (a row is one DRAM
 // round trip per round, not one per element). Needs H % 8 == 0 and 16-byte aligned table and out (vec8);

@@ -42,13 +42,9 @@ __global__ void add_bias_kernel(float* y, const uint16_t* bias, int64_t M, int64
   if (i < M * N) y[i] += __uint_as_float(static_cast<uint32_t>(bias[i % N]) << 16);
 }
 
-__device__ __forceinline__ float to_f32(float v) {
+__device__ __forceinline__ float bf16_bits_to_float(float v) {
   return v;
 }
-__device__ __forceinline__ float to_f32(uint16_t bf16_bits) {
-  return __uint_as_float(static_cast<uint32_t>(bf16_bits) << 16);
-}
-
 // One output per thread: y[m, n] (=|+=) sum_k x[m, k] w[n, k] in fp32 (x float32 or bf16 bits).
 template <typename X>
 __global__ void linear_reference_kernel(const X* x, const uint16_t* w, float* y, int64_t M, int64_t N,
@@ -59,7 +55,7 @@ __global__ void linear_reference_kernel(const X* x, const uint16_t* w, float* y,
   const X* xr = x + m * K;
   const uint16_t* wr = w + n * K;
   float s = 0.0f;
-  for (int64_t k = 0; k < K; ++k) s += to_f32(xr[k]) * to_f32(wr[k]);
+  for (int64_t k = 0; k < K; ++k) s += bf16_bits_to_float(xr[k]) * bf16_bits_to_float(wr[k]);
   y[i] = accumulate ? y[i] + s : s;
 }
 

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "backend/cuda/gemv_kernels.h"
+#include "backend/cuda/kernel_common.cuh"
 #include "backend/cuda/weight_l2_policy.cuh"
 
 namespace dsinfer::cuda::gemv_detail {
@@ -75,10 +76,6 @@ struct Params {
 // Floats of one (tile, split) partial: TILES x 4 x 32 lane values and 32 for the sums of squares.
 __host__ __device__ constexpr int slot_floats(int tiles) {
   return tiles * 4 * 32 + 32;
-}
-
-__device__ __forceinline__ float bf16_to_f32(uint16_t bits) {
-  return __uint_as_float(static_cast<uint32_t>(bits) << 16);
 }
 
 // bytes (a multiple of 16) global -> shared by the copy engine, completing on the mbarrier at shared address
@@ -166,10 +163,10 @@ template <bool SWIGLU, bool SCALE = false>
 __device__ __forceinline__ void store_output(const Params& p, const MatDesc& d, int m, int64_t n, float v,
                                              float up, float inv, float scale = 1.0f) {
   float r = __fmul_rn(v, inv);
-  if (d.bias) r = __fadd_rn(r, bf16_to_f32(d.bias[n]));
+  if (d.bias) r = __fadd_rn(r, bf16_bits_to_float(d.bias[n]));
   if (SWIGLU) {
     float u = __fmul_rn(up, inv);
-    if (p.mats[1].bias) u = __fadd_rn(u, bf16_to_f32(p.mats[1].bias[n]));
+    if (p.mats[1].bias) u = __fadd_rn(u, bf16_bits_to_float(p.mats[1].bias[n]));
     if (p.limit > 0.0f) {
       r = fminf(r, p.limit);
       u = fminf(fmaxf(u, -p.limit), p.limit);

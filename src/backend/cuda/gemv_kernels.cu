@@ -223,9 +223,9 @@ __global__ void __launch_bounds__(kThreads) gemv_generic_kernel(const Params p) 
   float acc[2][kGemvMaxRows] = {};
   float ss[kGemvMaxRows] = {};
   for (int64_t k = lane; k < K; k += 32) {
-    const float a = bf16_to_f32(w0[k]);
-    const float b = SWIGLU ? bf16_to_f32(w1[k]) : 0.0f;
-    const float nw = p.norm ? bf16_to_f32(p.norm[k]) : 1.0f;
+    const float a = bf16_bits_to_float(w0[k]);
+    const float b = SWIGLU ? bf16_bits_to_float(w1[k]) : 0.0f;
+    const float nw = p.norm ? bf16_bits_to_float(p.norm[k]) : 1.0f;
 #pragma unroll
     for (int m = 0; m < kGemvMaxRows; ++m) {
       if (m < p.M) {

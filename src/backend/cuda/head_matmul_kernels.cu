@@ -27,10 +27,6 @@ constexpr int kMaxTokens = 8;
 constexpr int64_t kSmemFloats = 11264;       // w x: 44 KiB of staged inputs
 constexpr int64_t kSmemLimitFloats = 12288;  // 48 KiB: w^T x's staged inputs and partial sums
 
-__device__ __forceinline__ float bf16f(uint16_t bits) {
-  return __uint_as_float(static_cast<uint32_t>(bits) << 16);
-}
-
 // xs [tt][A] <- x[t0 + k, h, :]
 __device__ __forceinline__ void stage_inputs(float* xs, const float* x, int64_t t0, int nt, int h, int H,
                                              int A) {
@@ -59,7 +55,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int k = 0; k < kMaxTokens; ++k) acc[k] = 0.0f;
   for (int a = lane; a < A; a += 32) {
-    const float wv = bf16f(wr[a]);
+    const float wv = bf16_bits_to_float(wr[a]);
 #pragma unroll
     for (int k = 0; k < kMaxTokens; ++k)
       if (k < nt) acc[k] += wv * xs[k * A + a];
@@ -102,8 +98,8 @@ __global__ void __launch_bounds__(kThreads)
         w0 = __uint_as_float(v << 16);
         w1 = __uint_as_float(v & 0xffff0000u);
       } else {
-        w0 = bf16f(wa[0]);
-        if (pair) w1 = bf16f(wa[1]);
+        w0 = bf16_bits_to_float(wa[0]);
+        if (pair) w1 = bf16_bits_to_float(wa[1]);
       }
 #pragma unroll
       for (int k = 0; k < kMaxTokens; ++k) {

@@ -1,5 +1,5 @@
 // Helpers every kernel file shares (.cu only): the runtime-call and launch checks, a block's piecewise copy
-// loop (move_pieces) and the bf16 tensor-core MMA (mma.sync m16n8k16, bf16 inputs, fp32 accumulate; sm_80 and
+// loop (move_pieces), bf16 bits to float and the bf16 tensor-core MMA (mma.sync m16n8k16, bf16 inputs, fp32 accumulate; sm_80 and
 // newer).
 #pragma once
 #include <cuda_runtime.h>
@@ -46,6 +46,11 @@ __device__ __forceinline__ void move_pieces(int64_t n, Load load, Store store) {
       if (c < n) store(c, v[j]);
     }
   }
+}
+
+// The float a bf16 value's 16 bits stand for (exact: bf16 is float32's top half).
+__device__ __forceinline__ float bf16_bits_to_float(uint16_t bits) {
+  return __uint_as_float(static_cast<uint32_t>(bits) << 16);
 }
 
 // c[4] += A (16x16 bf16, row-major fragments a[4]) * B (16x8 bf16, column fragments b[2]).

@@ -33,10 +33,6 @@ __host__ __device__ constexpr int cols_per_block() {
   return cols_per_warp<TM>() * kRowsThreads / 32;
 }
 
-__device__ __forceinline__ float bf16f(uint16_t bits) {
-  return __uint_as_float(static_cast<uint32_t>(bits) << 16);
-}
-
 __device__ float warp_sum(float v) {
   for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
@@ -168,8 +164,8 @@ __global__ void __launch_bounds__(kRowsThreads)
     for (int kk = lane; kk < K; kk += 32) {
 #pragma unroll
       for (int c = 0; c < kCW; ++c) {
-        const float f1 = bf16f(w1r[c][kk]);
-        const float f2 = kGateUp ? bf16f(w2r[c][kk]) : 0.0f;
+        const float f1 = bf16_bits_to_float(w1r[c][kk]);
+        const float f2 = kGateUp ? bf16_bits_to_float(w2r[c][kk]) : 0.0f;
 #pragma unroll
         for (int r = 0; r < TM; ++r) {
           if (r < nr) {

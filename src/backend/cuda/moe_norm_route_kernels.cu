@@ -43,10 +43,6 @@ constexpr size_t kSmemLimit = 47 * 1024;
 constexpr int kClusterMaxEpb = kMaxRouterChunks * kThreads / (2048 / 8);
 constexpr int kClusterMaxExperts = kMoeRouteClusterCtas * kClusterMaxEpb;
 
-__device__ __forceinline__ float bf16f(uint32_t bits16) {
-  return __uint_as_float(bits16 << 16);
-}
-
 // Shared memory of the logits phase: the block's router rows [epb, H] and the norm weight [H], bf16.
 size_t weights_smem(int epb, int H) {
   return static_cast<size_t>(epb + 1) * H * sizeof(uint16_t);
@@ -172,7 +168,7 @@ __global__ void __launch_bounds__(kThreads)
   // x [T, H]: this block's slice of the columns, rms_norm_kernel's expression.
   const uint16_t* s_norm16 = reinterpret_cast<const uint16_t*>(s_norm);
   for (int i = blockIdx.x * kThreads + tid; i < H; i += gridDim.x * kThreads) {
-    const float nw = bf16f(s_norm16[i]);
+    const float nw = bf16_bits_to_float(s_norm16[i]);
 #pragma unroll
     for (int t = 0; t < kT; ++t) {
       if (t < T) {
@@ -213,9 +209,9 @@ __global__ void __launch_bounds__(kThreads)
           const float hv[8] = {h0[b].x, h0[b].y, h0[b].z, h0[b].w, h1[b].x, h1[b].y, h1[b].z, h1[b].w};
 #pragma unroll
           for (int q = 0; q < 4; ++q) {
-            const float x0 = bf16f(n4[q] & 0xffffu) * (hv[2 * q] * inv);
+            const float x0 = bf16_bits_to_float(n4[q] & 0xffffu) * (hv[2 * q] * inv);
             const float x1 = __uint_as_float(n4[q] & 0xffff0000u) * (hv[2 * q + 1] * inv);
-            dot += x0 * bf16f(w4[q] & 0xffffu);
+            dot += x0 * bf16_bits_to_float(w4[q] & 0xffffu);
             dot += x1 * __uint_as_float(w4[q] & 0xffff0000u);
           }
         }

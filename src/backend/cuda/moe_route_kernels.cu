@@ -24,10 +24,6 @@ constexpr int kLogitWarps = 8;   // experts per logits block
 constexpr int kLogitTokens = 8;  // tokens per logits block
 constexpr int kSelectWarps = 4;  // tokens per selection block (1 where a warp's scratch is large)
 
-__device__ __forceinline__ float bf16f(uint16_t bits) {
-  return __uint_as_float(static_cast<uint32_t>(bits) << 16);
-}
-
 __device__ float warp_sum(float v) {
   for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
@@ -72,7 +68,7 @@ __global__ void __launch_bounds__(kLogitWarps * 32)
     }
   } else {
     for (int i = lane; i < H; i += 32) {
-      const float wv = bf16f(w[i]);
+      const float wv = bf16_bits_to_float(w[i]);
 #pragma unroll
       for (int t = 0; t < kLogitTokens; ++t)
         if (t < nt) dot[t] += xt[static_cast<int64_t>(t) * H + i] * wv;

@@ -25,10 +25,6 @@ __device__ __forceinline__ float sigmoidf(float v) {
   return 1.0f / (1.0f + expf(-v));
 }
 
-__device__ __forceinline__ float bf16_to_float(uint16_t bits) {
-  return __uint_as_float(static_cast<uint32_t>(bits) << 16);
-}
-
 __global__ void hc_expand_kernel(const float* x, float* out, int64_t n, int64_t H, int64_t total) {
   pdl_wait();
   pdl_trigger();
@@ -358,7 +354,7 @@ __global__ void __launch_bounds__(kThreads)
   const float* row = x + t * H;
   const uint16_t* w = router + e * H;
   float acc = 0.0f;
-  for (int64_t i = threadIdx.x % 32; i < H; i += 32) acc = fmaf(row[i], bf16_to_float(w[i]), acc);
+  for (int64_t i = threadIdx.x % 32; i < H; i += 32) acc = fmaf(row[i], bf16_bits_to_float(w[i]), acc);
   for (int offset = 16; offset > 0; offset /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, offset);
   if (threadIdx.x % 32 == 0) logits[t * E + e] = acc;
 }
@@ -462,7 +458,7 @@ __global__ void __launch_bounds__(kThreads)
       const float v = row[i];
 #pragma unroll
       for (int j = 0; j < kMaxChosen; ++j)
-        if (j < k) acc[j] = fmaf(v, bf16_to_float(router[base[j] + i]), acc[j]);
+        if (j < k) acc[j] = fmaf(v, bf16_bits_to_float(router[base[j] + i]), acc[j]);
     }
   }
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;

@@ -20,10 +20,6 @@ namespace {
 
 constexpr int kThreads = 256;  // launch_rms_norm's block: block_inv_rms's sum order follows it
 
-__device__ __forceinline__ float bf16_value(uint16_t bits) {
-  return __uint_as_float(static_cast<uint32_t>(bits) << 16);
-}
-
 template <typename KV>
 __global__ void __launch_bounds__(kThreads)
     norm_rope_write_kv_kernel(const float* q, const float* kv, const uint16_t* q_norm,
@@ -39,7 +35,7 @@ __global__ void __launch_bounds__(kThreads)
   const float* row = is_q ? q + (t * H + y) * D : kv + t * D;  // [D]
   const uint16_t* w = is_q ? q_norm : kv_norm;                 // [D]
   const float inv = block_inv_rms(row, D, eps);
-  for (int i = threadIdx.x; i < D; i += kThreads) s_row[i] = bf16_value(w[i]) * (row[i] * inv);
+  for (int i = threadIdx.x; i < D; i += kThreads) s_row[i] = bf16_bits_to_float(w[i]) * (row[i] * inv);
   __syncthreads();
   // Interleaved pairs (2p, 2p + 1) of the last rope_dim dims.
   const float pos = static_cast<float>(positions[t]);
