@@ -1,6 +1,6 @@
 // Helpers every kernel file shares (.cu only): the runtime-call and launch checks, a block's piecewise copy
-// loop (move_pieces), bf16 bits to float and the bf16 tensor-core MMA (mma.sync m16n8k16, bf16 inputs, fp32 accumulate; sm_80 and
-// newer).
+// loop (move_pieces), bf16 bits to float and the bf16 tensor-core MMA (mma.sync m16n8k16, bf16 inputs, fp32
+// accumulate; sm_80 and newer).
 #pragma once
 #include <cuda_runtime.h>
 
