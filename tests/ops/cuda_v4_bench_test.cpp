@@ -1,7 +1,8 @@
 // Benchmark (disabled by default; run with --gtest_also_run_disabled_tests) of DeepSeek-V4's decode-side ops
 // at V4-Flash's shapes: attention_v4 (64 heads x 512, window 128) on a sliding-window layer, a CSA layer
 // (ratio 4, 512 selected compressed rows) and an HCA layer (ratio 128, every compressed row), and the
-// hyper-connection pre (mixing logits, Sinkhorn and collapse of 4 x 4096 streams; also with one Sinkhorn
+// hyper-connection pre (mixing logits, Sinkhorn and collapse of 4 x 4096 streams, in CudaBackend's default
+// form: the one-launch cluster kernel at these shapes on Hopper; also with one Sinkhorn
 // iteration for V4's 20, the difference being the other 19 iterations' chain), at batch 1 and 32 and
 // contexts of 256 to 32768 tokens. Microseconds per call, replayed in a CUDA graph inside one step (no plan
 // upload per call), with the distinct cached bytes an attention call reads (each head re-reads them, from L2

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda/arch_path.h"
 #include "backend/cuda/v4_kernels.h"
 #include "cuda_deepseek_test_util.h"
 #include "index_selection_check.h"
@@ -116,6 +117,7 @@ void expect_same_bits(const Tensor& a, const Tensor& b, const char* what) {
 TEST_F(CudaDeepseekOpsTest, HyperConnPostPreEqualsPostThenPre) {
   CudaBackendOptions options;
   options.hc_post_mixes_fused = true;  // the one-launch form (off by default until timed)
+  options.hc_fused = false;            // (which would take the decode shapes instead)
   CudaBackend gpu(options);
   // (tokens, streams, hidden): decode and prefill at V4-Flash's width, the tiny fixture's, many streams,
   // hidden % 4 != 0 with n * hidden % 4 == 0 and n * hidden odd (one value a load).
@@ -168,6 +170,74 @@ TEST_F(CudaDeepseekOpsTest, HyperConnPostPreEqualsPostThenPre) {
   gpu.hc_pre(h, wd, 20, 1e-6f, 1e-6f, &post, &comb);
   const Tensor short_y = cuda::to_device(random_bf16_values({2, 7}));
   EXPECT_THROW(gpu.hc_post_pre(h, short_y, post, comb, wd, 20, 1e-6f, 1e-6f, &hs, &post, &comb), Error);
+}
+
+// The one-launch pre-step (CudaBackendOptions::hc_fused: a thread block cluster per token) against the
+// separate launches on the GPU and against the CPU: hc_pre alone and after the write-back (hc_post_pre), at
+// V4-Flash's width and narrower ones it takes, and shapes it leaves to the separate launches (more streams,
+// H % 32 != 0). The new streams equal hc_post's bit for bit; the collapse, post and comb differ by the mixes'
+// summation order only.
+TEST_F(CudaDeepseekOpsTest, HyperConnFusedEqualsSeparateLaunches) {
+  CudaBackendOptions fused_options, plain_options;
+  fused_options.hc_fused = true;
+  plain_options.hc_fused = false;
+  CudaBackend fused(fused_options), plain(plain_options);
+  for (auto [T, n, H] : {std::tuple<int64_t, int64_t, int64_t>{1, 4, 4096},
+                         {8, 4, 4096},
+                         {3, 4, 64},
+                         {2, 4, 2080},
+                         {2, 16, 96},
+                         {2, 4, 75}}) {
+    SCOPED_TRACE("T " + std::to_string(T) + " n " + std::to_string(n) + " H " + std::to_string(H));
+    const int64_t M = (2 + n) * n;
+    const Tensor streams = random_bf16_values({T, n, H});
+    const Tensor y = random_bf16_values({T, H});
+    HyperConnWeights w0{random_bf16_values({M, n * H}, 0.05f), random_bf16_values({M}, 0.5f),
+                        random_bf16_values({3}, 0.5f)};
+    HyperConnWeights w1{random_bf16_values({M, n * H}, 0.05f), random_bf16_values({M}, 0.5f),
+                        random_bf16_values({3}, 0.5f)};
+    const HyperConnWeights w0d = device_hc(w0), w1d = device_hc(w1);
+    const Tensor h = cuda::to_device(streams), yd = cuda::to_device(y);
+    // On the Hopper path the fused kernel must take V4-Flash's decode shape (else this test checks nothing).
+    if (cuda::arch_path() == cuda::ArchPath::kHopper && n == 4 && H == 4096) {
+      cuda::HcFusedArgs probe;
+      probe.x = static_cast<const float*>(h.raw());
+      probe.fn = static_cast<const float*>(w0d.fn.raw());
+      EXPECT_TRUE(cuda::hc_pre_fused_supported(T, n, H, M, probe));
+    }
+
+    // hc_pre alone.
+    Tensor post_ref, comb_ref, post, comb;
+    const Tensor x_ref = plain.hc_pre(h, w0d, 20, 1e-6f, 1e-6f, &post_ref, &comb_ref);
+    const Tensor x = fused.hc_pre(h, w0d, 20, 1e-6f, 1e-6f, &post, &comb);
+    ASSERT_EQ(x.shape(), x_ref.shape());
+    EXPECT_LT(rel_err(plain.to_host(x), plain.to_host(x_ref)), 1e-5);
+    EXPECT_LT(rel_err(plain.to_host(post), plain.to_host(post_ref)), 1e-5);
+    EXPECT_LT(rel_err(plain.to_host(comb), plain.to_host(comb_ref)), 1e-5);
+    Tensor post_cpu, comb_cpu;
+    const Tensor x_cpu = cpu.hc_pre(streams, w0, 20, 1e-6f, 1e-6f, &post_cpu, &comb_cpu);
+    EXPECT_LT(rel_err(plain.to_host(x), x_cpu), 1e-5);
+    EXPECT_LT(rel_err(plain.to_host(post), post_cpu), 1e-5);
+    EXPECT_LT(rel_err(plain.to_host(comb), comb_cpu), 1e-5);
+
+    // After the write-back, its outputs replacing its inputs as the model does.
+    Tensor hs_ref, post2_ref, comb2_ref;
+    const Tensor x2_ref =
+        plain.hc_post_pre(h, yd, post, comb, w1d, 20, 1e-6f, 1e-6f, &hs_ref, &post2_ref, &comb2_ref);
+    Tensor hf = cuda::to_device(streams), post2 = post, comb2 = comb;
+    const Tensor x2 = fused.hc_post_pre(hf, yd, post2, comb2, w1d, 20, 1e-6f, 1e-6f, &hf, &post2, &comb2);
+    expect_same_bits(plain.to_host(hf), plain.to_host(hs_ref), "streams");
+    EXPECT_LT(rel_err(plain.to_host(x2), plain.to_host(x2_ref)), 1e-5);
+    EXPECT_LT(rel_err(plain.to_host(post2), plain.to_host(post2_ref)), 1e-5);
+    EXPECT_LT(rel_err(plain.to_host(comb2), plain.to_host(comb2_ref)), 1e-5);
+    Tensor h_cpu = streams, p_cpu = plain.to_host(post), c_cpu = plain.to_host(comb);
+    const Tensor x2_cpu =
+        cpu.hc_post_pre(h_cpu, y, p_cpu, c_cpu, w1, 20, 1e-6f, 1e-6f, &h_cpu, &p_cpu, &c_cpu);
+    EXPECT_LT(rel_err(plain.to_host(hf), h_cpu), 1e-6);
+    EXPECT_LT(rel_err(plain.to_host(x2), x2_cpu), 1e-5);
+    EXPECT_LT(rel_err(plain.to_host(post2), p_cpu), 1e-5);
+    EXPECT_LT(rel_err(plain.to_host(comb2), c_cpu), 1e-5);
+  }
 }
 
 // norm_rope_write_kv (one launch) against the Backend default on the GPU (rms_norm, rope, rms_norm, rope,

@@ -82,6 +82,30 @@ HcMixes hc_mixes(const Tensor& x, const HyperConnWeights& w, bool head, float no
   return m;
 }
 
+// The one-launch pre-step (cuda::launch_hc_pre_fused) for m's weights and a's streams (and, with a.y,
+// hc_post's inputs and a.streams): allocates out [T, H], post [T, n], comb [T, n, n] and launches, or returns
+// false (nothing launched) where the fused kernel does not take the shape.
+bool launch_hc_fused(const HcMixes& m, cuda::HcFusedArgs a, int64_t iters, float hc_eps, float norm_eps,
+                     Tensor* out, Tensor* post, Tensor* comb) {
+  a.fn = m.fn;
+  a.base = m.base;
+  a.scale = m.scale;
+  a.H = static_cast<int>(m.H);
+  a.iters = iters;
+  a.hc_eps = hc_eps;
+  a.norm_eps = norm_eps;
+  const int64_t M = m.mixes.dim(1);
+  if (!cuda::hc_pre_fused_supported(m.T, m.n, m.H, M, a)) return false;
+  *out = device_f32({m.T, m.H});        // [T, H]
+  *post = device_f32({m.T, m.n});       // [T, n]
+  *comb = device_f32({m.T, m.n, m.n});  // [T, n, n]
+  a.out = out->data<float>();
+  a.post_out = post->data<float>();
+  a.comb_out = comb->data<float>();
+  cuda::launch_hc_pre_fused(a, m.T, m.n, m.H, M);
+  return true;
+}
+
 // Every listed window has all its tokens cached, within its sequence's blocks.
 void check_closed_windows(const BatchPlan& plan, const CompressedRows& rows, int64_t ratio, const char* op) {
   DSI_CHECK(rows.seqs.size() == rows.rows.size(), op, ": ", rows.seqs.size(), " sequences for ",
@@ -166,6 +190,14 @@ Tensor CudaBackend::hc_expand(const Tensor& x, int64_t n) {
 Tensor CudaBackend::hc_pre(const Tensor& x, const HyperConnWeights& w, int64_t iters, float hc_eps,
                            float norm_eps, Tensor* post, Tensor* comb) {
   // x [T, n, H] -> collapsed [T, H], post [T, n], comb [T, n, n]
+  if (options_.hc_fused) {
+    cuda::HcFusedArgs a;
+    a.x = dev_f32(x, "hc_pre", "x");
+    Tensor out;
+    if (launch_hc_fused(hc_mix_weights(x.shape(), w, /*head=*/false, "hc_pre"), a, iters, hc_eps, norm_eps,
+                        &out, post, comb))
+      return out;
+  }
   const HcMixes m = hc_mixes(x, w, /*head=*/false, norm_eps, "hc_pre");
   Tensor out = device_f32({m.T, m.H});  // [T, H]
   *post = device_f32({m.T, m.n});       // [T, n]
@@ -194,13 +226,31 @@ Tensor CudaBackend::hc_post_pre(const Tensor& x, const Tensor& y, const Tensor& 
   // x [T, n, H], y [T, H], post [T, n], comb [T, n, n] -> new streams [T, n, H], collapsed [T, H], the next
   // post [T, n] and comb [T, n, n]. post, comb and x are read by the first launch, before *post_out,
   // *comb_out and *streams (which may be the same tensors) are replaced.
-  if (!options_.hc_post_mixes_fused)
+  if (!options_.hc_post_mixes_fused && !options_.hc_fused)
     return Backend::hc_post_pre(x, y, post, comb, w, iters, hc_eps, norm_eps, streams, post_out, comb_out);
   const char* op = "hc_post_pre";
   HcMixes m = hc_mix_weights(x.shape(), w, /*head=*/false, op);
   DSI_CHECK(y.numel() == m.T * m.H && post.numel() == m.T * m.n && comb.numel() == m.T * m.n * m.n, op,
             ": shape mismatch (streams ", shape_str(x.shape()), ", y ", shape_str(y.shape()), ", post ",
             shape_str(post.shape()), ", comb ", shape_str(comb.shape()), ")");
+  if (options_.hc_fused) {
+    cuda::HcFusedArgs a;
+    a.x = dev_f32(x, op, "x");
+    a.y = dev_f32(y, op, "y");
+    a.post = dev_f32(post, op, "post");
+    a.comb = dev_f32(comb, op, "comb");
+    Tensor s = device_f32({m.T, m.n, m.H});  // [T, n, H]
+    a.streams = s.data<float>();
+    Tensor out, p, c;
+    if (launch_hc_fused(m, a, iters, hc_eps, norm_eps, &out, &p, &c)) {
+      *streams = std::move(s);
+      *post_out = std::move(p);
+      *comb_out = std::move(c);
+      return out;
+    }
+    if (!options_.hc_post_mixes_fused)
+      return Backend::hc_post_pre(x, y, post, comb, w, iters, hc_eps, norm_eps, streams, post_out, comb_out);
+  }
   Tensor s = device_f32({m.T, m.n, m.H});  // [T, n, H]
   cuda::launch_hc_post_mixes(dev_f32(x, op, "x"), dev_f32(y, op, "y"), dev_f32(post, op, "post"),
                              dev_f32(comb, op, "comb"), s.data<float>(), m.fn, m.mixes.data<float>(), m.T,

@@ -2,8 +2,8 @@
 // mla_tc_v2_kernels.cu; the proxy fence also for wgmma_common.cuh's users): shared-memory mbarriers at shared
 // byte addresses (init, arrive, arrive with an expected byte count, parity wait), tensor-memory-access (TMA)
 // tile loads that complete on an mbarrier, the generic-to-async proxy fence, and named barriers between
-// warpgroups. The mbarrier and TMA instructions need sm_90; elsewhere they compile to
-// nothing (the host launches the kernels that use them only on the Hopper path).
+// warpgroups, and plain bulk copies into shared memory. The mbarrier and TMA instructions need sm_90;
+// elsewhere they compile to nothing (the host launches the kernels that use them only on the Hopper path).
 #pragma once
 
 #include <cstdint>
@@ -54,6 +54,17 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
         : "r"(bar), "r"(parity)
         : "memory");
   } while (!done);
+#endif
+}
+
+// `bytes` (a multiple of 16, both addresses 16-byte aligned) from global src to this CTA's shared memory at
+// shared byte address dst by the copy engine, completing on the mbarrier at bar.
+__device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+      "l"(src), "r"(bytes), "r"(bar)
+      : "memory");
 #endif
 }
 

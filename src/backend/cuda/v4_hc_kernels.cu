@@ -3,13 +3,15 @@
 // (sigmoids, row softmax, Sinkhorn-Knopp on the n x n combination matrix by one warp, and the weighted
 // collapse spread over column blocks), the write-back, and the hash layers' expert ids and weights. float32
 // throughout, in the order cpu_v4_hc.cpp / cpu_v4_moe.cpp compute (reductions are blockwise, so sums differ
-// in rounding).
+// in rounding; Sinkhorn multiplies by reciprocals where the CPU divides). The mixes and finish launches load
+// their weights before the PDL wait.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 
 #include "backend/cuda/kernel_common.cuh"
 #include "backend/cuda/pdl.cuh"
+#include "backend/cuda/v4_hc_device.cuh"
 #include "backend/cuda/v4_kernels.h"
 #include "core/error.h"
 
@@ -19,11 +21,8 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kMixThreads = 512;  // hc_mixes: a row of n * H values per block
+constexpr int kMixPreload = 8;    // float4s of the weight row a hc_mixes thread loads before the wait
 constexpr int64_t kMaxGridY = 65535;
-
-__device__ __forceinline__ float sigmoidf(float v) {
-  return 1.0f / (1.0f + expf(-v));
-}
 
 __global__ void hc_expand_kernel(const float* x, float* out, int64_t n, int64_t H, int64_t total) {
   pdl_wait();
@@ -91,20 +90,34 @@ __device__ __forceinline__ float4 post_value4(const float* xt, const float* yt, 
 }
 
 // Block (m, t): mixes[t, m] = dot(x[t], fn[m]) / rms(x[t]). Four values a load when F % 4 == 0 (rows 16-byte
-// aligned), several loads in flight per thread. kPost: the token's streams x[t] are hc_post's new streams,
-// formed here from pi (the same values hc_post_kernel computes; block m = 0 also stores them), so the launch
-// replaces hc_post + hc_mixes with the same bits.
+// aligned), several loads in flight per thread. Up to kMixPreload float4s of a thread's weights (V4-Flash's
+// 4 x 4096 streams: all of them) are loaded before the PDL wait (weights depend on no earlier kernel), then
+// all of its stream values at once, so the launch waits on one L2 round trip after the previous kernel.
+// kPost: the token's streams x[t] are hc_post's new streams, formed here from pi (the same values
+// hc_post_kernel computes; block m = 0 also stores them), so the launch replaces hc_post + hc_mixes with the
+// same bits.
 template <bool kPost, int kN = 0>
 __global__ void __launch_bounds__(kMixThreads)
     hc_mixes_kernel(const float* x, const float* fn, float* mixes, int64_t F, int64_t M, float norm_eps,
                     HcPostInputs pi) {
   __shared__ float s_post[kPost ? kMaxHyperStreams : 1];
   __shared__ float s_comb[kPost ? kMaxHyperStreams * kMaxHyperStreams : 1];
+  const int64_t m = blockIdx.x, t = blockIdx.y;
+  const float* w = fn + m * F;  // [F]
+  const int64_t F4 = F / 4;
+  // (not for a run-time stream count's forming: its registers would spill)
+  const bool preload = (!kPost || kN > 0) && F % 4 == 0 && F4 <= int64_t{kMixPreload} * kMixThreads;
+  float4 wv[kMixPreload];
+  if (preload) {
+#pragma unroll
+    for (int j = 0; j < kMixPreload; ++j) {
+      const int64_t i = threadIdx.x + int64_t{j} * kMixThreads;
+      if (i < F4) wv[j] = __ldg(reinterpret_cast<const float4*>(w) + i);
+    }
+  }
   pdl_wait();
   pdl_trigger();
-  const int64_t m = blockIdx.x, t = blockIdx.y;
   const float* row = kPost ? nullptr : x + t * F;  // [F]
-  const float* w = fn + m * F;                     // [F]
   const int n = pi.n;
   const int64_t H = pi.H;
   const float* xt = kPost ? pi.x + t * F : nullptr;  // [n, H]
@@ -115,36 +128,55 @@ __global__ void __launch_bounds__(kMixThreads)
     if (threadIdx.x < n * n) s_comb[threadIdx.x] = pi.comb[t * n * n + threadIdx.x];
     __syncthreads();
   }
+  // Stream values i .. i + 3 (kPost: formed, and stored by block 0).
+  auto value4 = [&](int64_t i) {
+    float4 v;
+    if constexpr (kPost) {
+      if (pi.vec4) {
+        v = post_value4<kN>(xt, yt, s_post, s_comb, n, static_cast<int>(H), static_cast<int>(4 * i));
+        if (out) reinterpret_cast<float4*>(out)[i] = v;
+      } else {
+        v = make_float4(post_value(xt, yt, s_post, s_comb, n, H, 4 * i),
+                        post_value(xt, yt, s_post, s_comb, n, H, 4 * i + 1),
+                        post_value(xt, yt, s_post, s_comb, n, H, 4 * i + 2),
+                        post_value(xt, yt, s_post, s_comb, n, H, 4 * i + 3));
+        if (out) {
+          out[4 * i] = v.x;
+          out[4 * i + 1] = v.y;
+          out[4 * i + 2] = v.z;
+          out[4 * i + 3] = v.w;
+        }
+      }
+    } else {
+      v = reinterpret_cast<const float4*>(row)[i];
+    }
+    return v;
+  };
   float dot = 0.0f, ss = 0.0f;
-  if (F % 4 == 0) {  // (kPost: hc_mixes' order over the values however they are formed)
-    const float4* row4 = reinterpret_cast<const float4*>(row);
+  auto accumulate = [&](const float4& v, const float4& u) {
+    dot = fmaf(v.w, u.w, fmaf(v.z, u.z, fmaf(v.y, u.y, fmaf(v.x, u.x, dot))));
+    ss = fmaf(v.w, v.w, fmaf(v.z, v.z, fmaf(v.y, v.y, fmaf(v.x, v.x, ss))));
+  };
+  if (preload) {  // the loop below's order; x's values loaded first (kPost: formed as they come)
+    float4 xv[kPost ? 1 : kMixPreload];
+#pragma unroll
+    for (int j = 0; j < kMixPreload; ++j) {
+      const int64_t i = threadIdx.x + int64_t{j} * kMixThreads;
+      if constexpr (kPost) {
+        if (i < F4) accumulate(value4(i), wv[j]);
+      } else if (i < F4) {
+        xv[j] = value4(i);
+      }
+    }
+    if constexpr (!kPost) {
+#pragma unroll
+      for (int j = 0; j < kMixPreload; ++j)
+        if (threadIdx.x + int64_t{j} * kMixThreads < F4) accumulate(xv[j], wv[j]);
+    }
+  } else if (F % 4 == 0) {  // (kPost: hc_mixes' order over the values however they are formed)
     const float4* w4 = reinterpret_cast<const float4*>(w);
 #pragma unroll 4
-    for (int64_t i = threadIdx.x; i < F / 4; i += kMixThreads) {
-      float4 v;
-      if constexpr (kPost) {
-        if (pi.vec4) {
-          v = post_value4<kN>(xt, yt, s_post, s_comb, n, static_cast<int>(H), static_cast<int>(4 * i));
-          if (out) reinterpret_cast<float4*>(out)[i] = v;
-        } else {
-          v = make_float4(post_value(xt, yt, s_post, s_comb, n, H, 4 * i),
-                          post_value(xt, yt, s_post, s_comb, n, H, 4 * i + 1),
-                          post_value(xt, yt, s_post, s_comb, n, H, 4 * i + 2),
-                          post_value(xt, yt, s_post, s_comb, n, H, 4 * i + 3));
-          if (out) {
-            out[4 * i] = v.x;
-            out[4 * i + 1] = v.y;
-            out[4 * i + 2] = v.z;
-            out[4 * i + 3] = v.w;
-          }
-        }
-      } else {
-        v = row4[i];
-      }
-      const float4 u = w4[i];
-      dot = fmaf(v.w, u.w, fmaf(v.z, u.z, fmaf(v.y, u.y, fmaf(v.x, u.x, dot))));
-      ss = fmaf(v.w, v.w, fmaf(v.z, v.z, fmaf(v.y, v.y, fmaf(v.x, v.x, ss))));
-    }
+    for (int64_t i = threadIdx.x; i < F4; i += kMixThreads) accumulate(value4(i), w4[i]);
   } else {
 #pragma unroll 4
     for (int64_t i = threadIdx.x; i < F; i += kMixThreads) {
@@ -164,138 +196,81 @@ __global__ void __launch_bounds__(kMixThreads)
   if (threadIdx.x == 0) mixes[t * M + m] = dot * rsqrtf(ss / static_cast<float>(F) + norm_eps);
 }
 
-// Sinkhorn-Knopp on one n x n matrix (row-major, shared memory) by warp 0: columns first, then `iters - 1`
-// row/column rounds, lane j summing and dividing column (or row) j in the order one thread would.
+// Sinkhorn-Knopp on one n x n matrix (row-major, shared memory) by warp 0, for n above post_comb_warp's: lane
+// j scales column (or row) j as hc::sinkhorn_scale does. Columns first, then `iters - 1` row/column rounds.
 __device__ void sinkhorn_warp(float* c, int n, int64_t iters, float eps) {
   const int lane = threadIdx.x % 32;
-  auto norm_cols = [&]() {
+  auto scale_line = [&](bool rows) {
     if (lane < n) {
+      const int step = rows ? 1 : n, first = rows ? lane * n : lane;
       float s = 0.0f;
-      for (int r = 0; r < n; ++r) s += c[r * n + lane];
-      for (int r = 0; r < n; ++r) c[r * n + lane] /= (s + eps);
+      for (int k = 0; k < n; ++k) s += c[first + k * step];
+      const float inv = __fdividef(1.0f, s + eps);
+      for (int k = 0; k < n; ++k) c[first + k * step] *= inv;
     }
     __syncwarp();
   };
-  auto norm_rows = [&]() {
-    if (lane < n) {
-      float s = 0.0f;
-      for (int col = 0; col < n; ++col) s += c[lane * n + col];
-      for (int col = 0; col < n; ++col) c[lane * n + col] /= (s + eps);
-    }
-    __syncwarp();
-  };
-  norm_cols();
+  scale_line(false);
   for (int64_t i = 0; i + 1 < iters; ++i) {
-    norm_rows();
-    norm_cols();
+    scale_line(true);
+    scale_line(false);
   }
 }
 
-// Block (t, chunk) of a collapse: out[t, i] = sum_j pre[j] x[t, j, i] for its kThreads columns i (pre in
-// shared memory).
-__device__ __forceinline__ void collapse_chunk(const float* x, const float* pre, int n, int64_t H, int64_t t,
+// Block (t, chunk) of a collapse: out[t, i] = sum_j pre[j] x[t, j, i] for its kThreads columns i, with the
+// gates pre[j] = sigmoid(mt[j] scale[0] + base[j]) + eps (mt: the token's mixes). The gates' weights are
+// loaded before the PDL wait; after it, a thread's n stream values go out with the mixes' loads (one L2 round
+// trip, not a gate round trip and then a stream round trip).
+__device__ __forceinline__ void collapse_block(const float* x, const float* mt, const float* base,
+                                               const float* scale, int n, int64_t H, int64_t t, float hc_eps,
                                                float* out) {
+  __shared__ float pre[kMaxHyperStreams];
+  const int j = threadIdx.x;
+  const float b = j < n ? base[j] : 0.0f, s0 = scale[0];
+  pdl_wait();
+  pdl_trigger();
   const int64_t i = static_cast<int64_t>(blockIdx.y) * kThreads + threadIdx.x;
+  const float* xt = x + t * n * H;  // [n, H]
+  float xv[kMaxHyperStreams];
+#pragma unroll
+  for (int k = 0; k < kMaxHyperStreams; ++k) xv[k] = k < n && i < H ? xt[k * H + i] : 0.0f;
+  if (j < n) pre[j] = hc::sigmoidf(mt[j] * s0 + b) + hc_eps;
+  __syncthreads();
   if (i >= H) return;
-  const float* xt = x + t * n * H;
   float acc = 0.0f;
-  for (int j = 0; j < n; ++j) acc = fmaf(pre[j], xt[j * H + i], acc);
+#pragma unroll
+  for (int k = 0; k < kMaxHyperStreams; ++k)
+    if (k < n) acc = fmaf(pre[k], xv[k], acc);
   out[t * H + i] = acc;
 }
 
-// Sinkhorn-Knopp as sinkhorn_warp computes it, for N * N <= 32: lane r * N + col holds c[r][col] in a
-// register and gathers its column's (row's) values by shuffles, all in flight at once, summing them in the
-// same order.
+// post [n] and comb [n, n] of one token (mt: its mixes) by warp 0 for N = n <= 5 (hc::post_comb), the
+// weights loaded before the PDL wait.
 template <int N>
-__device__ float sinkhorn_lanes(float v, int64_t iters, float eps) {
-  static_assert(N * N <= 32, "one lane per entry");
-  const int lane = threadIdx.x % 32, row = lane / N, col = lane % N;
-  auto norm_cols = [&]() {
-    float g[N];
-#pragma unroll
-    for (int r = 0; r < N; ++r) g[r] = __shfl_sync(0xffffffffu, v, r * N + col);
-    float s = 0.0f;
-#pragma unroll
-    for (int r = 0; r < N; ++r) s += g[r];
-    v /= (s + eps);
-  };
-  auto norm_rows = [&]() {
-    float g[N];
-#pragma unroll
-    for (int k = 0; k < N; ++k) g[k] = __shfl_sync(0xffffffffu, v, row * N + k);
-    float s = 0.0f;
-#pragma unroll
-    for (int k = 0; k < N; ++k) s += g[k];
-    v /= (s + eps);
-  };
-  norm_cols();
-  for (int64_t i = 0; i + 1 < iters; ++i) {
-    norm_rows();
-    norm_cols();
-  }
-  return v;
-}
-
-// The matrix c (n x n, shared) after Sinkhorn, written to comb [n * n] by warp 0: in registers up to 5
-// streams.
-__device__ void sinkhorn_to(float* c, float* comb, int n, int64_t iters, float eps) {
-  const int lane = threadIdx.x % 32;
-  const float v = lane < n * n ? c[lane] : 0.0f;
-  float r = 0.0f;
-  switch (n) {
-    case 1:
-      r = sinkhorn_lanes<1>(v, iters, eps);
-      break;
-    case 2:
-      r = sinkhorn_lanes<2>(v, iters, eps);
-      break;
-    case 3:
-      r = sinkhorn_lanes<3>(v, iters, eps);
-      break;
-    case 4:
-      r = sinkhorn_lanes<4>(v, iters, eps);
-      break;
-    case 5:
-      r = sinkhorn_lanes<5>(v, iters, eps);
-      break;
-    default:
-      sinkhorn_warp(c, n, iters, eps);
-      for (int e = lane; e < n * n; e += 32) comb[e] = c[e];
-      return;
-  }
-  if (lane < n * n) comb[lane] = r;
-}
-
-// Block (t, chunk < chunks): the token's pre gates (every block makes the same ones), then its kThreads
-// columns of the collapse. Block (t, chunks) makes post and comb with warp 0 (lane j: stream j's gate and row
-// j's softmax, then Sinkhorn) beside the collapse blocks rather than after a collapse chunk, so the kernel
-// should last the longer of the two, not their sum (not timed alone: 9.4 us a launch in an H100 trace of the
-// V4-Flash 4-layer slice with it, docs/benchmarks.md, fifty-second session). kMaxHyperStreams <= 32 lanes.
-__global__ void __launch_bounds__(kThreads)
-    hc_pre_finish_kernel(const float* x, const float* mixes, const float* base, const float* scale,
-                         float* out, float* post, float* comb, int n, int64_t H, int64_t iters,
-                         float hc_eps) {
+__device__ void post_comb_warp(const float* mt, const float* base, const float* scale, float* post_t,
+                               float* comb_t, int64_t iters, float hc_eps) {
+  hc::PostCombWeights<N> w;
+  w.load(base, scale);
   pdl_wait();
   pdl_trigger();
+  hc::post_comb<N>(w, mt, post_t, comb_t, iters, hc_eps);
+}
+
+// post_comb_warp for any n <= kMaxHyperStreams: lane j makes stream j's gate and row j's softmax in shared
+// memory, then sinkhorn_warp.
+__device__ void post_comb_shared(const float* mt, const float* base, const float* scale, float* post_t,
+                                 float* comb_t, int n, int64_t iters, float hc_eps) {
   static_assert(kMaxHyperStreams <= 32, "one lane per stream");
-  __shared__ float pre[kMaxHyperStreams];
   __shared__ float c[kMaxHyperStreams * kMaxHyperStreams];
-  const int64_t t = blockIdx.x;
-  const float* m = mixes + t * (2 + n) * n;  // [(2 + n) n]
-  const int j = threadIdx.x;
-  if (blockIdx.y + 1 < gridDim.y) {
-    if (j < n) pre[j] = sigmoidf(m[j] * scale[0] + base[j]) + hc_eps;
-    __syncthreads();
-    collapse_chunk(x, pre, n, H, t, out);
-    return;
-  }
-  if (j >= 32) return;
+  pdl_wait();
+  pdl_trigger();
+  const int j = threadIdx.x % 32;
   if (j < n) {
-    post[t * n + j] = 2.0f * sigmoidf(m[n + j] * scale[1] + base[n + j]);
+    post_t[j] = 2.0f * hc::sigmoidf(mt[n + j] * scale[1] + base[n + j]);
     float* row = c + j * n;  // row-wise softmax, then + eps
     float mx = -INFINITY;
     for (int k = 0; k < n; ++k) {
-      row[k] = m[2 * n + j * n + k] * scale[2] + base[2 * n + j * n + k];
+      row[k] = mt[2 * n + j * n + k] * scale[2] + base[2 * n + j * n + k];
       mx = fmaxf(mx, row[k]);
     }
     float sum = 0.0f;
@@ -303,21 +278,53 @@ __global__ void __launch_bounds__(kThreads)
     for (int k = 0; k < n; ++k) row[k] = row[k] / sum + hc_eps;
   }
   __syncwarp();
-  sinkhorn_to(c, comb + t * n * n, n, iters, hc_eps);
+  sinkhorn_warp(c, n, iters, hc_eps);
+  for (int e = j; e < n * n; e += 32) comb_t[e] = c[e];
 }
 
-// Block (t, chunk): the token's pre gates, then its kThreads columns of the collapse (as hc_pre_finish).
+// Block (t, chunk < chunks): the token's gates and its kThreads columns of the collapse (collapse_block).
+// Block (t, chunks) makes post and comb with warp 0 beside the collapse blocks rather than after a collapse
+// chunk, so the launch lasts the longer of the two, not their sum.
+__global__ void __launch_bounds__(kThreads)
+    hc_pre_finish_kernel(const float* x, const float* mixes, const float* base, const float* scale,
+                         float* out, float* post, float* comb, int n, int64_t H, int64_t iters,
+                         float hc_eps) {
+  const int64_t t = blockIdx.x;
+  const float* mt = mixes + t * (2 + n) * n;  // [(2 + n) n]
+  if (blockIdx.y + 1 < gridDim.y) {
+    collapse_block(x, mt, base, scale, n, H, t, hc_eps, out);
+    return;
+  }
+  if (threadIdx.x >= 32) return;
+  float* post_t = post + t * n;      // [n]
+  float* comb_t = comb + t * n * n;  // [n, n]
+  switch (n) {
+    case 1:
+      post_comb_warp<1>(mt, base, scale, post_t, comb_t, iters, hc_eps);
+      break;
+    case 2:
+      post_comb_warp<2>(mt, base, scale, post_t, comb_t, iters, hc_eps);
+      break;
+    case 3:
+      post_comb_warp<3>(mt, base, scale, post_t, comb_t, iters, hc_eps);
+      break;
+    case 4:
+      post_comb_warp<4>(mt, base, scale, post_t, comb_t, iters, hc_eps);
+      break;
+    case 5:
+      post_comb_warp<5>(mt, base, scale, post_t, comb_t, iters, hc_eps);
+      break;
+    default:
+      post_comb_shared(mt, base, scale, post_t, comb_t, n, iters, hc_eps);
+  }
+}
+
+// Block (t, chunk): the token's pre gates, then its kThreads columns of the collapse (collapse_block).
 __global__ void __launch_bounds__(kThreads)
     hc_head_finish_kernel(const float* x, const float* mixes, const float* base, const float* scale,
                           float* out, int n, int64_t H, float hc_eps) {
-  pdl_wait();
-  pdl_trigger();
-  __shared__ float pre[kMaxHyperStreams];
   const int64_t t = blockIdx.x;
-  if (threadIdx.x < n)
-    pre[threadIdx.x] = sigmoidf(mixes[t * n + threadIdx.x] * scale[0] + base[threadIdx.x]) + hc_eps;
-  __syncthreads();
-  collapse_chunk(x, pre, n, H, t, out);
+  collapse_block(x, mixes + t * n, base, scale, n, H, t, hc_eps, out);
 }
 
 __global__ void hc_post_kernel(const float* x, const float* y, const float* post, const float* comb,

@@ -35,6 +35,36 @@ void launch_hc_pre_finish(const float* x, const float* mixes, const float* base,
                           float* out, float* post, float* comb, int64_t T, int64_t n, int64_t H,
                           int64_t iters, float hc_eps);
 
+// launch_hc_pre_fused's operands. Without y: hc_pre of the streams x [T, n, H] (launch_hc_mixes, then
+// launch_hc_pre_finish). With y: hc_post first (x the old streams, y [T, H], post [T, n], comb [T, n, n]; the
+// new streams to `streams` [T, n, H]), then hc_pre of the new streams. fn [M, n H], base [M], scale [3] f32;
+// out [T, H], post_out [T, n], comb_out [T, n, n]. No output may alias an input.
+struct HcFusedArgs {
+  const float* x = nullptr;
+  const float* y = nullptr;
+  const float* post = nullptr;
+  const float* comb = nullptr;
+  float* streams = nullptr;
+  const float* fn = nullptr;
+  const float* base = nullptr;
+  const float* scale = nullptr;
+  float* out = nullptr;
+  float* post_out = nullptr;
+  float* comb_out = nullptr;
+  int H = 0;
+  int64_t iters = 0;
+  float hc_eps = 0.0f, norm_eps = 0.0f;
+};
+
+// Whether launch_hc_pre_fused takes this step: the Hopper path, 1 to 64 tokens, n = 4 streams (M = 24) of
+// H <= 4096 values with H % 32 == 0, 16-byte aligned operands.
+bool hc_pre_fused_supported(int64_t T, int64_t n, int64_t H, int64_t M, const HcFusedArgs& a);
+
+// The hyper-connection pre-step (with y: after hc_post) in one launch of one thread block cluster per token
+// (v4_hc_fused_kernels.cu); the outputs of the separate launches up to the mixes' float32 reduction order
+// (the new streams: the same bits).
+void launch_hc_pre_fused(const HcFusedArgs& a, int64_t T, int64_t n, int64_t H, int64_t M);
+
 // The head's collapse: out [T, H] = sum_j (sigmoid(mixes[t, j] * scale[0] + base[j]) + eps) x[t, j] from
 // mixes [T, n].
 void launch_hc_head_finish(const float* x, const float* mixes, const float* base, const float* scale,

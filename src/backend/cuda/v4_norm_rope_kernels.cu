@@ -3,7 +3,8 @@
 // threads and rms_norm_kernel's expression: launch_rms_norm's bits), its last rope_dim dims are rotated at
 // the token's position (rope_math::rotate_pair, rope_kernel's arithmetic) in shared memory, and the query
 // head is stored, the K = V row written to its cache slot (write_kv's conversion). The same bits as
-// launch_rms_norm, launch_rope and launch_write_kv run one after another, in one launch instead of five.
+// launch_rms_norm, launch_rope and launch_write_kv run one after another, in one launch instead of five. The
+// norm weight and the rope frequencies are loaded before the PDL wait.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -19,6 +20,7 @@ namespace dsinfer::cuda {
 namespace {
 
 constexpr int kThreads = 256;  // launch_rms_norm's block: block_inv_rms's sum order follows it
+constexpr int kPreload = 4;    // norm weight values a thread loads before the wait (head dims up to 1024)
 
 template <typename KV>
 __global__ void __launch_bounds__(kThreads)
@@ -27,22 +29,37 @@ __global__ void __launch_bounds__(kThreads)
                               const int64_t* slot_mapping, const int32_t* positions, const float* inv_freq,
                               int H, int D, int rope_dim, float scaling, float eps) {
   extern __shared__ float s_row[];  // [D] the normalised row, rotated in place
-  pdl_wait();
-  pdl_trigger();
   const int64_t t = blockIdx.x;
   const int y = blockIdx.y;
   const bool is_q = y < H;
+  const uint16_t* w = is_q ? q_norm : kv_norm;  // [D]
+  // The norm weight's first kPreload values a thread scales and its first rope frequency, loaded before the
+  // wait (weights depend on no earlier kernel).
+  float wv[kPreload];
+#pragma unroll
+  for (int k = 0; k < kPreload; ++k) {
+    const int i = threadIdx.x + k * kThreads;
+    wv[k] = i < D ? bf16_bits_to_float(w[i]) : 0.0f;
+  }
+  const int half = rope_dim / 2, offset = D - rope_dim;
+  const float freq0 = threadIdx.x < half ? inv_freq[threadIdx.x] : 0.0f;
+  pdl_wait();
+  pdl_trigger();
   const float* row = is_q ? q + (t * H + y) * D : kv + t * D;  // [D]
-  const uint16_t* w = is_q ? q_norm : kv_norm;                 // [D]
+  const float pos = static_cast<float>(positions[t]);          // (in flight during the sum of squares)
   const float inv = block_inv_rms(row, D, eps);
-  for (int i = threadIdx.x; i < D; i += kThreads) s_row[i] = bf16_bits_to_float(w[i]) * (row[i] * inv);
+#pragma unroll
+  for (int k = 0; k < kPreload; ++k) {
+    const int i = threadIdx.x + k * kThreads;
+    if (i < D) s_row[i] = wv[k] * (row[i] * inv);
+  }
+  for (int i = threadIdx.x + kPreload * kThreads; i < D; i += kThreads)
+    s_row[i] = bf16_bits_to_float(w[i]) * (row[i] * inv);
   __syncthreads();
   // Interleaved pairs (2p, 2p + 1) of the last rope_dim dims.
-  const float pos = static_cast<float>(positions[t]);
-  const int half = rope_dim / 2, offset = D - rope_dim;
   for (int p = threadIdx.x; p < half; p += kThreads) {
     float x0 = s_row[offset + 2 * p], x1 = s_row[offset + 2 * p + 1];
-    rope_math::rotate_pair(x0, x1, inv_freq[p], pos, scaling, 1.0f);
+    rope_math::rotate_pair(x0, x1, p == threadIdx.x ? freq0 : inv_freq[p], pos, scaling, 1.0f);
     s_row[offset + 2 * p] = x0;
     s_row[offset + 2 * p + 1] = x1;
   }
