@@ -24,6 +24,14 @@ namespace {
 
 using namespace deepseek_ops_test;
 
+// Random hyper-connection weights for n streams of H values (fn [(2 + n) n, n H], base, scale [3]) on the
+// host.
+HyperConnWeights random_hc(CudaDeepseekOpsTest& test, int64_t n, int64_t H) {
+  const int64_t M = (2 + n) * n;
+  return HyperConnWeights{test.random_bf16_values({M, n * H}, 0.05f), test.random_bf16_values({M}, 0.5f),
+                          test.random_bf16_values({3}, 0.5f)};
+}
+
 // The bf16 GPU copy of every layer of a host cache (whose values are bf16-representable).
 KvCache gpu_copy(const KvCache& host) {
   std::vector<KvLayerSpec> layers;
@@ -66,11 +74,9 @@ TEST_F(CudaDeepseekOpsTest, HyperConnectionsMatchCpu) {
                          {2, 16, 96},
                          {2, 3, 75}}) {  // n * H odd: the mixing logits' one-value loads
     SCOPED_TRACE("T " + std::to_string(T) + " n " + std::to_string(n) + " H " + std::to_string(H));
-    const int64_t M = (2 + n) * n;
     const Tensor x = random_bf16_values({T, H});
     const Tensor streams = random_bf16_values({T, n, H});
-    HyperConnWeights w{random_bf16_values({M, n * H}, 0.05f), random_bf16_values({M}, 0.5f),
-                       random_bf16_values({3}, 0.5f)};
+    const HyperConnWeights w = random_hc(*this, n, H);
     const HyperConnWeights wd = device_hc(w);
 
     const Tensor expanded = gpu.to_host(gpu.hc_expand(cuda::to_device(x), n));
@@ -128,13 +134,9 @@ TEST_F(CudaDeepseekOpsTest, HyperConnPostPreEqualsPostThenPre) {
                          {2, 4, 75},
                          {2, 3, 75}}) {
     SCOPED_TRACE("T " + std::to_string(T) + " n " + std::to_string(n) + " H " + std::to_string(H));
-    const int64_t M = (2 + n) * n;
     const Tensor streams = random_bf16_values({T, n, H});
     const Tensor y = random_bf16_values({T, H});
-    HyperConnWeights w0{random_bf16_values({M, n * H}, 0.05f), random_bf16_values({M}, 0.5f),
-                        random_bf16_values({3}, 0.5f)};
-    HyperConnWeights w1{random_bf16_values({M, n * H}, 0.05f), random_bf16_values({M}, 0.5f),
-                        random_bf16_values({3}, 0.5f)};
+    const HyperConnWeights w0 = random_hc(*this, n, H), w1 = random_hc(*this, n, H);
     const HyperConnWeights w0d = device_hc(w0), w1d = device_hc(w1);
 
     // The previous sublayer's post and comb.
@@ -192,10 +194,7 @@ TEST_F(CudaDeepseekOpsTest, HyperConnFusedEqualsSeparateLaunches) {
     const int64_t M = (2 + n) * n;
     const Tensor streams = random_bf16_values({T, n, H});
     const Tensor y = random_bf16_values({T, H});
-    HyperConnWeights w0{random_bf16_values({M, n * H}, 0.05f), random_bf16_values({M}, 0.5f),
-                        random_bf16_values({3}, 0.5f)};
-    HyperConnWeights w1{random_bf16_values({M, n * H}, 0.05f), random_bf16_values({M}, 0.5f),
-                        random_bf16_values({3}, 0.5f)};
+    const HyperConnWeights w0 = random_hc(*this, n, H), w1 = random_hc(*this, n, H);
     const HyperConnWeights w0d = device_hc(w0), w1d = device_hc(w1);
     const Tensor h = cuda::to_device(streams), yd = cuda::to_device(y);
     // On the Hopper path the fused kernel must take V4-Flash's decode shape (else this test checks nothing).
