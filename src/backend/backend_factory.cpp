@@ -41,9 +41,6 @@ std::unique_ptr<Backend> make_cuda_backend(const std::string& cuda_arch, const M
               "\"");
     options.moe_grouped_min_rows = n;
   }
-  // DSINFER_CUDA_HC_POST_MIXES=1 / 0: V4's write-back formed inside the next mixes launch on / off (off by
-  // default, cuda_backend.h).
-  options.hc_post_mixes_fused = env_switch("DSINFER_CUDA_HC_POST_MIXES", options.hc_post_mixes_fused);
   // DSINFER_CUDA_HC_FUSED=0 / 1: V4's hyper-connection pre-step (after the write-back) as one cluster launch
   // off / on (on by default, cuda_backend.h).
   options.hc_fused = env_switch("DSINFER_CUDA_HC_FUSED", options.hc_fused);

@@ -118,12 +118,12 @@ void expect_same_bits(const Tensor& a, const Tensor& b, const char* what) {
   EXPECT_EQ(differ, 0) << what << ": " << differ << " of " << a.numel() << " values differ";
 }
 
-// hc_post_pre (one launch for the write-back and the next mixes, then the finish) against hc_post then hc_pre
-// on the GPU, bit for bit, with the results written over the inputs as the model does; and against the CPU.
+// hc_post_pre where the one-launch form is off or does not take the shape (the Backend's composition), with
+// its results written over its inputs as the model does: against hc_post then hc_pre on the GPU, bit for bit,
+// and against the CPU.
 TEST_F(CudaDeepseekOpsTest, HyperConnPostPreEqualsPostThenPre) {
   CudaBackendOptions options;
-  options.hc_post_mixes_fused = true;  // the one-launch form (off by default until timed)
-  options.hc_fused = false;            // (which would take the decode shapes instead)
+  options.hc_fused = false;  // (HyperConnFusedEqualsSeparateLaunches checks the one-launch form)
   CudaBackend gpu(options);
   // (tokens, streams, hidden): decode and prefill at V4-Flash's width, the tiny fixture's, many streams,
   // hidden % 4 != 0 with n * hidden % 4 == 0 and n * hidden odd (one value a load).

@@ -81,12 +81,6 @@ struct CudaBackendOptions {
   // into the output), with no permutation and no combine kernel; false: the weight-streaming expert kernels,
   // the permutation and the combine. H200, V2-Lite batch 1: 2.173 vs 2.379 ms/token.
   bool moe_units = true;
-  // false (default; DSINFER_CUDA_HC_POST_MIXES=1 turns it on): hc_post_pre runs hc_post's kernel, then the
-  // mixes, then the finish; true: the mixes kernel forms hc_post's streams itself (one launch fewer, the same
-  // bits). Off until timed: its first form (a loop over a run-time stream count, each stream's load after
-  // the last one's sum) took 14.2 us a launch against hc_post's 3.4 + hc_mixes' 3.6 (H100, V4-Flash 4-layer
-  // slice, 2026-12-06); the current one unrolls V4's 4 streams with every load issued first, not yet timed.
-  bool hc_post_mixes_fused = false;
   // true (default; DSINFER_CUDA_HC_FUSED=0 turns it off): hc_pre and hc_post_pre of up to 64 tokens with V4's
   // 4 streams of at most 4096 values run as one launch on the Hopper path (cuda::launch_hc_pre_fused: a
   // thread block cluster per token; hc_post, the mixes and the finish together), other shapes as separate

@@ -49,11 +49,10 @@ struct HcMixes {
   const float* base = nullptr;
   const float* scale = nullptr;
   Tensor mixes;  // [T, M]
-  int64_t T = 0, n = 0, H = 0;
+  int64_t T = 0, n = 0, H = 0, M = 0;
 };
 
-// The checked weights of a hyper-connection over streams of shape [T, n, H], mixes allocated and not
-// launched; m.x unset.
+// The checked weights of a hyper-connection over streams of shape [T, n, H]; m.x and m.mixes unset.
 HcMixes hc_mix_weights(const Shape& streams, const HyperConnWeights& w, bool head, const char* op) {
   DSI_CHECK(streams.size() == 3, op, ": expected streams [T, n, H], got ", shape_str(streams));
   HcMixes m;
@@ -70,7 +69,7 @@ HcMixes hc_mix_weights(const Shape& streams, const HyperConnWeights& w, bool hea
   m.fn = dev_param(w.fn, M * m.n * m.H, op, "fn");
   m.base = dev_param(w.base, M, op, "base");
   m.scale = dev_param(w.scale, scales, op, "scale");
-  m.mixes = device_f32({m.T, M});
+  m.M = M;
   return m;
 }
 
@@ -78,15 +77,17 @@ HcMixes hc_mix_weights(const Shape& streams, const HyperConnWeights& w, bool hea
 HcMixes hc_mixes(const Tensor& x, const HyperConnWeights& w, bool head, float norm_eps, const char* op) {
   HcMixes m = hc_mix_weights(x.shape(), w, head, op);
   m.x = dev_f32(x, op, "x");
-  cuda::launch_hc_mixes(m.x, m.fn, m.mixes.data<float>(), m.T, m.n * m.H, m.mixes.dim(1), norm_eps);
+  m.mixes = device_f32({m.T, m.M});
+  cuda::launch_hc_mixes(m.x, m.fn, m.mixes.data<float>(), m.T, m.n * m.H, m.M, norm_eps);
   return m;
 }
 
 // The one-launch pre-step (cuda::launch_hc_pre_fused) for m's weights and a's streams (and, with a.y,
-// hc_post's inputs and a.streams): allocates out [T, H], post [T, n], comb [T, n, n] and launches, or returns
-// false (nothing launched) where the fused kernel does not take the shape.
+// hc_post's inputs; the new streams then go to *streams [T, n, H]): allocates out [T, H], post [T, n], comb
+// [T, n, n] and launches, or returns false (nothing allocated or launched) where the fused kernel does not
+// take the shape.
 bool launch_hc_fused(const HcMixes& m, cuda::HcFusedArgs a, int64_t iters, float hc_eps, float norm_eps,
-                     Tensor* out, Tensor* post, Tensor* comb) {
+                     Tensor* out, Tensor* post, Tensor* comb, Tensor* streams = nullptr) {
   a.fn = m.fn;
   a.base = m.base;
   a.scale = m.scale;
@@ -94,15 +95,18 @@ bool launch_hc_fused(const HcMixes& m, cuda::HcFusedArgs a, int64_t iters, float
   a.iters = iters;
   a.hc_eps = hc_eps;
   a.norm_eps = norm_eps;
-  const int64_t M = m.mixes.dim(1);
-  if (!cuda::hc_pre_fused_supported(m.T, m.n, m.H, M, a)) return false;
+  if (!cuda::hc_pre_fused_supported(m.T, m.n, m.H, m.M, a)) return false;
+  if (a.y != nullptr) {
+    *streams = device_f32({m.T, m.n, m.H});  // [T, n, H]
+    a.streams = streams->data<float>();
+  }
   *out = device_f32({m.T, m.H});        // [T, H]
   *post = device_f32({m.T, m.n});       // [T, n]
   *comb = device_f32({m.T, m.n, m.n});  // [T, n, n]
   a.out = out->data<float>();
   a.post_out = post->data<float>();
   a.comb_out = comb->data<float>();
-  cuda::launch_hc_pre_fused(a, m.T, m.n, m.H, M);
+  cuda::launch_hc_pre_fused(a, m.T, m.n, m.H, m.M);
   return true;
 }
 
@@ -226,44 +230,26 @@ Tensor CudaBackend::hc_post_pre(const Tensor& x, const Tensor& y, const Tensor& 
   // x [T, n, H], y [T, H], post [T, n], comb [T, n, n] -> new streams [T, n, H], collapsed [T, H], the next
   // post [T, n] and comb [T, n, n]. post, comb and x are read by the first launch, before *post_out,
   // *comb_out and *streams (which may be the same tensors) are replaced.
-  if (!options_.hc_post_mixes_fused && !options_.hc_fused)
-    return Backend::hc_post_pre(x, y, post, comb, w, iters, hc_eps, norm_eps, streams, post_out, comb_out);
-  const char* op = "hc_post_pre";
-  HcMixes m = hc_mix_weights(x.shape(), w, /*head=*/false, op);
-  DSI_CHECK(y.numel() == m.T * m.H && post.numel() == m.T * m.n && comb.numel() == m.T * m.n * m.n, op,
-            ": shape mismatch (streams ", shape_str(x.shape()), ", y ", shape_str(y.shape()), ", post ",
-            shape_str(post.shape()), ", comb ", shape_str(comb.shape()), ")");
   if (options_.hc_fused) {
+    const char* op = "hc_post_pre";
+    const HcMixes m = hc_mix_weights(x.shape(), w, /*head=*/false, op);
+    DSI_CHECK(y.numel() == m.T * m.H && post.numel() == m.T * m.n && comb.numel() == m.T * m.n * m.n, op,
+              ": shape mismatch (streams ", shape_str(x.shape()), ", y ", shape_str(y.shape()), ", post ",
+              shape_str(post.shape()), ", comb ", shape_str(comb.shape()), ")");
     cuda::HcFusedArgs a;
     a.x = dev_f32(x, op, "x");
     a.y = dev_f32(y, op, "y");
     a.post = dev_f32(post, op, "post");
     a.comb = dev_f32(comb, op, "comb");
-    Tensor s = device_f32({m.T, m.n, m.H});  // [T, n, H]
-    a.streams = s.data<float>();
-    Tensor out, p, c;
-    if (launch_hc_fused(m, a, iters, hc_eps, norm_eps, &out, &p, &c)) {
+    Tensor out, s, p, c;
+    if (launch_hc_fused(m, a, iters, hc_eps, norm_eps, &out, &p, &c, &s)) {
       *streams = std::move(s);
       *post_out = std::move(p);
       *comb_out = std::move(c);
       return out;
     }
-    if (!options_.hc_post_mixes_fused)
-      return Backend::hc_post_pre(x, y, post, comb, w, iters, hc_eps, norm_eps, streams, post_out, comb_out);
   }
-  Tensor s = device_f32({m.T, m.n, m.H});  // [T, n, H]
-  cuda::launch_hc_post_mixes(dev_f32(x, op, "x"), dev_f32(y, op, "y"), dev_f32(post, op, "post"),
-                             dev_f32(comb, op, "comb"), s.data<float>(), m.fn, m.mixes.data<float>(), m.T,
-                             m.n, m.H, m.mixes.dim(1), norm_eps);
-  Tensor out = device_f32({m.T, m.H});     // [T, H]
-  Tensor p = device_f32({m.T, m.n});       // [T, n]
-  Tensor c = device_f32({m.T, m.n, m.n});  // [T, n, n]
-  cuda::launch_hc_pre_finish(s.data<float>(), m.mixes.data<float>(), m.base, m.scale, out.data<float>(),
-                             p.data<float>(), c.data<float>(), m.T, m.n, m.H, iters, hc_eps);
-  *streams = std::move(s);
-  *post_out = std::move(p);
-  *comb_out = std::move(c);
-  return out;
+  return Backend::hc_post_pre(x, y, post, comb, w, iters, hc_eps, norm_eps, streams, post_out, comb_out);
 }
 
 Tensor CudaBackend::hc_head(const Tensor& x, const HyperConnWeights& w, float hc_eps, float norm_eps) {

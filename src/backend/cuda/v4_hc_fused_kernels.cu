@@ -224,15 +224,17 @@ void launch_fused(const HcFusedArgs& a, int64_t T) {
 }  // namespace
 
 bool hc_pre_fused_supported(int64_t T, int64_t n, int64_t H, int64_t M, const HcFusedArgs& a) {
-  const bool post_ok = a.y == nullptr || (aligned16(a.y) && aligned16(a.streams));
+  // (streams unset: the caller allocates them once the shape is known to be taken)
+  const bool post_ok = a.y == nullptr || (aligned16(a.y) && (a.streams == nullptr || aligned16(a.streams)));
   return arch_path() == ArchPath::kHopper && T >= 1 && T <= kMaxTokens && n == kN && M == kM && H >= 32 &&
          H <= kMaxHidden && H % (4 * kCtas) == 0 && aligned16(a.fn) && aligned16(a.x) && post_ok &&
          (a.y != nullptr ? configured_and_fits<true>() : configured_and_fits<false>());
 }
 
 void launch_hc_pre_fused(const HcFusedArgs& a, int64_t T, int64_t n, int64_t H, int64_t M) {
-  DSI_CHECK(hc_pre_fused_supported(T, n, H, M, a), "hc_pre_fused: unsupported shape (", T, " tokens, ", n,
-            " streams of ", H, ", ", M, " mixes), unaligned operands or not the Hopper path");
+  DSI_CHECK(hc_pre_fused_supported(T, n, H, M, a) && (a.y == nullptr || a.streams != nullptr),
+            "hc_pre_fused: unsupported shape (", T, " tokens, ", n, " streams of ", H, ", ", M,
+            " mixes), unaligned operands or not the Hopper path");
   if (a.y != nullptr) {
     launch_fused<true>(a, T);
   } else {

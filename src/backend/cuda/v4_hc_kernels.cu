@@ -33,80 +33,16 @@ __global__ void hc_expand_kernel(const float* x, float* out, int64_t n, int64_t 
   out[e] = x[t * H + i];
 }
 
-// hc_post's inputs, when the mixes kernel forms the streams itself (hc_post_mixes): x [T, n, H] the old
-// streams, y [T, H], post [T, n], comb [T, n, n]; the new streams go to out [T, n, H] (block m = 0 writes
-// them).
-struct HcPostInputs {
-  const float* x = nullptr;
-  const float* y = nullptr;
-  const float* post = nullptr;
-  const float* comb = nullptr;
-  float* out = nullptr;
-  int n = 0;
-  int64_t H = 0;
-  bool vec4 = false;  // H % 4 == 0 and x, y, out 16-byte aligned: four values a load and a store
-};
-
-// New stream value e (= k H + i) of a token: hc_post_kernel's expression (post, comb of the token in shared
-// memory; xt [n, H] and yt [H] the token's).
-__device__ __forceinline__ float post_value(const float* xt, const float* yt, const float* s_post,
-                                            const float* s_comb, int n, int64_t H, int64_t e) {
-  const int64_t k = e / H, i = e % H;
-  float acc = s_post[k] * yt[i];
-  for (int j = 0; j < n; ++j) acc = fmaf(s_comb[j * n + k], xt[j * H + i], acc);
-  return acc;
-}
-
-// The same for four consecutive values e .. e + 3 of one stream (H % 4 == 0, e % 4 == 0; n * H < 2^31).
-// kN > 0: n == kN, every stream's load issued before the sums (a loop over a run-time n is a chain of
-// dependent L2 round trips: the fused launch took 14 us against hc_post's 3.4 + hc_mixes' 3.6 on an H100).
-template <int kN>
-__device__ __forceinline__ float4 post_value4(const float* xt, const float* yt, const float* s_post,
-                                              const float* s_comb, int n_rt, int H, int e) {
-  const int n = kN > 0 ? kN : n_rt;
-  const int k = e / H, i = e - k * H;
-  const float p = s_post[k];
-  const float4 yv = *reinterpret_cast<const float4*>(yt + i);
-  float4 acc = make_float4(p * yv.x, p * yv.y, p * yv.z, p * yv.w);
-  if constexpr (kN > 0) {
-    float4 xv[kN];
-#pragma unroll
-    for (int j = 0; j < kN; ++j) xv[j] = *reinterpret_cast<const float4*>(xt + j * H + i);
-#pragma unroll
-    for (int j = 0; j < kN; ++j) {
-      const float c = s_comb[j * kN + k];
-      acc = make_float4(fmaf(c, xv[j].x, acc.x), fmaf(c, xv[j].y, acc.y), fmaf(c, xv[j].z, acc.z),
-                        fmaf(c, xv[j].w, acc.w));
-    }
-  } else {
-    for (int j = 0; j < n; ++j) {
-      const float c = s_comb[j * n + k];
-      const float4 xv = *reinterpret_cast<const float4*>(xt + j * H + i);
-      acc =
-          make_float4(fmaf(c, xv.x, acc.x), fmaf(c, xv.y, acc.y), fmaf(c, xv.z, acc.z), fmaf(c, xv.w, acc.w));
-    }
-  }
-  return acc;
-}
-
 // Block (m, t): mixes[t, m] = dot(x[t], fn[m]) / rms(x[t]). Four values a load when F % 4 == 0 (rows 16-byte
 // aligned), several loads in flight per thread. Up to kMixPreload float4s of a thread's weights (V4-Flash's
 // 4 x 4096 streams: all of them) are loaded before the PDL wait (weights depend on no earlier kernel), then
 // all of its stream values at once, so the launch waits on one L2 round trip after the previous kernel.
-// kPost: the token's streams x[t] are hc_post's new streams, formed here from pi (the same values
-// hc_post_kernel computes; block m = 0 also stores them), so the launch replaces hc_post + hc_mixes with the
-// same bits.
-template <bool kPost, int kN = 0>
 __global__ void __launch_bounds__(kMixThreads)
-    hc_mixes_kernel(const float* x, const float* fn, float* mixes, int64_t F, int64_t M, float norm_eps,
-                    HcPostInputs pi) {
-  __shared__ float s_post[kPost ? kMaxHyperStreams : 1];
-  __shared__ float s_comb[kPost ? kMaxHyperStreams * kMaxHyperStreams : 1];
+    hc_mixes_kernel(const float* x, const float* fn, float* mixes, int64_t F, int64_t M, float norm_eps) {
   const int64_t m = blockIdx.x, t = blockIdx.y;
   const float* w = fn + m * F;  // [F]
   const int64_t F4 = F / 4;
-  // (not for a run-time stream count's forming: its registers would spill)
-  const bool preload = (!kPost || kN > 0) && F % 4 == 0 && F4 <= int64_t{kMixPreload} * kMixThreads;
+  const bool preload = F % 4 == 0 && F4 <= int64_t{kMixPreload} * kMixThreads;
   float4 wv[kMixPreload];
   if (preload) {
 #pragma unroll
@@ -117,78 +53,32 @@ __global__ void __launch_bounds__(kMixThreads)
   }
   pdl_wait();
   pdl_trigger();
-  const float* row = kPost ? nullptr : x + t * F;  // [F]
-  const int n = pi.n;
-  const int64_t H = pi.H;
-  const float* xt = kPost ? pi.x + t * F : nullptr;  // [n, H]
-  const float* yt = kPost ? pi.y + t * H : nullptr;  // [H]
-  float* out = kPost && m == 0 ? pi.out + t * F : nullptr;
-  if constexpr (kPost) {
-    if (threadIdx.x < n) s_post[threadIdx.x] = pi.post[t * n + threadIdx.x];
-    if (threadIdx.x < n * n) s_comb[threadIdx.x] = pi.comb[t * n * n + threadIdx.x];
-    __syncthreads();
-  }
-  // Stream values i .. i + 3 (kPost: formed, and stored by block 0).
-  auto value4 = [&](int64_t i) {
-    float4 v;
-    if constexpr (kPost) {
-      if (pi.vec4) {
-        v = post_value4<kN>(xt, yt, s_post, s_comb, n, static_cast<int>(H), static_cast<int>(4 * i));
-        if (out) reinterpret_cast<float4*>(out)[i] = v;
-      } else {
-        v = make_float4(post_value(xt, yt, s_post, s_comb, n, H, 4 * i),
-                        post_value(xt, yt, s_post, s_comb, n, H, 4 * i + 1),
-                        post_value(xt, yt, s_post, s_comb, n, H, 4 * i + 2),
-                        post_value(xt, yt, s_post, s_comb, n, H, 4 * i + 3));
-        if (out) {
-          out[4 * i] = v.x;
-          out[4 * i + 1] = v.y;
-          out[4 * i + 2] = v.z;
-          out[4 * i + 3] = v.w;
-        }
-      }
-    } else {
-      v = reinterpret_cast<const float4*>(row)[i];
-    }
-    return v;
-  };
+  const float* row = x + t * F;  // [F]
+  const float4* row4 = reinterpret_cast<const float4*>(row);
   float dot = 0.0f, ss = 0.0f;
   auto accumulate = [&](const float4& v, const float4& u) {
     dot = fmaf(v.w, u.w, fmaf(v.z, u.z, fmaf(v.y, u.y, fmaf(v.x, u.x, dot))));
     ss = fmaf(v.w, v.w, fmaf(v.z, v.z, fmaf(v.y, v.y, fmaf(v.x, v.x, ss))));
   };
-  if (preload) {  // the loop below's order; x's values loaded first (kPost: formed as they come)
-    float4 xv[kPost ? 1 : kMixPreload];
+  if (preload) {  // the loop below's order, x's values loaded first
+    float4 xv[kMixPreload];
 #pragma unroll
     for (int j = 0; j < kMixPreload; ++j) {
       const int64_t i = threadIdx.x + int64_t{j} * kMixThreads;
-      if constexpr (kPost) {
-        if (i < F4) accumulate(value4(i), wv[j]);
-      } else if (i < F4) {
-        xv[j] = value4(i);
-      }
+      if (i < F4) xv[j] = row4[i];
     }
-    if constexpr (!kPost) {
 #pragma unroll
-      for (int j = 0; j < kMixPreload; ++j)
-        if (threadIdx.x + int64_t{j} * kMixThreads < F4) accumulate(xv[j], wv[j]);
-    }
-  } else if (F % 4 == 0) {  // (kPost: hc_mixes' order over the values however they are formed)
+    for (int j = 0; j < kMixPreload; ++j)
+      if (threadIdx.x + int64_t{j} * kMixThreads < F4) accumulate(xv[j], wv[j]);
+  } else if (F % 4 == 0) {
     const float4* w4 = reinterpret_cast<const float4*>(w);
 #pragma unroll 4
-    for (int64_t i = threadIdx.x; i < F4; i += kMixThreads) accumulate(value4(i), w4[i]);
+    for (int64_t i = threadIdx.x; i < F4; i += kMixThreads) accumulate(row4[i], w4[i]);
   } else {
 #pragma unroll 4
     for (int64_t i = threadIdx.x; i < F; i += kMixThreads) {
-      float v;
-      if constexpr (kPost) {
-        v = post_value(xt, yt, s_post, s_comb, n, H, i);
-        if (out) out[i] = v;
-      } else {
-        v = row[i];
-      }
-      dot = fmaf(v, w[i], dot);
-      ss = fmaf(v, v, ss);
+      dot = fmaf(row[i], w[i], dot);
+      ss = fmaf(row[i], row[i], ss);
     }
   }
   dot = block_sum(dot);
@@ -512,35 +402,9 @@ void launch_hc_mixes(const float* x, const float* fn, float* mixes, int64_t T, i
   if (T == 0 || M == 0) return;
   for (int64_t t0 = 0; t0 < T; t0 += kMaxGridY) {  // grid.y holds at most 65535 tokens
     const int64_t count = std::min(kMaxGridY, T - t0);
-    launch_pdl(hc_mixes_kernel<false>, dim3(static_cast<unsigned>(M), static_cast<unsigned>(count)),
-               kMixThreads, 0, x + t0 * F, fn, mixes + t0 * M, F, M, norm_eps, HcPostInputs{});
+    launch_pdl(hc_mixes_kernel, dim3(static_cast<unsigned>(M), static_cast<unsigned>(count)), kMixThreads, 0,
+               x + t0 * F, fn, mixes + t0 * M, F, M, norm_eps);
     check_launch("hc_mixes");
-  }
-}
-
-void launch_hc_post_mixes(const float* x, const float* y, const float* post, const float* comb, float* out,
-                          const float* fn, float* mixes, int64_t T, int64_t n, int64_t H, int64_t M,
-                          float norm_eps) {
-  DSI_CHECK(n >= 1 && n <= kMaxHyperStreams, "hc_post_mixes: ", n, " streams (at most ", kMaxHyperStreams,
-            ")");
-  if (T == 0) return;
-  DSI_CHECK(M >= 1, "hc_post_mixes: no mixes");
-  const int64_t F = n * H;
-  for (int64_t t0 = 0; t0 < T; t0 += kMaxGridY) {
-    const int64_t count = std::min(kMaxGridY, T - t0);
-    HcPostInputs pi{x + t0 * F,          y + t0 * H, post + t0 * n, comb + t0 * n * n, out + t0 * F,
-                    static_cast<int>(n), H};
-    pi.vec4 = H % 4 == 0 && aligned16(pi.x) && aligned16(pi.y) && aligned16(pi.out);
-    DSI_CHECK(F < (int64_t{1} << 31), "hc_post_mixes: ", n, " streams of ", H, " values");
-    const dim3 grid(static_cast<unsigned>(M), static_cast<unsigned>(count));
-    if (n == 4) {  // DeepSeek-V4's hc_mult
-      launch_pdl(hc_mixes_kernel<true, 4>, grid, kMixThreads, 0, nullptr, fn, mixes + t0 * M, F, M, norm_eps,
-                 pi);
-    } else {
-      launch_pdl(hc_mixes_kernel<true>, grid, kMixThreads, 0, nullptr, fn, mixes + t0 * M, F, M, norm_eps,
-                 pi);
-    }
-    check_launch("hc_post_mixes");
   }
 }
 

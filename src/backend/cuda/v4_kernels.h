@@ -22,12 +22,6 @@ void launch_hc_mixes(const float* x, const float* fn, float* mixes, int64_t T, i
 // Largest stream count (hc_mult) the finishing kernels take.
 inline constexpr int64_t kMaxHyperStreams = 16;
 
-// launch_hc_post then launch_hc_mixes in one launch, the same bits: out [T, n, H] = hc_post's new streams of
-// x [T, n, H], y [T, H], post [T, n], comb [T, n, n], and mixes [T, M] of out (F = n H) for fn [M, n H].
-void launch_hc_post_mixes(const float* x, const float* y, const float* post, const float* comb, float* out,
-                          const float* fn, float* mixes, int64_t T, int64_t n, int64_t H, int64_t M,
-                          float norm_eps);
-
 // From mixes [T, (2 + n) * n]: pre = sigmoid(m * scale[0] + base) + eps, post [T, n] = 2 sigmoid(.. scale[1]
 // ..), comb [T, n, n] = Sinkhorn(softmax rows(.. scale[2] ..) + eps, iters); out [T, H] = sum_j pre[j] x[j]
 // for streams x [T, n, H]. base [(2 + n) n], scale [3] f32.
