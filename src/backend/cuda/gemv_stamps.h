@@ -7,7 +7,8 @@
 // start-up and FILE receives every stamped launch at process exit. The GQA decode warp kernel
 // (decode_attention_warp.cu) takes slots too while stamps are on, as a launch of 1 row, K = head dim and 0
 // tiles, one "block" per CTA: start, cache rows issued before the wait, waited, rows scored, the CTA's
-// warps merged, end. CUDA-header free.
+// warps merged, end. So does the one-token decode routing (moe_norm_route_kernels.cu), as a launch of 0 rows,
+// K = experts and tiles = hidden size: start, waited, normed, logits out, selected, end. CUDA-header free.
 #pragma once
 #include <cstdint>
 #include <vector>

@@ -13,12 +13,19 @@
 // shared memory by asynchronous remote stores that complete on that CTA's mbarrier, and the first CTA
 // selects once they have all landed: no device-wide fence, arrival atomic or L2 round trip for the logits.
 // Outputs equal, bit for bit, launch_rms_norm + launch_moe_route + launch_moe_permute in either form.
+// While GEMV stamps are on (gemv_stamps.h) a one-token launch runs the STAMPS instance (same bits), as a
+// launch of 0 rows, K = E and H as its tiles: thread 0 of each CTA records start, waited (the PDL wait
+// returned), normed (1 / rms known), arrived (its logits out; the selecting CTA: every logit there), selected
+// and end (the selecting CTA; the others repeat arrived); one row more (grid + 1 "blocks") holds the
+// selection's steps (route_select_block's marks 0-4: scored, groups masked, candidates, ranked, weights
+// written).
 #include <cuda_runtime.h>
 
 #include <algorithm>
 
 #include "backend/cuda/arch_path.h"
 #include "backend/cuda/cluster_common.cuh"
+#include "backend/cuda/gemv_stamps.h"
 #include "backend/cuda/kernel_common.cuh"
 #include "backend/cuda/mla_merge.cuh"
 #include "backend/cuda/moe_kernels.h"
@@ -39,6 +46,9 @@ constexpr int kMaxNormChunks = 4;    // 16-byte norm chunks per thread (hidden u
 constexpr int kBlocksTarget = 128;   // experts per block double (up to 8) while there would be more blocks
 constexpr int kDotBatch = 4;         // 256-column steps of a logit whose loads go out together
 constexpr size_t kSmemLimit = 47 * 1024;
+// The stamped instance's points (gemv_stamps.h's six slots, in this kernel's meaning).
+constexpr int kPtStart = 0, kPtWaited = 1, kPtNormed = 2, kPtArrived = 3, kPtSelected = 4, kPtEnd = 5;
+static_assert(kStampPoints == 6, "moe_norm_route stamps six points");
 // Experts a cluster CTA takes at hidden 2048 (each router row 2048 / 8 chunks of 16 bytes).
 constexpr int kClusterMaxEpb = kMaxRouterChunks * kThreads / (2048 / 8);
 constexpr int kClusterMaxExperts = kMoeRouteClusterCtas * kClusterMaxEpb;
@@ -72,10 +82,28 @@ int cluster_experts_per_block(int E) {
   return (E + kMoeRouteClusterCtas - 1) / kMoeRouteClusterCtas;
 }
 
-// CLUSTER: the grid is one thread block cluster (the cluster form above).
-template <int kT, bool CLUSTER>
+// CLUSTER: the grid is one thread block cluster (the cluster form above). STAMPS: the stamped instance.
+template <int kT, bool CLUSTER, bool STAMPS>
 __global__ void __launch_bounds__(kThreads)
-    moe_norm_route_kernel(MoeNormRouteArgs a, MoeRouteParams p, int epb) {
+    moe_norm_route_kernel(MoeNormRouteArgs a, MoeRouteParams p, int epb, uint64_t* stamps) {
+  // Row `row` of the launch's slot: a CTA's points, or (row gridDim.x) the selection's steps.
+  auto stamp = [stamps](int64_t row, int point) {
+    if constexpr (STAMPS) {
+      if (threadIdx.x == 0) {
+        uint64_t now;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+        stamps[row * kGemvStampFields + point] = now;
+      }
+    }
+  };
+  auto st = [&](int point) { stamp(blockIdx.x, point); };
+  // Points 3 to 5 of a CTA that does not select: the time its logits are out.
+  auto st_done = [&]() {
+    st(kPtArrived);
+    st(kPtSelected);
+    st(kPtEnd);
+  };
+  st(kPtStart);
   extern __shared__ uint4 smem[];
   __shared__ float s_part[kT][kWarps];  // per-warp sums of squares
   __shared__ float s_inv[kT];           // 1 / rms of each token
@@ -118,6 +146,7 @@ __global__ void __launch_bounds__(kThreads)
   }
   pdl_wait();
   pdl_trigger();
+  st(kPtWaited);
 
   // Sums of squares, block_inv_rms's order: thread tid over columns tid + 256 j in order, kB columns of
   // every token loaded at once, then a butterfly per warp and one warp per token over the warps' sums.
@@ -164,6 +193,7 @@ __global__ void __launch_bounds__(kThreads)
     if (lane == 0) s_inv[warp] = rsqrtf(v / static_cast<float>(H) + a.eps);
   }
   __syncthreads();
+  st(kPtNormed);
 
   // x [T, H]: this block's slice of the columns, rms_norm_kernel's expression.
   const uint16_t* s_norm16 = reinterpret_cast<const uint16_t*>(s_norm);
@@ -232,16 +262,29 @@ __global__ void __launch_bounds__(kThreads)
   // token with all its warps (its shared memory reused).
   const float* logits = a.logits;
   if constexpr (CLUSTER) {
-    if (rank != 0) return;
+    if (rank != 0) {
+      st_done();
+      return;
+    }
     tma::mbar_wait(detail::smem_addr(&s_inbox), 0u);
     logits = s_logits;
   } else {
-    if (!detail::mla_arrive_last(a.arrivals, static_cast<int>(gridDim.x), &s_flag)) return;
+    if (!detail::mla_arrive_last(a.arrivals, static_cast<int>(gridDim.x), &s_flag)) {
+      st_done();
+      return;
+    }
   }
+  st(kPtArrived);
   float* scratch = reinterpret_cast<float*>(smem);
   const int32_t* ids_s =
-      detail::route_select_block<CLUSTER>(logits, a.bias, a.ids, a.weights, T, E, p, scratch);
-  if (a.tile_rows <= 0) return;
+      detail::route_select_block<CLUSTER>(logits, a.bias, a.ids, a.weights, T, E, p, scratch, [&](int step) {
+        if constexpr (STAMPS) stamp(gridDim.x, step);
+      });
+  st(kPtSelected);
+  if (a.tile_rows <= 0) {
+    st(kPtEnd);
+    return;
+  }
 
   // The permutation, counted from the ids: pair i's row is (pairs of lower experts) + (earlier pairs of its
   // expert); an expert's offsets count the pairs (and tiles of the experts) below it.
@@ -280,18 +323,32 @@ __global__ void __launch_bounds__(kThreads)
     a.offsets[x] = off;
     a.tiles[x] = tl;
   }
+  st(kPtEnd);
 }
 
-// The launch for kT tokens (next_pow2(T)): one cluster of `blocks` CTAs or a plain grid.
+// The launch for kT tokens (next_pow2(T)): one cluster of `blocks` CTAs or a plain grid; the stamped
+// instance (one token only) where `stamps` is a slot.
+template <int kT, bool STAMPS>
+void launch_instance(const MoeNormRouteArgs& a, const MoeRouteParams& p, int epb, unsigned blocks,
+                     size_t smem, uint64_t* stamps) {
+  if (a.cluster) {
+    launch_pdl_cluster(moe_norm_route_kernel<kT, true, STAMPS>, blocks, kThreads, smem, dim3(blocks, 1, 1), a,
+                       p, epb, stamps);
+  } else {
+    launch_pdl(moe_norm_route_kernel<kT, false, STAMPS>, blocks, kThreads, smem, a, p, epb, stamps);
+  }
+}
+
 template <int kT>
 void launch_tokens(const MoeNormRouteArgs& a, const MoeRouteParams& p, int epb, unsigned blocks,
                    size_t smem) {
-  if (a.cluster) {
-    launch_pdl_cluster(moe_norm_route_kernel<kT, true>, blocks, kThreads, smem, dim3(blocks, 1, 1), a, p,
-                       epb);
-  } else {
-    launch_pdl(moe_norm_route_kernel<kT, false>, blocks, kThreads, smem, a, p, epb);
+  if constexpr (kT == 1) {
+    if (uint64_t* stamps = next_gemv_stamp_slot(0, a.E, false, blocks + 1, a.H)) {
+      launch_instance<kT, true>(a, p, epb, blocks, smem, stamps);
+      return;
+    }
   }
+  launch_instance<kT, false>(a, p, epb, blocks, smem, nullptr);
 }
 
 }  // namespace

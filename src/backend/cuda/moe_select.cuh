@@ -62,29 +62,48 @@ __device__ __forceinline__ float route_logit(const float* logits, int e) {
 
 // One token's scores: logits [E] (SHARED: in shared memory; else read through L2) -> score [E] and sel [E]
 // (the selection values: score + bias for noaux_tc). Called by the 32 lanes of one warp; the sums follow the
-// lane order, so the bits depend on E only.
+// lane order, so the bits depend on E only. A lane's logits (and biases) of a pass are loaded together
+// before any is used: one L2 round trip a pass of 256 experts, not one per expert (the stores into the
+// scratch would otherwise hold each load behind the previous expert's).
 template <bool SHARED = false>
 __device__ __forceinline__ void route_score_token(const float* logits, const float* bias, int E,
                                                   const MoeRouteParams& p, float* score, float* sel) {
+  constexpr int kPer = 8;  // a lane's experts a pass
   const int lane = threadIdx.x % 32;
-  if (p.scoring == MoeScoring::kSoftmax) {
-    float mx = -INFINITY;
-    for (int e = lane; e < E; e += 32) mx = fmaxf(mx, score[e] = route_logit<SHARED>(logits, e));
+  const bool softmax = p.scoring == MoeScoring::kSoftmax;
+  const bool biased = p.method == MoeTopk::kNoauxTc && bias != nullptr;
+  float mx = -INFINITY;
+  for (int e0 = lane; e0 < E; e0 += 32 * kPer) {
+    float lv[kPer], bv[kPer];
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      const int e = e0 + 32 * j;
+      lv[j] = e < E ? route_logit<SHARED>(logits, e) : 0.0f;
+      bv[j] = biased && !softmax && e < E ? __ldg(bias + e) : 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      const int e = e0 + 32 * j;
+      if (e < E) {
+        if (softmax) {
+          mx = fmaxf(mx, score[e] = lv[j]);
+        } else {
+          const float s = lv[j];
+          score[e] = p.scoring == MoeScoring::kSigmoid ? 1.0f / (1.0f + expf(-s))
+                                                       : sqrtf(s > 20.0f ? s : log1pf(expf(s)));
+          sel[e] = score[e] + bv[j];
+        }
+      }
+    }
+  }
+  if (softmax) {
     mx = route_warp_max(mx);
     float sum = 0.0f;
     for (int e = lane; e < E; e += 32) sum += (score[e] = expf(score[e] - mx));
     sum = route_warp_sum(sum);
     for (int e = lane; e < E; e += 32) score[e] /= sum;
-  } else if (p.scoring == MoeScoring::kSigmoid) {
-    for (int e = lane; e < E; e += 32) score[e] = 1.0f / (1.0f + expf(-route_logit<SHARED>(logits, e)));
-  } else {
-    for (int e = lane; e < E; e += 32) {
-      const float s = route_logit<SHARED>(logits, e);
-      score[e] = sqrtf(s > 20.0f ? s : log1pf(expf(s)));
-    }
+    for (int e = lane; e < E; e += 32) sel[e] = score[e] + (biased ? bias[e] : 0.0f);
   }
-  for (int e = lane; e < E; e += 32)
-    sel[e] = score[e] + (p.method == MoeTopk::kNoauxTc && bias ? bias[e] : 0.0f);
   __syncwarp();
 }
 
@@ -213,11 +232,16 @@ __host__ __device__ inline int select_block_scratch_floats(int T, int E, int G, 
 // (token, group) scores the groups; the chosen groups and experts are those of rank below topk_group / K in
 // route_better's order (what repeated arg-max picks): each warp ranks a chunk of 32 experts among
 // themselves, the best min(K, 32) of every chunk are ranked among each other. Returns the chosen ids [T, K]
-// in the scratch (shared memory), valid for every thread.
-template <bool SHARED = false>
+// in the scratch (shared memory), valid for every thread. mark(step) is called by every thread after each
+// step (0 scored, 1 groups masked, 2 candidates, 3 ranked, 4 weights written): a diagnostic's hook.
+struct NoSelectMarks {
+  __device__ void operator()(int) const {}
+};
+template <bool SHARED = false, typename Marks = NoSelectMarks>
 __device__ __forceinline__ const int32_t* route_select_block(const float* logits, const float* bias,
                                                              int32_t* ids, float* wout, int T, int E,
-                                                             const MoeRouteParams& p, float* scratch) {
+                                                             const MoeRouteParams& p, float* scratch,
+                                                             Marks mark = {}) {
   const int G = p.n_group > 0 ? p.n_group : 1, K = p.top_k;
   const int nc = (E + 31) / 32, kc = K < 32 ? K : 32;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
@@ -232,6 +256,7 @@ __device__ __forceinline__ const int32_t* route_select_block(const float* logits
   for (int t = warp; t < T; t += nwarps)
     route_score_token<SHARED>(logits + t * E, bias, E, p, score + t * E, sel + t * E);
   __syncthreads();
+  mark(0);
 
   if (route_masks_groups(p)) {
     const int per = E / G;
@@ -261,6 +286,7 @@ __device__ __forceinline__ const int32_t* route_select_block(const float* logits
     }
     __syncthreads();
   }
+  mark(1);
 
   // Candidates: the kc best of each chunk of 32 experts (experts past E: -inf, ranked last).
   for (int task = warp; task < T * nc; task += nwarps) {
@@ -279,6 +305,7 @@ __device__ __forceinline__ const int32_t* route_select_block(const float* logits
     }
   }
   __syncthreads();
+  mark(2);
   // A candidate's rank among its token's candidates is its rank among all experts where that is below K.
   for (int task = threadIdx.x; task < T * nc * kc; task += blockDim.x) {
     const int t = task / (nc * kc), e = cand_i[task];
@@ -291,6 +318,7 @@ __device__ __forceinline__ const int32_t* route_select_block(const float* logits
     if (rank < K) chosen[t * K + rank] = e;
   }
   __syncthreads();
+  mark(3);
   const bool norm = p.norm_topk_prob && (K > 1 || p.scoring != MoeScoring::kSoftmax);
   for (int t = threadIdx.x; t < T; t += blockDim.x) {
     const float* st = score + t * E;
@@ -304,6 +332,7 @@ __device__ __forceinline__ const int32_t* route_select_block(const float* logits
       wout[t * K + k] = w * p.routed_scaling_factor;
     }
   }
+  mark(4);
   return chosen;
 }
 
