@@ -1,15 +1,15 @@
 #!/usr/bin/env python3
 """Phases of the one-token decode routing launches (moe_norm_route) from a DSINFER_GEMV_STAMPS file.
 
-Those launches are recorded as launches of 0 rows, K = the router's experts and tiles = the hidden size; each CTA's six points are
-start, waited (the PDL wait returned), normed (1 / rms known), arrived (its logits out; the selecting CTA:
-every logit there), selected and end. Per launch: the wait (first start to the median waited), the norm
-(median normed - median waited), the logits (latest arrival of the other CTAs - median normed), the handover
-(the selecting CTA's arrived - that latest arrival), the selection and the permutation (the selecting CTA),
-and the whole (the selecting CTA's end - the median waited). The launch's last row (one past its CTAs) holds the
-selection's steps: scored, groups masked, candidates, ranked, weights written; their spans are printed as
-score, groups, cand, rank, weights (score from the selecting CTA's arrival). Prints the medians over launches,
-per (E, H).
+Those launches are recorded as launches of 0 rows, K = the router's experts and tiles = the hidden size;
+each CTA's six points are start, waited (the PDL wait returned), normed (1 / rms known), arrived (its logits
+out; the selecting CTA: every logit there), selected and end. Per launch: the norm (median normed - median
+waited), the logits (latest arrival of the other CTAs - median normed), the handover (the selecting CTA's
+arrived - that latest arrival), the selection and the permutation (the selecting CTA), the whole (the selecting
+CTA's end - the median waited) and the spread of the CTAs' starts. The launch's last row (one past its CTAs)
+holds the selection's steps: scored, groups masked, candidates, ranked, weights written; their spans are printed
+as score, groups, cand, rank, weights (score from the selecting CTA's arrival). Prints the medians over
+launches, per (E, H).
 Usage: route_stamp_phases.py STAMPS_FILE
 """
 import statistics
