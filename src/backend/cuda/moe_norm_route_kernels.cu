@@ -276,10 +276,8 @@ __global__ void __launch_bounds__(kThreads)
   }
   st(kPtArrived);
   float* scratch = reinterpret_cast<float*>(smem);
-  const int32_t* ids_s =
-      detail::route_select_block<CLUSTER>(logits, a.bias, a.ids, a.weights, T, E, p, scratch, [&](int step) {
-        if constexpr (STAMPS) stamp(gridDim.x, step);
-      });
+  const int32_t* ids_s = detail::route_select_block<CLUSTER>(
+      logits, a.bias, a.ids, a.weights, T, E, p, scratch, [&](int step) { stamp(gridDim.x, step); });
   st(kPtSelected);
   if (a.tile_rows <= 0) {
     st(kPtEnd);
