@@ -60,6 +60,12 @@ struct CudaBackendOptions {
   // and an L2 round trip (the same bits). H200 (2026-12-05): V2-Lite batch 1 1.9866 against 2.0292 ms/token
   // (-2.1%).
   bool moe_route_cluster = true;
+  // false (default; DSINFER_CUDA_MOE_SELECT_ONE=1 turns it on): that routing's selection of one token whose
+  // router masks no expert group (V2-Lite, V4-Flash) by one warp's scores and a rank per expert
+  // (detail::route_select_one) instead of the block-wide candidates and ranks of route_select_block (the
+  // same bits). Built 2026-12-07 and not yet run on a GPU (no device could be started that session): off
+  // until its op test and a batch-1 A/B have run.
+  bool moe_route_select_one = false;
   // true (default; DSINFER_CUDA_MOE_SHARED_FUSED=0 turns it off): moe_experts_residual runs a DeepSeekMoE
   // block's shared experts (n_shared units of the routed intermediate size) inside the routed experts'
   // weight-streaming gate/up and down launches, as extra experts every token visits with weight 1, when

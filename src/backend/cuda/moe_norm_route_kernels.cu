@@ -276,8 +276,13 @@ __global__ void __launch_bounds__(kThreads)
   }
   st(kPtArrived);
   float* scratch = reinterpret_cast<float*>(smem);
-  const int32_t* ids_s = detail::route_select_block<CLUSTER>(
-      logits, a.bias, a.ids, a.weights, T, E, p, scratch, [&](int step) { stamp(gridDim.x, step); });
+  auto marks = [&](int step) { stamp(gridDim.x, step); };
+  const int32_t* ids_s;
+  if (kT == 1 && a.select_one && detail::route_select_one_supported(T, E, p)) {
+    ids_s = detail::route_select_one<CLUSTER>(logits, a.bias, a.ids, a.weights, E, p, scratch, marks);
+  } else {
+    ids_s = detail::route_select_block<CLUSTER>(logits, a.bias, a.ids, a.weights, T, E, p, scratch, marks);
+  }
   st(kPtSelected);
   if (a.tile_rows <= 0) {
     st(kPtEnd);
@@ -368,6 +373,10 @@ bool moe_norm_route_cluster_supported(const MoeNormRouteArgs& a, const MoeRouteP
     return false;
   const int epb = cluster_experts_per_block(a.E);
   return epb * (a.H / 8) <= kMaxRouterChunks * kThreads && weights_smem(epb, a.H) <= kSmemLimit;
+}
+
+bool moe_norm_route_selects_one(int T, int E, const MoeRouteParams& p) {
+  return detail::route_select_one_supported(T, E, p);
 }
 
 void launch_moe_norm_route(const MoeNormRouteArgs& a, const MoeRouteParams& p) {
