@@ -6,7 +6,8 @@
 // squares in launch_rms_norm's order, all of a thread's loads issued together), writes one slice of x and
 // computes its experts' logits in moe_logits_kernel's order (x formed on the fly, the weights from shared
 // memory). The last block to arrive (an arrival counter it resets, as the MLA fused merge) selects every
-// token's experts with all its warps (route_select_block, the bits of moe_select_kernel) and builds the
+// token's experts with all its warps (route_select_block, the bits of moe_select_kernel; with select_one, one
+// token whose router masks no group: route_select_one, the same bits) and builds the
 // permutation (every pair's row and every expert's offsets counted directly from the ids, no atomics, no
 // serial scan), its pairs in pair order within an expert. In the cluster form (Hopper, routers of at most
 // 64 experts: one thread block cluster of up to 8 CTAs) every CTA sends its logits into the first CTA's

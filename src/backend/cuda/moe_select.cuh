@@ -3,8 +3,9 @@
 // the same bits: one warp scores a token's logits (route_score_token); the selection kernel's warp then masks
 // expert groups and picks the top k by repeated arg-max (route_select_token), the fused kernel's last block
 // does the same for every token with all its warps at once (route_select_block: the top k as the experts of
-// rank < k in the order (value descending, index ascending), which is what repeated arg-max picks). Ties go
-// to the lower index, as CpuBackend::moe_route.
+// rank < k in the order (value descending, index ascending), which is what repeated arg-max picks; for one
+// token whose router masks no group, route_select_one does it on a shorter chain). Ties go to the lower
+// index, as CpuBackend::moe_route.
 #pragma once
 
 #include <cuda_runtime.h>
