@@ -61,6 +61,11 @@ __device__ __forceinline__ float route_logit(const float* logits, int e) {
   return __ldcg(logits + e);
 }
 
+// The score of one logit for the elementwise scoring functions: sigmoid, else sqrt(softplus) (DeepSeek-V4).
+__device__ __forceinline__ float route_elementwise_score(bool sigmoid, float s) {
+  return sigmoid ? 1.0f / (1.0f + expf(-s)) : sqrtf(s > 20.0f ? s : log1pf(expf(s)));
+}
+
 // One token's scores: logits [E] (SHARED: in shared memory; else read through L2) -> score [E] and sel [E]
 // (the selection values: score + bias for noaux_tc). Called by the 32 lanes of one warp; the sums follow the
 // lane order, so the bits depend on E only. A lane's logits (and biases) of a pass are loaded together
@@ -89,9 +94,7 @@ __device__ __forceinline__ void route_score_token(const float* logits, const flo
         if (softmax) {
           mx = fmaxf(mx, score[e] = lv[j]);
         } else {
-          const float s = lv[j];
-          score[e] = p.scoring == MoeScoring::kSigmoid ? 1.0f / (1.0f + expf(-s))
-                                                       : sqrtf(s > 20.0f ? s : log1pf(expf(s)));
+          score[e] = route_elementwise_score(p.scoring == MoeScoring::kSigmoid, lv[j]);
           sel[e] = score[e] + bv[j];
         }
       }
@@ -337,16 +340,13 @@ __device__ __forceinline__ const int32_t* route_select_block(const float* logits
   return chosen;
 }
 
-// route_select_one's shapes: one token, at most 32 * kSelectOnePer experts, no group masked (V2-Lite's greedy
-// softmax, V4-Flash's single group, V2 / V3 with every group kept).
+// route_select_one's scratch is score [E], key [E], chosen [K] (int), their scores [K]: 2E + 2K floats,
+// within select_block_scratch_floats(1, E, G, K), which its callers allocate. Its shapes: one token, at most
+// 32 * kSelectOnePer experts, no group masked (V2-Lite's greedy softmax, V4-Flash's single group, V2 / V3
+// with every group kept).
 constexpr int kSelectOnePer = 8;  // a scoring lane's experts
 __host__ __device__ inline bool route_select_one_supported(int T, int E, const MoeRouteParams& p) {
   return T == 1 && E >= 1 && E <= 32 * kSelectOnePer && !route_masks_groups(p);
-}
-
-// Floats of route_select_one's scratch: score [E], key [E], chosen [K] (int), their scores [K].
-__host__ __device__ inline int select_one_scratch_floats(int E, int K) {
-  return 2 * E + 2 * K;
 }
 
 // One token's selection by the whole block (route_select_one_supported; every thread calls it, it
@@ -406,8 +406,7 @@ __device__ __forceinline__ const int32_t* route_select_one(const float* logits, 
       const bool sigmoid = p.scoring == MoeScoring::kSigmoid;
 #pragma unroll 1
       for (int e = lane; e < E; e += 32) {
-        const float s = raw[e];
-        const float sc = sigmoid ? 1.0f / (1.0f + expf(-s)) : sqrtf(s > 20.0f ? s : log1pf(expf(s)));
+        const float sc = route_elementwise_score(sigmoid, raw[e]);
         score[e] = sc;
         key[e] = route_key(sc + key[e]);
       }
