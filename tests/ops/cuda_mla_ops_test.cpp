@@ -686,6 +686,96 @@ TEST_F(CudaDeepseekOpsTest, MlaPrepareFusedEqualsComposition) {
   }
 }
 
+// The wgmma + TMA design's early tile requests (MlaPlanView::early_rows, set for a decode-only step staged
+// by begin_step): a split's first two tiles are requested before the wait for the kernel before, which here
+// is mla_prepare writing each token's own cache row over a slot that held NaN (the model's order). The
+// kernel must use the row as written (loaded again after the wait): outputs match the CPU and have the
+// same bits as launches that request every tile after the wait (mla_set_early_tiles(false)); a lone call
+// (plan not staged) never requests early and gives the same bits too. Contexts put the newest row in the
+// first, second and a later tile of its split; block sizes 16 and 64; batch 1 and 8; three repeats each
+// (the early requests race the write).
+TEST_F(CudaDeepseekOpsTest, MlaDecodeEarlyTilesUseTheStepsOwnRow) {
+  if (!cuda::mla_wgmma_supported()) GTEST_SKIP() << "the wgmma MLA kernel needs the Hopper path";
+  const int saved_v2 = cuda::mla_kernel_v2();
+  const bool saved_early = cuda::mla_early_tiles();
+  cuda::mla_set_kernel_v2(3);
+  const int64_t A = 128, R = 512, P = 64, width = R + P;
+  const float eps = 1e-6f, scale = 1.0f / std::sqrt(192.0f);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const RopeTable table = make_rope_table(v2_lite_yarn(), P);
+  const Tensor norm = norm_weight(this, R);
+  CudaBackend gpu;
+  const Tensor dnorm = gpu.prepare_weight(norm);
+  const std::vector<int32_t> newest = {0, 63, 64, 100, 127, 128, 200, 1000};  // the new tokens' positions
+  // H 16: each position alone (one tile a split at these contexts) and all 8; H 128, all 8: splits of 512
+  // positions, so the newest rows also fall in a split's second and later tiles.
+  struct Case {
+    int64_t H;
+    std::vector<int32_t> batch;
+  };
+  std::vector<Case> cases;
+  for (int32_t p : newest) cases.push_back({16, {p}});
+  cases.push_back({16, newest});
+  cases.push_back({128, newest});
+  for (int32_t bs : {16, 64}) {
+    for (const Case& c : cases) {
+      const int64_t H = c.H;
+      const std::vector<int32_t>& batch = c.batch;
+      const Tensor w_uk = random_bf16_values({H, A, R}, 0.1f);  // [H, A, R]
+      const Tensor dw_uk = gpu.prepare_weight(w_uk);
+      const int64_t T = static_cast<int64_t>(batch.size());
+      const std::string what = "block size " + std::to_string(bs) + " H " + std::to_string(H) + " T " +
+                               std::to_string(T) + " first position " + std::to_string(batch[0]);
+      std::vector<std::pair<int32_t, int32_t>> full, seqs;
+      int32_t blocks = 1;
+      for (int32_t p : batch) {
+        full.push_back({0, p + 1});
+        seqs.push_back({p, 1});
+        blocks += (p + 1 + bs - 1) / bs;
+      }
+      if (blocks % 7 == 0) ++blocks;
+      const BatchPlan fill = make_plan(full, bs, blocks), plan = make_plan(seqs, bs, blocks);
+      KvCache cpu_cache({KvLayerSpec{KvKind::kFullHistory, width}}, blocks, bs);
+      std::fill(cpu_cache.slot(0, 0), cpu_cache.slot(0, 0) + cpu_cache.storage(0).numel(), nan);
+      const int64_t N = fill.num_tokens();
+      cpu.write_kv(cpu_cache, 0, fill, random_bf16_values({N, R}), random_bf16_values({N, P}));
+      for (int64_t t = 0; t < T; ++t)  // the step's own rows: NaN until mla_prepare writes them
+        std::fill_n(cpu_cache.slot(0, plan.slot_mapping[t]), width, nan);
+      const Tensor bits = to_bf16_bits(cpu_cache.storage(0));  // the GPU cache's image before the step
+      const Tensor q_nope = random_bf16_values({T, H, A}), latent = random_bf16_values({T, R}),
+                   k_pe = random_bf16_values({T, 1, P}), q_pe = random_bf16_values({T, H, P}, 0.1f);
+      Tensor ref_q = q_pe.clone(), ref_k = k_pe.clone();
+      const Tensor ref_lat = cpu.mla_prepare(q_nope, w_uk, ref_q, ref_k, latent, norm, eps, table,
+                                             RopeLayout::kHalf, cpu_cache, 0, plan);
+      const Tensor ref = cpu.attention_mla(ref_lat, ref_q, cpu_cache, 0, plan, scale);  // [T, H, R]
+      // staged: begin_step first (early requests where the switch allows); else a lone call.
+      auto run = [&](bool early, bool staged) {
+        cuda::mla_set_early_tiles(early);
+        KvCache cache({KvLayerSpec{KvKind::kFullHistory, width}}, blocks, bs, Device::kCuda, DType::BF16);
+        cuda::copy_to_device(const_cast<void*>(cache.storage(0).raw()), bits.raw(), bits.nbytes());
+        Tensor q = cuda::to_device(q_pe), k = cuda::to_device(k_pe);
+        const Tensor x = cuda::to_device(q_nope), lat = cuda::to_device(latent);
+        if (staged) gpu.begin_step(plan);
+        const Tensor q_lat =
+            gpu.mla_prepare(x, dw_uk, q, k, lat, dnorm, eps, table, RopeLayout::kHalf, cache, 0, plan);
+        const Tensor out = gpu.to_host(gpu.attention_mla(q_lat, q, cache, 0, plan, scale));
+        if (staged) gpu.end_step();
+        return out;
+      };
+      const Tensor late = run(false, true), lone = run(true, false);
+      EXPECT_LT(rel_err(late, ref), 5e-3) << what;
+      EXPECT_EQ(bits_differ(lone, late), 0) << what << ": lone call";
+      for (int rep = 0; rep < 3; ++rep) {
+        const Tensor early = run(true, true);
+        EXPECT_LT(rel_err(early, ref), 5e-3) << what << " repeat " << rep;
+        EXPECT_EQ(bits_differ(early, late), 0) << what << " repeat " << rep;
+      }
+    }
+  }
+  cuda::mla_set_early_tiles(saved_early);
+  cuda::mla_set_kernel_v2(saved_v2);
+}
+
 // ---- head_matmul ----
 
 TEST_F(CudaDeepseekOpsTest, HeadMatmulMatchesCpuBothModes) {

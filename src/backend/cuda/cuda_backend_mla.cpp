@@ -139,6 +139,11 @@ Tensor CudaBackend::run_attention_mla(const Tensor& q_lat, const Tensor& q_pe, c
       uv.y = y.data<float>();
       uv.V = w_uv->dim(1);
     }
+    // A decode-only step (one token per sequence) staged by begin_step: tiles may be requested early.
+    bool one_each = !lone_call && plan.num_seqs() == T && cuda::mla_early_tiles();
+    for (int32_t s = 0; one_each && s < plan.num_seqs(); ++s)
+      one_each = plan.cu_seqlens[s + 1] - plan.cu_seqlens[s] == 1;
+    view.early_rows = one_each;
     y_done = run_split_kernel(nullptr, T, std::max<int64_t>(dp.max_context, short_seqs(0, &rows)),
                               w_uv ? &uv : nullptr);
   }

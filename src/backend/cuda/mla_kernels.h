@@ -31,6 +31,11 @@ struct MlaPlanView {
   const int32_t* selected = nullptr;      // [T, selected_k]
   const int32_t* context_lens = nullptr;  // [S] (sparse only)
   int64_t selected_k = 0;
+  // Every query token is its sequence's only one in the step and the plan was uploaded before the step's
+  // first kernel (never a lone op call): the plan and the cache rows before each token's own position
+  // (written by earlier steps) may be read before the wait for the kernels before. The wgmma + TMA design
+  // then requests its first two tiles there (mla_early_tiles); the others ignore it.
+  bool early_rows = false;
 };
 
 // How one attention_mla launch is split: `splits` chunks of `chunk` cache positions per query token (a
@@ -150,6 +155,10 @@ bool mla_tc_v2_supported();
 // per SM (split.wgmma, tile_rows 64). Needs the Hopper path (sm_90a: wgmma). launch_attention_mla runs it
 // when mla_wgmma_tma_usable, else the first design's 64-row instance over the same split.
 bool mla_wgmma_supported();
+// Whether decode-only steps set MlaPlanView::early_rows (DSINFER_MLA_EARLY_TILES, default 0: every
+// tile request after the wait). The setter is for tests and benchmarks, between steps, outside captures.
+bool mla_early_tiles();
+void mla_set_early_tiles(bool on);
 // Whether the TMA design takes launches over this plan and cache: block size a multiple of 8 that divides 64
 // or is a multiple of it, plan.cache_rows known (< 2^31), a 16-byte aligned cache, the Hopper path and the
 // driver's tensor-map encoder.

@@ -26,6 +26,11 @@
 // Rows of the last tile past the split's end (possibly not requested at all, or from another sequence's
 // slots) are zeroed in boxes 0-7 by warpgroup 0 before O reads them (their scores are masked to -inf).
 //
+// Early tiles (MlaPlanView::early_rows, DSINFER_MLA_EARLY_TILES): in a decode-only step staged before its
+// first kernel, the block's work and its first two tiles are requested before the wait (the plan and the
+// rows of earlier steps are complete: every kernel before waits for its own predecessor); the token's own
+// row, which the kernel just before writes, is loaded again after the wait and stored over the early copy.
+//
 // Shared memory (1024-byte aligned base): stages [2][73,728], queries [9 boxes][32 rows][128 bytes], P
 // [2][4,096], maxima [2][4 warps][16], corrections [2][16], sums [4][16], final maxima and sums [2][16], a
 // flag and the four mbarriers: ~190 KiB, one block per SM. After the last tile stage 0 holds the staged
@@ -137,9 +142,9 @@ __device__ __forceinline__ void stage_o(const float (&o)[kMb][16], int mb0, floa
 // else warpgroup 1 runs all of O.
 template <bool kSplitO>
 __global__ void __launch_bounds__(kThreads, 1)
-    mla_wgmma_tma_kernel(const __grid_constant__ CUtensorMap map, const float* q_lat, const float* q_pe,
-                         MlaPlanView plan, float* out, float* ws_acc, float* ws_ml, int* arrivals, int H,
-                         float scale, int splits, int64_t chunk, int box_rows) {
+    mla_wgmma_tma_kernel(const __grid_constant__ CUtensorMap map, const uint16_t* cache, const float* q_lat,
+                         const float* q_pe, MlaPlanView plan, float* out, float* ws_acc, float* ws_ml,
+                         int* arrivals, int H, float scale, int splits, int64_t chunk, int box_rows) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
   const uint32_t base = (raw + 1023u) & ~1023u;  // swizzle atoms: 1024-byte aligned
@@ -159,49 +164,71 @@ __global__ void __launch_bounds__(kThreads, 1)
     fence_proxy_async();  // and to the async proxy (the TMA unit), as in the first run's build
   }
   if (tid == 256) tma::prefetch_map(&map);
+  __syncthreads();  // the barriers are initialised
+
+  // Producer: tile k into stage k % 2 once warpgroup 1 has freed it (its tile k - 2).
+  auto request_tile = [&](const detail::MlaTcBlock& work, int k) {
+    const int s = k & 1;
+    const int p0 = work.begin + k * kRows;
+    const int subs = (min(kRows, work.end - p0) + box_rows - 1) / box_rows;  // boxes of rows requested
+    // The tile's cache rows, read before the wait for its stage so that the block table's latency is not
+    // between the stage freeing and the requests (a build that read it once per box ran 102.6 us against
+    // 90.4 at batch 64 x 4096).
+    int rows[kRows / 8];
+#pragma unroll
+    for (int sb = 0; sb < kRows / 8; ++sb) {
+      const int pos = p0 + sb * box_rows;
+      rows[sb] = sb < subs ? work.blocks[pos / work.bs] * work.bs + pos % work.bs : 0;
+    }
+    if (k >= 2) tma::mbar_wait(empty_bar(s), ((k >> 1) - 1) & 1);
+    tma::mbar_arrive_expect_tx(full_bar(s), static_cast<uint32_t>(subs * box_rows * 128 * kBoxes));
+    const uint32_t stage = base + static_cast<uint32_t>(s) * kTileBytes;
+#pragma unroll
+    for (int sb = 0; sb < kRows / 8; ++sb) {
+      if (sb < subs) {
+#pragma unroll
+        for (int j = 0; j < kBoxes; ++j)
+          tma::load_2d(stage + j * kBoxBytes + static_cast<uint32_t>(sb * box_rows) * 128, &map, j * 64,
+                       rows[sb], full_bar(s));
+      }
+    }
+  };
+  // plan.early_rows (one query token per sequence, the plan uploaded before the step's first kernel): the
+  // plan and the cache rows of earlier steps are read before the wait, so the first two tiles are requested
+  // there; the token's own row (position `newest`, written by the kernel before) may land stale and is
+  // loaded again after the wait and written over the staged copy (warpgroup 0, before its scores).
+  const bool early = plan.early_rows;
+  detail::MlaTcBlock work{};
+  if (early) work = detail::mla_tc_block(plan, H, kHeads, chunk);
+  const int pre_tiles = early ? min(2, (work.end - work.begin + kRows - 1) / kRows) : 0;
+  if (wg == 2 && lane == 0)
+    for (int k = 0; k < pre_tiles; ++k) request_tile(work, k);
   pdl_wait();  // the cache row of this step and the queries come from the kernels before
   pdl_trigger();
-
-  const detail::MlaTcBlock work = detail::mla_tc_block(plan, H, kHeads, chunk);
+  if (!early) work = detail::mla_tc_block(plan, H, kHeads, chunk);
   const int64_t tl = work.tl, t = work.t;
-  const int h0 = work.h0, hg = work.hg, begin = work.begin, end = work.end, bs = work.bs;
+  const int h0 = work.h0, hg = work.hg, begin = work.begin, end = work.end;
   const int ntiles = (end - begin + kRows - 1) / kRows;
   float* const red_max = reinterpret_cast<float*>(gbase + kRedOff);  // [2][4][16]
   float* const corr_s = reinterpret_cast<float*>(gbase + kCorrOff);  // [2][16]
   float* const red_sum = reinterpret_cast<float*>(gbase + kSumOff);  // [4][16]
   float* const ml_s = reinterpret_cast<float*>(gbase + kMlOff);      // [16] max, [16] sum
-  __syncthreads();                                                   // the barriers are initialised
+  // The newest row's tile among those requested before the wait (-1: none), its row in the tile and this
+  // thread's 16-byte piece of it (warpgroup 0's threads 0-71: 72 pieces of 576 bf16 values).
+  const int newest = early ? plan.positions[t] : -1;
+  const int fix_tile = early && newest >= begin && newest < end && (newest - begin) / kRows < pre_tiles
+                           ? (newest - begin) / kRows
+                           : -1;
+  const int fix_row = newest - begin - fix_tile * kRows;
+  uint4 fix_piece = make_uint4(0, 0, 0, 0);
+  if (fix_tile >= 0 && wg == 0 && wt < kBoxes * 8) {
+    const int64_t slot = static_cast<int64_t>(work.blocks[newest / work.bs]) * work.bs + newest % work.bs;
+    fix_piece = __ldcg(reinterpret_cast<const uint4*>(cache + slot * kD) + wt);
+  }
 
   if (wg == 2) {
-    // Producer: tile k into stage k % 2 once warpgroup 1 has freed it (its tile k - 2).
-    if (lane == 0) {
-      for (int k = 0; k < ntiles; ++k) {
-        const int s = k & 1;
-        const int p0 = begin + k * kRows;
-        const int subs = (min(kRows, end - p0) + box_rows - 1) / box_rows;  // boxes of rows requested
-        // The tile's cache rows, read before the wait for its stage so that the block table's latency is
-        // not between the stage freeing and the requests (a build that read it once per box ran 102.6 us
-        // against 90.4 at batch 64 x 4096).
-        int rows[kRows / 8];
-#pragma unroll
-        for (int sb = 0; sb < kRows / 8; ++sb) {
-          const int pos = p0 + sb * box_rows;
-          rows[sb] = sb < subs ? work.blocks[pos / bs] * bs + pos % bs : 0;
-        }
-        if (k >= 2) tma::mbar_wait(empty_bar(s), ((k >> 1) - 1) & 1);
-        tma::mbar_arrive_expect_tx(full_bar(s), static_cast<uint32_t>(subs * box_rows * 128 * kBoxes));
-        const uint32_t stage = base + static_cast<uint32_t>(s) * kTileBytes;
-#pragma unroll
-        for (int sb = 0; sb < kRows / 8; ++sb) {
-          if (sb < subs) {
-#pragma unroll
-            for (int j = 0; j < kBoxes; ++j)
-              tma::load_2d(stage + j * kBoxBytes + static_cast<uint32_t>(sb * box_rows) * 128, &map, j * 64,
-                           rows[sb], full_bar(s));
-          }
-        }
-      }
-    }
+    if (lane == 0)
+      for (int k = pre_tiles; k < ntiles; ++k) request_tile(work, k);
     __syncwarp();
   } else {
     stage_queries(gbase + kQOff, q_lat, q_pe, t, H, h0, hg, tid, 256);
@@ -227,6 +254,13 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int b = k & 1;
       const uint32_t stage = base + static_cast<uint32_t>(b) * kTileBytes;
       tma::mbar_wait(full_bar(b), (k >> 1) & 1);
+      if (k == fix_tile) {  // the newest row as the kernel before wrote it, over the copy requested early
+        if (wt < kBoxes * 8)
+          *reinterpret_cast<uint4*>(gbase + b * kTileBytes + (wt / 8) * kBoxBytes +
+                                    swizzled128(fix_row, wt % 8)) = fix_piece;
+        fence_proxy_async();          // before the MMAs (async proxy) of both warpgroups read the stage
+        tma::bar_sync(kBarWg0, 128);  // warpgroup 1 reads it after P_full, which follows this
+      }
       float s[16];
 #pragma unroll
       for (int i = 0; i < 16; ++i) s[i] = 0.0f;
@@ -396,7 +430,21 @@ int box_rows_for(int64_t block_size) {
   return static_cast<int>(std::min<int64_t>(block_size, kRows));
 }
 
+// DSINFER_MLA_EARLY_TILES (read once; mla_set_early_tiles overrides).
+bool& early_tiles_setting() {
+  static bool on = env_int("DSINFER_MLA_EARLY_TILES", 0, 0, 1) == 1;
+  return on;
+}
+
 }  // namespace
+
+bool mla_early_tiles() {
+  return early_tiles_setting();
+}
+
+void mla_set_early_tiles(bool on) {
+  early_tiles_setting() = on;
+}
 
 bool mla_wgmma_supported() {
   // wgmma: the sm_90a cubin only. Configured once, outside any capture; false without a GPU.
@@ -433,8 +481,8 @@ void launch_attention_mla_wgmma_tma(const float* q_lat, const float* q_pe, const
   DSI_CHECK(made == CUDA_SUCCESS, "attention_mla (wgmma + TMA): cuTensorMapEncodeTiled failed (", made, ")");
   const dim3 grid(static_cast<unsigned>(T * groups), static_cast<unsigned>(split.splits));
   launch_pdl(split_o() ? mla_wgmma_tma_kernel<true> : mla_wgmma_tma_kernel<false>, grid, kThreads, kSmemBytes,
-             map, q_lat, q_pe, plan, out, ws_acc, ws_ml, arrivals, static_cast<int>(H), scale, split.splits,
-             split.chunk, box_rows);
+             map, cache, q_lat, q_pe, plan, out, ws_acc, ws_ml, arrivals, static_cast<int>(H), scale,
+             split.splits, split.chunk, box_rows);
   check_launch("attention_mla (tensor cores, wgmma + TMA)");
 }
 
