@@ -42,8 +42,14 @@ __global__ void add_bias_kernel(float* y, const uint16_t* bias, int64_t M, int64
   if (i < M * N) y[i] += __uint_as_float(static_cast<uint32_t>(bias[i % N]) << 16);
 }
 
-__device__ __forceinline__ float bf16_bits_to_float(float v) {
+// An x operand's value: float32 as is, bf16 bits widened. (Not an overload of bf16_bits_to_float: one
+// declared here would hide kernel_common.cuh's from unqualified calls in this namespace, so the weights'
+// bits would convert as integers.)
+__device__ __forceinline__ float operand_value(float v) {
   return v;
+}
+__device__ __forceinline__ float operand_value(uint16_t bits) {
+  return bf16_bits_to_float(bits);
 }
 // One output per thread: y[m, n] (=|+=) sum_k x[m, k] w[n, k] in fp32 (x float32 or bf16 bits).
 template <typename X>
@@ -55,7 +61,7 @@ __global__ void linear_reference_kernel(const X* x, const uint16_t* w, float* y,
   const X* xr = x + m * K;
   const uint16_t* wr = w + n * K;
   float s = 0.0f;
-  for (int64_t k = 0; k < K; ++k) s += bf16_bits_to_float(xr[k]) * bf16_bits_to_float(wr[k]);
+  for (int64_t k = 0; k < K; ++k) s += operand_value(xr[k]) * bf16_bits_to_float(wr[k]);
   y[i] = accumulate ? y[i] + s : s;
 }
 

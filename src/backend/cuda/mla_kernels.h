@@ -155,8 +155,9 @@ bool mla_tc_v2_supported();
 // per SM (split.wgmma, tile_rows 64). Needs the Hopper path (sm_90a: wgmma). launch_attention_mla runs it
 // when mla_wgmma_tma_usable, else the first design's 64-row instance over the same split.
 bool mla_wgmma_supported();
-// Whether decode-only steps set MlaPlanView::early_rows (DSINFER_MLA_EARLY_TILES, default 0: every
-// tile request after the wait). The setter is for tests and benchmarks, between steps, outside captures.
+// Whether decode-only steps set MlaPlanView::early_rows (DSINFER_MLA_EARLY_TILES, default 1; 0 keeps every
+// tile request after the wait; measured on an H100, V2-Lite batch 1: -13.9 us a token, docs/benchmarks.md).
+// The setter is for tests and benchmarks, between steps, outside captures.
 bool mla_early_tiles();
 void mla_set_early_tiles(bool on);
 // Whether the TMA design takes launches over this plan and cache: block size a multiple of 8 that divides 64

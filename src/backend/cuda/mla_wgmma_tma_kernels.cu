@@ -432,7 +432,7 @@ int box_rows_for(int64_t block_size) {
 
 // DSINFER_MLA_EARLY_TILES (read once; mla_set_early_tiles overrides).
 bool& early_tiles_setting() {
-  static bool on = env_int("DSINFER_MLA_EARLY_TILES", 0, 0, 1) == 1;
+  static bool on = env_int("DSINFER_MLA_EARLY_TILES", 1, 0, 1) == 1;
   return on;
 }
 
