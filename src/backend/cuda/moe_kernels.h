@@ -66,7 +66,7 @@ struct MoeNormRouteArgs {
   bool cluster = false;
   // One token whose router masks no group (route_select_one_supported): the selection by
   // detail::route_select_one (a short chain, little code) instead of route_select_block. The same bits.
-  // Off by default until measured on a GPU (CudaBackendOptions::moe_route_select_one).
+  // Off by default: no gain measured in the model (CudaBackendOptions::moe_route_select_one).
   bool select_one = false;
 };
 bool moe_norm_route_supported(const MoeNormRouteArgs& a, const MoeRouteParams& p);
