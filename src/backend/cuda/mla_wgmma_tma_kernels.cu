@@ -27,9 +27,11 @@
 // slots) are zeroed in boxes 0-7 by warpgroup 0 before O reads them (their scores are masked to -inf).
 //
 // Early tiles (MlaPlanView::early_rows, DSINFER_MLA_EARLY_TILES): in a decode-only step staged before its
-// first kernel, the block's work and its first two tiles are requested before the wait (the plan and the
-// rows of earlier steps are complete: every kernel before waits for its own predecessor); the token's own
-// row, which the kernel just before writes, is loaded again after the wait and stored over the early copy.
+// first kernel, the block's work and its first two tiles are requested before the wait. The plan and the
+// rows of earlier steps are complete by then: the kernel just before (mla_prepare, or head_matmul's W_UK
+// kernels) triggers only after its own wait, so the one before it has ended, and a kernel ends only after its
+// own wait, so every earlier one has too. The token's own row, which the kernel just before writes, is
+// loaded again after the wait and stored over the early copy.
 //
 // Shared memory (1024-byte aligned base): stages [2][73,728], queries [9 boxes][32 rows][128 bytes], P
 // [2][4,096], maxima [2][4 warps][16], corrections [2][16], sums [4][16], final maxima and sums [2][16], a
