@@ -50,9 +50,6 @@ std::unique_ptr<Backend> make_cuda_backend(const std::string& cuda_arch, const M
   // DSINFER_CUDA_MOE_ROUTE_CLUSTER=0 / 1: that routing of one token as one thread block cluster where it
   // fits off / on (on by default, cuda_backend.h).
   options.moe_route_cluster = env_switch("DSINFER_CUDA_MOE_ROUTE_CLUSTER", options.moe_route_cluster);
-  // DSINFER_CUDA_MOE_SELECT_ONE=0 / 1: that routing's one-token selection by route_select_one off / on (off
-  // by default: no gain measured, cuda_backend.h).
-  options.moe_route_select_one = env_switch("DSINFER_CUDA_MOE_SELECT_ONE", options.moe_route_select_one);
   // DSINFER_CUDA_MOE_SHARED_FUSED=0 / 1: the shared experts inside the routed experts' streaming launches
   // off / on (on by default, cuda_backend.h).
   options.moe_shared_fused = env_switch("DSINFER_CUDA_MOE_SHARED_FUSED", options.moe_shared_fused);

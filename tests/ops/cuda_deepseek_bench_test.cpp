@@ -480,8 +480,8 @@ TEST_F(CudaDeepseekOpsTest, DISABLED_BenchNormMoeRoute) {
     const char *scoring, *method;
     int moe_layers;
   };
-  std::printf("%-8s %2s %8s %8s %8s %9s %7s %9s %8s %8s %8s %7s %10s\n", "shape", "T", "fused", "cluster",
-              "one", "separate", "saved", "rms_norm", "route", "permute", "f.eager", "f. %BW", "saved/tok");
+  std::printf("%-8s %2s %8s %8s %9s %7s %9s %8s %8s %8s %7s %10s\n", "shape", "T", "fused", "cluster",
+              "separate", "saved", "rms_norm", "route", "permute", "f.eager", "f. %BW", "saved/tok");
   for (const RouterShape& r : {RouterShape{"V2-Lite", 2048, 64, 6, 1, 1, "softmax", "greedy", 26},
                                RouterShape{"V3", 7168, 256, 8, 8, 4, "sigmoid", "noaux_tc", 58},
                                RouterShape{"V4-Flash", 4096, 256, 6, 1, 1, "sqrtsoftplus", "noaux_tc", 40}}) {
@@ -548,17 +548,6 @@ TEST_F(CudaDeepseekOpsTest, DISABLED_BenchNormMoeRoute) {
         cuda::launch_moe_norm_route(ac, rp);
       };
       const double cluster_us = clusterable ? graph_us(cluster) : 0.0;
-      // "one": the one-token selection of route_select_one instead of route_select_block
-      // (DSINFER_CUDA_MOE_SELECT_ONE=1) in the form the model runs (the cluster where it takes the shape),
-      // where route_select_one takes the shape; 0 elsewhere.
-      const bool one = T == 1 && cuda::moe_norm_route_selects_one(1, static_cast<int>(r.E), rp);
-      cuda::MoeNormRouteArgs a1 = clusterable ? ac : a;
-      a1.select_one = true;
-      auto select_one = [&](int64_t i) {
-        a1.router = router(i);
-        cuda::launch_moe_norm_route(a1, rp);
-      };
-      const double one_us = fusable && one ? graph_us(select_one) : 0.0;
       const double separate_us = graph_us([&](int64_t i) {
         norm_only(i);
         route_only(i);
@@ -570,9 +559,9 @@ TEST_F(CudaDeepseekOpsTest, DISABLED_BenchNormMoeRoute) {
       const double eager_us =
           fusable ? cuda::time_stream_ms([&] { fused(next++ % copies); }, 400) * 1e3 : 0.0;
       const double saved_us = separate_us - fused_us;
-      std::printf("%-8s %2lld %8.2f %8.2f %8.2f %9.2f %7.2f %9.2f %8.2f %8.2f %8.2f %6.1f%% %10.0f%s\n",
-                  r.name, static_cast<long long>(T), fused_us, cluster_us, one_us, separate_us, saved_us,
-                  norm_us, route_us, permute_us, eager_us,
+      std::printf("%-8s %2lld %8.2f %8.2f %9.2f %7.2f %9.2f %8.2f %8.2f %8.2f %6.1f%% %10.0f%s\n", r.name,
+                  static_cast<long long>(T), fused_us, cluster_us, separate_us, saved_us, norm_us, route_us,
+                  permute_us, eager_us,
                   fusable ? 100.0 * router_elems * 2 / (fused_us * 1e-6) / 1e9 / 4290.0 : 0.0,
                   saved_us * r.moe_layers, fusable ? "" : "  (fused kernel does not take the shape)");
     }

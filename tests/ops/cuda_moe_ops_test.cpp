@@ -427,12 +427,7 @@ TEST_F(CudaDeepseekOpsTest, MoeNormRouteKernelEqualsSeparateKernels) {
                                    tiles_s.data<int32_t>(), sp_s.data<int32_t>(), ps_s.data<int32_t>());
           // The fused kernel, twice (the counter must be back at zero for the second launch); then its
           // cluster form where it takes the shape (no counter, no logits scratch).
-          // Forms 0 and 1 (plain grid, cluster) with route_select_block's selection; at T 1 also forms 2
-          // and 3 with route_select_one's where it takes the shape (DSINFER_CUDA_MOE_SELECT_ONE=1).
-          for (const int form : {0, 1, 2, 3}) {
-            const bool cluster = (form & 1) != 0, select_one = form >= 2;
-            if (select_one && !cuda::moe_norm_route_selects_one(static_cast<int>(T), static_cast<int>(E), rp))
-              continue;
+          for (const bool cluster : {false, true}) {
             Tensor x_f = f32(T * H), logits_f = f32(T * E), ids_f = i32(pairs), w_f = f32(pairs);
             Tensor off_f = i32(E + 1), tiles_f = i32(E + 1), sp_f = i32(pairs), ps_f = i32(pairs);
             cuda::MoeNormRouteArgs a;
@@ -453,13 +448,12 @@ TEST_F(CudaDeepseekOpsTest, MoeNormRouteKernelEqualsSeparateKernels) {
             a.arrivals = cluster ? nullptr : cuda::decode_arrivals(1);
             a.logits = cluster ? nullptr : a.logits;
             a.cluster = cluster;
-            a.select_one = select_one;
             a.T = static_cast<int>(T);
             a.H = static_cast<int>(H);
             a.E = static_cast<int>(E);
             ASSERT_TRUE(cuda::moe_norm_route_supported(a, rp)) << "E=" << E << " H=" << H << " T=" << T;
             if (cluster && !cuda::moe_norm_route_cluster_supported(a, rp)) continue;
-            cluster_runs += cluster && !select_one && E == 64 && H == 2048;
+            cluster_runs += cluster && E == 64 && H == 2048;
             for (int rep = 0; rep < 2; ++rep) {
               cuda::launch_moe_norm_route(a, rp);
               if (cluster) continue;
@@ -467,10 +461,10 @@ TEST_F(CudaDeepseekOpsTest, MoeNormRouteKernelEqualsSeparateKernels) {
               cuda::copy_to_host(&counter, a.arrivals, sizeof(counter));
               ASSERT_EQ(counter, 0) << "the arrival counter was not reset";
             }
-            const std::string where =
-                std::string(cluster ? "cluster " : "") + (select_one ? "select-one " : "") + c.scoring + "/" +
-                c.method + " E=" + std::to_string(E) + " K=" + std::to_string(K) + " H=" + std::to_string(H) +
-                " T=" + std::to_string(T) + " tile " + std::to_string(tile_rows);
+            const std::string where = std::string(cluster ? "cluster " : "") + c.scoring + "/" + c.method +
+                                      " E=" + std::to_string(E) + " K=" + std::to_string(K) +
+                                      " H=" + std::to_string(H) + " T=" + std::to_string(T) + " tile " +
+                                      std::to_string(tile_rows);
             auto same_bits = [&](const Tensor& u, const Tensor& v, const char* what) {
               const Tensor hu = cuda::to_host(u), hv = cuda::to_host(v);
               int64_t differ = 0;

@@ -60,13 +60,6 @@ struct CudaBackendOptions {
   // and an L2 round trip (the same bits). H200 (2026-12-05): V2-Lite batch 1 1.9866 against 2.0292 ms/token
   // (-2.1%).
   bool moe_route_cluster = true;
-  // false (default; DSINFER_CUDA_MOE_SELECT_ONE=1 turns it on): that routing's selection of one token whose
-  // router masks no expert group (V2-Lite, V4-Flash) by one warp's scores and a rank per expert
-  // (detail::route_select_one) instead of the block-wide candidates and ranks of route_select_block (the
-  // same bits). Off: on an H100 (2026-12-07) its op test passes and it saves 1.3 us in isolation (6.40
-  // against 7.70 us at T 1) but nothing measurable in the model (V2-Lite batch 1 -3.8 us a token, V4-Flash
-  // slice +4.2 us; docs/benchmarks.md, fifty-sixth session).
-  bool moe_route_select_one = false;
   // true (default; DSINFER_CUDA_MOE_SHARED_FUSED=0 turns it off): moe_experts_residual runs a DeepSeekMoE
   // block's shared experts (n_shared units of the routed intermediate size) inside the routed experts'
   // weight-streaming gate/up and down launches, as extra experts every token visits with weight 1, when

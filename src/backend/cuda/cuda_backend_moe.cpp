@@ -315,7 +315,6 @@ Tensor CudaBackend::norm_moe_route(const Tensor& h, const Tensor& norm, float ep
   // in a graph) 7.15 us against 7.71 at T 1, but 13.27 against 10.60 at T 4 and 21.64 against 14.93 at T 8,
   // where its 8 CTAs each compute T x 8 logits.
   a.cluster = options_.moe_route_cluster && T == 1 && cuda::moe_norm_route_cluster_supported(a, rp);
-  a.select_one = options_.moe_route_select_one;
   Tensor logits;
   if (!a.cluster) {
     a.arrivals = cuda::decode_arrivals(1);

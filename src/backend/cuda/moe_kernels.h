@@ -64,10 +64,6 @@ struct MoeNormRouteArgs {
   // logits into the first CTA's shared memory (st.async on its mbarrier) and the first CTA selects; no
   // arrival counter, no logits scratch (arrivals and logits may be null). The same bits.
   bool cluster = false;
-  // One token whose router masks no group (route_select_one_supported): the selection by
-  // detail::route_select_one (a short chain, little code) instead of route_select_block. The same bits.
-  // Off by default: no gain measured in the model (CudaBackendOptions::moe_route_select_one).
-  bool select_one = false;
 };
 bool moe_norm_route_supported(const MoeNormRouteArgs& a, const MoeRouteParams& p);
 // Whether the cluster form takes the shape: the Hopper path, moe_norm_route_supported, and the router's E
@@ -76,9 +72,6 @@ bool moe_norm_route_supported(const MoeNormRouteArgs& a, const MoeRouteParams& p
 // routers).
 inline constexpr int kMoeRouteClusterCtas = 8;  // the portable cluster size
 bool moe_norm_route_cluster_supported(const MoeNormRouteArgs& a, const MoeRouteParams& p);
-// Whether a launch of T tokens takes route_select_one's selection (one token, at most 256 experts, no group
-// masked) while select_one is on.
-bool moe_norm_route_selects_one(int T, int E, const MoeRouteParams& p);
 void launch_moe_norm_route(const MoeNormRouteArgs& a, const MoeRouteParams& p);
 
 // Rows of one expert handled per tile by the tensor-core kernels (many rows per expert); the CUDA-core

@@ -6,8 +6,7 @@
 // squares in launch_rms_norm's order, all of a thread's loads issued together), writes one slice of x and
 // computes its experts' logits in moe_logits_kernel's order (x formed on the fly, the weights from shared
 // memory). The last block to arrive (an arrival counter it resets, as the MLA fused merge) selects every
-// token's experts with all its warps (route_select_block, the bits of moe_select_kernel; with select_one, one
-// token whose router masks no group: route_select_one, the same bits) and builds the
+// token's experts with all its warps (route_select_block, the bits of moe_select_kernel) and builds the
 // permutation (every pair's row and every expert's offsets counted directly from the ids, no atomics, no
 // serial scan), its pairs in pair order within an expert. In the cluster form (Hopper, routers of at most
 // 64 experts: one thread block cluster of up to 8 CTAs) every CTA sends its logits into the first CTA's
@@ -277,13 +276,8 @@ __global__ void __launch_bounds__(kThreads)
   }
   st(kPtArrived);
   float* scratch = reinterpret_cast<float*>(smem);
-  auto marks = [&](int step) { stamp(gridDim.x, step); };
-  const int32_t* ids_s;
-  if (kT == 1 && a.select_one && detail::route_select_one_supported(T, E, p)) {
-    ids_s = detail::route_select_one<CLUSTER>(logits, a.bias, a.ids, a.weights, E, p, scratch, marks);
-  } else {
-    ids_s = detail::route_select_block<CLUSTER>(logits, a.bias, a.ids, a.weights, T, E, p, scratch, marks);
-  }
+  const int32_t* ids_s = detail::route_select_block<CLUSTER>(
+      logits, a.bias, a.ids, a.weights, T, E, p, scratch, [&](int step) { stamp(gridDim.x, step); });
   st(kPtSelected);
   if (a.tile_rows <= 0) {
     st(kPtEnd);
@@ -374,10 +368,6 @@ bool moe_norm_route_cluster_supported(const MoeNormRouteArgs& a, const MoeRouteP
     return false;
   const int epb = cluster_experts_per_block(a.E);
   return epb * (a.H / 8) <= kMaxRouterChunks * kThreads && weights_smem(epb, a.H) <= kSmemLimit;
-}
-
-bool moe_norm_route_selects_one(int T, int E, const MoeRouteParams& p) {
-  return detail::route_select_one_supported(T, E, p);
 }
 
 void launch_moe_norm_route(const MoeNormRouteArgs& a, const MoeRouteParams& p) {

@@ -3,9 +3,8 @@
 // the same bits: one warp scores a token's logits (route_score_token); the selection kernel's warp then masks
 // expert groups and picks the top k by repeated arg-max (route_select_token), the fused kernel's last block
 // does the same for every token with all its warps at once (route_select_block: the top k as the experts of
-// rank < k in the order (value descending, index ascending), which is what repeated arg-max picks; for one
-// token whose router masks no group, route_select_one does it on a shorter chain). Ties go to the lower
-// index, as CpuBackend::moe_route.
+// rank < k in the order (value descending, index ascending), which is what repeated arg-max picks). Ties go
+// to the lower index, as CpuBackend::moe_route.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -61,11 +60,6 @@ __device__ __forceinline__ float route_logit(const float* logits, int e) {
   return __ldcg(logits + e);
 }
 
-// The score of one logit for the elementwise scoring functions: sigmoid, else sqrt(softplus) (DeepSeek-V4).
-__device__ __forceinline__ float route_elementwise_score(bool sigmoid, float s) {
-  return sigmoid ? 1.0f / (1.0f + expf(-s)) : sqrtf(s > 20.0f ? s : log1pf(expf(s)));
-}
-
 // One token's scores: logits [E] (SHARED: in shared memory; else read through L2) -> score [E] and sel [E]
 // (the selection values: score + bias for noaux_tc). Called by the 32 lanes of one warp; the sums follow the
 // lane order, so the bits depend on E only. A lane's logits (and biases) of a pass are loaded together
@@ -94,7 +88,9 @@ __device__ __forceinline__ void route_score_token(const float* logits, const flo
         if (softmax) {
           mx = fmaxf(mx, score[e] = lv[j]);
         } else {
-          score[e] = route_elementwise_score(p.scoring == MoeScoring::kSigmoid, lv[j]);
+          const float s = lv[j];
+          score[e] = p.scoring == MoeScoring::kSigmoid ? 1.0f / (1.0f + expf(-s))
+                                                       : sqrtf(s > 20.0f ? s : log1pf(expf(s)));
           sel[e] = score[e] + bv[j];
         }
       }
@@ -335,107 +331,6 @@ __device__ __forceinline__ const int32_t* route_select_block(const float* logits
       ids[t * K + k] = ct[k];
       wout[t * K + k] = w * p.routed_scaling_factor;
     }
-  }
-  mark(4);
-  return chosen;
-}
-
-// route_select_one's scratch is score [E], key [E], chosen [K] (int), their scores [K]: 2E + 2K floats,
-// within select_block_scratch_floats(1, E, G, K), which its callers allocate. Its shapes: one token, at most
-// 32 * kSelectOnePer experts, no group masked (V2-Lite's greedy softmax, V4-Flash's single group, V2 / V3
-// with every group kept).
-constexpr int kSelectOnePer = 8;  // a scoring lane's experts
-__host__ __device__ inline bool route_select_one_supported(int T, int E, const MoeRouteParams& p) {
-  return T == 1 && E >= 1 && E <= 32 * kSelectOnePer && !route_masks_groups(p);
-}
-
-// One token's selection by the whole block (route_select_one_supported; every thread calls it, it
-// synchronises), the bits of route_select_block at T 1 on a short dependent chain and little code: warp 0
-// scores (route_score_token's arithmetic in its order, the values in shared memory and loops rolled, the
-// logits and biases loaded a pass at once first), then every thread ranks its experts among all E in
-// route_better's order of the keys (the top K are those of rank < K, as route_select_block's candidates
-// and ranks give), then threads 0..K-1 write the weights. logits [E] (SHARED: in shared memory; else read
-// through L2) -> ids [K], wout [K]; returns chosen [K] in the scratch, valid for every thread. mark(step) as
-// route_select_block's (steps 1 and 2 have no work here).
-template <bool SHARED = false, typename Marks = NoSelectMarks>
-__device__ __forceinline__ const int32_t* route_select_one(const float* logits, const float* bias,
-                                                           int32_t* ids, float* wout, int E,
-                                                           const MoeRouteParams& p, float* scratch,
-                                                           Marks mark = {}) {
-  const int K = p.top_k, tid = threadIdx.x, lane = tid % 32;
-  float* score = scratch;                                 // [E]
-  float* key = score + E;                                 // [E] a bias, then the selection key
-  int32_t* chosen = reinterpret_cast<int32_t*>(key + E);  // [K]
-  float* cscore = reinterpret_cast<float*>(chosen + K);   // [K]
-  if (tid < 32) {
-    const bool softmax = p.scoring == MoeScoring::kSoftmax;
-    const bool biased = p.method == MoeTopk::kNoauxTc && bias != nullptr;
-    const float* raw = logits;  // [E]
-    float lv[kSelectOnePer], bv[kSelectOnePer];
-#pragma unroll
-    for (int j = 0; j < kSelectOnePer; ++j) {
-      const int e = lane + 32 * j;
-      lv[j] = !SHARED && e < E ? __ldcg(logits + e) : 0.0f;
-      bv[j] = biased && e < E ? __ldg(bias + e) : 0.0f;
-    }
-#pragma unroll
-    for (int j = 0; j < kSelectOnePer; ++j) {
-      const int e = lane + 32 * j;
-      if (e < E) {
-        if constexpr (!SHARED) score[e] = lv[j];
-        key[e] = bv[j];
-      }
-    }
-    if constexpr (!SHARED) raw = score;
-    __syncwarp();
-    if (softmax) {
-      float mx = -INFINITY;
-#pragma unroll 1
-      for (int e = lane; e < E; e += 32) mx = fmaxf(mx, raw[e]);
-      mx = route_warp_max(mx);
-      float sum = 0.0f;
-#pragma unroll 1
-      for (int e = lane; e < E; e += 32) sum += (score[e] = expf(raw[e] - mx));
-      sum = route_warp_sum(sum);
-#pragma unroll 1
-      for (int e = lane; e < E; e += 32) {
-        score[e] /= sum;
-        key[e] = route_key(score[e] + (biased ? key[e] : 0.0f));
-      }
-    } else {
-      const bool sigmoid = p.scoring == MoeScoring::kSigmoid;
-#pragma unroll 1
-      for (int e = lane; e < E; e += 32) {
-        const float sc = route_elementwise_score(sigmoid, raw[e]);
-        score[e] = sc;
-        key[e] = route_key(sc + key[e]);
-      }
-    }
-  }
-  __syncthreads();
-  mark(0);
-  mark(1);
-  mark(2);
-  for (int e = tid; e < E; e += blockDim.x) {
-    const float v = key[e];
-    int rank = 0;
-#pragma unroll 8
-    for (int j = 0; j < E; ++j) rank += route_better(key[j], j, v, e);
-    if (rank < K) {
-      chosen[rank] = e;
-      cscore[rank] = score[e];
-    }
-  }
-  __syncthreads();
-  mark(3);
-  const bool norm = p.norm_topk_prob && (K > 1 || p.scoring != MoeScoring::kSoftmax);
-  for (int k = tid; k < K; k += blockDim.x) {
-    float denom = 0.0f;
-    for (int i = 0; i < K; ++i) denom += cscore[i];
-    float w = cscore[k];
-    if (norm) w /= (denom + 1e-20f);
-    ids[k] = chosen[k];
-    wout[k] = w * p.routed_scaling_factor;
   }
   mark(4);
   return chosen;
