@@ -156,9 +156,8 @@ bool mla_tc_v2_supported();
 // when mla_wgmma_tma_usable, else the first design's 64-row instance over the same split.
 bool mla_wgmma_supported();
 // Whether decode-only steps set MlaPlanView::early_rows (DSINFER_MLA_EARLY_TILES, default 1; 0 keeps every
-// tile request after the wait; measured on H100s, V2-Lite batch 1: -7.9 and -13.9 us a token in two runs,
-// docs/benchmarks.md).
-// The setter is for tests and benchmarks, between steps, outside captures.
+// tile request after the wait; measured on H100s, V2-Lite batch 1: -7.9, -13.9 and -14.4 us a token in three
+// runs, docs/benchmarks.md). The setter is for tests and benchmarks, between steps, outside captures.
 bool mla_early_tiles();
 void mla_set_early_tiles(bool on);
 // Whether the TMA design takes launches over this plan and cache: block size a multiple of 8 that divides 64
