@@ -29,7 +29,9 @@
 #ifdef DSINFER_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_tensor.h"
+#include "backend/cuda/runtime.h"
 #include "backend/cuda/sampling_kernels.h"
+#include "backend/cuda/timing.h"
 #endif
 
 namespace dsinfer {
@@ -532,6 +534,61 @@ TEST_F(CudaSamplingTest, SplitRowMaxReportsErrorsAndResetsItsCounters) {
   }
 }
 
+// Calls whose row parameters equal the last cached call's read them from the device cache (greedy rows
+// ignore their seed and draw index, so steps of the same requests repeat them); any change (logprobs, a
+// temperature, more rows, penalties) reads the new ones. Every call's tokens and logprobs still equal the
+// host's on that call's logits.
+TEST_F(CudaSamplingTest, RepeatedRowParametersComeFromTheDeviceCacheAndChangesDoNot) {
+  const int64_t V = 102400;  // DeepSeek-V2: a split row
+  HostSampler host;
+  std::mt19937_64 unused;
+  auto rows_of = [](int n, int logprobs, uint64_t draw) {
+    std::vector<SamplingRow> rows(static_cast<size_t>(n), row_with(0.0f, 11, draw));
+    for (SamplingRow& r : rows) r.logprobs = logprobs;
+    return rows;
+  };
+  struct Call {
+    std::vector<SamplingRow> rows;
+    bool hit;  // expected to read the cache
+  };
+  std::vector<Call> calls;
+  calls.push_back({rows_of(2, 0, 0), false});
+  calls.push_back({rows_of(2, 0, 1), true});   // draw index differs: ignored by greedy rows
+  calls.push_back({rows_of(2, 3, 2), false});  // logprobs asked
+  calls.push_back({rows_of(2, 3, 3), true});
+  calls.push_back({rows_of(2, 0, 4), false});  // back to none: the cache holds the logprobs rows
+  calls.push_back({rows_of(3, 0, 5), false});  // one row more
+  calls.push_back({rows_of(3, 0, 6), true});
+  static const std::vector<int32_t> seen = {1, 2, 3};
+  std::vector<SamplingRow> penalised = rows_of(3, 0, 7);
+  penalised[1].repetition_penalty = 1.3f;
+  penalised[1].seen_tokens = seen;
+  calls.push_back({penalised, false});        // penalties: not cached
+  calls.push_back({rows_of(3, 0, 8), true});  // the cache still holds the greedy rows
+  std::vector<SamplingRow> drawn = rows_of(3, 0, 9);
+  drawn[2].temperature = 1.0f;
+  calls.push_back({drawn, false});
+  for (size_t c = 0; c < calls.size(); ++c) {
+    const std::vector<SamplingRow>& rows = calls[c].rows;
+    const int64_t R = static_cast<int64_t>(rows.size());
+    const Tensor logits = random_logits(R, V, 3.0f);
+    const int64_t hits_before = gpu.sample_params_cache_hits();
+    const std::vector<SampledToken> got = gpu.sample(cuda::to_device(logits), rows);
+    EXPECT_EQ(gpu.sample_params_cache_hits() - hits_before, calls[c].hit ? 1 : 0) << "call " << c;
+    ASSERT_EQ(static_cast<int64_t>(got.size()), R);
+    for (int64_t r = 0; r < R; ++r) {
+      ASSERT_TRUE(got[r].error.empty()) << got[r].error;
+      const float* x = logits.f32() + r * V;
+      if (rows[r].temperature == 0.0f) {
+        EXPECT_EQ(got[r].token, host.sample(x, static_cast<int32_t>(V), rows[r], unused)) << "call " << c;
+      } else {
+        EXPECT_TRUE(got[r].token >= 0 && got[r].token < V);
+      }
+      EXPECT_EQ(static_cast<int>(got[r].top.size()), rows[r].logprobs) << "call " << c << " row " << r;
+    }
+  }
+}
+
 TEST_F(CudaSamplingTest, HostLogitsUseTheHostSampler) {
   Tensor logits = random_logits(2, 500, 1.0f);
   std::mt19937_64 a(5), b(5);
@@ -776,6 +833,85 @@ TEST_F(CudaSamplingTest, DISABLED_Timing) {
   std::printf(
       "copy R=256 V=128256 logits to the host:     %.3f ms\n",
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() / 5);
+}
+
+// One greedy row of DeepSeek-V2's 102,400 logits, as a decode step at batch 1 samples it (run with
+// --gtest_also_run_disabled_tests): microseconds per sampling kernel, ten launches back to back in a CUDA
+// graph, with the row's parameters in page-locked host memory (the engine's path) or on the device, the
+// results also written to page-locked memory or not, and the row split over its parts or in one block. Each
+// variant's token is checked against the host's argmax.
+TEST_F(CudaSamplingTest, DISABLED_BenchGreedyRowKernel) {
+  const int64_t V = 102400;
+  const Tensor logits = random_logits(1, V, 2.0f);
+  const Tensor dev = cuda::to_device(logits);
+  const int32_t argmax =
+      static_cast<int32_t>(std::max_element(logits.f32(), logits.f32() + V) - logits.f32());
+  cuda::SampleRowParams p{};
+  p.temperature = 0.0f;
+  p.top_p = 1.0f;
+  p.repetition_penalty = 1.0f;
+  p.work_row = -1;
+  p.mask_begin = -1;
+  p.forced_token = -1;
+  auto* pinned_params = static_cast<cuda::SampleRowParams*>(cuda::host_alloc_pinned(sizeof(p)));
+  *pinned_params = p;
+  auto* device_params = static_cast<cuda::SampleRowParams*>(cuda::device_alloc(sizeof(p)));
+  cuda::copy_to_device(device_params, &p, sizeof(p));
+  auto* host_results =
+      static_cast<cuda::SampleRowResult*>(cuda::host_alloc_pinned(sizeof(cuda::SampleRowResult)));
+  auto* results = static_cast<cuda::SampleRowResult*>(cuda::device_alloc(sizeof(cuda::SampleRowResult)));
+  const int64_t capacity = cuda::sample_candidate_capacity(V);
+  auto* cand_ids = static_cast<int32_t*>(cuda::device_alloc(capacity * sizeof(int32_t)));
+  auto* cand_values = static_cast<float*>(cuda::device_alloc(capacity * sizeof(float)));
+  cuda::SampleRowWork split;
+  split.parts = cuda::sample_row_parts(V);
+  ASSERT_GT(split.parts, 1);
+  split.part_keys = static_cast<uint64_t*>(cuda::device_alloc(split.parts * sizeof(uint64_t)));
+  split.part_bad = static_cast<int32_t*>(cuda::device_alloc(split.parts * sizeof(int32_t)));
+  split.counters = static_cast<uint32_t*>(cuda::device_alloc(sizeof(uint32_t)));
+  cuda::memset_async(split.counters, 0, sizeof(uint32_t));
+  struct Variant {
+    const char* name;
+    const cuda::SampleRowParams* params;
+    cuda::SampleRowResult* host;
+    bool split;
+  };
+  const Variant variants[] = {
+      {"params pinned, results to host, split (engine)", pinned_params, host_results, true},
+      {"params on device, results to host, split", device_params, host_results, true},
+      {"params pinned, no host results, split", pinned_params, nullptr, true},
+      {"params on device, no host results, split", device_params, nullptr, true},
+      {"params pinned, results to host, one block", pinned_params, host_results, false},
+  };
+  std::printf("greedy row of %lld logits, %d parts: us per sampling kernel\n", static_cast<long long>(V),
+              split.parts);
+  for (const Variant& v : variants) {
+    auto launch = [&] {
+      cuda::launch_sample_rows(dev.data<float>(), 1, V, v.params, nullptr, nullptr, nullptr, nullptr, nullptr,
+                               nullptr, nullptr, cand_ids, cand_values,
+                               v.split ? split : cuda::SampleRowWork{}, results, v.host);
+    };
+    const double ms = cuda::time_graph_ms(
+        [&] {
+          for (int i = 0; i < 10; ++i) launch();
+        },
+        50);
+    cuda::SampleRowResult got{};
+    cuda::copy_to_host(&got, results, sizeof(got));
+    EXPECT_EQ(got.token, argmax) << v.name;
+    EXPECT_EQ(got.error, cuda::kSampleOk) << v.name;
+    if (v.host != nullptr) {
+      EXPECT_EQ(v.host->token, argmax) << v.name;
+    }
+    std::printf("  %-50s %7.2f\n", v.name, ms * 1000.0 / 10);
+  }
+  for (void* d :
+       {static_cast<void*>(device_params), static_cast<void*>(results), static_cast<void*>(cand_ids),
+        static_cast<void*>(cand_values), static_cast<void*>(split.part_keys),
+        static_cast<void*>(split.part_bad), static_cast<void*>(split.counters)})
+    cuda::device_free(d);
+  cuda::host_free_pinned(pinned_params);
+  cuda::host_free_pinned(host_results);
 }
 
 #else

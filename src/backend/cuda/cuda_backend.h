@@ -123,6 +123,8 @@ class CudaBackend : public Backend {
   // stay until the next call: feed_sampled_tokens / begin_step read the sampled ids from there.
   void sample_async(const Tensor& logits, const std::vector<SamplingRow>& rows) override;
   std::vector<SampledToken> sample_wait() override;
+  // Sampling calls whose row parameters were read from the device cache (equal to the last cached call's).
+  int64_t sample_params_cache_hits() const { return sample_params_cache_hits_; }
   // Host logits were sampled last: the default (host ids into plan.token_ids). Device: nothing on the host;
   // begin_step / stage_plan patch the device token ids (launch_feed_sampled_tokens).
   void feed_sampled_tokens(BatchPlan& plan) override;
@@ -302,6 +304,13 @@ class CudaBackend : public Backend {
                                 // once, kept zero)
   void* sample_inputs_copied_ = nullptr;  // events (cuda::EventHandle) after those copies
   void* sample_outputs_copied_ = nullptr;
+  // The row parameters of the last sampling call that had nothing else to upload (no penalties, no scored
+  // rows), as bytes, and [rows] cuda::SampleRowParams on the device, which that call's kernel wrote: a call
+  // with the same bytes (every greedy step of the same requests) reads them there instead of over the bus.
+  std::vector<char> sample_params_cached_;
+  Tensor sample_params_cache_;
+  bool sample_params_cache_filled_ = false;  // some kernel wrote sample_params_cached_ into the cache
+  int64_t sample_params_cache_hits_ = 0;
   // Host scratch of attention_gqa: the tokens of decode sequences and the flash query tiles.
   std::vector<int32_t> decode_tokens_host_, flash_tiles_host_;
 };

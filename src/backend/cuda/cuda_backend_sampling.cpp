@@ -1,7 +1,9 @@
 // CudaBackend::sample / sample_async / sample_wait: packs each row's parameters and penalty token lists
-// into one device buffer (one asynchronous copy), runs the sampling kernel over the device logits and copies
-// back only the per-row results (one asynchronous copy per step, waited for in sample_wait); the device
-// results feed the next step's tokens (feed_sampled_tokens, launch_feed_sampled_tokens).
+// into one pinned buffer (read by the kernels over the bus, or one asynchronous copy with host reads off),
+// runs the sampling kernel over the device logits and returns only the per-row results (written into pinned
+// memory by the kernel, or one asynchronous copy; waited for in sample_wait); the device results feed the
+// next step's tokens (feed_sampled_tokens, launch_feed_sampled_tokens). Row parameters that repeat the last
+// call's (greedy decode steps of the same requests) are read from a device copy the kernel left instead.
 #include <algorithm>
 #include <cstring>
 #include <unordered_set>
@@ -101,8 +103,11 @@ void CudaBackend::sample_async(const Tensor& logits, const std::vector<SamplingR
     p.frequency_penalty = row.frequency_penalty;
     p.top_k = row.top_k;
     p.logprobs = std::clamp(row.logprobs, 0, cuda::kSampleMaxTopLogprobs);
-    p.seed = row.seed;
-    p.draw_index = row.draw_index;
+    // A row that draws nothing (greedy or forced) ignores its seed and draw index: left zero, its parameters
+    // stay the same from step to step (the parameters' device cache below).
+    const bool draws = row.temperature != 0.0f && row.forced_token < 0;
+    p.seed = draws ? row.seed : 0;
+    p.draw_index = draws ? row.draw_index : 0;
     p.work_row = -1;
     p.mask_begin = -1;
     p.forced_token = std::max(-1, row.forced_token);
@@ -210,12 +215,35 @@ void CudaBackend::sample_async(const Tensor& logits, const std::vector<SamplingR
     parts.part_bad = part_bad.data<int32_t>();
     parts.counters = static_cast<uint32_t*>(sample_row_counters_.raw());
   }
+  // The row parameters from the device cache when they equal the last cached call's (a greedy decode step of
+  // the same requests), else read from the inputs (over the bus with host reads on) and, when the call has
+  // nothing else to upload, copied into the cache by the kernel for the next call.
+  const bool params_only = scored.empty() && work_rows == 0 && seen.empty() && gen_ids.empty() &&
+                           gen_counts.empty() && bias_ids.empty() && bias_values.empty() && masks.empty();
+  const size_t params_bytes = params.size() * sizeof(cuda::SampleRowParams);
+  const char* params_raw = reinterpret_cast<const char*>(params.data());
+  const bool params_cached = params_only && sample_params_cache_filled_ &&
+                             sample_params_cached_.size() == params_bytes &&
+                             std::memcmp(sample_params_cached_.data(), params_raw, params_bytes) == 0;
+  cuda::SampleRowParams* params_copy = nullptr;
+  sample_params_cache_hits_ += params_cached ? 1 : 0;
+  if (params_only && !params_cached) {
+    if (!sample_params_cache_ || sample_params_cache_.nbytes() < params_bytes) {
+      sample_params_cache_ = Tensor::empty_on(Device::kCuda, DType::U8,
+                                              {static_cast<int64_t>(std::max<size_t>(params_bytes, 4096))});
+    }
+    params_copy = static_cast<cuda::SampleRowParams*>(sample_params_cache_.raw());
+    sample_params_cached_.assign(params_raw, params_raw + params_bytes);
+    sample_params_cache_filled_ = true;
+  }
   const int64_t result_bytes = R * static_cast<int64_t>(sizeof(cuda::SampleRowResult));
   call.results = Tensor::empty_on(Device::kCuda, DType::U8, {result_bytes});  // [R] SampleRowResult
   // Results: the kernel also writes them into pinned memory (host reads on), or one copy queued after it;
   // sample_wait waits for the event.
   char* out = sample_outputs_.reserve(static_cast<size_t>(result_bytes), sample_outputs_copied_);
-  const auto* device_params = reinterpret_cast<const cuda::SampleRowParams*>(in + params_at);
+  const auto* device_params = params_cached
+                                  ? static_cast<const cuda::SampleRowParams*>(sample_params_cache_.raw())
+                                  : reinterpret_cast<const cuda::SampleRowParams*>(in + params_at);
   auto* results = static_cast<cuda::SampleRowResult*>(call.results.raw());
   auto* host_results = host_reads ? reinterpret_cast<cuda::SampleRowResult*>(out) : nullptr;
   if (D > 0) {
@@ -228,7 +256,8 @@ void CudaBackend::sample_async(const Tensor& logits, const std::vector<SamplingR
         bias_values.empty() ? nullptr : reinterpret_cast<const float*>(in + bias_values_at),
         masks.empty() ? nullptr : reinterpret_cast<const uint32_t*>(in + masks_at),
         work ? work.data<float>() : nullptr, cand_ids.data<int32_t>(), cand_values.data<float>(), parts,
-        results, host_results, scored.empty() ? nullptr : reinterpret_cast<const int32_t*>(in + drawn_at));
+        results, host_results, scored.empty() ? nullptr : reinterpret_cast<const int32_t*>(in + drawn_at),
+        params_copy);
   }
   cuda::launch_score_rows(logits.data<float>(), V, reinterpret_cast<const int32_t*>(in + scored_at),
                           static_cast<int64_t>(scored.size()), device_params, results, host_results);

@@ -10,6 +10,7 @@
 
 #include "backend/cuda/feed_device.cuh"
 #include "backend/cuda/float_order.cuh"
+#include "backend/cuda/pdl.cuh"
 #include "backend/cuda/publish_result.cuh"
 #include "backend/cuda/sampling_kernels.h"
 #include "backend/cuda/stream.h"
@@ -481,16 +482,21 @@ __device__ RowMax row_max(const float* x, const Keys& keys, int32_t V, Shared& s
   return row_max_of_key(best, bad, keys);
 }
 
-// The row max of the raw logits split over the row's gridDim.x blocks (SampleRowWork): each block takes its
-// range's key, the last to arrive (counted on the row's counter, which it resets for the next launch) gathers
-// the parts and returns true with *mx, the others return false and are done. The same RowMax as row_max.
-__device__ bool row_max_parts(const float* x, const Keys& keys, int32_t V, const SampleRowWork& ws, int64_t r,
-                              Shared& sm, RowMax* mx) {
+// The key of this block's part of a row max split over the row's gridDim.x blocks (SampleRowWork), and in
+// *bad whether the part holds a NaN / +inf.
+__device__ uint64_t row_part_key(const float* x, const Keys& keys, int32_t V, Shared& sm, int32_t* bad) {
   const int parts = static_cast<int>(gridDim.x), part = static_cast<int>(blockIdx.x);
   const int32_t per = static_cast<int32_t>(((static_cast<int64_t>(V) + parts - 1) / parts + 3) / 4 * 4);
   const int32_t begin = min(V, part * per), end = min(V, begin + per);
-  int32_t bad = 0;
-  const uint64_t key = range_max_key(x, begin, end, keys, sm, &bad);
+  return range_max_key(x, begin, end, keys, sm, bad);
+}
+
+// The row max of the raw logits split over the row's gridDim.x blocks, from each block's part (row_part_key):
+// the last block to arrive (counted on the row's counter, which it resets for the next launch) gathers the
+// parts and returns true with *mx, the others return false and are done. The same RowMax as row_max.
+__device__ bool row_max_parts(uint64_t key, int32_t bad, const Keys& keys, const SampleRowWork& ws, int64_t r,
+                              Shared& sm, RowMax* mx) {
+  const int parts = static_cast<int>(gridDim.x), part = static_cast<int>(blockIdx.x);
   if (threadIdx.x == 0) {
     ws.part_keys[r * parts + part] = key;
     ws.part_bad[r * parts + part] = bad;
@@ -590,16 +596,54 @@ __device__ int32_t sample_token(const float* x, const RowMax& mx, const SampleRo
   return token;
 }
 
+// A row's parameters into shared memory by asynchronous copies (they may be page-locked host memory, a bus
+// round trip away), so that the block can work on the logits meanwhile; staged_row_params waits for them.
+__device__ __forceinline__ void stage_row_params(const SampleRowParams* from, SampleRowParams* to) {
+  static_assert(sizeof(SampleRowParams) % 8 == 0 && alignof(SampleRowParams) >= 8,
+                "the row parameters are copied in 8-byte pieces");
+  constexpr int kPieces = static_cast<int>(sizeof(SampleRowParams) / 8);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  if (threadIdx.x < kPieces) {
+    const uint32_t dst =
+        static_cast<uint32_t>(__cvta_generic_to_shared(reinterpret_cast<char*>(to))) + 8 * threadIdx.x;
+    const char* src = reinterpret_cast<const char*>(from) + 8 * threadIdx.x;
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(dst), "l"(src) : "memory");
+  }
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+#else
+  if (threadIdx.x < kPieces)
+    reinterpret_cast<uint64_t*>(to)[threadIdx.x] = reinterpret_cast<const uint64_t*>(from)[threadIdx.x];
+#endif
+}
+
+// A row's staged parameters into `to` (device memory), by the threads that staged them.
+__device__ __forceinline__ void copy_row_params(const SampleRowParams& staged, SampleRowParams* to) {
+  constexpr int kPieces = static_cast<int>(sizeof(SampleRowParams) / 8);
+  if (threadIdx.x < kPieces)
+    reinterpret_cast<uint64_t*>(to)[threadIdx.x] = reinterpret_cast<const uint64_t*>(&staged)[threadIdx.x];
+}
+
+// The parameters stage_row_params staged, once every thread's copies have landed.
+__device__ __forceinline__ SampleRowParams staged_row_params(const SampleRowParams& staged) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
+#endif
+  __syncthreads();
+  return staged;
+}
+
 __global__ void __launch_bounds__(kThreads, 1)
     sample_rows_kernel(const float* logits, int32_t V, int idbits, const SampleRowParams* params,
                        const int32_t* seen, const int32_t* gen_ids, const int32_t* gen_counts,
                        const int32_t* bias_ids, const float* bias_values, const uint32_t* masks, float* work,
                        int32_t* cand_ids_all, float* cand_values_all, int64_t capacity,
                        SampleRowWork parts_ws, const int32_t* rows, SampleRowResult* results,
-                       SampleRowResult* host_results) {
+                       SampleRowResult* host_results, SampleRowParams* params_copy) {
+  pdl_trigger();  // the next kernel (the next step's plan upload) may start reading the bus now
   __shared__ Shared sm;
+  __shared__ SampleRowParams s_params;  // the row's parameters, staged asynchronously
   const int64_t r = rows != nullptr ? rows[blockIdx.y] : blockIdx.y;
-  const SampleRowParams p = params[r];
+  stage_row_params(params + r, &s_params);
   const Keys keys{idbits, V};
   const float* raw = logits + r * V;
   int32_t* cand_ids = cand_ids_all + blockIdx.y * capacity;  // the candidates of the launch's rows
@@ -607,14 +651,20 @@ __global__ void __launch_bounds__(kThreads, 1)
   SampleRowResult& out = results[r];
 
   // A row split over several blocks (gridDim.x > 1): without penalties its max is taken by all of them and
-  // the last one goes on alone; with penalties the first block does the whole row as with one.
+  // the last one goes on alone; with penalties the first block does the whole row as with one. Each block
+  // scans its part before it looks at the row's parameters, which may be page-locked host memory: their bus
+  // round trip then overlaps the scan instead of preceding it (a row with penalties drops the part keys).
+  int32_t part_bad = 0;
+  const uint64_t part_key = gridDim.x > 1 ? row_part_key(raw, keys, V, sm, &part_bad) : 0;
+  const SampleRowParams p = staged_row_params(s_params);
+  if (params_copy != nullptr && blockIdx.x == 0) copy_row_params(s_params, params_copy + r);
   RowMax mx;
   bool have_max = false;
   if (gridDim.x > 1) {
     if (p.work_row >= 0) {
       if (blockIdx.x != 0) return;
     } else {
-      if (!row_max_parts(raw, keys, V, parts_ws, r, sm, &mx)) return;
+      if (!row_max_parts(part_key, part_bad, keys, parts_ws, r, sm, &mx)) return;
       have_max = true;
     }
   }
@@ -655,13 +705,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   if (!have_max) mx = row_max(x, keys, V, sm);
   if (mx.error != kSampleOk) {
-    if (threadIdx.x == 0) {
-      out.token = -1;
-      out.error = mx.error;
-      out.logprob = 0.0f;
-      out.num_top = 0;
-    }
-    publish_result(out, host_results, r);
+    if (threadIdx.x == 0) write_result_header(out, host_results, r, -1, mx.error, 0.0f, 0);
     return;
   }
   const int32_t token = p.forced_token >= 0 ? p.forced_token
@@ -711,18 +755,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (threadIdx.x < num_top) {
       const uint64_t k = sm.top_keys[threadIdx.x];
       const float v = from_ordered_bits(static_cast<uint32_t>(k >> idbits));
-      out.top_ids[threadIdx.x] = keys.id_of(k);
-      out.top_logprobs[threadIdx.x] = static_cast<float>(static_cast<double>(v) - rmx.value - log_sum);
+      write_result_top(out, host_results, r, threadIdx.x, keys.id_of(k),
+                       static_cast<float>(static_cast<double>(v) - rmx.value - log_sum));
     }
     logprob = static_cast<float>(static_cast<double>(raw[token]) - rmx.value - log_sum);
   }
-  if (threadIdx.x == 0) {
-    out.token = token;
-    out.error = kSampleOk;
-    out.logprob = logprob;
-    out.num_top = num_top;
-  }
-  publish_result(out, host_results, r);
+  if (threadIdx.x == 0) write_result_header(out, host_results, r, token, kSampleOk, logprob, num_top);
 }
 
 }  // namespace
@@ -740,8 +778,10 @@ void launch_sample_rows(const float* logits, int64_t R, int64_t V, const SampleR
                         const int32_t* seen, const int32_t* gen_ids, const int32_t* gen_counts,
                         const int32_t* bias_ids, const float* bias_values, const uint32_t* masks, float* work,
                         int32_t* cand_ids, float* cand_values, const SampleRowWork& parts,
-                        SampleRowResult* results, SampleRowResult* host_results, const int32_t* rows) {
+                        SampleRowResult* results, SampleRowResult* host_results, const int32_t* rows,
+                        SampleRowParams* params_copy) {
   if (R == 0) return;
+  DSI_CHECK(params_copy == nullptr || params_copy != params, "sample: the parameters' copy is their source");
   DSI_CHECK(V > 0 && V < (int64_t{1} << 31), "sample: vocabulary of ", V, " tokens");
   DSI_CHECK(R <= 65535, "sample: ", R, " rows in one call, at most 65535");
   const bool split = parts.parts > 1 && parts.part_keys && parts.part_bad && parts.counters;
@@ -749,9 +789,10 @@ void launch_sample_rows(const float* logits, int64_t R, int64_t V, const SampleR
   int idbits = 1;
   while ((int64_t{1} << idbits) < V) ++idbits;
   const dim3 grid(split ? static_cast<unsigned>(parts.parts) : 1u, static_cast<unsigned>(R));
-  sample_rows_kernel<<<grid, kThreads, 0, stream()>>>(
-      logits, static_cast<int32_t>(V), idbits, params, seen, gen_ids, gen_counts, bias_ids, bias_values,
-      masks, work, cand_ids, cand_values, sample_candidate_capacity(V), parts, rows, results, host_results);
+  sample_rows_kernel<<<grid, kThreads, 0, stream()>>>(logits, static_cast<int32_t>(V), idbits, params, seen,
+                                                      gen_ids, gen_counts, bias_ids, bias_values, masks, work,
+                                                      cand_ids, cand_values, sample_candidate_capacity(V),
+                                                      parts, rows, results, host_results, params_copy);
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) fail("CUDA kernel sample_rows failed to launch: ", cudaGetErrorString(err));
 }

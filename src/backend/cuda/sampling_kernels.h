@@ -83,13 +83,17 @@ int sample_row_parts(int64_t vocab);
 // has passed the kernel).
 // With `rows` (may be page-locked host memory) the launch samples only rows rows[0..R) of logits, params and
 // results (cand_ids / cand_values then hold R rows, the i-th for rows[i]; the split-row scratch is indexed
-// by the logits row, so it spans every row of the call).
+// by the logits row, so it spans every row of the call). params_copy, when not null (device memory, [R]),
+// receives each row's parameters as read, so that a later call with the same parameters can pass it as
+// `params` (device memory: no bus round trip); it must not be `params` itself.
+// The kernel lets the next programmatic launch on the stream start at its own start (that one's reads of
+// page-locked memory then overlap it).
 void launch_sample_rows(const float* logits, int64_t R, int64_t V, const SampleRowParams* params,
                         const int32_t* seen, const int32_t* gen_ids, const int32_t* gen_counts,
                         const int32_t* bias_ids, const float* bias_values, const uint32_t* masks, float* work,
                         int32_t* cand_ids, float* cand_values, const SampleRowWork& parts,
                         SampleRowResult* results, SampleRowResult* host_results,
-                        const int32_t* rows = nullptr);
+                        const int32_t* rows = nullptr, SampleRowParams* params_copy = nullptr);
 
 // Async scheduling: token_ids[t] = results[prev_rows[t]].token for every t < T with 0 <= prev_rows[t] < R
 // (the tokens of the previous sampling call fed into the next forward pass without a host round trip); a

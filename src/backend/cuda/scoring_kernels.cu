@@ -223,19 +223,19 @@ __global__ void __launch_bounds__(kThreads)
       num_top = k;
       if (threadIdx.x < k) {
         const uint64_t key = sm.cand[threadIdx.x];
-        out.top_ids[threadIdx.x] = V - 1 - static_cast<int32_t>(key & 0xffffffffu);
-        out.top_logprobs[threadIdx.x] = logprob_of(from_ordered_bits(static_cast<uint32_t>(key >> 32)));
+        write_result_top(out, host_results, r, threadIdx.x, V - 1 - static_cast<int32_t>(key & 0xffffffffu),
+                         logprob_of(from_ordered_bits(static_cast<uint32_t>(key >> 32))));
       }
     }
   }
   if (threadIdx.x == 0) {
     const bool ok = sm.bad == 0 && mx != -INFINITY;
-    out.token = ok ? p.forced_token : -1;
-    out.error = sm.bad ? kSampleBadLogit : ok ? kSampleOk : kSampleAllMasked;
-    out.logprob = ok ? logprob_of(x[p.forced_token]) : 0.0f;
-    out.num_top = ok ? num_top : 0;
+    write_result_header(out, host_results, r, ok ? p.forced_token : -1,
+                        sm.bad ? kSampleBadLogit
+                        : ok   ? kSampleOk
+                               : kSampleAllMasked,
+                        ok ? logprob_of(x[p.forced_token]) : 0.0f, ok ? num_top : 0);
   }
-  publish_result(out, host_results, r);
 }
 
 }  // namespace
