@@ -305,11 +305,11 @@ class CudaBackend : public Backend {
   void* sample_inputs_copied_ = nullptr;  // events (cuda::EventHandle) after those copies
   void* sample_outputs_copied_ = nullptr;
   // The row parameters of the last sampling call that had nothing else to upload (no penalties, no scored
-  // rows), as bytes, and [rows] cuda::SampleRowParams on the device, which that call's kernel wrote: a call
-  // with the same bytes (every greedy step of the same requests) reads them there instead of over the bus.
+  // rows), as bytes (empty: none cached), and [rows] cuda::SampleRowParams on the device, which that call's
+  // kernel wrote: a call with the same bytes (every greedy step of the same requests) reads them there
+  // instead of over the bus.
   std::vector<char> sample_params_cached_;
   Tensor sample_params_cache_;
-  bool sample_params_cache_filled_ = false;  // some kernel wrote sample_params_cached_ into the cache
   int64_t sample_params_cache_hits_ = 0;
   // Host scratch of attention_gqa: the tokens of decode sequences and the flash query tiles.
   std::vector<int32_t> decode_tokens_host_, flash_tiles_host_;

@@ -222,8 +222,7 @@ void CudaBackend::sample_async(const Tensor& logits, const std::vector<SamplingR
                            gen_counts.empty() && bias_ids.empty() && bias_values.empty() && masks.empty();
   const size_t params_bytes = params.size() * sizeof(cuda::SampleRowParams);
   const char* params_raw = reinterpret_cast<const char*>(params.data());
-  const bool params_cached = params_only && sample_params_cache_filled_ &&
-                             sample_params_cached_.size() == params_bytes &&
+  const bool params_cached = params_only && sample_params_cached_.size() == params_bytes &&
                              std::memcmp(sample_params_cached_.data(), params_raw, params_bytes) == 0;
   cuda::SampleRowParams* params_copy = nullptr;
   sample_params_cache_hits_ += params_cached ? 1 : 0;
@@ -233,7 +232,7 @@ void CudaBackend::sample_async(const Tensor& logits, const std::vector<SamplingR
                                               {static_cast<int64_t>(std::max<size_t>(params_bytes, 4096))});
     }
     params_copy = static_cast<cuda::SampleRowParams*>(sample_params_cache_.raw());
-    sample_params_cache_filled_ = false;  // until the kernel that fills it is queued
+    sample_params_cached_.clear();  // until the kernel that fills the cache is queued
   }
   const int64_t result_bytes = R * static_cast<int64_t>(sizeof(cuda::SampleRowResult));
   call.results = Tensor::empty_on(Device::kCuda, DType::U8, {result_bytes});  // [R] SampleRowResult
@@ -257,10 +256,7 @@ void CudaBackend::sample_async(const Tensor& logits, const std::vector<SamplingR
         work ? work.data<float>() : nullptr, cand_ids.data<int32_t>(), cand_values.data<float>(), parts,
         results, host_results, scored.empty() ? nullptr : reinterpret_cast<const int32_t*>(in + drawn_at),
         params_copy);
-    if (params_copy != nullptr) {
-      sample_params_cached_.assign(params_raw, params_raw + params_bytes);
-      sample_params_cache_filled_ = true;
-    }
+    if (params_copy != nullptr) sample_params_cached_.assign(params_raw, params_raw + params_bytes);
   }
   cuda::launch_score_rows(logits.data<float>(), V, reinterpret_cast<const int32_t*>(in + scored_at),
                           static_cast<int64_t>(scored.size()), device_params, results, host_results);

@@ -596,14 +596,16 @@ __device__ int32_t sample_token(const float* x, const RowMax& mx, const SampleRo
   return token;
 }
 
+// A row's parameters move in 8-byte pieces, one a thread.
+static_assert(sizeof(SampleRowParams) % 8 == 0 && alignof(SampleRowParams) >= 8,
+              "the row parameters are copied in 8-byte pieces");
+constexpr int kParamPieces = static_cast<int>(sizeof(SampleRowParams) / 8);
+
 // A row's parameters into shared memory by asynchronous copies (they may be page-locked host memory, a bus
 // round trip away), so that the block can work on the logits meanwhile; staged_row_params waits for them.
 __device__ __forceinline__ void stage_row_params(const SampleRowParams* from, SampleRowParams* to) {
-  static_assert(sizeof(SampleRowParams) % 8 == 0 && alignof(SampleRowParams) >= 8,
-                "the row parameters are copied in 8-byte pieces");
-  constexpr int kPieces = static_cast<int>(sizeof(SampleRowParams) / 8);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  if (threadIdx.x < kPieces) {
+  if (threadIdx.x < kParamPieces) {
     const uint32_t dst =
         static_cast<uint32_t>(__cvta_generic_to_shared(reinterpret_cast<char*>(to))) + 8 * threadIdx.x;
     const char* src = reinterpret_cast<const char*>(from) + 8 * threadIdx.x;
@@ -611,15 +613,14 @@ __device__ __forceinline__ void stage_row_params(const SampleRowParams* from, Sa
   }
   asm volatile("cp.async.commit_group;\n" ::: "memory");
 #else
-  if (threadIdx.x < kPieces)
+  if (threadIdx.x < kParamPieces)
     reinterpret_cast<uint64_t*>(to)[threadIdx.x] = reinterpret_cast<const uint64_t*>(from)[threadIdx.x];
 #endif
 }
 
 // A row's staged parameters into `to` (device memory), by the threads that staged them.
 __device__ __forceinline__ void copy_row_params(const SampleRowParams& staged, SampleRowParams* to) {
-  constexpr int kPieces = static_cast<int>(sizeof(SampleRowParams) / 8);
-  if (threadIdx.x < kPieces)
+  if (threadIdx.x < kParamPieces)
     reinterpret_cast<uint64_t*>(to)[threadIdx.x] = reinterpret_cast<const uint64_t*>(&staged)[threadIdx.x];
 }
 
