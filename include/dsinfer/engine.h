@@ -38,6 +38,11 @@ struct EngineConfig {
   bool enable_prefix_caching = true;
   int32_t max_queue_length = 1024;  // waiting requests beyond this are rejected
   bool cuda_graphs = true;  // GPU: replay decode steps as CUDA graphs (env DSINFER_CUDA_GRAPHS=0: off)
+  // Largest decode batch replayed from a graph (0: max_batch_size; env DSINFER_CUDA_GRAPH_MAX_BATCH): larger
+  // batches run eagerly, where a step's launches are a small share of its time and a capture per (batch,
+  // context) bucket costs more than it saves; the graphs' pool is sized for this many sequences. 256: the
+  // fastest of 256 / 512 / 1024 on V2-Lite's 1000-prompt workload at max batch 1024 (docs/benchmarks.md).
+  int32_t cuda_graph_max_batch_size = 256;
   // GPU: launch step N+1 before step N's sampled tokens reach the host (they are fed in on the device), so
   // the host's per-request work and scheduling overlap the GPU's step (docs/architecture.md, "Scheduler
   // and engine loop"). The CPU backend runs synchronously: it takes the async path only when
@@ -111,6 +116,9 @@ struct EngineStats {
   int64_t cache_reinits = 0;
   int32_t batch_limit = 0;         // current cap on sequences per step (0: max_batch_size)
   int64_t cuda_graph_replays = 0;  // decode steps replayed from CUDA graphs
+  // (batch, context) buckets whose CUDA graph could not be captured (out of memory, say): their decode
+  // steps run eagerly, slower but correct; any rise is worth an alert.
+  int64_t cuda_graph_capture_failures = 0;
   // Async scheduling: tokens fed into a step from the previous step's sampling before the host saw them,
   // and entries of steps whose sequence ended before the step's results were read (their work is dropped).
   int64_t fed_tokens = 0;

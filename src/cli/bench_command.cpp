@@ -48,6 +48,7 @@ struct BenchArgs {
   std::string output_len = "128";
   std::string dataset;
   int32_t max_batch_size = 64;
+  int32_t cuda_graph_max_batch_size = 256;
   int32_t max_num_tokens = 2048;
   int32_t chunk_size = 512;
   int32_t kv_block_size = 64;
@@ -153,6 +154,7 @@ int run_bench(const BenchArgs& a) {
   config.cuda_arch = a.cuda_arch;
   config.dummy_weights = a.dummy_weights;
   config.max_batch_size = a.max_batch_size;
+  config.cuda_graph_max_batch_size = a.cuda_graph_max_batch_size;
   config.max_num_tokens = a.max_num_tokens;
   config.context_chunk_size = a.chunk_size;
   config.kv_block_size = a.kv_block_size;
@@ -309,6 +311,7 @@ int run_bench(const BenchArgs& a) {
         {"input_len", a.dataset.empty() ? a.input_len : "dataset"},
         {"output_len", a.output_len},
         {"max_batch_size", a.max_batch_size},
+        {"cuda_graph_max_batch_size", a.cuda_graph_max_batch_size},
         {"max_num_tokens", a.max_num_tokens},
         {"prompt_logprobs", a.prompt_logprobs},
         {"max_prompt_logprob_rows", a.max_prompt_logprob_rows},
@@ -333,6 +336,7 @@ int run_bench(const BenchArgs& a) {
         {"fed_tokens", stats.fed_tokens},
         {"dropped_entries", stats.dropped_entries},
         {"cuda_graph_replays", stats.cuda_graph_replays},
+        {"cuda_graph_capture_failures", stats.cuda_graph_capture_failures},
         {"long_fraction", a.long_fraction},
         {"request_rate", a.request_rate},
         {"length_tiers", a.length_tiers},
@@ -412,6 +416,9 @@ void add_bench_command(CLI::App& app) {
                   "JSON lines with \"prompt\", \"messages\" or \"prompt_ids\" (+ \"max_tokens\") instead of "
                   "random prompts");
   cmd->add_option("--max-batch-size", a->max_batch_size, "Sequences per step (64)");
+  cmd->add_option("--cuda-graph-max-batch-size", a->cuda_graph_max_batch_size,
+                  "GPU: largest decode batch replayed from a CUDA graph (256; 0: max_batch_size)")
+      ->check(CLI::Range(0, 1 << 20));
   cmd->add_option("--max-num-tokens", a->max_num_tokens, "Tokens per step (2048)");
   cmd->add_option("--context-chunk-size", a->chunk_size, "Prefill chunk tokens (512)");
   cmd->add_option("--kv-block-size", a->kv_block_size, "Tokens per KV block (64)");

@@ -162,6 +162,9 @@ void add_serve_command(CLI::App& app) {
                 [](C& c) { return &c.engine.max_batch_size; });
   flag<int32_t>(cmd, s, "--max-num-tokens", "Tokens per step (2048)",
                 [](C& c) { return &c.engine.max_num_tokens; });
+  flag<int32_t>(cmd, s, "--cuda-graph-max-batch-size",
+                "GPU: largest decode batch replayed from a CUDA graph (256; 0: max_batch_size)",
+                [](C& c) { return &c.engine.cuda_graph_max_batch_size; });
   flag<bool>(cmd, s, "--enable-chunked-context", "Split long prompts across steps (true)",
              [](C& c) { return &c.engine.enable_chunked_context; });
   flag<int32_t>(cmd, s, "--context-chunk-size", "Tokens per prefill chunk (512)",

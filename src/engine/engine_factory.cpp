@@ -1,4 +1,5 @@
 // Engine::create: backend, model (real or dummy weights) and tokenizer for an EngineConfig.
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -22,7 +23,10 @@ std::unique_ptr<Engine> Engine::create(const EngineConfig& config) {
   const bool graphs = config.cuda_graphs && env_switch("DSINFER_CUDA_GRAPHS", true);
   if (graphs && backend->device() == Device::kCuda && model->graph_capturable()) {
     CudaGraphOptions graph_options;
-    graph_options.max_batch = config.max_batch_size;
+    DSI_CHECK(config.cuda_graph_max_batch_size >= 0, "cuda_graph_max_batch_size must be >= 0, got ",
+              config.cuda_graph_max_batch_size);
+    const int32_t cap = env_int("DSINFER_CUDA_GRAPH_MAX_BATCH", config.cuda_graph_max_batch_size, 0, 1 << 20);
+    graph_options.max_batch = cap > 0 ? std::min(cap, config.max_batch_size) : config.max_batch_size;
     model = std::make_unique<CudaGraphModel>(std::move(model), static_cast<CudaBackend&>(*backend),
                                              graph_options);
   }

@@ -5,6 +5,7 @@
 #include "engine/engine_impl.h"
 
 #include <algorithm>
+#include <string>
 
 #include "core/dtype.h"
 #include "core/error.h"
@@ -54,12 +55,17 @@ EngineImpl::EngineImpl(const EngineConfig& config, std::shared_ptr<Backend> back
     DSI_CHECK(!gpus.empty(), "the model runs on the GPU, but no CUDA device is visible");
     capacity.on_gpu = true;
     // Activations first (one step of max_num_tokens tokens, peak kept by the caching allocator), then the
-    // cache takes its share of what is left, less a reserve for CUDA graphs' private pool.
-    profile_step_memory(layers);
+    // cache takes its share of what is left, less what the CUDA graphs' pool will hold (a decode step of
+    // the largest batch bucket, measured) and 512 MiB for everything else made later (workspaces, mirrors).
+    const int64_t graph_bytes = profile_step_memory(layers);
     const int64_t free_bytes = static_cast<int64_t>(cuda::query_devices()[0].free_memory);
-    capacity.gpu_free_bytes = free_bytes - (int64_t{512} << 20);
+    capacity.gpu_free_bytes = free_bytes - graph_bytes - (int64_t{512} << 20);
     DSI_CHECK(capacity.gpu_free_bytes > 0, "the model does not fit: ", free_bytes >> 20,
-              " MiB of GPU memory are left after the weights and one step's activations");
+              " MiB of GPU memory are left after the weights and one step's activations, and the CUDA graphs "
+              "of max_batch_size ",
+              config.max_batch_size, " sequences need ", graph_bytes >> 20,
+              " MiB (lower max_batch_size or max_num_tokens)");
+    if (graph_bytes > 0) log_info("engine: ", graph_bytes >> 20, " MiB kept for CUDA graphs");
   }
 #endif
   const int32_t num_blocks = kv_num_blocks(layers, capacity);
@@ -100,12 +106,12 @@ EngineImpl::EngineImpl(const EngineConfig& config, std::shared_ptr<Backend> back
   thread_ = std::thread([this] { loop(); });
 }
 
-void EngineImpl::profile_step_memory(const std::vector<KvLayerSpec>& layers) {
+int64_t EngineImpl::profile_step_memory(const std::vector<KvLayerSpec>& layers) {
 #ifdef DSINFER_HAVE_CUDA
   // One prefill of the largest step the scheduler may build, on a cache just big enough for it.
   const int32_t bs = config_.kv_block_size;
   const int32_t T = static_cast<int32_t>(std::min<int64_t>(config_.max_num_tokens, context_ - 1));
-  if (T <= 0) return;
+  if (T <= 0) return 0;
   const int32_t blocks = (T + bs - 1) / bs;
   BatchPlan plan;
   plan.block_size = bs;
@@ -122,16 +128,28 @@ void EngineImpl::profile_step_memory(const std::vector<KvLayerSpec>& layers) {
   // The most logits rows a step can have: its sampled rows and its prompt-scoring rows.
   const int32_t rows = config_.max_batch_size + config_.max_prompt_logprob_rows;
   for (int32_t r = std::max(0, T - rows); r < T; ++r) plan.logits_rows.push_back(r);
+  int64_t graph_bytes = 0;
+  std::string graph_error;
   try {
     KvCache cache(layers, blocks + model_->scratch_kv_blocks(), bs, model_->kv_device(), model_->kv_dtype());
     model_->forward_device(plan, cache);  // the logits stay on the GPU: their peak counts, no copy home
     cuda::synchronize();
+    model_->release_sequence(-1);
+    try {
+      graph_bytes = model_->profile_graph_memory(cache);
+    } catch (const std::exception& e) {
+      graph_error = e.what();
+    }
   } catch (const std::exception& e) {
     fail(step_profile_error(e, T));
   }
-  model_->release_sequence(-1);
+  if (!graph_error.empty())
+    fail("profiling the CUDA graphs' decode step of max_batch_size ", config_.max_batch_size,
+         " sequences failed (lower max_batch_size): ", graph_error);
+  return graph_bytes;
 #else
   (void)layers;
+  return 0;
 #endif
 }
 
@@ -427,6 +445,7 @@ void EngineImpl::publish_stats() {
   s.preemptions = scheduler_->preemptions();
   s.steps = scheduler_->steps();
   s.cuda_graph_replays = model_->graph_replays();
+  s.cuda_graph_capture_failures = model_->graph_capture_failures();
   s.fed_tokens = fed_tokens_;
   s.dropped_entries = dropped_entries_;
   s.prefix_cache_hit_tokens = scheduler_->prefix_hit_tokens();

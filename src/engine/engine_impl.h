@@ -61,7 +61,9 @@ class EngineImpl : public Engine {
   void admit(Submission submission);
   // GPU: runs one step of max_num_tokens tokens so that the caching allocator holds the activations' peak
   // before the KV cache takes its share of the memory left (throws a clear error when it does not fit).
-  void profile_step_memory(const std::vector<KvLayerSpec>& layers);
+  // Runs the largest step on a small cache so that the caching allocator holds its activations, and
+  // returns the device bytes the model's CUDA graphs will need (Model::profile_graph_memory).
+  int64_t profile_step_memory(const std::vector<KvLayerSpec>& layers);
   void run_step();
   // Pieces of a step (engine_impl.cpp): schedule (dropping preempted state, ending failed requests); build
   // the plan and launch the forward pass (false: it failed and was handled); hand sampled tokens to their

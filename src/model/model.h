@@ -33,6 +33,11 @@ class Model {
   virtual int32_t scratch_kv_blocks() const { return 0; }
   // Steps run as CUDA graph replays so far (CudaGraphModel).
   virtual int64_t graph_replays() const { return 0; }
+  // Decode steps whose CUDA graph could not be captured (they run eagerly; CudaGraphModel).
+  virtual int64_t graph_capture_failures() const { return 0; }
+  // Device bytes the model's CUDA graphs will hold at most, measured on `cache` (scratch blocks included)
+  // before the engine sizes the KV cache; 0 for models without graphs.
+  virtual int64_t profile_graph_memory(KvCache& cache) { return 0; }
   // Drops per-sequence state kept outside the paged cache (none for most models).
   virtual void release_sequence(int64_t seq_id) {}
   // Whether a prefix's cached rows are the same whatever prompt they were computed in, so that the prefix

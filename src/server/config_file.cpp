@@ -86,6 +86,8 @@ std::map<std::string, Section> base_sections() {
            DSI_ENGINE_KEY(bool, enable_prefix_caching),
            DSI_ENGINE_KEY(int32_t, max_queue_length),
            DSI_ENGINE_KEY(bool, async_scheduling),
+           DSI_ENGINE_KEY(bool, cuda_graphs),
+           DSI_ENGINE_KEY(int32_t, cuda_graph_max_batch_size),
        }},
   };
 }
@@ -203,6 +205,9 @@ void validate(const ServeConfig& c) {
             e.kv_cache_free_gpu_mem_fraction);
   DSI_CHECK(e.cpu_kv_cache_bytes > 0, "engine.cpu_kv_cache_bytes must be > 0");
   DSI_CHECK(e.max_queue_length >= 1, "engine.max_queue_length must be >= 1, got ", e.max_queue_length);
+  DSI_CHECK(e.cuda_graph_max_batch_size >= 0,
+            "engine.cuda_graph_max_batch_size must be >= 0 (0: max_batch_size), got ",
+            e.cuda_graph_max_batch_size);
   ::dsinfer::validate(e.resilience);
 }
 

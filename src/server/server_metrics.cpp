@@ -44,6 +44,8 @@ ServerMetrics::ServerMetrics(MetricsRegistry& registry) : registry_(registry) {
                   "Allocated-but-unused KV token slots / allocated KV token slots");
   registry_.counter("dsinfer_preemptions_total", "Requests preempted by the scheduler");
   registry_.counter("dsinfer_cuda_graph_replays_total", "Decode steps replayed from CUDA graphs");
+  registry_.counter("dsinfer_cuda_graph_capture_failures_total",
+                    "Batch buckets whose CUDA graph could not be captured (their decode steps run eagerly)");
   registry_.gauge("dsinfer_http_open_connections", "HTTP connections open now");
   registry_.counter("dsinfer_http_connections_rejected_total",
                     "Connections answered 503 too_many_connections because the connection limit was reached");
@@ -87,6 +89,9 @@ void ServerMetrics::refresh() {
   Counter& replays = registry_.counter("dsinfer_cuda_graph_replays_total", "");
   const auto graph_replays = static_cast<double>(s.cuda_graph_replays);
   if (graph_replays > replays.value()) replays.inc(graph_replays - replays.value());
+  Counter& capture_failures = registry_.counter("dsinfer_cuda_graph_capture_failures_total", "");
+  const auto failures = static_cast<double>(s.cuda_graph_capture_failures);
+  if (failures > capture_failures.value()) capture_failures.inc(failures - capture_failures.value());
 }
 
 void ServerMetrics::count_request(int http_status) {

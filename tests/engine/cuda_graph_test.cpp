@@ -55,6 +55,7 @@ std::vector<std::vector<int32_t>> run_greedy(EngineConfig config,
   done.wait(lock, [&] { return finished == prompts.size(); });
   lock.unlock();
   *graph_replays = engine->stats().cuda_graph_replays;
+  EXPECT_EQ(engine->stats().cuda_graph_capture_failures, 0);
   engine->shutdown();
   std::vector<std::vector<int32_t>> out(prompts.size());
   for (auto& [id, t] : tokens) out[index.at(id)] = t;

@@ -92,6 +92,7 @@ class FakeEngine : public Engine {
     s.fragmentation = 0.25;
     s.preemptions = 2;
     s.cuda_graph_replays = 7;
+    s.cuda_graph_capture_failures = 1;
     return s;
   }
   const Tokenizer& tokenizer() const override { return tokenizer_; }

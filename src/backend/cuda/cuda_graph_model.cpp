@@ -61,6 +61,7 @@ CudaGraphModel::~CudaGraphModel() {
 void CudaGraphModel::drop_graphs() {
   for (auto& [key, g] : graphs_) cuda::destroy_graph(g.exec);
   graphs_.clear();
+  failed_.clear();  // with the graphs gone their pool may have room: every key is tried again
 }
 
 Tensor CudaGraphModel::forward(const BatchPlan& plan, KvCache& cache) {
@@ -92,29 +93,67 @@ CudaGraphModel::Graph* CudaGraphModel::capture(const BatchPlan& padded_plan, KvC
   // then record the same step.
   backend_.stage_plan(padded_plan);
   inner_->forward_device(padded_plan, cache);
+  // A fresh pool takes the largest capture's working set (profile_graph_memory) in one range up front.
+  if (graph_reserve_ > 0 && cuda::graph_pool_bytes() == 0) cuda::graph_pool_reserve(graph_reserve_);
   Graph g;
+  Tensor logits;
   cuda::begin_capture();
   try {
-    g.logits = inner_->forward_device(padded_plan, cache);
+    logits = inner_->forward_device(padded_plan, cache);
   } catch (const std::exception& e) {
     cuda::end_capture(false);
-    log_warn("CUDA graphs off: capturing a decode step of ", key.first, " sequences failed: ", e.what());
-    disabled_ = true;
+    failed_.insert(key);
+    ++capture_failures_;
+    log_warn("CUDA graph for ", key.first, " sequences (context bucket ", key.second,
+             ") not captured, its steps run eagerly: ", e.what(), " (graph pool ",
+             cuda::graph_pool_bytes() >> 20, " MiB)");
     return nullptr;
   }
   g.exec = cuda::end_capture(true);
+  // The output's block goes back to the pool while the graph keeps writing there: a later capture may take
+  // it, which is safe because every reader of a step's logits is queued before the next graph's replay
+  // (as for two steps of one graph). So the graphs hold one step's memory between them, not one output each.
+  static const std::shared_ptr<const void> kPoolMemory = std::make_shared<int>(0);
+  g.logits =
+      Tensor::borrow(logits.data<uint8_t>(), logits.dtype(), logits.shape(), kPoolMemory, Device::kCuda);
+  logits = Tensor();
   g.plan_generation = backend_.step_plan().generation();
   g.invalidations = cuda::graph_invalidations();
   ++captures_;
   return &(graphs_[key] = std::move(g));
 }
 
+int64_t CudaGraphModel::profile_graph_memory(KvCache& cache) {
+  // A decode step of the largest bucket run eagerly: the peak of its allocations over what was live before
+  // is what its capture takes from the graph pool (the same allocations in the same order), plus 1/8 for
+  // the pool's ranges not lining up as the allocator's size classes do.
+  BatchPlan one;
+  one.block_size = cache.block_size();
+  one.cu_seqlens = {0};
+  one.block_table_indptr = {0};
+  BatchPlan plan = padded(one, buckets_.back(), cache);
+  backend_.stage_plan(plan);
+  cuda::synchronize();
+  const size_t before = cuda::device_live_bytes();
+  cuda::reset_device_peak_bytes();
+  {
+    Tensor logits = inner_->forward_device(plan, cache);
+    cuda::synchronize();
+  }
+  const size_t peak = cuda::device_peak_bytes();
+  for (int32_t s = 0; s < buckets_.back(); ++s) inner_->release_sequence(-1 - s);
+  const int64_t working = static_cast<int64_t>(peak > before ? peak - before : 0);
+  graph_reserve_ = working + working / 8;
+  return graph_reserve_;
+}
+
 Tensor CudaGraphModel::forward_device(const BatchPlan& plan, KvCache& cache) {
-  if (disabled_ || !decode_only(plan) || plan.num_seqs() > buckets_.back() || cache.num_blocks() < 2)
+  if (!decode_only(plan) || plan.num_seqs() > buckets_.back() || cache.num_blocks() < 2)
     return inner_->forward_device(plan, cache);
   const int32_t n = plan.num_seqs();
   const int32_t bucket = *std::lower_bound(buckets_.begin(), buckets_.end(), n);
   const int32_t ctx = context_bucket(plan);
+  if (failed_.count({bucket, ctx})) return inner_->forward_device(plan, cache);
   const BatchPlan p = padded(plan, bucket, cache);
   backend_.set_context_bound(ctx);
   Graph* g = nullptr;

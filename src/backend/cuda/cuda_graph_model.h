@@ -6,6 +6,7 @@
 #pragma once
 #include <map>
 #include <memory>
+#include <set>
 #include <utility>
 
 #include "backend/cuda/cuda_backend.h"
@@ -42,11 +43,16 @@ class CudaGraphModel : public Model {
   const std::vector<int32_t>& batch_buckets() const { return buckets_; }
   int64_t graph_replays() const override { return replays_; }
   int64_t graph_captures() const { return captures_; }
+  int64_t graph_capture_failures() const override { return capture_failures_; }
+  // Measures what the largest bucket's capture will take from the graph pool (a decode step of that many
+  // padded sequences on `cache`'s scratch block, run eagerly) and reserves that much in one range before the
+  // first capture. The engine calls it before sizing the KV cache, which leaves this much free.
+  int64_t profile_graph_memory(KvCache& cache) override;
 
  private:
   struct Graph {
     void* exec = nullptr;  // cuda::GraphHandle
-    Tensor logits;         // [bucket, vocab] output, in the graph pool
+    Tensor logits;         // [bucket, vocab] output: a view into the graph pool, shared with later captures
     uint64_t plan_generation = 0;
     uint64_t invalidations = 0;
   };
@@ -60,7 +66,9 @@ class CudaGraphModel : public Model {
   CudaGraphOptions options_;
   std::vector<int32_t> buckets_;
   std::map<std::pair<int32_t, int32_t>, Graph> graphs_;  // (batch bucket, context bucket)
-  bool disabled_ = false;                                // a capture failed: everything runs eagerly
+  std::set<std::pair<int32_t, int32_t>> failed_;         // buckets whose capture failed: run eagerly
+  int64_t capture_failures_ = 0;
+  int64_t graph_reserve_ = 0;  // bytes the first capture reserves in the pool (profile_graph_memory)
   int64_t replays_ = 0;
   int64_t captures_ = 0;
 };

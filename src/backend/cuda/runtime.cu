@@ -1,11 +1,13 @@
 // CUDA runtime calls behind runtime.h.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
 
+#include "backend/cuda/graph_arena.h"
 #include "backend/cuda/kernel_common.cuh"
 #include "backend/cuda/runtime.h"
 #include "backend/cuda/stream.h"
@@ -29,39 +31,43 @@ namespace {
 // per size class and handed out again, so the step loop stops calling cudaMalloc/cudaFree (which also
 // synchronise the device). Sizes up to 1 MiB round to a power of two, larger ones to 2 MiB; blocks of
 // 256 MiB and more (weights, the KV cache) bypass the cache. On cudaMalloc failure the cache is released
-// and the allocation retried once.
+// and the allocation retried once. It counts the bytes of live blocks (size classes) and their peak, so that
+// the engine can measure a step's working set (device_peak_bytes).
 //
-// While a CUDA graph is being captured (set_graph_pool(true)) allocations come from a separate pool whose
-// blocks are never handed out to work outside capture: a captured graph bakes in the addresses of its
-// temporaries, and replays (serialised on the one stream) must not overwrite memory that something else
-// keeps across steps. Graphs share the pool with each other, which is safe because they never run at once.
+// While a CUDA graph is being captured (set_graph_pool(true)) allocations of every size come from the graph
+// arena (graph_arena.h), whose memory is never handed out to work outside capture: a captured graph bakes in
+// the addresses of its temporaries, and replays must not overwrite memory that something else keeps across
+// steps. Graphs share the arena with each other, which is safe because they never run at once; its chunks
+// go back to the device only when no graph exists and no arena block is live.
 class CachingAllocator {
  public:
   void* alloc(size_t bytes) {
-    const size_t size = size_class(bytes);
     std::lock_guard<std::mutex> lock(mutex_);
-    const bool pooled = graph_pool_ && size < kBypass;
-    auto& free_lists = pooled ? pool_free_ : free_;
+    if (graph_pool_) {
+      void* p = arena_.alloc(bytes);
+      if (p) live_[p] = {GraphArena::round_up(bytes), true};
+      return p;
+    }
+    const size_t size = size_class(bytes);
+    void* p = nullptr;
     if (size < kBypass) {
-      auto it = free_lists.find(size);
-      if (it != free_lists.end() && !it->second.empty()) {
-        void* p = it->second.back();
+      auto it = free_.find(size);
+      if (it != free_.end() && !it->second.empty()) {
+        p = it->second.back();
         it->second.pop_back();
-        live_[p] = {size, pooled};
-        return p;
       }
     }
-    void* p = nullptr;
-    if (cudaMalloc(&p, size) != cudaSuccess) {
+    if (!p && cudaMalloc(&p, size) != cudaSuccess) {
       cudaGetLastError();
-      if (graph_pool_) return nullptr;  // no cudaFree (a device sync) in the middle of a capture
       release_cached_locked();
       if (cudaMalloc(&p, size) != cudaSuccess) {
         cudaGetLastError();
         return nullptr;
       }
     }
-    live_[p] = {size, pooled};
+    live_[p] = {size, false};
+    live_bytes_ += size;
+    peak_bytes_ = std::max(peak_bytes_, live_bytes_);
     return p;
   }
 
@@ -72,10 +78,16 @@ class CachingAllocator {
     if (it == live_.end()) return;
     const Block block = it->second;
     live_.erase(it);
-    if (block.size >= kBypass) {
-      cudaFree(p);
+    if (block.pooled) {
+      arena_.free(p);
+      release_arena_if_unused_locked();
     } else {
-      (block.pooled ? pool_free_ : free_)[block.size].push_back(p);
+      live_bytes_ -= block.size;
+      if (block.size >= kBypass) {
+        cudaFree(p);
+      } else {
+        free_[block.size].push_back(p);
+      }
     }
   }
 
@@ -84,12 +96,46 @@ class CachingAllocator {
     graph_pool_ = on;
   }
 
+  bool reserve_graph_pool(size_t bytes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return arena_.reserve(bytes);
+  }
+
+  // Graphs alive (instantiated and not destroyed): the arena's chunks stay while any is.
+  void graph_created() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++graphs_;
+  }
+  void graph_destroyed() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    --graphs_;
+    release_arena_if_unused_locked();
+  }
+
+  size_t graph_pool_bytes() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return arena_.reserved_bytes();
+  }
+  size_t live_bytes() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return live_bytes_;
+  }
+  size_t peak_bytes() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return peak_bytes_;
+  }
+  void reset_peak_bytes() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    peak_bytes_ = live_bytes_;
+  }
+
  private:
   struct Block {
     size_t size = 0;
-    bool pooled = false;  // belongs to the graph pool
+    bool pooled = false;  // belongs to the graph arena
   };
   static constexpr size_t kBypass = size_t{256} << 20;
+  static constexpr size_t kGraphChunk = size_t{64} << 20;
   static size_t size_class(size_t bytes) {
     if (bytes <= 512) return 512;
     if (bytes <= (size_t{1} << 20)) {
@@ -106,12 +152,27 @@ class CachingAllocator {
       blocks.clear();
     }
   }
+  // Outside a capture, with no graph left and no arena block live, nothing can use the arena's memory.
+  void release_arena_if_unused_locked() {
+    if (!graph_pool_ && graphs_ == 0) arena_.release();
+  }
+  static void* arena_chunk(size_t bytes) {
+    void* p = nullptr;
+    if (cudaMalloc(&p, bytes) != cudaSuccess) {  // no release of cached blocks: a capture may be running
+      cudaGetLastError();
+      return nullptr;
+    }
+    return p;
+  }
 
   std::mutex mutex_;
   std::unordered_map<void*, Block> live_;
   std::map<size_t, std::vector<void*>> free_;
-  std::map<size_t, std::vector<void*>> pool_free_;
+  GraphArena arena_{&arena_chunk, [](void* p) { cudaFree(p); }, kGraphChunk};
   bool graph_pool_ = false;
+  int64_t graphs_ = 0;
+  size_t live_bytes_ = 0;  // blocks outside the arena, by size class
+  size_t peak_bytes_ = 0;
 };
 
 CachingAllocator& allocator() {
@@ -238,6 +299,7 @@ GraphHandle end_capture(bool keep) {
   const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
   cudaGraphDestroy(graph);
   check_cuda(inst, "graph instantiation");
+  allocator().graph_created();
   return exec;
 }
 
@@ -254,7 +316,30 @@ uint64_t graph_invalidations() {
 }
 
 void destroy_graph(GraphHandle graph) {
-  if (graph) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph));
+  if (!graph) return;
+  cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph));
+  allocator().graph_destroyed();
+}
+
+bool graph_pool_reserve(size_t bytes) {
+  DSI_CHECK(!g_capturing, "the graph pool is reserved outside a capture");
+  return allocator().reserve_graph_pool(bytes);
+}
+
+size_t graph_pool_bytes() {
+  return allocator().graph_pool_bytes();
+}
+
+size_t device_live_bytes() {
+  return allocator().live_bytes();
+}
+
+size_t device_peak_bytes() {
+  return allocator().peak_bytes();
+}
+
+void reset_device_peak_bytes() {
+  allocator().reset_peak_bytes();
 }
 
 namespace {

@@ -54,5 +54,18 @@ void launch_graph(GraphHandle graph);
 void invalidate_graphs();
 uint64_t graph_invalidations();
 void destroy_graph(GraphHandle graph);
+// The graph pool (graph_arena.h): every captured graph's temporaries and outputs, shared by all graphs (they
+// never run at once). graph_pool_reserve makes one free range of `bytes` exist (outside a capture; false when
+// the device has no such memory), so the largest capture takes one contiguous range; graph_pool_bytes is
+// the device memory the pool holds. Its memory goes back once no graph exists and no block of it is live.
+bool graph_pool_reserve(size_t bytes);
+size_t graph_pool_bytes();
+
+// Bytes of live device allocations outside the graph pool (by the allocator's size classes) and their peak
+// since the last reset_device_peak_bytes: a step's working set is the peak it reaches over the live bytes
+// before it.
+size_t device_live_bytes();
+size_t device_peak_bytes();
+void reset_device_peak_bytes();
 
 }  // namespace dsinfer::cuda
