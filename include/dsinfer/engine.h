@@ -119,6 +119,11 @@ struct EngineStats {
   // (batch, context) buckets whose CUDA graph could not be captured (out of memory, say): their decode
   // steps run eagerly, slower but correct; any rise is worth an alert.
   int64_t cuda_graph_capture_failures = 0;
+  // Graphs captured so far and the host seconds their capturing steps spent launching the eager warm-up
+  // step, capturing and instantiating: the one-time cost of a new (batch, context) bucket (the warm-up
+  // step's GPU time comes on top).
+  int64_t cuda_graph_captures = 0;
+  double cuda_graph_capture_seconds = 0.0;
   // Async scheduling: tokens fed into a step from the previous step's sampling before the host saw them,
   // and entries of steps whose sequence ended before the step's results were read (their work is dropped).
   int64_t fed_tokens = 0;

@@ -337,6 +337,8 @@ int run_bench(const BenchArgs& a) {
         {"dropped_entries", stats.dropped_entries},
         {"cuda_graph_replays", stats.cuda_graph_replays},
         {"cuda_graph_capture_failures", stats.cuda_graph_capture_failures},
+        {"cuda_graph_captures", stats.cuda_graph_captures},
+        {"cuda_graph_capture_s", stats.cuda_graph_capture_seconds},
         {"long_fraction", a.long_fraction},
         {"request_rate", a.request_rate},
         {"length_tiers", a.length_tiers},

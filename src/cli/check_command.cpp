@@ -178,6 +178,10 @@ int run_check(CheckArgs& a) {
   // DSINFER_GEMV_PACKED as the CUDA backend reads it (gemv_packed.h): 0 never, 1 or auto (default) on sm_90.
   a.plan.gemv_packed_copies =
       target.arch_path == "sm_90" && env_choice("DSINFER_GEMV_PACKED", {"0", "1", "auto"}, 2) != 0;
+  // CUDA graphs as Engine::create decides them (DSINFER_CUDA_GRAPHS=0 off, DSINFER_CUDA_GRAPH_MAX_BATCH).
+  a.plan.cuda_graphs = env_switch("DSINFER_CUDA_GRAPHS", true);
+  a.plan.cuda_graph_max_batch_size =
+      env_int("DSINFER_CUDA_GRAPH_MAX_BATCH", a.plan.cuda_graph_max_batch_size, 0, 1 << 20);
 
   // Scheduler settings that hurt.
   const int32_t block = a.plan.kv_block_size;
@@ -264,6 +268,7 @@ int run_check(CheckArgs& a) {
                    {"decode_gemv_activation_parts", gemv_parts}};
   out["settings"] = {{"max_num_tokens", a.plan.max_num_tokens},
                      {"max_batch_size", a.plan.max_batch_size},
+                     {"cuda_graph_max_batch_size", a.plan.cuda_graph_max_batch_size},
                      {"kv_block_size", block},
                      {"context_chunk_size", a.context_chunk_size},
                      {"kv_cache_free_gpu_mem_fraction", a.plan.kv_cache_free_gpu_mem_fraction},
@@ -271,6 +276,7 @@ int run_check(CheckArgs& a) {
   out["memory_plan"] = {{"weight_bytes", plan.weight_bytes},
                         {"gemv_packed_bytes", plan.packed_weight_bytes},
                         {"workspace_bytes", plan.workspace_bytes},
+                        {"cuda_graph_bytes", plan.graph_bytes},
                         {"kv_bytes", plan.kv_bytes},
                         {"kv_tokens", plan.kv_tokens},
                         {"kv_bytes_per_token", plan.kv_bytes_per_token},
@@ -306,10 +312,12 @@ int run_check(CheckArgs& a) {
     std::printf("activations  GEMMs over 8 rows %s; decode GEMVs (up to 8 rows) %d bf16 part%s (%s)\n",
                 split_gemm ? "split into bf16 hi/lo halves" : "rounded to bf16", gemv_parts,
                 gemv_parts == 1 ? "" : "s", gemv_parts == 1 ? "rounded to bf16" : "~16 bits");
-    std::printf("memory plan  weights %s + packed GEMV copies %s + workspace %s + KV %s = %lld tokens%s\n",
-                gib(plan.weight_bytes).c_str(), gib(plan.packed_weight_bytes).c_str(),
-                gib(plan.workspace_bytes).c_str(), gib(plan.kv_bytes).c_str(),
-                static_cast<long long>(plan.kv_tokens), plan.fits ? "" : " (DOES NOT FIT)");
+    std::printf(
+        "memory plan  weights %s + packed GEMV copies %s + workspace %s + CUDA graphs %s + KV %s = %lld "
+        "tokens%s\n",
+        gib(plan.weight_bytes).c_str(), gib(plan.packed_weight_bytes).c_str(),
+        gib(plan.workspace_bytes).c_str(), gib(plan.graph_bytes).c_str(), gib(plan.kv_bytes).c_str(),
+        static_cast<long long>(plan.kv_tokens), plan.fits ? "" : " (DOES NOT FIT)");
     std::printf("kernels      compiled for %s; %zu of %zu ops covered on the %s path\n",
                 compiled.empty() ? "nothing (no CUDA)" : "sm_90a, sm_80", with.size(),
                 with.size() + without.size(), target.arch_path.c_str());
@@ -355,6 +363,10 @@ void add_check_command(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--kv-block-size", a->plan.kv_block_size, "Tokens per KV block (64)")
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--cuda-graph-max-batch-size", a->plan.cuda_graph_max_batch_size,
+                  "Largest decode batch replayed from CUDA graphs, whose pool the plan keeps (256; 0: "
+                  "max_batch_size)")
+      ->check(CLI::Range(0, 1 << 20));
   cmd->add_option("--context-chunk-size,--prefill-chunk", a->context_chunk_size, "Prefill chunk tokens (512)")
       ->check(CLI::PositiveNumber);
   cmd->add_flag("--json", a->json, "Print one JSON object");

@@ -446,6 +446,8 @@ void EngineImpl::publish_stats() {
   s.steps = scheduler_->steps();
   s.cuda_graph_replays = model_->graph_replays();
   s.cuda_graph_capture_failures = model_->graph_capture_failures();
+  s.cuda_graph_captures = model_->graph_captures();
+  s.cuda_graph_capture_seconds = model_->graph_capture_seconds();
   s.fed_tokens = fed_tokens_;
   s.dropped_entries = dropped_entries_;
   s.prefix_cache_hit_tokens = scheduler_->prefix_hit_tokens();

@@ -28,11 +28,22 @@ MemoryPlan plan_memory(const ModelConfig& c, const ModelSize& size, const Memory
   const int64_t activations = static_cast<int64_t>(in.max_num_tokens) * (c.hidden_size * 3 + widest) * 2;
   const int64_t logits = static_cast<int64_t>(in.max_batch_size) * c.vocab_size * 4;
   p.workspace_bytes = activations + logits + (int64_t{64} << 20);
+  // The CUDA graphs' pool, which the engine measures at startup and keeps out of the KV cache: the same
+  // per-token activations and logits for the largest graphed batch, and 1/8 as the engine adds.
+  if (in.cuda_graphs) {
+    const int64_t rows = in.cuda_graph_max_batch_size > 0
+                             ? std::min(in.cuda_graph_max_batch_size, in.max_batch_size)
+                             : in.max_batch_size;
+    const int64_t step = rows * ((c.hidden_size * 3 + widest) * 2 + c.vocab_size * 4);
+    p.graph_bytes = step + step / 8;
+  }
   p.kv_bytes_per_token = size.kv_bytes_per_token_bf16 * in.kv_element_bytes / 2.0;
-  const int64_t left = in.gpu_memory_bytes - p.weight_bytes - p.packed_weight_bytes - p.workspace_bytes;
+  const int64_t left =
+      in.gpu_memory_bytes - p.weight_bytes - p.packed_weight_bytes - p.workspace_bytes - p.graph_bytes;
   if (left <= 0) {
-    p.why_not = str_cat("weights (", p.weight_bytes >> 20, " MiB) and workspace (", p.workspace_bytes >> 20,
-                        " MiB) exceed the GPU's ", in.gpu_memory_bytes >> 20, " MiB");
+    p.why_not = str_cat("weights (", p.weight_bytes >> 20, " MiB), workspace (", p.workspace_bytes >> 20,
+                        " MiB) and CUDA graphs (", p.graph_bytes >> 20, " MiB) exceed the GPU's ",
+                        in.gpu_memory_bytes >> 20, " MiB");
     return p;
   }
   if (in.max_tokens_in_paged_kv_cache > 0) {

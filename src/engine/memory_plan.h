@@ -17,6 +17,11 @@ struct MemoryPlanInput {
   int64_t max_tokens_in_paged_kv_cache = 0;  // > 0 overrides the fraction
   int32_t max_num_tokens = 2048;             // tokens per step (sizes activations)
   int32_t max_batch_size = 64;               // sequences per step (sizes logits)
+  // Largest decode batch replayed from CUDA graphs (EngineConfig::cuda_graph_max_batch_size; 0:
+  // max_batch_size) and whether graphs are on: their shared pool holds about one decode step of that many
+  // sequences.
+  int32_t cuda_graph_max_batch_size = 256;
+  bool cuda_graphs = true;
   int32_t kv_block_size = 64;
   std::string precision = "bf16";  // weight precision on the GPU: bf16 | fp8
   int32_t kv_element_bytes = 2;    // the KV cache's element size: 2 (bf16) or 4 (fp32)
@@ -30,6 +35,7 @@ struct MemoryPlan {
   int64_t weight_bytes = 0;
   int64_t packed_weight_bytes = 0;  // the GEMV's packed copies (MemoryPlanInput::gemv_packed_copies)
   int64_t workspace_bytes = 0;
+  int64_t graph_bytes = 0;  // the CUDA graphs' pool: one decode step of the largest graphed batch (estimate)
   int64_t kv_bytes = 0;
   int64_t kv_tokens = 0;  // tokens of KV that fit (rounded down to whole blocks)
   double kv_bytes_per_token = 0;

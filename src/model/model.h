@@ -35,6 +35,10 @@ class Model {
   virtual int64_t graph_replays() const { return 0; }
   // Decode steps whose CUDA graph could not be captured (they run eagerly; CudaGraphModel).
   virtual int64_t graph_capture_failures() const { return 0; }
+  // CUDA graphs captured so far and the host seconds spent capturing them (launching an eager warm-up step,
+  // the capture and the instantiation).
+  virtual int64_t graph_captures() const { return 0; }
+  virtual double graph_capture_seconds() const { return 0.0; }
   // Device bytes the model's CUDA graphs will hold at most, measured on `cache` (scratch blocks included)
   // before the engine sizes the KV cache; 0 for models without graphs.
   virtual int64_t profile_graph_memory(KvCache& cache) { return 0; }

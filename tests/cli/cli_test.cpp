@@ -286,6 +286,29 @@ TEST(CheckCli, PlansThePackedGemvCopiesOnHopper) {
   EXPECT_EQ(plan_of("--gpu sm_90 --gpu-memory-gib 32")["gemv_packed_bytes"].get<int64_t>(), 0);
 }
 
+// The CUDA graphs' pool (one decode step of the largest graphed batch: its activations and [rows, vocab] fp32
+// logits, + 1/8) is kept out of the KV cache, sized by --cuda-graph-max-batch-size (default 256, capped by
+// max_batch_size, 0: max_batch_size).
+TEST(CheckCli, KeepsTheCudaGraphsPoolOutOfTheKvCache) {
+  const std::string lite = std::string(DSINFER_SOURCE_DIR) + "/bench/configs/deepseek-v2-lite";
+  auto plan_of = [&](const std::string& args) {
+    CliRun r = run("check --model " + lite + " --gpu sm_90 --gpu-memory-gib 80 " + args + " --json");
+    EXPECT_EQ(r.status, 0) << r.err;
+    return nlohmann::json::parse(r.out)["memory_plan"];
+  };
+  const auto dflt = plan_of("--max-batch-size 1024");
+  const auto g256 = plan_of("--max-batch-size 1024 --cuda-graph-max-batch-size 256");
+  const auto g1024 = plan_of("--max-batch-size 1024 --cuda-graph-max-batch-size 0");
+  const auto g64 = plan_of("--max-batch-size 64");  // the cap is max_batch_size
+  EXPECT_EQ(dflt["cuda_graph_bytes"], g256["cuda_graph_bytes"]);
+  const int64_t logits_row = int64_t{102400} * 4;
+  EXPECT_GE(g256["cuda_graph_bytes"].get<int64_t>(), 256 * logits_row);
+  EXPECT_GE(g1024["cuda_graph_bytes"].get<int64_t>(), 1024 * logits_row);
+  EXPECT_EQ(g1024["cuda_graph_bytes"].get<int64_t>(), 4 * g256["cuda_graph_bytes"].get<int64_t>());
+  EXPECT_EQ(g256["cuda_graph_bytes"].get<int64_t>(), 4 * g64["cuda_graph_bytes"].get<int64_t>());
+  EXPECT_GT(g256["kv_bytes"].get<int64_t>(), g1024["kv_bytes"].get<int64_t>());
+}
+
 // What one decode token reads (the batch-1 roofline's bytes): the active weights with the embedding as one
 // row. Llama-3.1-8B: 8,030,261,248 parameters, an untied 128256 x 4096 embedding; V2-Lite: 6 of 64 routed
 // experts a token.

@@ -55,7 +55,12 @@ std::vector<std::vector<int32_t>> run_greedy(EngineConfig config,
   done.wait(lock, [&] { return finished == prompts.size(); });
   lock.unlock();
   *graph_replays = engine->stats().cuda_graph_replays;
-  EXPECT_EQ(engine->stats().cuda_graph_capture_failures, 0);
+  const EngineStats stats = engine->stats();
+  EXPECT_EQ(stats.cuda_graph_capture_failures, 0);
+  // Every replayed bucket was captured once, and capturing took host time.
+  EXPECT_EQ(stats.cuda_graph_replays > 0, stats.cuda_graph_captures > 0);
+  EXPECT_EQ(stats.cuda_graph_captures > 0, stats.cuda_graph_capture_seconds > 0.0);
+  EXPECT_LE(stats.cuda_graph_captures, stats.cuda_graph_replays);
   engine->shutdown();
   std::vector<std::vector<int32_t>> out(prompts.size());
   for (auto& [id, t] : tokens) out[index.at(id)] = t;

@@ -2,6 +2,7 @@
 #include "backend/cuda/cuda_graph_model.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "backend/cuda/attention_kernels.h"
 #include "backend/cuda/batch_bucket.h"
@@ -91,6 +92,10 @@ CudaGraphModel::Graph* CudaGraphModel::capture(const BatchPlan& padded_plan, KvC
                                                std::pair<int32_t, int32_t> key) {
   // Warm up once eagerly (cuBLASLt plans, workspaces, mirrors and the allocator's blocks all settle),
   // then record the same step.
+  const auto start = std::chrono::steady_clock::now();
+  auto add_time = [&] {
+    capture_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
   backend_.stage_plan(padded_plan);
   inner_->forward_device(padded_plan, cache);
   // A fresh pool takes the largest capture's working set (profile_graph_memory) in one range up front.
@@ -104,12 +109,14 @@ CudaGraphModel::Graph* CudaGraphModel::capture(const BatchPlan& padded_plan, KvC
     cuda::end_capture(false);
     failed_.insert(key);
     ++capture_failures_;
+    add_time();
     log_warn("CUDA graph for ", key.first, " sequences (context bucket ", key.second,
              ") not captured, its steps run eagerly: ", e.what(), " (graph pool ",
              cuda::graph_pool_bytes() >> 20, " MiB)");
     return nullptr;
   }
   g.exec = cuda::end_capture(true);
+  add_time();
   // The output's block goes back to the pool while the graph keeps writing there: a later capture may take
   // it, which is safe because every reader of a step's logits is queued before the next graph's replay
   // (as for two steps of one graph). So the graphs hold one step's memory between them, not one output each.

@@ -42,7 +42,8 @@ class CudaGraphModel : public Model {
   // Batch-size buckets (ascending) and the statistics of graph use.
   const std::vector<int32_t>& batch_buckets() const { return buckets_; }
   int64_t graph_replays() const override { return replays_; }
-  int64_t graph_captures() const { return captures_; }
+  int64_t graph_captures() const override { return captures_; }
+  double graph_capture_seconds() const override { return capture_seconds_; }
   int64_t graph_capture_failures() const override { return capture_failures_; }
   // Measures what the largest bucket's capture will take from the graph pool (a decode step of that many
   // padded sequences on `cache`'s scratch block, run eagerly) and reserves that much in one range before the
@@ -68,6 +69,7 @@ class CudaGraphModel : public Model {
   std::map<std::pair<int32_t, int32_t>, Graph> graphs_;  // (batch bucket, context bucket)
   std::set<std::pair<int32_t, int32_t>> failed_;         // buckets whose capture failed: run eagerly
   int64_t capture_failures_ = 0;
+  double capture_seconds_ = 0.0;
   int64_t graph_reserve_ = 0;  // bytes the first capture reserves in the pool (profile_graph_memory)
   int64_t replays_ = 0;
   int64_t captures_ = 0;
