@@ -103,10 +103,13 @@ CudaGraphModel::Graph* CudaGraphModel::capture(const BatchPlan& padded_plan, KvC
   Graph g;
   Tensor logits;
   cuda::begin_capture();
+  bool recording = true;
   try {
     logits = inner_->forward_device(padded_plan, cache);
+    recording = false;
+    g.exec = cuda::end_capture(true);  // ends the capture even when it throws (an invalidated capture)
   } catch (const std::exception& e) {
-    cuda::end_capture(false);
+    if (recording) cuda::end_capture(false);
     failed_.insert(key);
     ++capture_failures_;
     add_time();
@@ -115,7 +118,6 @@ CudaGraphModel::Graph* CudaGraphModel::capture(const BatchPlan& padded_plan, KvC
              cuda::graph_pool_bytes() >> 20, " MiB)");
     return nullptr;
   }
-  g.exec = cuda::end_capture(true);
   add_time();
   // The output's block goes back to the pool while the graph keeps writing there: a later capture may take
   // it, which is safe because every reader of a step's logits is queued before the next graph's replay
