@@ -1,5 +1,4 @@
 // Engine::create: backend, model (real or dummy weights) and tokenizer for an EngineConfig.
-#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -7,6 +6,7 @@
 #include "backend/backend_factory.h"
 #include "core/env_choice.h"
 #include "engine/engine_impl.h"
+#include "engine/memory_plan.h"
 #include "model/model.h"
 #ifdef DSINFER_HAVE_CUDA
 #include "backend/cuda/cuda_graph_model.h"
@@ -23,10 +23,7 @@ std::unique_ptr<Engine> Engine::create(const EngineConfig& config) {
   const bool graphs = config.cuda_graphs && env_switch("DSINFER_CUDA_GRAPHS", true);
   if (graphs && backend->device() == Device::kCuda && model->graph_capturable()) {
     CudaGraphOptions graph_options;
-    DSI_CHECK(config.cuda_graph_max_batch_size >= 0, "cuda_graph_max_batch_size must be >= 0, got ",
-              config.cuda_graph_max_batch_size);
-    const int32_t cap = env_int("DSINFER_CUDA_GRAPH_MAX_BATCH", config.cuda_graph_max_batch_size, 0, 1 << 20);
-    graph_options.max_batch = cap > 0 ? std::min(cap, config.max_batch_size) : config.max_batch_size;
+    graph_options.max_batch = cuda_graph_batch_limit(config.cuda_graph_max_batch_size, config.max_batch_size);
     model = std::make_unique<CudaGraphModel>(std::move(model), static_cast<CudaBackend&>(*backend),
                                              graph_options);
   }

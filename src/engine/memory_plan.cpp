@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "core/env_choice.h"
 #include "core/error.h"
 #include "resilience/step_error.h"
 
@@ -31,9 +32,7 @@ MemoryPlan plan_memory(const ModelConfig& c, const ModelSize& size, const Memory
   // The CUDA graphs' pool, which the engine measures at startup and keeps out of the KV cache: the same
   // per-token activations and logits for the largest graphed batch, and 1/8 as the engine adds.
   if (in.cuda_graphs) {
-    const int64_t rows = in.cuda_graph_max_batch_size > 0
-                             ? std::min(in.cuda_graph_max_batch_size, in.max_batch_size)
-                             : in.max_batch_size;
+    const int64_t rows = cuda_graph_batch_limit(in.cuda_graph_max_batch_size, in.max_batch_size);
     const int64_t step = rows * ((c.hidden_size * 3 + widest) * 2 + c.vocab_size * 4);
     p.graph_bytes = step + step / 8;
   }
@@ -62,6 +61,12 @@ MemoryPlan plan_memory(const ModelConfig& c, const ModelSize& size, const Memory
   p.fits = p.kv_tokens >= in.kv_block_size;
   if (!p.fits) p.why_not = "no room for a single KV block after weights and workspace";
   return p;
+}
+
+int32_t cuda_graph_batch_limit(int32_t configured, int32_t max_batch_size) {
+  DSI_CHECK(configured >= 0, "cuda_graph_max_batch_size must be >= 0 (0: max_batch_size), got ", configured);
+  const int32_t cap = env_int("DSINFER_CUDA_GRAPH_MAX_BATCH", configured, 0, 1 << 20);
+  return cap > 0 ? std::min(cap, max_batch_size) : max_batch_size;
 }
 
 std::string step_profile_error(const std::exception& e, int32_t max_num_tokens) {

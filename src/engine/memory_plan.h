@@ -17,9 +17,9 @@ struct MemoryPlanInput {
   int64_t max_tokens_in_paged_kv_cache = 0;  // > 0 overrides the fraction
   int32_t max_num_tokens = 2048;             // tokens per step (sizes activations)
   int32_t max_batch_size = 64;               // sequences per step (sizes logits)
-  // Largest decode batch replayed from CUDA graphs (EngineConfig::cuda_graph_max_batch_size; 0:
-  // max_batch_size) and whether graphs are on: their shared pool holds about one decode step of that many
-  // sequences.
+  // Largest decode batch replayed from CUDA graphs (EngineConfig::cuda_graph_max_batch_size, resolved by
+  // cuda_graph_batch_limit) and whether graphs are on: their shared pool holds about one decode step of that
+  // many sequences.
   int32_t cuda_graph_max_batch_size = 256;
   bool cuda_graphs = true;
   int32_t kv_block_size = 64;
@@ -44,6 +44,11 @@ struct MemoryPlan {
 };
 
 MemoryPlan plan_memory(const ModelConfig& config, const ModelSize& size, const MemoryPlanInput& input);
+
+// The largest decode batch replayed from CUDA graphs (Engine::create and the plan): `configured`
+// (EngineConfig::cuda_graph_max_batch_size; DSINFER_CUDA_GRAPH_MAX_BATCH overrides it), 0 meaning
+// max_batch_size, never above max_batch_size.
+int32_t cuda_graph_batch_limit(int32_t configured, int32_t max_batch_size);
 
 // The error of the start-up step that profiles a step of max_num_tokens tokens on the GPU: an out-of-memory
 // failure says the model does not fit and to lower max_num_tokens; any other failure (a bad setting, a

@@ -266,15 +266,18 @@ TEST(CheckCli, MemoryPlanAndWarnings) {
   EXPECT_EQ(j["model"]["checkpoint"]["tensors"].get<int64_t>() > 0, true);
 }
 
+// `dsinfer check --model MODEL ARGS --json`'s memory plan (the run must succeed).
+nlohmann::json check_memory_plan(const std::string& model, const std::string& args) {
+  CliRun r = run("check --model " + model + " " + args + " --json");
+  EXPECT_EQ(r.status, 0) << r.err;
+  return nlohmann::json::parse(r.out)["memory_plan"];
+}
+
 // The Hopper path's packed GEMV copies (the dense MLP's gate/up and the LM head) are planned on sm_90 when
 // 30% of the GPU stays free after them, never on sm_80, and the KV cache gets what is left.
 TEST(CheckCli, PlansThePackedGemvCopiesOnHopper) {
   const std::string llama8b = std::string(DSINFER_SOURCE_DIR) + "/bench/configs/llama-3.1-8b";
-  auto plan_of = [&](const std::string& args) {
-    CliRun r = run("check --model " + llama8b + " " + args + " --json");
-    EXPECT_EQ(r.status, 0) << r.err;
-    return nlohmann::json::parse(r.out)["memory_plan"];
-  };
+  auto plan_of = [&](const std::string& args) { return check_memory_plan(llama8b, args); };
   const int64_t packed = int64_t{32} * 2 * 14336 * 4096 * 2 + int64_t{128256} * 4096 * 2;  // ~8.6 GB
   const auto hopper = plan_of("--gpu sm_90 --gpu-memory-gib 141");
   EXPECT_EQ(hopper["gemv_packed_bytes"].get<int64_t>(), packed);
@@ -292,9 +295,7 @@ TEST(CheckCli, PlansThePackedGemvCopiesOnHopper) {
 TEST(CheckCli, KeepsTheCudaGraphsPoolOutOfTheKvCache) {
   const std::string lite = std::string(DSINFER_SOURCE_DIR) + "/bench/configs/deepseek-v2-lite";
   auto plan_of = [&](const std::string& args) {
-    CliRun r = run("check --model " + lite + " --gpu sm_90 --gpu-memory-gib 80 " + args + " --json");
-    EXPECT_EQ(r.status, 0) << r.err;
-    return nlohmann::json::parse(r.out)["memory_plan"];
+    return check_memory_plan(lite, "--gpu sm_90 --gpu-memory-gib 80 " + args);
   };
   const auto dflt = plan_of("--max-batch-size 1024");
   const auto g256 = plan_of("--max-batch-size 1024 --cuda-graph-max-batch-size 256");

@@ -115,7 +115,6 @@ class GraphArena {
  private:
   struct Chunk {
     char* base = nullptr;
-    size_t size = 0;
     std::map<size_t, size_t> free;  // offset -> length, disjoint, never adjacent
   };
   struct Block {
@@ -128,7 +127,6 @@ class GraphArena {
     if (!base) return false;
     Chunk c;
     c.base = static_cast<char*>(base);
-    c.size = bytes;
     c.free.emplace(0, bytes);
     chunks_.push_back(std::move(c));
     reserved_bytes_ += bytes;
