@@ -43,6 +43,11 @@ struct EngineConfig {
   // context) bucket costs more than it saves; the graphs' pool is sized for this many sequences. 256: the
   // fastest of 256 / 512 / 1024 on V2-Lite's 1000-prompt workload at max batch 1024 (docs/benchmarks.md).
   int32_t cuda_graph_max_batch_size = 256;
+  // GPU: at startup, record the decode graphs of every batch bucket (up to cuda_graph_max_batch_size) for
+  // contexts up to this many tokens, so that no step of a request pays a capture (an eager step, the
+  // capture and its instantiation) when its batch or context first reaches a bucket; 0: each graph is
+  // recorded at its first step. Longer contexts' graphs are still recorded at first use.
+  int32_t cuda_graph_precapture_context = 0;
   // GPU: launch step N+1 before step N's sampled tokens reach the host (they are fed in on the device), so
   // the host's per-request work and scheduling overlap the GPU's step (docs/architecture.md, "Scheduler
   // and engine loop"). The CPU backend runs synchronously: it takes the async path only when

@@ -49,6 +49,7 @@ struct BenchArgs {
   std::string dataset;
   int32_t max_batch_size = 64;
   int32_t cuda_graph_max_batch_size = 256;
+  int32_t cuda_graph_precapture_context = 0;
   int32_t max_num_tokens = 2048;
   int32_t chunk_size = 512;
   int32_t kv_block_size = 64;
@@ -155,6 +156,7 @@ int run_bench(const BenchArgs& a) {
   config.dummy_weights = a.dummy_weights;
   config.max_batch_size = a.max_batch_size;
   config.cuda_graph_max_batch_size = a.cuda_graph_max_batch_size;
+  config.cuda_graph_precapture_context = a.cuda_graph_precapture_context;
   config.max_num_tokens = a.max_num_tokens;
   config.context_chunk_size = a.chunk_size;
   config.kv_block_size = a.kv_block_size;
@@ -312,6 +314,7 @@ int run_bench(const BenchArgs& a) {
         {"output_len", a.output_len},
         {"max_batch_size", a.max_batch_size},
         {"cuda_graph_max_batch_size", a.cuda_graph_max_batch_size},
+        {"cuda_graph_precapture_context", a.cuda_graph_precapture_context},
         {"max_num_tokens", a.max_num_tokens},
         {"prompt_logprobs", a.prompt_logprobs},
         {"max_prompt_logprob_rows", a.max_prompt_logprob_rows},
@@ -421,6 +424,10 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--cuda-graph-max-batch-size", a->cuda_graph_max_batch_size,
                   "GPU: largest decode batch replayed from a CUDA graph (256; 0: max_batch_size)")
       ->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("--cuda-graph-precapture-context", a->cuda_graph_precapture_context,
+                  "GPU: record the decode CUDA graphs for contexts up to this many tokens before the run (0: "
+                  "at first use)")
+      ->check(CLI::Range(0, 1 << 30));
   cmd->add_option("--max-num-tokens", a->max_num_tokens, "Tokens per step (2048)");
   cmd->add_option("--context-chunk-size", a->chunk_size, "Prefill chunk tokens (512)");
   cmd->add_option("--kv-block-size", a->kv_block_size, "Tokens per KV block (64)");

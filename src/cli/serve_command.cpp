@@ -165,6 +165,10 @@ void add_serve_command(CLI::App& app) {
   flag<int32_t>(cmd, s, "--cuda-graph-max-batch-size",
                 "GPU: largest decode batch replayed from a CUDA graph (256; 0: max_batch_size)",
                 [](C& c) { return &c.engine.cuda_graph_max_batch_size; });
+  flag<int32_t>(cmd, s, "--cuda-graph-precapture-context",
+                "GPU: record the decode CUDA graphs for contexts up to this many tokens at startup (4096; 0: "
+                "at first use)",
+                [](C& c) { return &c.engine.cuda_graph_precapture_context; });
   flag<bool>(cmd, s, "--enable-chunked-context", "Split long prompts across steps (true)",
              [](C& c) { return &c.engine.enable_chunked_context; });
   flag<int32_t>(cmd, s, "--context-chunk-size", "Tokens per prefill chunk (512)",

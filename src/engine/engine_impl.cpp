@@ -5,6 +5,7 @@
 #include "engine/engine_impl.h"
 
 #include <algorithm>
+#include <chrono>
 #include <string>
 
 #include "core/dtype.h"
@@ -80,6 +81,7 @@ EngineImpl::EngineImpl(const EngineConfig& config, std::shared_ptr<Backend> back
                                      model_->kv_device(), model_->kv_dtype());
   pool_ =
       std::make_unique<BlockPool>(num_blocks, config.kv_block_size, config.enable_prefix_caching && reusable);
+  precapture_graphs();
   SchedulerConfig sc;
   sc.max_batch_size = config.max_batch_size;
   sc.max_num_tokens = config.max_num_tokens;
@@ -151,6 +153,25 @@ int64_t EngineImpl::profile_step_memory(const std::vector<KvLayerSpec>& layers) 
   (void)layers;
   return 0;
 #endif
+}
+
+void EngineImpl::precapture_graphs() {
+  DSI_CHECK(config_.cuda_graph_precapture_context >= 0,
+            "cuda_graph_precapture_context must be >= 0 (0: graphs recorded at first use), got ",
+            config_.cuda_graph_precapture_context);
+  if (config_.cuda_graph_precapture_context == 0) return;
+  const auto start = std::chrono::steady_clock::now();
+  const int64_t context = std::min<int64_t>(config_.cuda_graph_precapture_context, context_);
+  const int64_t recorded = model_->precapture_graphs(*cache_, context);
+  if (recorded == 0) return;
+  int64_t pool_mib = 0;
+#ifdef DSINFER_HAVE_CUDA
+  pool_mib = cuda::graph_pool_bytes() >> 20;
+#endif
+  log_info("engine: ", recorded, " CUDA graphs of decode steps (contexts up to ", context,
+           " tokens) recorded in ",
+           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), " s, graph pool ",
+           pool_mib, " MiB");
 }
 
 EngineImpl::~EngineImpl() {

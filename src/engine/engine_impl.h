@@ -64,6 +64,9 @@ class EngineImpl : public Engine {
   // Runs the largest step on a small cache so that the caching allocator holds its activations, and
   // returns the device bytes the model's CUDA graphs will need (Model::profile_graph_memory).
   int64_t profile_step_memory(const std::vector<KvLayerSpec>& layers);
+  // Records the model's CUDA graphs of decode steps for contexts up to cuda_graph_precapture_context now,
+  // on the fresh cache's scratch block (no-op at 0 and for models without graphs).
+  void precapture_graphs();
   void run_step();
   // Pieces of a step (engine_impl.cpp): schedule (dropping preempted state, ending failed requests); build
   // the plan and launch the forward pass (false: it failed and was handled); hand sampled tokens to their

@@ -42,6 +42,10 @@ class Model {
   // Device bytes the model's CUDA graphs will hold at most, measured on `cache` (scratch blocks included)
   // before the engine sizes the KV cache; 0 for models without graphs.
   virtual int64_t profile_graph_memory(KvCache& cache) { return 0; }
+  // Records now (at startup) the CUDA graphs of decode steps of every batch bucket for every context bucket
+  // up to the one that holds `max_context` tokens, so that no request's step pays their capture later;
+  // returns how many it recorded (0 for models without graphs).
+  virtual int64_t precapture_graphs(KvCache& cache, int64_t max_context) { return 0; }
   // Drops per-sequence state kept outside the paged cache (none for most models).
   virtual void release_sequence(int64_t seq_id) {}
   // Whether a prefix's cached rows are the same whatever prompt they were computed in, so that the prefix

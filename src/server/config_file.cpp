@@ -88,6 +88,7 @@ std::map<std::string, Section> base_sections() {
            DSI_ENGINE_KEY(bool, async_scheduling),
            DSI_ENGINE_KEY(bool, cuda_graphs),
            DSI_ENGINE_KEY(int32_t, cuda_graph_max_batch_size),
+           DSI_ENGINE_KEY(int32_t, cuda_graph_precapture_context),
        }},
   };
 }
@@ -208,6 +209,9 @@ void validate(const ServeConfig& c) {
   DSI_CHECK(e.cuda_graph_max_batch_size >= 0,
             "engine.cuda_graph_max_batch_size must be >= 0 (0: max_batch_size), got ",
             e.cuda_graph_max_batch_size);
+  DSI_CHECK(e.cuda_graph_precapture_context >= 0,
+            "engine.cuda_graph_precapture_context must be >= 0 (0: graphs recorded at first use), got ",
+            e.cuda_graph_precapture_context);
   ::dsinfer::validate(e.resilience);
 }
 

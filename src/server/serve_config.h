@@ -29,9 +29,19 @@ struct ServerOptions {
   std::string reasoning_parser = "auto";
 };
 
+// The engine's defaults under `dsinfer serve`: EngineConfig's, except that the decode steps' CUDA graphs
+// for contexts up to 4096 tokens are recorded at startup, so that no running stream stalls for a capture
+// (~34 ms each) when the batch or the longest context first reaches a bucket. V2-Lite on an H100: the 68
+// graphs up to 2048 tokens added 0.4 s to its load (docs/benchmarks.md, sixtieth session).
+inline EngineConfig serve_engine_defaults() {
+  EngineConfig e;
+  e.cuda_graph_precapture_context = 4096;
+  return e;
+}
+
 struct ServeConfig {
   ServerOptions server;
-  EngineConfig engine;
+  EngineConfig engine = serve_engine_defaults();
 };
 
 // Reads `path` into `config` (keys not in the file keep their values). Throws dsinfer::Error naming the file

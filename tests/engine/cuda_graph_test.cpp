@@ -22,8 +22,11 @@ namespace {
 // Greedy completions of `prompts` (max_tokens[i] each) through an engine built from `config`.
 std::vector<std::vector<int32_t>> run_greedy(EngineConfig config,
                                              const std::vector<std::vector<int32_t>>& prompts,
-                                             const std::vector<int32_t>& max_tokens, int64_t* graph_replays) {
+                                             const std::vector<int32_t>& max_tokens, int64_t* graph_replays,
+                                             int64_t* captures_at_start = nullptr,
+                                             int64_t* captures_at_end = nullptr) {
   std::unique_ptr<Engine> engine = Engine::create(config);
+  if (captures_at_start) *captures_at_start = engine->stats().cuda_graph_captures;
   std::mutex mutex;
   std::condition_variable done;
   std::map<uint64_t, std::vector<int32_t>> tokens;
@@ -60,7 +63,10 @@ std::vector<std::vector<int32_t>> run_greedy(EngineConfig config,
   // Every replayed bucket was captured once, and capturing took host time.
   EXPECT_EQ(stats.cuda_graph_replays > 0, stats.cuda_graph_captures > 0);
   EXPECT_EQ(stats.cuda_graph_captures > 0, stats.cuda_graph_capture_seconds > 0.0);
-  EXPECT_LE(stats.cuda_graph_captures, stats.cuda_graph_replays);
+  if (config.cuda_graph_precapture_context == 0) {
+    EXPECT_LE(stats.cuda_graph_captures, stats.cuda_graph_replays);
+  }
+  if (captures_at_end) *captures_at_end = stats.cuda_graph_captures;
   engine->shutdown();
   std::vector<std::vector<int32_t>> out(prompts.size());
   for (auto& [id, t] : tokens) out[index.at(id)] = t;
@@ -111,6 +117,42 @@ TEST_P(CudaGraphTest, ReplayedDecodeMatchesEagerDecode) {
       EXPECT_EQ(graphed[i], eager[i]) << GetParam() << ": sequence " << i << " of " << n;
     }
   }
+#else
+  GTEST_SKIP() << "built without CUDA";
+#endif
+}
+
+// Graphs recorded at startup (cuda_graph_precapture_context) serve every decode step: no capture after
+// Engine::create, one graph per batch bucket (1, 2, 4, 8, 16) of the fixtures' one context bucket (256), and
+// the same greedy tokens as eager steps with the batch shrinking through the buckets.
+TEST_P(CudaGraphTest, PrecapturedGraphsServeEveryDecodeStep) {
+#ifdef DSINFER_HAVE_CUDA
+  if (!cuda::device_available()) GTEST_SKIP() << "no CUDA device visible";
+  EngineConfig config;
+  config.model_dir = cuda_test_model_dir(GetParam());
+  config.device = "cuda";
+  config.kv_block_size = 16;
+  config.max_batch_size = 16;
+  config.max_tokens_in_paged_kv_cache = 16 * 64;
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<int32_t> max_tokens;
+  for (int i = 0; i < 11; ++i) {
+    std::vector<int32_t> p;
+    for (int j = 0; j < 4 + 9 * i; ++j) p.push_back((5 * i + 11 * j + 3) % 250 + 1);
+    prompts.push_back(p);
+    max_tokens.push_back(i == 0 ? 200 : 12 + 7 * i);
+  }
+  int64_t eager_replays = 0, replays = 0, at_start = 0, at_end = 0;
+  config.cuda_graphs = false;
+  const auto eager = run_greedy(config, prompts, max_tokens, &eager_replays);
+  config.cuda_graphs = true;
+  config.cuda_graph_precapture_context = 256;
+  const auto graphed = run_greedy(config, prompts, max_tokens, &replays, &at_start, &at_end);
+  EXPECT_EQ(at_start, 5) << "one graph per batch bucket 1, 2, 4, 8, 16";
+  EXPECT_EQ(at_end, at_start) << "a decode step recorded a graph after startup";
+  EXPECT_GT(replays, max_tokens[0] / 2);
+  for (size_t i = 0; i < prompts.size(); ++i)
+    EXPECT_EQ(graphed[i], eager[i]) << GetParam() << ": sequence " << i;
 #else
   GTEST_SKIP() << "built without CUDA";
 #endif

@@ -255,6 +255,28 @@ class EngineApiTest : public ::testing::Test {
   }
 };
 
+// Precapturing CUDA graphs is a no-op for a model without graphs (the CPU backend), and a negative context
+// is refused when the engine is made.
+TEST_F(EngineApiTest, GraphPrecaptureSetting) {
+  EngineConfig config;
+  config.cuda_graph_precapture_context = 4096;
+  auto engine = make(config);
+  EXPECT_EQ(engine->stats().cuda_graph_captures, 0);
+  Collector c;
+  const uint64_t id = engine->submit(request(5, 3, c));
+  c.wait_finished({id});
+  EXPECT_EQ(c.get(id).tokens.size(), 3u);
+  engine->shutdown();
+  config.cuda_graph_precapture_context = -1;
+  try {
+    make(config);
+    ADD_FAILURE() << "a negative cuda_graph_precapture_context was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cuda_graph_precapture_context must be >= 0"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST_F(EngineApiTest, RejectsInvalidRequests) {
   auto engine = make();
   Collector c;

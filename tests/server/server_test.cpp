@@ -671,6 +671,7 @@ namespace {
 
 TEST(ServeConfigTest, YamlSectionsAndErrors) {
   server::ServeConfig c;
+  EXPECT_EQ(c.engine.cuda_graph_precapture_context, 4096);  // serve records its graphs at startup
   server::load_config_text(R"(
 server:
   port: 9001
@@ -683,8 +684,10 @@ engine:
   enable_prefix_caching: false
   kv_cache_free_gpu_mem_fraction: 0.5
   device: cpu
+  cuda_graph_precapture_context: 0
 )",
                            "test.yaml", c);
+  EXPECT_EQ(c.engine.cuda_graph_precapture_context, 0);
   EXPECT_EQ(c.server.port, 9001);
   EXPECT_EQ(c.server.api_key, "k");
   EXPECT_EQ(c.server.max_body_bytes, 1000);
@@ -714,6 +717,9 @@ engine:
   EXPECT_NE(error_of("engine:\n  cuda_arch: sm_70\n").find("engine.cuda_arch must be auto, sm_90 or sm_80"),
             std::string::npos);
   EXPECT_EQ(error_of("engine:\n  cuda_arch: sm_80\n"), "");
+  EXPECT_NE(error_of("engine:\n  cuda_graph_precapture_context: -1\n")
+                .find("engine.cuda_graph_precapture_context must be >= 0"),
+            std::string::npos);
   EXPECT_NE(error_of("server: [1, 2]\n").find("must be a mapping"), std::string::npos);
   EXPECT_NE(error_of("server:\n  port: [1\n").find("invalid YAML"), std::string::npos);
   EXPECT_EQ(error_of(""), "");

@@ -88,6 +88,14 @@ BatchPlan CudaGraphModel::padded(const BatchPlan& plan, int32_t bucket, const Kv
   return p;
 }
 
+BatchPlan CudaGraphModel::padding_only(int32_t bucket, const KvCache& cache) const {
+  BatchPlan none;
+  none.block_size = cache.block_size();
+  none.cu_seqlens = {0};
+  none.block_table_indptr = {0};
+  return padded(none, bucket, cache);
+}
+
 CudaGraphModel::Graph* CudaGraphModel::capture(const BatchPlan& padded_plan, KvCache& cache,
                                                std::pair<int32_t, int32_t> key) {
   // Warm up once eagerly (cuBLASLt plans, workspaces, mirrors and the allocator's blocks all settle),
@@ -136,11 +144,7 @@ int64_t CudaGraphModel::profile_graph_memory(KvCache& cache) {
   // A decode step of the largest bucket run eagerly: the peak of its allocations over what was live before
   // is what its capture takes from the graph pool (the same allocations in the same order), plus 1/8 for
   // the pool's ranges not lining up as the allocator's size classes do.
-  BatchPlan one;
-  one.block_size = cache.block_size();
-  one.cu_seqlens = {0};
-  one.block_table_indptr = {0};
-  BatchPlan plan = padded(one, buckets_.back(), cache);
+  BatchPlan plan = padding_only(buckets_.back(), cache);
   backend_.stage_plan(plan);
   cuda::synchronize();
   const size_t before = cuda::device_live_bytes();
@@ -154,6 +158,35 @@ int64_t CudaGraphModel::profile_graph_memory(KvCache& cache) {
   const int64_t working = static_cast<int64_t>(peak > before ? peak - before : 0);
   graph_reserve_ = working + working / 8;
   return graph_reserve_;
+}
+
+int64_t CudaGraphModel::precapture_graphs(KvCache& cache, int64_t max_context) {
+  if (cache.num_blocks() < 2 || max_context < 1) return 0;
+  const int64_t smallest = cuda::attention_max_context_bucket(1);
+  int64_t recorded = 0;
+  // Largest first: the step plan's buffer and the workspaces grow to their size with the first capture, so
+  // none grows later and drops the graphs recorded before it (forward_device records them again then).
+  for (auto ctx = static_cast<int32_t>(cuda::attention_max_context_bucket(max_context)); ctx >= smallest;
+       ctx /= 2) {
+    for (auto it = buckets_.rbegin(); it != buckets_.rend(); ++it) {
+      const int32_t bucket = *it;
+      const std::pair<int32_t, int32_t> key{bucket, ctx};
+      if (graphs_.count(key) || failed_.count(key)) continue;
+      // The context bound sizes the attention launches for the bucket, as a step of real sequences whose
+      // longest context falls in it would (forward_device): the same graph either way.
+      backend_.set_context_bound(ctx);
+      try {
+        if (capture(padding_only(bucket, cache), cache, key)) ++recorded;
+      } catch (const std::exception& e) {  // its eager warm-up step failed: the bucket runs eagerly
+        failed_.insert(key);
+        ++capture_failures_;
+        log_warn("CUDA graph for ", bucket, " sequences (context bucket ", ctx,
+                 ") not recorded at startup, its steps run eagerly: ", e.what());
+      }
+      backend_.set_context_bound(0);
+    }
+  }
+  return recorded;
 }
 
 Tensor CudaGraphModel::forward_device(const BatchPlan& plan, KvCache& cache) {

@@ -49,6 +49,9 @@ class CudaGraphModel : public Model {
   // padded sequences on `cache`'s scratch block, run eagerly) and reserves that much in one range before the
   // first capture. The engine calls it before sizing the KV cache, which leaves this much free.
   int64_t profile_graph_memory(KvCache& cache) override;
+  // Captures the graph of every (batch bucket, context bucket) pair not yet recorded, for the context buckets
+  // from the smallest up to the one of `max_context` tokens; every sequence of these steps is padding.
+  int64_t precapture_graphs(KvCache& cache, int64_t max_context) override;
 
  private:
   struct Graph {
@@ -59,6 +62,8 @@ class CudaGraphModel : public Model {
   };
   // The padded plan of a decode step for `bucket` sequences (padding writes to the scratch block).
   BatchPlan padded(const BatchPlan& plan, int32_t bucket, const KvCache& cache) const;
+  // A decode step of `bucket` padding sequences and no real one.
+  BatchPlan padding_only(int32_t bucket, const KvCache& cache) const;
   Graph* capture(const BatchPlan& padded_plan, KvCache& cache, std::pair<int32_t, int32_t> key);
   void drop_graphs();
 
