@@ -72,6 +72,18 @@ std::vector<std::vector<int32_t>> run_greedy(EngineConfig config,
   for (auto& [id, t] : tokens) out[index.at(id)] = t;
   return out;
 }
+
+// The fixtures' engine for these tests: up to 16 sequences (batch buckets 1, 2, 4, 8, 16), 64 KV blocks
+// of 16.
+EngineConfig graph_test_config(const std::string& model) {
+  EngineConfig config;
+  config.model_dir = cuda_test_model_dir(model);
+  config.device = "cuda";
+  config.kv_block_size = 16;
+  config.max_batch_size = 16;
+  config.max_tokens_in_paged_kv_cache = 16 * 64;
+  return config;
+}
 #endif
 
 class CudaGraphTest : public ::testing::TestWithParam<std::string> {};
@@ -88,12 +100,7 @@ INSTANTIATE_TEST_SUITE_P(Models, CudaGraphTest,
 TEST_P(CudaGraphTest, ReplayedDecodeMatchesEagerDecode) {
 #ifdef DSINFER_HAVE_CUDA
   if (!cuda::device_available()) GTEST_SKIP() << "no CUDA device visible";
-  EngineConfig config;
-  config.model_dir = cuda_test_model_dir(GetParam());
-  config.device = "cuda";
-  config.kv_block_size = 16;
-  config.max_batch_size = 16;
-  config.max_tokens_in_paged_kv_cache = 16 * 64;
+  EngineConfig config = graph_test_config(GetParam());
   // 1, 3 (padded to 4), 8 (exact) and 11 (padded to 16) sequences running at once, finishing at different
   // steps (so the batch shrinks through the buckets); the first runs to near the model's 256-token context.
   for (int n : {1, 3, 8, 11}) {
@@ -128,12 +135,7 @@ TEST_P(CudaGraphTest, ReplayedDecodeMatchesEagerDecode) {
 TEST_P(CudaGraphTest, PrecapturedGraphsServeEveryDecodeStep) {
 #ifdef DSINFER_HAVE_CUDA
   if (!cuda::device_available()) GTEST_SKIP() << "no CUDA device visible";
-  EngineConfig config;
-  config.model_dir = cuda_test_model_dir(GetParam());
-  config.device = "cuda";
-  config.kv_block_size = 16;
-  config.max_batch_size = 16;
-  config.max_tokens_in_paged_kv_cache = 16 * 64;
+  EngineConfig config = graph_test_config(GetParam());
   std::vector<std::vector<int32_t>> prompts;
   std::vector<int32_t> max_tokens;
   for (int i = 0; i < 11; ++i) {
