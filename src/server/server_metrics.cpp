@@ -46,6 +46,11 @@ ServerMetrics::ServerMetrics(MetricsRegistry& registry) : registry_(registry) {
   registry_.counter("dsinfer_cuda_graph_replays_total", "Decode steps replayed from CUDA graphs");
   registry_.counter("dsinfer_cuda_graph_capture_failures_total",
                     "Batch buckets whose CUDA graph could not be captured (their decode steps run eagerly)");
+  registry_.counter(
+      "dsinfer_cuda_graph_captures_total",
+      "CUDA graphs of decode steps recorded (at startup, then by the step that first meets a bucket)");
+  registry_.counter("dsinfer_cuda_graph_capture_seconds_total",
+                    "Host seconds spent recording CUDA graphs (the running streams stall meanwhile)");
   registry_.gauge("dsinfer_http_open_connections", "HTTP connections open now");
   registry_.counter("dsinfer_http_connections_rejected_total",
                     "Connections answered 503 too_many_connections because the connection limit was reached");
@@ -92,6 +97,12 @@ void ServerMetrics::refresh() {
   Counter& capture_failures = registry_.counter("dsinfer_cuda_graph_capture_failures_total", "");
   const auto failures = static_cast<double>(s.cuda_graph_capture_failures);
   if (failures > capture_failures.value()) capture_failures.inc(failures - capture_failures.value());
+  Counter& captures = registry_.counter("dsinfer_cuda_graph_captures_total", "");
+  const auto recorded = static_cast<double>(s.cuda_graph_captures);
+  if (recorded > captures.value()) captures.inc(recorded - captures.value());
+  Counter& capture_seconds = registry_.counter("dsinfer_cuda_graph_capture_seconds_total", "");
+  if (s.cuda_graph_capture_seconds > capture_seconds.value())
+    capture_seconds.inc(s.cuda_graph_capture_seconds - capture_seconds.value());
 }
 
 void ServerMetrics::count_request(int http_status) {

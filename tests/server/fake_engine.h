@@ -93,6 +93,8 @@ class FakeEngine : public Engine {
     s.preemptions = 2;
     s.cuda_graph_replays = 7;
     s.cuda_graph_capture_failures = 1;
+    s.cuda_graph_captures = 5;
+    s.cuda_graph_capture_seconds = 0.25;
     return s;
   }
   const Tokenizer& tokenizer() const override { return tokenizer_; }

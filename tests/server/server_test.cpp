@@ -606,6 +606,8 @@ TEST(ServerTest, Metrics) {
                            "dsinfer_preemptions_total 2",
                            "dsinfer_cuda_graph_replays_total 7",
                            "dsinfer_cuda_graph_capture_failures_total 1",
+                           "dsinfer_cuda_graph_captures_total 5",
+                           "dsinfer_cuda_graph_capture_seconds_total 0.25",
                            "dsinfer_long_tail_requests_total 0",
                            "# TYPE dsinfer_e2e_request_latency_seconds histogram",
                            "# TYPE dsinfer_requests_total counter",
