@@ -205,6 +205,7 @@ int run_bench(const BenchArgs& a) {
   const Clock::time_point load_start = Clock::now();
   std::unique_ptr<Engine> engine = Engine::create(config);
   const double load_s = std::chrono::duration<double>(Clock::now() - load_start).count();  // weights, warm-up
+  const int64_t graphs_at_start = engine->stats().cuda_graph_captures;  // --cuda-graph-precapture-context
   std::vector<BenchRequest> requests = make_requests(a, *engine);
 
   std::vector<Outcome> outcomes(requests.size());
@@ -341,6 +342,7 @@ int run_bench(const BenchArgs& a) {
         {"cuda_graph_replays", stats.cuda_graph_replays},
         {"cuda_graph_capture_failures", stats.cuda_graph_capture_failures},
         {"cuda_graph_captures", stats.cuda_graph_captures},
+        {"cuda_graph_captures_at_start", graphs_at_start},
         {"cuda_graph_capture_s", stats.cuda_graph_capture_seconds},
         {"long_fraction", a.long_fraction},
         {"request_rate", a.request_rate},

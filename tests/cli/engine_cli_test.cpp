@@ -92,6 +92,11 @@ TEST(EngineCli, BenchReportsFiguresWithDummyWeights) {
   }
   EXPECT_GT(j["kv_utilization_peak"].get<double>(), 0.0);
   EXPECT_EQ(j["preemptions"], 0);
+  // CUDA graph figures are there on every device (0 on the CPU); the startup ones are part of the total.
+  for (const char* k : {"cuda_graph_replays", "cuda_graph_captures", "cuda_graph_captures_at_start",
+                        "cuda_graph_capture_failures", "cuda_graph_precapture_context"})
+    EXPECT_TRUE(j.contains(k)) << k;
+  EXPECT_LE(j["cuda_graph_captures_at_start"].get<int64_t>(), j["cuda_graph_captures"].get<int64_t>());
   // The batch-1 decode roofline is a GPU figure (copy bandwidth measured on the device).
   EXPECT_TRUE(j.contains("decode_roofline_batch1"));
   if (!j["decode_roofline_batch1"].is_null()) {
