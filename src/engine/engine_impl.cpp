@@ -35,6 +35,9 @@ EngineImpl::EngineImpl(const EngineConfig& config, std::shared_ptr<Backend> back
       context_(model_->config().max_position_embeddings),
       vocab_(static_cast<int32_t>(model_->config().vocab_size)) {
   DSI_CHECK(config.max_queue_length > 0, "max_queue_length must be positive, got ", config.max_queue_length);
+  DSI_CHECK(config.cuda_graph_precapture_context >= 0,
+            "cuda_graph_precapture_context must be >= 0 (0: graphs recorded at first use), got ",
+            config.cuda_graph_precapture_context);
   eos_ids_ = model_->config().eos_token_ids;
   if (tokenizer_ && tokenizer_->eos_id() &&
       std::find(eos_ids_.begin(), eos_ids_.end(), *tokenizer_->eos_id()) == eos_ids_.end()) {
@@ -156,9 +159,6 @@ int64_t EngineImpl::profile_step_memory(const std::vector<KvLayerSpec>& layers) 
 }
 
 void EngineImpl::precapture_graphs() {
-  DSI_CHECK(config_.cuda_graph_precapture_context >= 0,
-            "cuda_graph_precapture_context must be >= 0 (0: graphs recorded at first use), got ",
-            config_.cuda_graph_precapture_context);
   if (config_.cuda_graph_precapture_context == 0) return;
   const auto start = std::chrono::steady_clock::now();
   const int64_t context = std::min<int64_t>(config_.cuda_graph_precapture_context, context_);
