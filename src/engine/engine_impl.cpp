@@ -66,9 +66,9 @@ EngineImpl::EngineImpl(const EngineConfig& config, std::shared_ptr<Backend> back
     capacity.gpu_free_bytes = free_bytes - graph_bytes - (int64_t{512} << 20);
     DSI_CHECK(capacity.gpu_free_bytes > 0, "the model does not fit: ", free_bytes >> 20,
               " MiB of GPU memory are left after the weights and one step's activations, and the CUDA graphs "
-              "of max_batch_size ",
-              config.max_batch_size, " sequences need ", graph_bytes >> 20,
-              " MiB (lower max_batch_size or max_num_tokens)");
+              "of up to ",
+              graph_batch_limit(), " sequences need ", graph_bytes >> 20,
+              " MiB (lower max_num_tokens, max_batch_size or cuda_graph_max_batch_size)");
     if (graph_bytes > 0) log_info("engine: ", graph_bytes >> 20, " MiB kept for CUDA graphs");
   }
 #endif
@@ -149,13 +149,17 @@ int64_t EngineImpl::profile_step_memory(const std::vector<KvLayerSpec>& layers) 
     fail(step_profile_error(e, T));
   }
   if (!graph_error.empty())
-    fail("profiling the CUDA graphs' decode step of max_batch_size ", config_.max_batch_size,
-         " sequences failed (lower max_batch_size): ", graph_error);
+    fail("profiling the CUDA graphs' decode step of ", graph_batch_limit(),
+         " sequences failed (lower cuda_graph_max_batch_size or max_batch_size): ", graph_error);
   return graph_bytes;
 #else
   (void)layers;
   return 0;
 #endif
+}
+
+int32_t EngineImpl::graph_batch_limit() const {
+  return cuda_graph_batch_limit(config_.cuda_graph_max_batch_size, config_.max_batch_size);
 }
 
 void EngineImpl::precapture_graphs() {

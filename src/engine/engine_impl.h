@@ -59,14 +59,16 @@ class EngineImpl : public Engine {
   void validate(const GenerationRequest& request) const;
   void loop();
   void admit(Submission submission);
-  // GPU: runs one step of max_num_tokens tokens so that the caching allocator holds the activations' peak
-  // before the KV cache takes its share of the memory left (throws a clear error when it does not fit).
-  // Runs the largest step on a small cache so that the caching allocator holds its activations, and
-  // returns the device bytes the model's CUDA graphs will need (Model::profile_graph_memory).
+  // GPU: runs one step of max_num_tokens tokens on a small cache so that the caching allocator holds the
+  // activations' peak before the KV cache takes its share of the memory left, and returns the device bytes
+  // the model's CUDA graphs will need (Model::profile_graph_memory); throws a clear error when either does
+  // not fit.
   int64_t profile_step_memory(const std::vector<KvLayerSpec>& layers);
   // Records the model's CUDA graphs of decode steps for contexts up to cuda_graph_precapture_context now,
   // on the fresh cache's scratch block (no-op at 0 and for models without graphs).
   void precapture_graphs();
+  // The largest decode batch the model's CUDA graphs take (cuda_graph_batch_limit), for messages.
+  int32_t graph_batch_limit() const;
   void run_step();
   // Pieces of a step (engine_impl.cpp): schedule (dropping preempted state, ending failed requests); build
   // the plan and launch the forward pass (false: it failed and was handled); hand sampled tokens to their
