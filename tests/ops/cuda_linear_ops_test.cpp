@@ -2,6 +2,7 @@
 // compiles it and skips): the GEMV kernels (M <= 8: plain, several matrices, SwiGLU, split-K, persistent)
 // and the cuBLASLt path (M > 8), plus the GEMV shape sweep benchmark (disabled by default).
 #include <initializer_list>
+#include <utility>
 
 #include "cuda_ops_test_util.h"
 
@@ -512,6 +513,36 @@ TEST_F(CudaLinearTest, CappedLaunchesHoldTheirCapPerSmPackedOrNot) {
   if (cuda::arch_path() == cuda::ArchPath::kHopper) {
     EXPECT_EQ(cuda::gemv_resident_blocks_per_sm(4096, qkv, 3, false, true), c.persist);
   }
+}
+
+// A persistent launch with no more row tiles than SMs (DeepSeek-V2-Lite's o and its layer-0 down: 128 16-row
+// tiles) runs one block per SM, padded so that the block scheduler cannot stack two of them on one SM
+// (gemv_set_spread(1); DSINFER_GEMV_SPREAD=1); with the rule off they keep the plan's blocks per SM,
+// and a launch with more tiles than twice the SMs keeps them either way.
+TEST_F(CudaLinearTest, LaunchesWithFewTilesRunOneBlockPerSm) {
+  CudaBackend gpu;
+  struct Restore {
+    int saved = cuda::gemv_spread();
+    ~Restore() { cuda::gemv_set_spread(saved); }
+  } restore;
+  EXPECT_THROW(cuda::gemv_set_spread(3), Error);
+  cuda::gemv_set_spread(1);
+  const int sms = cuda::device_sm_count(132);
+  for (const auto& [rows, K] : {std::pair<int64_t, int64_t>{2048, 2048}, {2048, 10944}}) {
+    if (rows / 16 > sms) continue;
+    const cuda::GemvConfig c = cuda::resolve_gemv_config(1, K, &rows, 1, false);
+    ASSERT_GT(c.persist, 0) << rows << " x " << K;
+    if (c.tiles != 1) continue;  // another device's shape: 32-row tiles
+    EXPECT_EQ(c.persist, 1) << rows << " x " << K;
+    EXPECT_TRUE(c.cap_per_sm) << rows << " x " << K;
+    EXPECT_EQ(cuda::gemv_resident_blocks_per_sm(K, &rows, 1, false, false), 1) << rows << " x " << K;
+    cuda::gemv_set_spread(0);
+    EXPECT_FALSE(cuda::resolve_gemv_config(1, K, &rows, 1, false).cap_per_sm) << rows << " x " << K;
+    cuda::gemv_set_spread(1);
+  }
+  const int64_t head = 102400;  // an LM head: thousands of tiles, blocks per SM by the plan
+  cuda::gemv_set_spread(2);
+  EXPECT_FALSE(cuda::resolve_gemv_config(1, 2048, &head, 1, false).cap_per_sm);
 }
 
 // One GEMV sweep shape's operands on the device: the matrices row-major in one allocation (`views` into it)

@@ -3,6 +3,7 @@
 // one down launch over every unit's columns into the residual; no permutation, no combine) against the CPU
 // reference and the weight-streaming path. Runs where a GPU is visible; CI compiles it and skips.
 #include "backend/cuda/gemv_kernels.h"
+#include "backend/cuda/gemv_stamps.h"
 #include "cuda_deepseek_test_util.h"
 
 namespace dsinfer {
@@ -134,6 +135,58 @@ TEST_F(CudaDeepseekOpsTest, MoeUnitsPartsInColumnsChangeNoBits) {
       EXPECT_EQ(differing(off, on), 0) << "shared " << with_shared << " trial " << trial;
     }
   }
+}
+
+// With GEMV stamps on (DSINFER_GEMV_STAMPS), the 16-warp units launches run their stamped instances: the
+// same bits, and one stamped launch each for gate/up (SwiGLU, 2 x 2 x 128 rows of units) and down (K = the
+// units' columns), every block with its points in order (its last issue, which may come before the wait when
+// all its stages are the shared units', between its start and end).
+TEST_F(CudaDeepseekOpsTest, MoeUnitsStampsChangeNoBits) {
+  CudaBackend units(units_on());
+  const int64_t E = 64, H = 256, I = 128, K = 6;
+  const float eps = 1e-6f;
+  ExpertSet experts = make_experts(this, units, E, H, I);
+  units.prepare_experts(experts.gpu);
+  const SharedMlp shared = make_shared_mlp(this, units, 2, H, I);
+  const Tensor norm_g = device_bf16(norm_weight(this, H));
+  const MoeSharedExperts sg{&shared.gpu, norm_g, eps};
+  const Tensor ids = cuda::to_device(distinct_expert_ids(rng, 1, K, E));
+  const Tensor weights = cuda::to_device(random_bf16_values({1, K}));
+  const Tensor x = cuda::to_device(random_bf16_values({1, H}));
+  const Tensor h = random_bf16_values({1, H}, 4.0f);
+  auto run = [&] {
+    Tensor out = cuda::to_device(h);
+    units.moe_experts_residual(out, x, ids, weights, experts.gpu, nullptr, &sg);
+    return units.to_host(out);
+  };
+  const Tensor plain = run();
+  ASSERT_TRUE(cuda::enable_gemv_stamps(4));
+  const Tensor stamped = run();
+  const std::vector<cuda::GemvStampLaunch> launches = cuda::read_gemv_stamps();
+  cuda::disable_gemv_stamps();
+  EXPECT_EQ(differing(plain, stamped), 0);
+  if (launches.empty()) GTEST_SKIP() << "no 16-warp units shape on this device";
+  ASSERT_EQ(launches.size(), 2u);
+  EXPECT_TRUE(launches[0].swiglu);
+  EXPECT_EQ(launches[0].rows, (K + 2) * I);
+  EXPECT_EQ(launches[0].K, H);
+  EXPECT_FALSE(launches[1].swiglu);
+  EXPECT_EQ(launches[1].rows, H);
+  EXPECT_EQ(launches[1].K, (K + 2) * I);
+  for (const cuda::GemvStampLaunch& l : launches) {
+    ASSERT_EQ(static_cast<int64_t>(l.blocks.size()), l.grid);
+    for (size_t b = 0; b < l.blocks.size(); ++b) {
+      const uint64_t* t = l.blocks[b].t;
+      ASSERT_GT(t[cuda::kStampStart], 0u) << "block " << b << " has no stamps";
+      EXPECT_LE(t[cuda::kStampStart], t[cuda::kStampIssued]) << "block " << b;
+      EXPECT_LE(t[cuda::kStampIssued], t[cuda::kStampWaited]) << "block " << b;
+      EXPECT_LE(t[cuda::kStampWaited], t[cuda::kStampConsumed]) << "block " << b;
+      EXPECT_LE(t[cuda::kStampConsumed], t[cuda::kStampEnd]) << "block " << b;
+      EXPECT_LE(t[cuda::kStampStart], t[cuda::kStampLastIssue]) << "block " << b;
+      EXPECT_LE(t[cuda::kStampLastIssue], t[cuda::kStampEnd]) << "block " << b;
+    }
+  }
+  EXPECT_EQ(differing(run(), plain), 0);  // the plain instances again
 }
 
 // Where the units launches do not apply (more than one token; an intermediate size that is not a multiple of

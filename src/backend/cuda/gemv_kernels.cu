@@ -376,9 +376,15 @@ int shape_key(const GemvConfig& c, bool swiglu) {
 
 // The persistent kernel's units instances (GemvMoeUnits): row units in every SwiGLU persistent shape, column
 // units in the shapes resolve gives down-sized launches (K >= 8192; the one-tile capped shape; the 8B-qkv and
-// LM-head-sized ones) and the 16-warp shape of units_config. Null: not compiled.
-const MmaKernel* find_units(GemvConfig c, bool swiglu) {
+// LM-head-sized ones) and the 16-warp shape of units_config. Null: not compiled. STAMPS instances (block
+// timelines, gemv_stamps.h) only in units_config's 16-warp shapes.
+const MmaKernel* find_units(GemvConfig c, bool swiglu, bool stamps = false) {
   const int key = shape_key(c, swiglu);
+  if (stamps) {
+    if (swiglu && key == 162223) return &mma_kernel<16, 2, 2, 3, 2, true, true, true, kRowUnits>();
+    if (!swiglu && key == 162143) return &mma_kernel<16, 1, 4, 3, 2, false, true, true, kColumnUnits>();
+    return nullptr;
+  }
   if (swiglu) {
     switch (key) {
       case 82214:
@@ -602,6 +608,17 @@ GemvConfig choose_persistent_shape(int64_t rows, int64_t K, bool swiglu) {
   return c;
 }
 
+// DSINFER_GEMV_SPREAD (0-2, default 0: off until measured end to end): persistent launches of at most that
+// many row tiles per SM (1: no more tiles than SMs; 2: up to twice as many) run one block per SM, padded so
+// that no SM takes two. Without the cap the block scheduler stacks such a launch's blocks two to an SM on the
+// SMs whose shared memory split fits them (GEMV stamps, H100, sixty-first session: V2-Lite's o, 128 blocks,
+// on 64-71 SMs in every replayed layer, 4.2-5.9 us from its wait to its median block end; on 128 SMs, as in
+// a step's first layer, 3.3-3.8 us; layer 0's dense down on 64-65 SMs, 22 us for 44.8 MB).
+int& spread_switch() {
+  static int n = env_int("DSINFER_GEMV_SPREAD", 0, 0, 2);
+  return n;
+}
+
 // DSINFER_GEMV_SPLITK=N (1..kGemvMaxKSplit): the auto choice's split is N (1: never split); unset: the model
 // (0); any other value is an error.
 int forced_ksplit() {
@@ -657,7 +674,12 @@ GemvConfig resolve(int64_t M, int64_t K, const int64_t* N, int count, bool swigl
     // Weight bytes one block has in flight: S - 1 of its S stages.
     const int64_t inflight =
         gemv_pipeline_smem(c.warps, swiglu ? 2 : c.tiles, c.unroll, c.stages) * (c.stages - 1) / c.stages;
-    c.persist = choose_gemv_persist_blocks(row_tiles(N, count, swiglu, c), num_sms(), occupancy, inflight);
+    const int64_t tiles = row_tiles(N, count, swiglu, c);
+    c.persist = choose_gemv_persist_blocks(tiles, num_sms(), occupancy, inflight);
+    if (occupancy > 1 && tiles <= static_cast<int64_t>(spread_switch()) * num_sms()) {
+      c.persist = 1;
+      c.cap_per_sm = true;
+    }
     c.ksplit = 1;
     return c;
   }
@@ -898,7 +920,12 @@ void launch_units(Params& p, GemvConfig c, const MmaKernel& k, int64_t rows, boo
   p.parts_in_columns = parts_in_columns_switch();
   const int64_t per_sm = std::min(c.persist, k.blocks_per_sm);
   const int64_t grid = std::min<int64_t>(p.tiles, num_sms() * per_sm);
-  k.launch(p, dim3(static_cast<unsigned>(grid)), c.cap_per_sm ? cap_padding(k, static_cast<int>(per_sm)) : 0);
+  // Stamped where the shape has a stamped instance (the same bits) and stamps are on.
+  const int key = shape_key(c, swiglu);
+  if (key == (swiglu ? 162223 : 162143)) p.stamps = next_gemv_stamp_slot(rows, p.K, swiglu, grid, p.tiles);
+  const MmaKernel& run = p.stamps != nullptr ? *find_units(c, swiglu, true) : k;
+  run.launch(p, dim3(static_cast<unsigned>(grid)),
+             c.cap_per_sm ? cap_padding(run, static_cast<int>(per_sm)) : 0);
   check_launch(what);
 }
 
@@ -963,6 +990,16 @@ int gemv_preissue_inflight() {
 void gemv_set_preissue_inflight(int n) {
   DSI_CHECK(n >= 0 && n <= 2, "gemv_set_preissue_inflight: ", n, " stages, the GEMV takes 0..2");
   preissue_inflight_switch() = n;
+}
+
+int gemv_spread() {
+  return spread_switch();
+}
+
+void gemv_set_spread(int tiles_per_sm) {
+  DSI_CHECK(tiles_per_sm >= 0 && tiles_per_sm <= 2, "gemv_set_spread: ", tiles_per_sm,
+            " tiles per SM, the GEMV takes 0..2");
+  spread_switch() = tiles_per_sm;
 }
 
 bool gemv_parts_in_columns() {

@@ -115,6 +115,12 @@ void launch_gemv_moe_gate_up(const float* x, int64_t H, const GemvMoeUnits& u, f
 // out [H] = (or += with accumulate) sum over the units of act_u down_u^T, one pass over K = count len.
 void launch_gemv_moe_down(const float* act, int64_t H, const GemvMoeUnits& u, float* out, bool accumulate);
 
+// Persistent GEMV launches with at most this many row tiles per SM (0: none) run one block per SM, padded so
+// that no SM holds two (the block scheduler otherwise stacks them two to an SM on the SMs whose shared memory
+// split fits them). DSINFER_GEMV_SPREAD=0/1/2 sets it at start (default 0: not yet measured end to end).
+int gemv_spread();
+void gemv_set_spread(int tiles_per_sm);
+
 // Whether the persistent GEMV computes two activation parts with one MMA per weight fragment up to 4 rows
 // (part q of activation row m as B's column 2 m + q; gemv_device.cuh, mma_stage_columns) instead of one MMA
 // per part: half the MMAs, the same bits. DSINFER_GEMV_PARTS_IN_COLUMNS=0/1 sets it at start (on by
