@@ -104,6 +104,25 @@ TEST_F(CudaDeepseekOpsTest, MoeUnitsDropIdsOutsideTheExperts) {
   }
 }
 
+// One token's experts at a small V2-Lite-like shape (64 experts, top 6, two shared units of 128 rows), on
+// `gpu`.
+struct OneTokenUnits {
+  static constexpr int64_t E = 64, H = 256, I = 128, K = 6;
+  ExpertSet experts;
+  SharedMlp shared;
+  Tensor norm_g;
+  MoeSharedExperts sg;
+  OneTokenUnits(CudaDeepseekOpsTest* test, CudaBackend& gpu)
+      : experts(make_experts(test, gpu, E, H, I)),
+        shared(make_shared_mlp(test, gpu, 2, H, I)),
+        norm_g(device_bf16(norm_weight(test, H))),
+        sg{&shared.gpu, norm_g, 1e-6f} {
+    gpu.prepare_experts(experts.gpu);
+  }
+  OneTokenUnits(const OneTokenUnits&) = delete;
+  OneTokenUnits& operator=(const OneTokenUnits&) = delete;
+};
+
 // Two activation parts as MMA columns (gemv_set_parts_in_columns) give the units launches the same bits:
 // one token's experts, with and without shared units, the switch off and on.
 TEST_F(CudaDeepseekOpsTest, MoeUnitsPartsInColumnsChangeNoBits) {
@@ -112,13 +131,8 @@ TEST_F(CudaDeepseekOpsTest, MoeUnitsPartsInColumnsChangeNoBits) {
     ~Restore() { cuda::gemv_set_parts_in_columns(saved); }
   } restore;
   CudaBackend units(units_on());
-  const int64_t E = 64, H = 256, I = 128, K = 6;
-  const float eps = 1e-6f;
-  ExpertSet experts = make_experts(this, units, E, H, I);
-  units.prepare_experts(experts.gpu);
-  const SharedMlp shared = make_shared_mlp(this, units, 2, H, I);
-  const Tensor norm_g = device_bf16(norm_weight(this, H));
-  const MoeSharedExperts sg{&shared.gpu, norm_g, eps};
+  const OneTokenUnits u(this, units);
+  const int64_t E = u.E, H = u.H, K = u.K;
   for (bool with_shared : {false, true}) {
     for (int trial = 0; trial < 2; ++trial) {
       const Tensor ids = cuda::to_device(distinct_expert_ids(rng, 1, K, E));
@@ -128,7 +142,8 @@ TEST_F(CudaDeepseekOpsTest, MoeUnitsPartsInColumnsChangeNoBits) {
       auto run = [&](bool on) {
         cuda::gemv_set_parts_in_columns(on);
         Tensor out = cuda::to_device(h);
-        units.moe_experts_residual(out, x, ids, weights, experts.gpu, nullptr, with_shared ? &sg : nullptr);
+        units.moe_experts_residual(out, x, ids, weights, u.experts.gpu, nullptr,
+                                   with_shared ? &u.sg : nullptr);
         return units.to_host(out);
       };
       const Tensor off = run(false), on = run(true);
@@ -143,20 +158,15 @@ TEST_F(CudaDeepseekOpsTest, MoeUnitsPartsInColumnsChangeNoBits) {
 // all its stages are the shared units', between its start and end).
 TEST_F(CudaDeepseekOpsTest, MoeUnitsStampsChangeNoBits) {
   CudaBackend units(units_on());
-  const int64_t E = 64, H = 256, I = 128, K = 6;
-  const float eps = 1e-6f;
-  ExpertSet experts = make_experts(this, units, E, H, I);
-  units.prepare_experts(experts.gpu);
-  const SharedMlp shared = make_shared_mlp(this, units, 2, H, I);
-  const Tensor norm_g = device_bf16(norm_weight(this, H));
-  const MoeSharedExperts sg{&shared.gpu, norm_g, eps};
+  const OneTokenUnits u(this, units);
+  const int64_t E = u.E, H = u.H, K = u.K;
   const Tensor ids = cuda::to_device(distinct_expert_ids(rng, 1, K, E));
   const Tensor weights = cuda::to_device(random_bf16_values({1, K}));
   const Tensor x = cuda::to_device(random_bf16_values({1, H}));
   const Tensor h = random_bf16_values({1, H}, 4.0f);
   auto run = [&] {
     Tensor out = cuda::to_device(h);
-    units.moe_experts_residual(out, x, ids, weights, experts.gpu, nullptr, &sg);
+    units.moe_experts_residual(out, x, ids, weights, u.experts.gpu, nullptr, &u.sg);
     return units.to_host(out);
   };
   const Tensor plain = run();
@@ -168,11 +178,11 @@ TEST_F(CudaDeepseekOpsTest, MoeUnitsStampsChangeNoBits) {
   if (launches.empty()) GTEST_SKIP() << "no 16-warp units shape on this device";
   ASSERT_EQ(launches.size(), 2u);
   EXPECT_TRUE(launches[0].swiglu);
-  EXPECT_EQ(launches[0].rows, (K + 2) * I);
+  EXPECT_EQ(launches[0].rows, (K + 2) * u.I);
   EXPECT_EQ(launches[0].K, H);
   EXPECT_FALSE(launches[1].swiglu);
   EXPECT_EQ(launches[1].rows, H);
-  EXPECT_EQ(launches[1].K, (K + 2) * I);
+  EXPECT_EQ(launches[1].K, (K + 2) * u.I);
   for (const cuda::GemvStampLaunch& l : launches) {
     ASSERT_EQ(static_cast<int64_t>(l.blocks.size()), l.grid);
     for (size_t b = 0; b < l.blocks.size(); ++b) {
