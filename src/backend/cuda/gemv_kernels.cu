@@ -612,8 +612,8 @@ GemvConfig choose_persistent_shape(int64_t rows, int64_t K, bool swiglu) {
 // many row tiles per SM (1: no more tiles than SMs; 2: up to twice as many) run one block per SM, padded so
 // that no SM takes two. Without the cap the block scheduler stacks such a launch's blocks two to an SM on the
 // SMs whose shared memory split fits them (GEMV stamps, H100, sixty-first session: V2-Lite's o, 128 blocks,
-// on 64-71 SMs in every replayed layer, 4.2-5.9 us from its wait to its median block end; on 128 SMs, as in
-// a step's first layer, 3.3-3.8 us; layer 0's dense down on 64-65 SMs, 22 us for 44.8 MB).
+// on 64-71 SMs in 79 of 81 launches, 4.2-5.9 us from its wait to its median block end; on 128 SMs
+// (twice, in layer 0) 3.3-3.8 us; layer 0's dense down on 64-65 SMs, 22 us for 44.8 MB).
 int& spread_switch() {
   static int n = env_int("DSINFER_GEMV_SPREAD", 0, 0, 2);
   return n;
