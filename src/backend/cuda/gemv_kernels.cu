@@ -921,9 +921,9 @@ void launch_units(Params& p, GemvConfig c, const MmaKernel& k, int64_t rows, boo
   const int64_t per_sm = std::min(c.persist, k.blocks_per_sm);
   const int64_t grid = std::min<int64_t>(p.tiles, num_sms() * per_sm);
   // Stamped where the shape has a stamped instance (the same bits) and stamps are on.
-  const int key = shape_key(c, swiglu);
-  if (key == (swiglu ? 162223 : 162143)) p.stamps = next_gemv_stamp_slot(rows, p.K, swiglu, grid, p.tiles);
-  const MmaKernel& run = p.stamps != nullptr ? *find_units(c, swiglu, true) : k;
+  const MmaKernel* stamped = gemv_stamps_on() ? find_units(c, swiglu, true) : nullptr;
+  if (stamped) p.stamps = next_gemv_stamp_slot(rows, p.K, swiglu, grid, p.tiles);
+  const MmaKernel& run = p.stamps != nullptr ? *stamped : k;
   run.launch(p, dim3(static_cast<unsigned>(grid)),
              c.cap_per_sm ? cap_padding(run, static_cast<int>(per_sm)) : 0);
   check_launch(what);

@@ -85,6 +85,10 @@ void disable_gemv_stamps() {
   s.handed = 0;
 }
 
+bool gemv_stamps_on() {
+  return g_on.load(std::memory_order_relaxed);
+}
+
 uint64_t* next_gemv_stamp_slot(int64_t rows, int64_t K, bool swiglu, int64_t grid, int64_t tiles) {
   if (!g_on.load(std::memory_order_relaxed)) return nullptr;
   StampState& s = state();

@@ -50,6 +50,9 @@ bool enable_gemv_stamps(int slots);
 // the plain kernels again.
 void disable_gemv_stamps();
 
+// Whether stamps are on (a buffer is there).
+bool gemv_stamps_on();
+
 // The slot of the launch about to be made, or null when stamps are off or the grid is larger than a slot.
 // Slots are handed out round robin and zeroed only by enable_gemv_stamps (a memset per launch would sit
 // between the kernels of a captured graph); the host keeps each slot's launch shape.
