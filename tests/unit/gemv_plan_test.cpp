@@ -113,6 +113,22 @@ TEST(GemvPlanTest, PersistentBlocksBalanceTheTiles) {
   EXPECT_EQ(choose_gemv_persist_blocks(0, 132, 3, 65536), 3);
 }
 
+// One padded block per SM (DSINFER_GEMV_SPREAD) for launches of few tiles: V2-Lite's o and dense down (128
+// tiles) at 1 tile per SM, its q / kv_a (228) only at 2, never an LM head, a kernel that fits one block per
+// SM anyway, or with the rule off.
+TEST(GemvPlanTest, FewTilesSpreadOneBlockPerSm) {
+  EXPECT_TRUE(gemv_spread_one_per_sm(128, 132, 2, 1));
+  EXPECT_TRUE(gemv_spread_one_per_sm(132, 132, 2, 1));
+  EXPECT_FALSE(gemv_spread_one_per_sm(133, 132, 2, 1));
+  EXPECT_FALSE(gemv_spread_one_per_sm(228, 132, 2, 1));
+  EXPECT_TRUE(gemv_spread_one_per_sm(228, 132, 2, 2));
+  EXPECT_FALSE(gemv_spread_one_per_sm(265, 132, 2, 2));
+  EXPECT_FALSE(gemv_spread_one_per_sm(6400, 132, 2, 2));
+  EXPECT_FALSE(gemv_spread_one_per_sm(128, 132, 1, 1));
+  EXPECT_FALSE(gemv_spread_one_per_sm(128, 132, 2, 0));
+  EXPECT_FALSE(gemv_spread_one_per_sm(0, 132, 2, 1));
+}
+
 // Shared memory per block, as ptxas and the launches count it (static reduction arrays + dynamic pipeline):
 // ptxas reports 18,432 static bytes for the 16-warp SwiGLU kernels, 5,120 for the 8-warp one-tile ones and
 // 4,608 for the 4-warp SwiGLU ones.

@@ -676,7 +676,7 @@ GemvConfig resolve(int64_t M, int64_t K, const int64_t* N, int count, bool swigl
         gemv_pipeline_smem(c.warps, swiglu ? 2 : c.tiles, c.unroll, c.stages) * (c.stages - 1) / c.stages;
     const int64_t tiles = row_tiles(N, count, swiglu, c);
     c.persist = choose_gemv_persist_blocks(tiles, num_sms(), occupancy, inflight);
-    if (occupancy > 1 && tiles <= static_cast<int64_t>(spread_switch()) * num_sms()) {
+    if (gemv_spread_one_per_sm(tiles, num_sms(), occupancy, spread_switch())) {
       c.persist = 1;
       c.cap_per_sm = true;
     }

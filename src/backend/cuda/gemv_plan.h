@@ -209,4 +209,13 @@ inline int choose_gemv_persist_blocks(int64_t tiles, int sms, int occupancy, int
   return best;
 }
 
+// Whether a persistent launch of `tiles` row tiles runs one block per SM, padded so that no SM takes two
+// (GemvConfig::cap_per_sm at 1; DSINFER_GEMV_SPREAD): when its kernel could put more than one block on an SM
+// and it has at most `spread` tiles per SM (0: never). The block scheduler does not spread a launch planned
+// at two blocks an SM; it stacks them on the SMs whose shared memory split fits them (docs/benchmarks.md,
+// sixty-first session).
+inline bool gemv_spread_one_per_sm(int64_t tiles, int sms, int occupancy, int spread) {
+  return occupancy > 1 && spread > 0 && tiles > 0 && tiles <= static_cast<int64_t>(spread) * sms;
+}
+
 }  // namespace dsinfer::cuda
