@@ -11,31 +11,15 @@ import collections
 import statistics
 import sys
 
-
-def launches(path):
-    cur = None
-    with open(path) as f:
-        for line in f:
-            if line.startswith("#"):
-                continue
-            parts = line.split()
-            if parts[0] == "launch":
-                if cur:
-                    yield cur
-                cur = {"rows": int(parts[3]), "K": int(parts[5]), "swiglu": parts[7] == "1", "blocks": []}
-            elif cur is not None:
-                # block sm tiles start issued waited consumed last_issue end
-                cur["blocks"].append((int(parts[1]), [float(x) for x in parts[3:9]]))
-    if cur:
-        yield cur
+from gemv_stamps_file import read_launches
 
 
 def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
     groups = collections.defaultdict(list)
-    for launch in launches(sys.argv[1]):
-        blocks = [(sm, t) for sm, t in launch["blocks"] if t[0] >= 0 and t[5] >= 0]
+    for launch in read_launches(sys.argv[1]):
+        blocks = [(sm, t) for _, sm, _, t in launch["blocks"] if t[0] >= 0 and t[5] >= 0]
         if launch["rows"] <= 1 or not blocks:
             continue
         per_sm = collections.Counter(sm for sm, _ in blocks)

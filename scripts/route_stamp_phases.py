@@ -15,27 +15,22 @@ Usage: route_stamp_phases.py STAMPS_FILE
 import statistics
 import sys
 
+from gemv_stamps_file import read_launches
+
 
 def launches(path):
-    cur = None
-    with open(path) as f:
-        for line in f:
-            if line.startswith("#"):
-                continue
-            parts = line.split()
-            if parts[0] == "launch":
-                if cur:
-                    yield cur
-                cur = {"rows": int(parts[3]), "K": int(parts[5]), "grid": int(parts[9]), "H": int(parts[11]),
-                       "blocks": [], "steps": None}
-            elif cur is not None:
-                row = [float(x) for x in parts[3:9]]
-                if int(parts[0]) == cur["grid"] - 1 and cur["rows"] == 0:
-                    cur["steps"] = row
-                else:
-                    cur["blocks"].append(row)
-    if cur:
-        yield cur
+    """The routing launches' CTAs' points and, in the launch's last row, the selection's steps."""
+    for launch in read_launches(path):
+        launch["H"] = launch["tiles"]
+        launch["steps"] = None
+        rows = []
+        for block, _, _, times in launch["blocks"]:
+            if block == launch["grid"] - 1 and launch["rows"] == 0:
+                launch["steps"] = times
+            else:
+                rows.append(times)
+        launch["blocks"] = rows
+        yield launch
 
 
 def phases(blocks, steps):
