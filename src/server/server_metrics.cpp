@@ -24,6 +24,12 @@ constexpr const char* kTpot = "dsinfer_time_per_output_token_seconds";
 constexpr const char* kE2e = "dsinfer_e2e_request_latency_seconds";
 constexpr const char* kQueue = "dsinfer_scheduler_queue_delay_seconds";
 
+// Raises counter `name` (registered in the constructor) to the engine's cumulative `total`; never lowers it.
+void advance_counter(MetricsRegistry& registry, const char* name, double total) {
+  Counter& c = registry.counter(name, "");
+  if (total > c.value()) c.inc(total - c.value());
+}
+
 }  // namespace
 
 ServerMetrics::ServerMetrics(MetricsRegistry& registry) : registry_(registry) {
@@ -88,21 +94,13 @@ void ServerMetrics::refresh() {
   registry_.gauge("dsinfer_kv_blocks_used", "").set(static_cast<double>(s.kv_blocks_used));
   registry_.gauge("dsinfer_kv_blocks_cached", "").set(static_cast<double>(s.kv_blocks_cached));
   registry_.gauge("dsinfer_gpu_memory_fragmentation_ratio", "").set(s.fragmentation);
-  // The engine's preemption count is cumulative: expose it as a monotonic counter.
-  Counter& pre = registry_.counter("dsinfer_preemptions_total", "");
-  if (s.preemptions > pre.value()) pre.inc(static_cast<double>(s.preemptions) - pre.value());
-  Counter& replays = registry_.counter("dsinfer_cuda_graph_replays_total", "");
-  const auto graph_replays = static_cast<double>(s.cuda_graph_replays);
-  if (graph_replays > replays.value()) replays.inc(graph_replays - replays.value());
-  Counter& capture_failures = registry_.counter("dsinfer_cuda_graph_capture_failures_total", "");
-  const auto failures = static_cast<double>(s.cuda_graph_capture_failures);
-  if (failures > capture_failures.value()) capture_failures.inc(failures - capture_failures.value());
-  Counter& captures = registry_.counter("dsinfer_cuda_graph_captures_total", "");
-  const auto recorded = static_cast<double>(s.cuda_graph_captures);
-  if (recorded > captures.value()) captures.inc(recorded - captures.value());
-  Counter& capture_seconds = registry_.counter("dsinfer_cuda_graph_capture_seconds_total", "");
-  if (s.cuda_graph_capture_seconds > capture_seconds.value())
-    capture_seconds.inc(s.cuda_graph_capture_seconds - capture_seconds.value());
+  // The engine's counts are cumulative: exposed as monotonic counters.
+  advance_counter(registry_, "dsinfer_preemptions_total", static_cast<double>(s.preemptions));
+  advance_counter(registry_, "dsinfer_cuda_graph_replays_total", static_cast<double>(s.cuda_graph_replays));
+  advance_counter(registry_, "dsinfer_cuda_graph_capture_failures_total",
+                  static_cast<double>(s.cuda_graph_capture_failures));
+  advance_counter(registry_, "dsinfer_cuda_graph_captures_total", static_cast<double>(s.cuda_graph_captures));
+  advance_counter(registry_, "dsinfer_cuda_graph_capture_seconds_total", s.cuda_graph_capture_seconds);
 }
 
 void ServerMetrics::count_request(int http_status) {
