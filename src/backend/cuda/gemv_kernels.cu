@@ -369,19 +369,22 @@ const MmaKernel& find_persistent(int key, bool swiglu) {
        key / 10 % 10, ", stages ", key % 10, ", splits ", parts);
 }
 
-// A compiled shape's key in the switches below: warps, splits, tiles (SwiGLU: 2), unroll, stages as digits.
+// A compiled shape's key in the switches below: warps, splits, MMA tiles (SwiGLU: 2, paired 1), unroll,
+// stages as digits.
 int shape_key(const GemvConfig& c, bool swiglu) {
-  return c.warps * 10000 + c.splits * 1000 + (swiglu ? 2 : c.tiles) * 100 + c.unroll * 10 + c.stages;
+  return c.warps * 10000 + c.splits * 1000 + gemv_mma_tiles(c, swiglu) * 100 + c.unroll * 10 + c.stages;
 }
 
 // The persistent kernel's units instances (GemvMoeUnits): row units in every SwiGLU persistent shape, column
 // units in the shapes resolve gives down-sized launches (K >= 8192; the one-tile capped shape; the 8B-qkv and
 // LM-head-sized ones) and the 16-warp shape of units_config. Null: not compiled. STAMPS instances (block
-// timelines, gemv_stamps.h) only in units_config's 16-warp shapes.
+// timelines, gemv_stamps.h) only in units_config's 16-warp shapes. Paired SwiGLU tiles (8 gate + 8 up rows,
+// TILES 1) only in the 16-warp 6-stage shape of units_config.
 const MmaKernel* find_units(GemvConfig c, bool swiglu, bool stamps = false) {
   const int key = shape_key(c, swiglu);
   if (stamps) {
     if (swiglu && key == 162223) return &mma_kernel<16, 2, 2, 3, 2, true, true, true, kRowUnits>();
+    if (swiglu && key == 162126) return &mma_kernel<16, 1, 2, 6, 2, true, true, true, kRowUnits>();
     if (!swiglu && key == 162143) return &mma_kernel<16, 1, 4, 3, 2, false, true, true, kColumnUnits>();
     return nullptr;
   }
@@ -397,6 +400,8 @@ const MmaKernel* find_units(GemvConfig c, bool swiglu, bool stamps = false) {
         return &mma_kernel<4, 2, 2, 3, 2, true, true, false, kRowUnits>();
       case 162223:
         return &mma_kernel<16, 2, 2, 3, 2, true, true, false, kRowUnits>();
+      case 162126:
+        return &mma_kernel<16, 1, 2, 6, 2, true, true, false, kRowUnits>();
     }
   } else {
     switch (key) {
@@ -608,14 +613,16 @@ GemvConfig choose_persistent_shape(int64_t rows, int64_t K, bool swiglu) {
   return c;
 }
 
-// DSINFER_GEMV_SPREAD (0-2, default 0: off until measured end to end): persistent launches of at most that
+// DSINFER_GEMV_SPREAD (0-2, default 1): persistent launches of at most that
 // many row tiles per SM (1: no more tiles than SMs; 2: up to twice as many) run one block per SM, padded so
 // that no SM takes two. Without the cap the block scheduler stacks such a launch's blocks two to an SM on the
 // SMs whose shared memory split fits them (GEMV stamps, H100, sixty-first session: V2-Lite's o, 128 blocks,
 // on 64-71 SMs in 79 of 81 launches, 4.2-5.9 us from its wait to its median block end; on 128 SMs
-// (twice, in layer 0) 3.3-3.8 us; layer 0's dense down on 64-65 SMs, 22 us for 44.8 MB).
+// (twice, in layer 0) 3.3-3.8 us; layer 0's dense down on 64-65 SMs, 22 us for 44.8 MB). With 1 (H200,
+// sixty-second session): o on 128 SMs in every launch, median end 4.4 -> 4.0 us; V2-Lite batch 1 2.0020 ->
+// 1.9761 ms/token (-1.3%); 2 measured the same as 1.
 int& spread_switch() {
-  static int n = env_int("DSINFER_GEMV_SPREAD", 0, 0, 2);
+  static int n = env_int("DSINFER_GEMV_SPREAD", 1, 0, 2);
   return n;
 }
 
@@ -884,15 +891,32 @@ bool units_wide() {
   return on;
 }
 
+// Whether the 16-warp units gate/up runs paired tiles (DSINFER_GEMV_UNITS_PAIRED; gemv_set_units_paired; off
+// by default until measured end to end).
+bool& units_paired_switch() {
+  static bool on = env_switch("DSINFER_GEMV_UNITS_PAIRED", false);
+  return on;
+}
+
 // A units launch's shape: one 16-warp block per SM where it fits (Hopper), else what resolve gives a plain
 // launch of the same rows and K. V2-Lite's down has only 128 row tiles (H 2048), so resolve's 8-warp 3-stage
 // block, one per SM, keeps 64 KiB of weights in flight per SM and took 22 us for 46 MB; 16 warps keep 128
 // KiB. gate/up takes the 16-warp shape Llama-8B's gate_up runs (V2-Lite: 704 row tiles, 5 or 6 per SM). H200,
 // V2-Lite batch 1 (eighteenth session, one run): 2.152 ms/token against 2.367 with resolve's shapes (2.291
 // with a 6-stage 8-warp down, 2.204 with the 16-warp down alone); with the landed binary 2.173 against 2.329.
+//
+// Paired gate/up tiles (DSINFER_GEMV_UNITS_PAIRED, gemv_set_units_paired): 8 gate + 8 up rows a tile, 6
+// stages of 2 chunks (the same 192 KiB pipeline, the same columns per warp and so the same bits), so that
+// V2-Lite's 1408 tiles split 10 or 11 per SM (the 16-row tiles' 5 or 6 left the SMs with 6 ~2.6 us behind
+// the rest, GEMV stamps on an H200, sixty-second session).
 GemvConfig units_config(int64_t rows, int64_t K, bool swiglu) {
   if (units_wide()) {
     GemvConfig c = swiglu ? GemvConfig{2, 2, 3, 2, false, 16} : GemvConfig{1, 4, 3, 2, false, 16};
+    if (swiglu && units_paired_switch()) {
+      c.unroll = 2;
+      c.stages = 6;
+      c.paired = true;
+    }
     if (gemv_shape_fits(c, swiglu, smem_limit())) {
       c.persist = 1;
       return c;
@@ -907,7 +931,7 @@ bool aligned_units_base(const uint16_t* w, int64_t stride) {
 
 // Launches units instance k (shape c) over `rows` output rows.
 void launch_units(Params& p, GemvConfig c, const MmaKernel& k, int64_t rows, bool swiglu, const char* what) {
-  const int64_t rows_per_block = swiglu ? 16 : 16 * c.tiles;
+  const int64_t rows_per_block = swiglu ? (c.paired ? 8 : 16) : 16 * c.tiles;
   p.tiles = (rows + rows_per_block - 1) / rows_per_block;
   p.mats[0].first_block = 0;
   p.count = 1;
@@ -1000,6 +1024,14 @@ void gemv_set_spread(int tiles_per_sm) {
   DSI_CHECK(tiles_per_sm >= 0 && tiles_per_sm <= 2, "gemv_set_spread: ", tiles_per_sm,
             " tiles per SM, the GEMV takes 0..2");
   spread_switch() = tiles_per_sm;
+}
+
+bool gemv_units_paired() {
+  return units_paired_switch();
+}
+
+void gemv_set_units_paired(bool on) {
+  units_paired_switch() = on;
 }
 
 bool gemv_parts_in_columns() {

@@ -71,9 +71,15 @@ constexpr int64_t gemv_block_smem(int warps, int tiles, int unroll, int stages) 
   return gemv_pipeline_smem(warps, tiles, unroll, stages) + int64_t{warps} * (tiles * 4 * 32 + 32) * 4;
 }
 
+// The 16-row MMA tiles one block of shape c holds: SwiGLU 2 (gate + up; 1 when paired: 8 gate rows and 8 up
+// rows in one), else c.tiles.
+inline int gemv_mma_tiles(const GemvConfig& c, bool swiglu) {
+  return swiglu ? (c.paired ? 1 : 2) : c.tiles;
+}
+
 // Whether shape c's block (SwiGLU: gate + up tiles) fits a device allowing smem_limit bytes per block.
 inline bool gemv_shape_fits(const GemvConfig& c, bool swiglu, int64_t smem_limit) {
-  return gemv_block_smem(c.warps, swiglu ? 2 : c.tiles, c.unroll, c.stages) <= smem_limit;
+  return gemv_block_smem(c.warps, gemv_mma_tiles(c, swiglu), c.unroll, c.stages) <= smem_limit;
 }
 
 // The shape a launch runs on a device allowing smem_limit bytes per block: `preferred` when it fits, else the
