@@ -166,28 +166,6 @@ TEST(GemvPlanTest, CapPaddingLeavesExactlyCapBlocks) {
   EXPECT_EQ(gemv_cap_padding([](int64_t p) { return p < 10240 ? 4 : 2; }, 3, max_pad), -1);
 }
 
-// The least padding (DSINFER_GEMV_CAP_PAD_LEAST): one 1 KiB step above the smallest pad that gives exactly
-// cap, so it still gives cap (one step more never tips it back) and leaves the most shared memory beside the
-// block: V2-Lite's o block (8 warps, one tile: 103,424 bytes) capped at 1 leaves room for two 48 KiB blocks of
-// another kernel (the MLA merge's, two to an SM), which the middle pad does not.
-TEST(GemvPlanTest, LeastCapPaddingLeavesRoomBeside) {
-  const int64_t block = gemv_block_smem(8, 1, 4, 3);
-  ASSERT_EQ(model_occupancy(block, 0), 2);
-  const int64_t max_pad = 232448 - block;
-  auto occ = [&](int64_t p) { return model_occupancy(block, p); };
-  const int64_t least = gemv_cap_padding(occ, 1, max_pad, true), mid = gemv_cap_padding(occ, 1, max_pad);
-  EXPECT_EQ(least % 1024, 0);
-  EXPECT_EQ(occ(least), 1);
-  EXPECT_EQ(occ(least - 1024), 1);
-  EXPECT_EQ(occ(least - 2048), 2);
-  EXPECT_LT(least, mid);
-  const int64_t other = 2 * (48 * 1024 + 1024);  // two 48 KiB blocks and their reservations
-  EXPECT_LE(block + least + 1024 + other, 233472);
-  EXPECT_GT(block + mid + 1024 + other, 233472);
-  EXPECT_EQ(gemv_cap_padding(occ, 2, max_pad, true), 0);  // cap already holds: no pad either way
-  EXPECT_EQ(gemv_cap_padding([](int64_t p) { return p < 10240 ? 4 : 2; }, 3, max_pad, true), -1);
-}
-
 // Per-block opt-in limits: sm_90 232,448 bytes, sm_80 166,912, sm_86 / sm_89 101,376.
 TEST(GemvPlanTest, ShapesFallBackToWhatTheDeviceFits) {
   constexpr int64_t kHopper = 232448, kA100 = 166912, kAda = 101376;

@@ -535,9 +535,7 @@ int max_padding(const MmaKernel& k) {
 // found once per (kernel, cap). The pads tried stop where the block would pass the device's per-block limit:
 // counted from the kernel's own bytes, since a padding the limit refuses reads as no occupancy (an instance
 // with 96 bytes of static mbarriers over gemv_block_smem's count got no cap at all, and its qkv blocks piled
-// four to an SM). DSINFER_GEMV_CAP_PAD_LEAST=1 (off by default, not yet measured): the least such padding, so
-// that a capped block (V2-Lite's o with the spread) fits beside the blocks of the kernel before it (the MLA
-// merge's 48 KiB) instead of waiting for them to leave the SM.
+// four to an SM).
 int cap_padding(const MmaKernel& k, int cap) {
   static std::mutex mutex;
   static std::map<std::pair<const MmaKernel*, int>, int> pads;
@@ -545,12 +543,11 @@ int cap_padding(const MmaKernel& k, int cap) {
   const auto key = std::make_pair(&k, cap);
   if (auto it = pads.find(key); it != pads.end()) return it->second;
   const int max_pad = max_padding(k);
-  static const bool least = env_switch("DSINFER_GEMV_CAP_PAD_LEAST", false);
   const int64_t pad =
       max_pad <= 0
           ? 0
           : gemv_cap_padding([&](int64_t p) { return k.padded_occupancy(static_cast<int>(p), max_pad); }, cap,
-                             max_pad, least);
+                             max_pad);
   pads[key] = static_cast<int>(std::max<int64_t>(pad, 0));
   return pads[key];
 }

@@ -175,11 +175,9 @@ inline double gemv_persist_balance(int64_t tiles, int sms, int blocks_per_sm) {
 // its blocks on the SMs that kernel left first). occupancy(pad): the kernel's resident blocks per SM with
 // `pad` extra bytes (non-increasing in pad); max_pad: the most the device allows. Returns 0 when at most cap
 // blocks fit unpadded; else the middle, in 1 KiB steps, of the pads at which exactly cap fit (away from both
-// edges, so allocation rounding cannot tip it), or with `least` one step above the smallest such pad (the
-// most shared memory left beside the block for another kernel's blocks; DSINFER_GEMV_CAP_PAD_LEAST); -1 when
-// no pad gives exactly cap.
+// edges, so allocation rounding cannot tip it); -1 when no pad gives exactly cap.
 template <typename Occupancy>
-int64_t gemv_cap_padding(Occupancy occupancy, int cap, int64_t max_pad, bool least = false) {
+int64_t gemv_cap_padding(Occupancy occupancy, int cap, int64_t max_pad) {
   if (occupancy(0) <= cap) return 0;
   constexpr int64_t kStep = 1024;
   int64_t lo = -1, hi = -1;
@@ -192,7 +190,6 @@ int64_t gemv_cap_padding(Occupancy occupancy, int cap, int64_t max_pad, bool lea
     }
   }
   if (lo < 0) return -1;
-  if (least) return std::min(lo + kStep, hi);
   return (lo + hi) / 2 / kStep * kStep;
 }
 
