@@ -683,8 +683,8 @@ GemvConfig resolve(int64_t M, int64_t K, const int64_t* N, int count, bool swigl
     c.splits = parts;
     const int occupancy = find_mma(c, swiglu).blocks_per_sm;
     // Weight bytes one block has in flight: S - 1 of its S stages.
-    const int64_t inflight =
-        gemv_pipeline_smem(c.warps, swiglu ? 2 : c.tiles, c.unroll, c.stages) * (c.stages - 1) / c.stages;
+    const int64_t inflight = gemv_pipeline_smem(c.warps, gemv_mma_tiles(c, swiglu), c.unroll, c.stages) *
+                             (c.stages - 1) / c.stages;
     const int64_t tiles = row_tiles(N, count, swiglu, c);
     c.persist = choose_gemv_persist_blocks(tiles, num_sms(), occupancy, inflight);
     if (gemv_spread_one_per_sm(tiles, num_sms(), occupancy, spread_switch())) {
