@@ -254,62 +254,6 @@ TEST_F(CudaDeepseekOpsTest, MoeUnitsPairedTilesChangeNoBits) {
   }
 }
 
-// The units down in 6 stages of 2 chunks (gemv_set_units_down_stages(6): more of the same shared memory in
-// flight; each warp sums other columns, so other bits) adds what the CPU adds within the units tests'
-// tolerance and what the 3-stage form adds within fp32 summation-order error, at the small shape and at
-// V2-Lite's expert size, with and without shared units; its stamped instance records the down launch.
-TEST_F(CudaDeepseekOpsTest, MoeUnitsDownSixStagesMatchCpu) {
-  struct Restore {
-    int stages = cuda::gemv_units_down_stages();
-    ~Restore() {
-      cuda::gemv_set_units_down_stages(stages);
-      cuda::disable_gemv_stamps();
-    }
-  } restore;
-  EXPECT_THROW(cuda::gemv_set_units_down_stages(4), Error);
-  CudaBackend units(units_on());
-  const float eps = 1e-6f;
-  for (auto [E, H, I] : {std::tuple<int64_t, int64_t, int64_t>{64, 256, 128}, {8, 1024, 1408}}) {
-    const int64_t K = 6;
-    ExpertSet experts = make_experts(this, units, E, H, I);
-    units.prepare_experts(experts.gpu);
-    const SharedMlp shared = make_shared_mlp(this, units, 2, H, I);
-    const Tensor norm_c = norm_weight(this, H), norm_g = device_bf16(norm_c);
-    const MoeSharedExperts sc{&shared.cpu, norm_c, eps}, sg{&shared.gpu, norm_g, eps};
-    for (bool with_shared : {false, true}) {
-      const std::string what = "I=" + std::to_string(I) + " shared " + std::to_string(with_shared);
-      const Tensor ids_h = distinct_expert_ids(rng, 1, K, E), weights_h = random_bf16_values({1, K});
-      const Tensor ids = cuda::to_device(ids_h), weights = cuda::to_device(weights_h);
-      const Tensor x_h = random_bf16_values({1, H});
-      const Tensor x = cuda::to_device(x_h);
-      const Tensor h = random_bf16_values({1, H}, 4.0f);
-      auto run = [&](int stages) {
-        cuda::gemv_set_units_down_stages(stages);
-        Tensor out = cuda::to_device(h);
-        units.moe_experts_residual(out, x, ids, weights, experts.gpu, nullptr, with_shared ? &sg : nullptr);
-        return units.to_host(out);
-      };
-      Tensor ref = h.clone();
-      cpu.moe_experts_residual(ref, x_h, ids_h, weights_h, experts.cpu, nullptr, with_shared ? &sc : nullptr);
-      const Tensor three = run(3), six = run(6);
-      const Tensor want = added_part(ref, h);
-      EXPECT_LT(rel_err(added_part(six, h), want), 1e-4) << "6 stages vs CPU, " << what;
-      EXPECT_LT(rel_err(added_part(three, h), want), 1e-4) << "3 stages vs CPU, " << what;
-      EXPECT_LT(rel_err(added_part(six, h), added_part(three, h)), 1e-5) << "6 vs 3 stages, " << what;
-      ASSERT_TRUE(cuda::enable_gemv_stamps(4));
-      const Tensor stamped = run(6);
-      const std::vector<cuda::GemvStampLaunch> launches = cuda::read_gemv_stamps();
-      cuda::disable_gemv_stamps();
-      EXPECT_EQ(differing(six, stamped), 0) << what;
-      if (launches.empty()) continue;  // no 16-warp units shape on this device
-      ASSERT_EQ(launches.size(), 2u) << what;
-      EXPECT_FALSE(launches[1].swiglu) << what;
-      EXPECT_EQ(launches[1].rows, H) << what;
-      EXPECT_EQ(launches[1].K, (K + (with_shared ? 2 : 0)) * I) << what;
-    }
-  }
-}
-
 // Where the units launches do not apply (more than one token; an intermediate size that is not a multiple of
 // 32 or below 128; more units than kGemvMaxUnits) moe_units changes nothing: the streaming path's bits.
 TEST_F(CudaDeepseekOpsTest, MoeUnitsFallBackToStreamingBitForBit) {

@@ -379,15 +379,13 @@ int shape_key(const GemvConfig& c, bool swiglu) {
 // units in the shapes resolve gives down-sized launches (K >= 8192; the one-tile capped shape; the 8B-qkv and
 // LM-head-sized ones) and the 16-warp shape of units_config. Null: not compiled. STAMPS instances (block
 // timelines, gemv_stamps.h) only in units_config's 16-warp shapes. Paired SwiGLU tiles (8 gate + 8 up rows,
-// TILES 1) only in the 16-warp 6-stage shape of units_config; its down counterpart (16 warps, 2 chunks, 6
-// stages) for DSINFER_GEMV_UNITS_DOWN_STAGES=6.
+// TILES 1) only in the 16-warp 6-stage shape of units_config.
 const MmaKernel* find_units(GemvConfig c, bool swiglu, bool stamps = false) {
   const int key = shape_key(c, swiglu);
   if (stamps) {
     if (swiglu && key == 162223) return &mma_kernel<16, 2, 2, 3, 2, true, true, true, kRowUnits>();
     if (swiglu && key == 162126) return &mma_kernel<16, 1, 2, 6, 2, true, true, true, kRowUnits>();
     if (!swiglu && key == 162143) return &mma_kernel<16, 1, 4, 3, 2, false, true, true, kColumnUnits>();
-    if (!swiglu && key == 162126) return &mma_kernel<16, 1, 2, 6, 2, false, true, true, kColumnUnits>();
     return nullptr;
   }
   if (swiglu) {
@@ -417,8 +415,6 @@ const MmaKernel* find_units(GemvConfig c, bool swiglu, bool stamps = false) {
         return &mma_kernel<4, 1, 2, 4, 2, false, true, false, kColumnUnits>();
       case 162143:
         return &mma_kernel<16, 1, 4, 3, 2, false, true, false, kColumnUnits>();
-      case 162126:
-        return &mma_kernel<16, 1, 2, 6, 2, false, true, false, kColumnUnits>();
     }
   }
   return nullptr;
@@ -902,17 +898,6 @@ bool& units_paired_switch() {
   return on;
 }
 
-// The units down's pipeline stages (DSINFER_GEMV_UNITS_DOWN_STAGES=3|6; gemv_set_units_down_stages; 3 by
-// default, 6 not yet measured).
-int& units_down_stages_switch() {
-  static int n = [] {
-    const int v = env_int("DSINFER_GEMV_UNITS_DOWN_STAGES", 3, 3, 6);
-    DSI_CHECK(v == 3 || v == 6, "DSINFER_GEMV_UNITS_DOWN_STAGES must be 3 or 6, got ", v);
-    return v;
-  }();
-  return n;
-}
-
 // A units launch's shape: one 16-warp block per SM where it fits (Hopper), else what resolve gives a plain
 // launch of the same rows and K. V2-Lite's down has only 128 row tiles (H 2048), so resolve's 8-warp 3-stage
 // block, one per SM, keeps 64 KiB of weights in flight per SM and took 22 us for 46 MB; 16 warps keep 128
@@ -924,11 +909,6 @@ int& units_down_stages_switch() {
 // stages of 2 chunks (the same 192 KiB pipeline, the same columns per warp and so the same bits), so that
 // V2-Lite's 1408 tiles split 10 or 11 per SM (the 16-row tiles' 5 or 6 left the SMs with 6 ~2.6 us behind
 // the rest, GEMV stamps on an H200, sixty-second session).
-//
-// Down in 6 stages of 2 chunks (DSINFER_GEMV_UNITS_DOWN_STAGES=6): the same 192 KiB pipeline with 5 stages
-// (160 KiB a block) in flight instead of 2 of 4 chunks (128 KiB). V2-Lite's down took 4.3 us from its wait to
-// its first consumed stage and streamed its 46 MB at ~3.2 TB/s (stamps, H200, sixty-second session). Each
-// warp then sums other columns, so other bits (within the tests' tolerance of the CPU's).
 GemvConfig units_config(int64_t rows, int64_t K, bool swiglu) {
   if (units_wide()) {
     GemvConfig c = swiglu ? GemvConfig{2, 2, 3, 2, false, 16} : GemvConfig{1, 4, 3, 2, false, 16};
@@ -936,10 +916,6 @@ GemvConfig units_config(int64_t rows, int64_t K, bool swiglu) {
       c.unroll = 2;
       c.stages = 6;
       c.paired = true;
-    }
-    if (!swiglu && units_down_stages_switch() == 6) {
-      c.unroll = 2;
-      c.stages = 6;
     }
     if (gemv_shape_fits(c, swiglu, smem_limit())) {
       c.persist = 1;
@@ -1056,16 +1032,6 @@ bool gemv_units_paired() {
 
 void gemv_set_units_paired(bool on) {
   units_paired_switch() = on;
-}
-
-int gemv_units_down_stages() {
-  return units_down_stages_switch();
-}
-
-void gemv_set_units_down_stages(int stages) {
-  DSI_CHECK(stages == 3 || stages == 6, "gemv_set_units_down_stages: ", stages,
-            " stages, the units down takes 3 or 6");
-  units_down_stages_switch() = stages;
 }
 
 bool gemv_parts_in_columns() {

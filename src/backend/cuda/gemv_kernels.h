@@ -129,11 +129,6 @@ void gemv_set_spread(int tiles_per_sm);
 bool gemv_units_paired();
 void gemv_set_units_paired(bool on);
 
-// The MoE units down's (16-warp shape) pipeline stages: 3 of 4 chunks (the default) or 6 of 2 chunks (the
-// same shared memory, more of it in flight; other bits). DSINFER_GEMV_UNITS_DOWN_STAGES=3/6 sets it at start.
-int gemv_units_down_stages();
-void gemv_set_units_down_stages(int stages);  // 3 or 6
-
 // Whether the persistent GEMV computes two activation parts with one MMA per weight fragment up to 4 rows
 // (part q of activation row m as B's column 2 m + q; gemv_device.cuh, mma_stage_columns) instead of one MMA
 // per part: half the MMAs, the same bits. DSINFER_GEMV_PARTS_IN_COLUMNS=0/1 sets it at start (on by
