@@ -199,61 +199,6 @@ TEST_F(CudaDeepseekOpsTest, MoeUnitsStampsChangeNoBits) {
   EXPECT_EQ(differing(run(), plain), 0);  // the plain instances again
 }
 
-// Paired gate/up tiles (gemv_set_units_paired: 8 gate + 8 up rows as one MMA tile, twice the tiles) give the
-// units launches the same bits as the 16-row tiles: one token's experts with and without shared units, at the
-// small shape and at V2-Lite's expert size (1408 rows, H 1024), the switch off and on, and stamped (the
-// paired instance records 8-row tiles: rows / 8 of them), with the activation parts as MMA columns or not.
-TEST_F(CudaDeepseekOpsTest, MoeUnitsPairedTilesChangeNoBits) {
-  struct Restore {
-    bool paired = cuda::gemv_units_paired(), columns = cuda::gemv_parts_in_columns();
-    ~Restore() {
-      cuda::gemv_set_units_paired(paired);
-      cuda::gemv_set_parts_in_columns(columns);
-      cuda::disable_gemv_stamps();
-    }
-  } restore;
-  CudaBackend units(units_on());
-  for (auto [E, H, I] : {std::tuple<int64_t, int64_t, int64_t>{64, 256, 128}, {8, 1024, 1408}}) {
-    const int64_t K = 6;
-    ExpertSet experts = make_experts(this, units, E, H, I);
-    units.prepare_experts(experts.gpu);
-    const SharedMlp shared = make_shared_mlp(this, units, 2, H, I);
-    const Tensor norm_g = device_bf16(norm_weight(this, H));
-    const MoeSharedExperts sg{&shared.gpu, norm_g, 1e-6f};
-    for (bool with_shared : {false, true}) {
-      for (bool columns : {true, false}) {  // two activation parts as MMA columns (the default) or not
-        const std::string what = "I=" + std::to_string(I) + " shared " + std::to_string(with_shared) +
-                                 " columns " + std::to_string(columns);
-        cuda::gemv_set_parts_in_columns(columns);
-        const Tensor ids = cuda::to_device(distinct_expert_ids(rng, 1, K, E));
-        const Tensor weights = cuda::to_device(random_bf16_values({1, K}));
-        const Tensor x = cuda::to_device(random_bf16_values({1, H}));
-        const Tensor h = random_bf16_values({1, H}, 4.0f);
-        auto run = [&](bool paired) {
-          cuda::gemv_set_units_paired(paired);
-          Tensor out = cuda::to_device(h);
-          units.moe_experts_residual(out, x, ids, weights, experts.gpu, nullptr, with_shared ? &sg : nullptr);
-          return units.to_host(out);
-        };
-        const Tensor plain = run(false), paired = run(true);
-        EXPECT_GT(differing(plain, h), 0) << "the experts added nothing? " << what;
-        EXPECT_EQ(differing(plain, paired), 0) << what;
-        ASSERT_TRUE(cuda::enable_gemv_stamps(4));
-        const Tensor stamped = run(true);
-        const std::vector<cuda::GemvStampLaunch> launches = cuda::read_gemv_stamps();
-        cuda::disable_gemv_stamps();
-        EXPECT_EQ(differing(plain, stamped), 0) << what;
-        if (launches.empty()) continue;  // no 16-warp units shape on this device
-        ASSERT_EQ(launches.size(), 2u) << what;
-        const int64_t rows = (K + (with_shared ? 2 : 0)) * I;
-        EXPECT_TRUE(launches[0].swiglu) << what;
-        EXPECT_EQ(launches[0].rows, rows) << what;
-        EXPECT_EQ(launches[0].tiles, rows / 8) << what;
-      }
-    }
-  }
-}
-
 // Where the units launches do not apply (more than one token; an intermediate size that is not a multiple of
 // 32 or below 128; more units than kGemvMaxUnits) moe_units changes nothing: the streaming path's bits.
 TEST_F(CudaDeepseekOpsTest, MoeUnitsFallBackToStreamingBitForBit) {

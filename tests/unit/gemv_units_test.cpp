@@ -10,14 +10,12 @@ namespace dsinfer::cuda {
 namespace {
 
 TEST(GemvUnitsTest, RowTilesStartWhereDivisionSays) {
-  for (int64_t rows : {16, 8}) {  // 8: the paired SwiGLU tiles
-    for (int64_t len : {128, 160, 1408, 2048}) {
-      for (int64_t tile = 0; tile < 12 * len / rows; ++tile) {
-        const UnitRowTile t = rows == 16 ? unit_row_tile(tile, len) : unit_row_tile(tile, len, rows);
-        EXPECT_EQ(t.unit, tile * rows / len) << len << " " << tile << " " << rows;
-        EXPECT_EQ(t.row, tile * rows % len) << len << " " << tile << " " << rows;
-        EXPECT_LT(t.row + rows - 1, len);  // a tile never straddles two units
-      }
+  for (int64_t len : {128, 256, 1408, 2048}) {
+    for (int64_t tile = 0; tile < 12 * len / 16; ++tile) {
+      const UnitRowTile t = unit_row_tile(tile, len);
+      EXPECT_EQ(t.unit, tile * 16 / len) << len << " " << tile;
+      EXPECT_EQ(t.row, tile * 16 % len) << len << " " << tile;
+      EXPECT_LT(t.row + 15, len);  // a tile never straddles two units
     }
   }
 }

@@ -1,5 +1,5 @@
-// DSINFER_CUDA_SMEM_CARVEOUT's values (backend/cuda/smem_carveout.h): no preference when unset or "driver",
-// a percentage as given, anything else an error naming the variable and the value.
+// DSINFER_CUDA_SMEM_CARVEOUT's values (backend/cuda/smem_carveout.h): 100 when unset, no preference for
+// "driver" or -1, a percentage as given, anything else an error naming the variable and the value.
 #include "backend/cuda/smem_carveout.h"
 
 #include <gtest/gtest.h>
@@ -9,9 +9,13 @@
 namespace dsinfer::cuda {
 namespace {
 
-TEST(SmemCarveoutTest, UnsetAndDriverLeaveTheChoiceToTheDriver) {
-  EXPECT_EQ(parse_smem_carveout(nullptr), kSmemCarveoutDriver);
-  EXPECT_EQ(parse_smem_carveout(""), kSmemCarveoutDriver);
+TEST(SmemCarveoutTest, UnsetAsksForTheMostSharedMemory) {
+  EXPECT_EQ(kSmemCarveoutDefault, 100);
+  EXPECT_EQ(parse_smem_carveout(nullptr), kSmemCarveoutDefault);
+  EXPECT_EQ(parse_smem_carveout(""), kSmemCarveoutDefault);
+}
+
+TEST(SmemCarveoutTest, DriverLeavesTheChoiceToTheDriver) {
   EXPECT_EQ(parse_smem_carveout("driver"), kSmemCarveoutDriver);
   EXPECT_EQ(parse_smem_carveout("-1"), kSmemCarveoutDriver);
 }

@@ -369,8 +369,8 @@ const MmaKernel& find_persistent(int key, bool swiglu) {
        key / 10 % 10, ", stages ", key % 10, ", splits ", parts);
 }
 
-// A compiled shape's key in the switches below: warps, splits, MMA tiles (SwiGLU: 2, paired 1), unroll,
-// stages as digits.
+// A compiled shape's key in the switches below: warps, splits, MMA tiles (SwiGLU: 2), unroll, stages as
+// digits.
 int shape_key(const GemvConfig& c, bool swiglu) {
   return c.warps * 10000 + c.splits * 1000 + gemv_mma_tiles(c, swiglu) * 100 + c.unroll * 10 + c.stages;
 }
@@ -378,13 +378,11 @@ int shape_key(const GemvConfig& c, bool swiglu) {
 // The persistent kernel's units instances (GemvMoeUnits): row units in every SwiGLU persistent shape, column
 // units in the shapes resolve gives down-sized launches (K >= 8192; the one-tile capped shape; the 8B-qkv and
 // LM-head-sized ones) and the 16-warp shape of units_config. Null: not compiled. STAMPS instances (block
-// timelines, gemv_stamps.h) only in units_config's 16-warp shapes. Paired SwiGLU tiles (8 gate + 8 up rows,
-// TILES 1) only in the 16-warp 6-stage shape of units_config.
+// timelines, gemv_stamps.h) only in units_config's 16-warp shapes.
 const MmaKernel* find_units(GemvConfig c, bool swiglu, bool stamps = false) {
   const int key = shape_key(c, swiglu);
   if (stamps) {
     if (swiglu && key == 162223) return &mma_kernel<16, 2, 2, 3, 2, true, true, true, kRowUnits>();
-    if (swiglu && key == 162126) return &mma_kernel<16, 1, 2, 6, 2, true, true, true, kRowUnits>();
     if (!swiglu && key == 162143) return &mma_kernel<16, 1, 4, 3, 2, false, true, true, kColumnUnits>();
     return nullptr;
   }
@@ -400,8 +398,6 @@ const MmaKernel* find_units(GemvConfig c, bool swiglu, bool stamps = false) {
         return &mma_kernel<4, 2, 2, 3, 2, true, true, false, kRowUnits>();
       case 162223:
         return &mma_kernel<16, 2, 2, 3, 2, true, true, false, kRowUnits>();
-      case 162126:
-        return &mma_kernel<16, 1, 2, 6, 2, true, true, false, kRowUnits>();
     }
   } else {
     switch (key) {
@@ -891,13 +887,6 @@ bool units_wide() {
   return on;
 }
 
-// Whether the 16-warp units gate/up runs paired tiles (DSINFER_GEMV_UNITS_PAIRED; gemv_set_units_paired; off
-// by default until measured end to end).
-bool& units_paired_switch() {
-  static bool on = env_switch("DSINFER_GEMV_UNITS_PAIRED", false);
-  return on;
-}
-
 // A units launch's shape: one 16-warp block per SM where it fits (Hopper), else what resolve gives a plain
 // launch of the same rows and K. V2-Lite's down has only 128 row tiles (H 2048), so resolve's 8-warp 3-stage
 // block, one per SM, keeps 64 KiB of weights in flight per SM and took 22 us for 46 MB; 16 warps keep 128
@@ -905,18 +894,13 @@ bool& units_paired_switch() {
 // V2-Lite batch 1 (eighteenth session, one run): 2.152 ms/token against 2.367 with resolve's shapes (2.291
 // with a 6-stage 8-warp down, 2.204 with the 16-warp down alone); with the landed binary 2.173 against 2.329.
 //
-// Paired gate/up tiles (DSINFER_GEMV_UNITS_PAIRED, gemv_set_units_paired): 8 gate + 8 up rows a tile, 6
-// stages of 2 chunks (the same 192 KiB pipeline, the same columns per warp and so the same bits), so that
-// V2-Lite's 1408 tiles split 10 or 11 per SM (the 16-row tiles' 5 or 6 left the SMs with 6 ~2.6 us behind
-// the rest, GEMV stamps on an H200, sixty-second session).
+// Tried and dropped (sixty-third session, H100s): tiles of 8 gate + 8 up rows as one MMA tile, to split
+// V2-Lite's gate/up 10 or 11 tiles per SM instead of 5 or 6 (same bits): +11 to +16 us a token. In the GEMV
+// stamps its median block ended later (29.2 against 25.3 us after the wait) and the tail from there to the
+// last block's end stayed 3.6-4.1 us: the tile count did not set the tail.
 GemvConfig units_config(int64_t rows, int64_t K, bool swiglu) {
   if (units_wide()) {
     GemvConfig c = swiglu ? GemvConfig{2, 2, 3, 2, false, 16} : GemvConfig{1, 4, 3, 2, false, 16};
-    if (swiglu && units_paired_switch()) {
-      c.unroll = 2;
-      c.stages = 6;
-      c.paired = true;
-    }
     if (gemv_shape_fits(c, swiglu, smem_limit())) {
       c.persist = 1;
       return c;
@@ -931,7 +915,7 @@ bool aligned_units_base(const uint16_t* w, int64_t stride) {
 
 // Launches units instance k (shape c) over `rows` output rows.
 void launch_units(Params& p, GemvConfig c, const MmaKernel& k, int64_t rows, bool swiglu, const char* what) {
-  const int64_t rows_per_block = swiglu ? (c.paired ? 8 : 16) : 16 * c.tiles;
+  const int64_t rows_per_block = swiglu ? 16 : 16 * c.tiles;
   p.tiles = (rows + rows_per_block - 1) / rows_per_block;
   p.mats[0].first_block = 0;
   p.count = 1;
@@ -1024,14 +1008,6 @@ void gemv_set_spread(int tiles_per_sm) {
   DSI_CHECK(tiles_per_sm >= 0 && tiles_per_sm <= 2, "gemv_set_spread: ", tiles_per_sm,
             " tiles per SM, the GEMV takes 0..2");
   spread_switch() = tiles_per_sm;
-}
-
-bool gemv_units_paired() {
-  return units_paired_switch();
-}
-
-void gemv_set_units_paired(bool on) {
-  units_paired_switch() = on;
 }
 
 bool gemv_parts_in_columns() {

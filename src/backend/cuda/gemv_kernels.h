@@ -52,8 +52,6 @@ struct GemvConfig {
                          // occupancy), each walking row tiles; same bits as persist 0 of the same shape
   bool cap_per_sm = false;  // persistent: shared memory padded so that no SM holds more than persist blocks
                             // (gemv_cap_padding), however the blocks land
-  bool paired = false;      // SwiGLU MoE units only: a tile is 8 gate rows and the same 8 up rows as one
-                            // MMA tile (gemv_persistent.cuh), twice the tiles of the 16-row form
 };
 
 // The MMA kernel shapes launch_gemv (swiglu false) or launch_gemv_swiglu (true) accept.
@@ -122,12 +120,6 @@ void launch_gemv_moe_down(const float* act, int64_t H, const GemvMoeUnits& u, fl
 // split fits them). DSINFER_GEMV_SPREAD=0/1/2 sets it at start (default 1: V2-Lite batch 1 -1.3%, H200).
 int gemv_spread();
 void gemv_set_spread(int tiles_per_sm);
-
-// Whether the MoE units gate/up (16-warp shape) runs tiles of 8 gate rows and the same 8 up rows as one MMA
-// tile instead of 16 + 16 rows as two: twice the tiles to balance over the SMs, the same bits.
-// DSINFER_GEMV_UNITS_PAIRED=0/1 sets it at start (default 0: not yet measured end to end).
-bool gemv_units_paired();
-void gemv_set_units_paired(bool on);
 
 // Whether the persistent GEMV computes two activation parts with one MMA per weight fragment up to 4 rows
 // (part q of activation row m as B's column 2 m + q; gemv_device.cuh, mma_stage_columns) instead of one MMA

@@ -67,19 +67,15 @@ __device__ __forceinline__ void resolve_unit(const Params& p, int u, const uint1
 // UNITS == kPackedWeights: the weights come from the packed copies (p.mats[*].packed, gemv_packed.h), a stage
 // being TILES bulk copies of U fragments (1 KB each; fragments past K are zeroed by the lanes) that complete
 // on the warp's mbarrier of that stage, the stage tile-major ([TILES][U][2][32]) so that each tile's
-// fragments land in one piece; the same bits as the 16-byte copies. Paired row units (SWIGLU with TILES 1): a
-// tile is 8 gate rows and the same 8 up rows as one MMA tile (A's rows g: gate, g + 8: up), so lane (g, t)
-// holds both sums of its output row; each sum is the 16-row form's (same columns per warp, same order).
+// fragments land in one piece; the same bits as the 16-byte copies.
 template <int W, int TILES, int U, int S, int SPLITS, bool SWIGLU, bool STAMPS, int UNITS = 0>
 __global__ void __launch_bounds__(W * 32, 16 / W) gemv_persistent_kernel(const Params p) {
   constexpr bool kPacked = UNITS == kPackedWeights;
   constexpr bool kUnits = UNITS == kRowUnits || UNITS == kColumnUnits;
   static_assert(!kUnits || (UNITS == kRowUnits) == SWIGLU, "row units are SwiGLU's, column units not");
-  constexpr bool kPaired = SWIGLU && TILES == 1;
-  static_assert(!kPaired || UNITS == kRowUnits, "paired SwiGLU tiles are the row units' only");
-  extern __shared__ uint4 pipe[];                                    // [W][S][U][TILES][2][32]
-  constexpr int64_t kRows = kPaired ? 8 : SWIGLU ? 16 : 16 * TILES;  // output rows of a tile
-  constexpr int kStage = U * TILES * 2 * 32;                         // uint4 of one warp's stage
+  extern __shared__ uint4 pipe[];                      // [W][S][U][TILES][2][32]
+  constexpr int64_t kRows = SWIGLU ? 16 : 16 * TILES;  // output rows of a tile
+  constexpr int kStage = U * TILES * 2 * 32;           // uint4 of one warp's stage
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int64_t K = p.K;
   const WeightL2 wl2 = weight_l2(p.weights_evict_first);
@@ -120,14 +116,13 @@ __global__ void __launch_bounds__(W * 32, 16 / W) gemv_persistent_kernel(const P
   int64_t nrow[TILES][2];  // column units: the rows (their address depends on the column's unit)
   auto aim = [&](int64_t tile) {
     if constexpr (UNITS == kRowUnits) {
-      const UnitRowTile ut = unit_row_tile(tile, p.units.len, kRows);
+      const UnitRowTile ut = unit_row_tile(tile, p.units.len);
 #pragma unroll
       for (int j = 0; j < TILES; ++j)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           wok[j][h] = true;
-          wrow[j][h] = kPaired ? unit_w[ut.unit][h] + (ut.row + g) * K  // h: gate, up
-                               : unit_w[ut.unit][j] + (ut.row + g + 8 * h) * K;
+          wrow[j][h] = unit_w[ut.unit][j] + (ut.row + g + 8 * h) * K;
         }
       return;
     }
@@ -243,8 +238,7 @@ __global__ void __launch_bounds__(W * 32, 16 / W) gemv_persistent_kernel(const P
   // wait for the kernel that wrote x (programmatic dependent launch; a no-op without it). Units: only the
   // stages of the shared experts' units (the routed experts are known after the wait).
   auto known_stage = [&] {
-    if constexpr (UNITS == kRowUnits)
-      return unit_row_tile(issue_tile, p.units.len, kRows).unit < p.units.known;
+    if constexpr (UNITS == kRowUnits) return unit_row_tile(issue_tile, p.units.len).unit < p.units.known;
     if constexpr (UNITS == kColumnUnits)
       return first + issue_i * step + 32 * U <= static_cast<int64_t>(p.units.known) * p.units.len;
     return true;
@@ -351,7 +345,7 @@ __global__ void __launch_bounds__(W * 32, 16 / W) gemv_persistent_kernel(const P
     int64_t row0 = local * kRows;
     float unit_scale = 1.0f;  // row units: the routed unit's factor (0: an id outside the experts)
     if constexpr (UNITS == kRowUnits) {
-      const UnitRowTile ut = unit_row_tile(local, p.units.len, kRows);
+      const UnitRowTile ut = unit_row_tile(local, p.units.len);
       const int unit = ut.unit;
       row0 = unit * p.units.len + ut.row;
       if (unit >= p.units.known) {
@@ -361,18 +355,14 @@ __global__ void __launch_bounds__(W * 32, 16 / W) gemv_persistent_kernel(const P
                                                    : 1.0f;
       }
     }
-    // Paired: output o = i < 2 of the tile, row g's gate sums in fragment element i and its up sums in i + 2
-    // (columns: h 0 and 1 of activation row t, so only o = 0).
-    constexpr int kOut = kPaired ? 2 : SWIGLU ? 4 : TILES * 4;
+    constexpr int kOut = SWIGLU ? 4 : TILES * 4;
     for (int o = warp; o < kOut; o += W) {
       const int j = o / 4, i = o % 4;
-      if (cols && i >= (kPaired ? 1 : 2)) continue;  // columns: i is h (rows g + 8 h), the activation row t
+      if (cols && i >= 2) continue;  // columns: i is h (rows g + 8 h), the activation row t
       float v = 0.0f, up = 0.0f;
-      const int gate_at = kPaired ? (cols ? 0 : i) : j * 4 + i;
-      const int up_at = kPaired ? (cols ? 1 : i + 2) : (TILES - 1) * 4 + i;
-      for (int w = 0; w < W; ++w) v += red[w][gate_at][lane];
+      for (int w = 0; w < W; ++w) v += red[w][j * 4 + i][lane];
       if (SWIGLU)
-        for (int w = 0; w < W; ++w) up += red[w][up_at][lane];
+        for (int w = 0; w < W; ++w) up += red[w][(TILES - 1) * 4 + i][lane];
       const int m = cols ? t : 2 * t + (i & 1);
       float inv = 1.0f;
       if (has_norm) {
@@ -383,7 +373,7 @@ __global__ void __launch_bounds__(W * 32, 16 / W) gemv_persistent_kernel(const P
           for (int tt = 0; tt < 4; ++tt) s += ssq[w][lane0 + tt];
         inv = norm_scale(s, K, p.eps);
       }
-      const int64_t n = kPaired ? row0 + g : row0 + (SWIGLU ? 0 : 16 * j) + g + 8 * (cols ? i : i >> 1);
+      const int64_t n = row0 + (SWIGLU ? 0 : 16 * j) + g + 8 * (cols ? i : i >> 1);
       if (m < p.M && n < d.N) store_output<SWIGLU, UNITS == kRowUnits>(p, d, m, n, v, up, inv, unit_scale);
     }
   }

@@ -71,10 +71,9 @@ constexpr int64_t gemv_block_smem(int warps, int tiles, int unroll, int stages) 
   return gemv_pipeline_smem(warps, tiles, unroll, stages) + int64_t{warps} * (tiles * 4 * 32 + 32) * 4;
 }
 
-// The 16-row MMA tiles one block of shape c holds: SwiGLU 2 (gate + up; 1 when paired: 8 gate rows and 8 up
-// rows in one), else c.tiles.
+// The 16-row MMA tiles one block of shape c holds: SwiGLU 2 (gate + up), else c.tiles.
 inline int gemv_mma_tiles(const GemvConfig& c, bool swiglu) {
-  return swiglu ? (c.paired ? 1 : 2) : c.tiles;
+  return swiglu ? 2 : c.tiles;
 }
 
 // Whether shape c's block (SwiGLU: gate + up tiles) fits a device allowing smem_limit bytes per block.

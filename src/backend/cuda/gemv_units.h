@@ -14,16 +14,15 @@
 
 namespace dsinfer::cuda {
 
-// Row units: tile `tile` (`rows` rows: 16, or 8 for the paired SwiGLU tiles) of a launch whose units hold
-// `len` rows each (len % rows == 0).
+// Row units: tile `tile` (16 rows) of a launch whose units hold `len` rows each (len % 16 == 0).
 struct UnitRowTile {
   int unit;
   int64_t row;  // the tile's first row within its unit
 };
-DSI_UNITS_FN UnitRowTile unit_row_tile(int64_t tile, int64_t len, int64_t rows = 16) {
-  const int64_t per_unit = len / rows;
+DSI_UNITS_FN UnitRowTile unit_row_tile(int64_t tile, int64_t len) {
+  const int64_t per_unit = len / 16;
   const int unit = static_cast<int>(tile / per_unit);
-  return {unit, (tile - unit * per_unit) * rows};
+  return {unit, (tile - unit * per_unit) * 16};
 }
 
 // Column units: the unit and unit-local column of the cursor's column (starting at `first`, advanced by

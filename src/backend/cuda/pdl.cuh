@@ -18,13 +18,14 @@ namespace dsinfer::cuda {
 // path, and DSINFER_CUDA_PDL not "0". Decided once.
 bool pdl_enabled();
 
-// Gives `kernel` the carveout preference DSINFER_CUDA_SMEM_CARVEOUT names, once per kernel (unset or
+// Gives `kernel` the carveout preference DSINFER_CUDA_SMEM_CARVEOUT names, once per kernel (unset: 100;
 // "driver": none, the driver's choice). An SM runs its resident blocks under one L1 / shared memory split,
 // chosen when an idle SM takes a block, from that kernel's needs and preference: a small-smem kernel left to
 // the driver gets a small split, and a GEMV block that needs ~100 KiB cannot join it until the SM drains. At
 // 100 (the most shared memory) the next kernel's blocks land beside the one before and put their weights in
-// flight during its tail; measured on the H200 (docs/benchmarks.md, thirty-second session) that slows the
-// latency-bound kernel they land beside by about what it saves, so it is not the default.
+// flight during its tail. Before the GEMV spread (gemv_set_spread) that measured slower on an H200
+// (thirty-second session); with it, V2-Lite's o starts ~3 us before its wait and ends ~1.7 us sooner while
+// the MLA merge before it takes ~1.4 us longer: -20 to -24 us a token on H100s (sixty-third session).
 void prefer_shared_carveout(const void* kernel);
 
 // Waits until the previous kernel on the stream has finished and its writes are visible.
