@@ -897,7 +897,8 @@ bool units_wide() {
 // Tried and dropped (sixty-third session, H100s): tiles of 8 gate + 8 up rows as one MMA tile, to split
 // V2-Lite's gate/up 10 or 11 tiles per SM instead of 5 or 6 (same bits): +11 to +16 us a token. In the GEMV
 // stamps its median block ended later (29.2 against 25.3 us after the wait) and the tail from there to the
-// last block's end stayed 3.6-4.1 us: the tile count did not set the tail.
+// last block's end stayed 3.6-4.1 us: the tile count did not set the tail (the code: 3fbecac). Down in 6
+// stages of 2 chunks (160 KiB of a block's weights in flight instead of 128; a6c8c10): +37 us a token.
 GemvConfig units_config(int64_t rows, int64_t K, bool swiglu) {
   if (units_wide()) {
     GemvConfig c = swiglu ? GemvConfig{2, 2, 3, 2, false, 16} : GemvConfig{1, 4, 3, 2, false, 16};
