@@ -631,7 +631,7 @@ int forced_ksplit() {
 
 // Row tiles (blocks at split 1) of a launch in shape c.
 int64_t row_tiles(const int64_t* N, int count, bool swiglu, GemvConfig c) {
-  const int64_t rows_per_block = swiglu ? 16 : 16 * c.tiles;
+  const int64_t rows_per_block = gemv_tile_rows(c, swiglu);
   int64_t tiles = 0;
   for (int i = 0; i < count; ++i) tiles += (N[i] + rows_per_block - 1) / rows_per_block;
   return tiles;
@@ -691,7 +691,7 @@ GemvConfig resolve(int64_t M, int64_t K, const int64_t* N, int count, bool swigl
   c.splits = parts;
   GemvSplitInput in;
   in.tiles = row_tiles(N, count, swiglu, c);
-  in.rows_per_block = swiglu ? 32 : 16 * c.tiles;
+  in.rows_per_block = 16 * gemv_mma_tiles(c, swiglu);  // weight rows
   in.K = K;
   in.m_bucket = next_pow2(M);
   in.warps = c.warps;
@@ -723,7 +723,7 @@ void launch(Params& p, GemvConfig c, const char* what) {
     for (int i = 0; i < mats; ++i) N[i] = p.mats[i].N;
     c = resolve(p.M, p.K, N, mats, SWIGLU, c);
   }
-  const int64_t rows_per_block = fast ? (SWIGLU ? 16 : 16 * c.tiles) : kWarps;
+  const int64_t rows_per_block = fast ? gemv_tile_rows(c, SWIGLU) : kWarps;
   int64_t blocks = 0;
   for (int i = 0; i < mats; ++i) {
     p.mats[i].first_block = blocks;
@@ -916,7 +916,7 @@ bool aligned_units_base(const uint16_t* w, int64_t stride) {
 
 // Launches units instance k (shape c) over `rows` output rows.
 void launch_units(Params& p, GemvConfig c, const MmaKernel& k, int64_t rows, bool swiglu, const char* what) {
-  const int64_t rows_per_block = swiglu ? 16 : 16 * c.tiles;
+  const int64_t rows_per_block = gemv_tile_rows(c, swiglu);
   p.tiles = (rows + rows_per_block - 1) / rows_per_block;
   p.mats[0].first_block = 0;
   p.count = 1;

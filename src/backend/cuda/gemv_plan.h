@@ -76,6 +76,12 @@ inline int gemv_mma_tiles(const GemvConfig& c, bool swiglu) {
   return swiglu ? 2 : c.tiles;
 }
 
+// The output rows of one row tile of shape c: SwiGLU 16 (its 16 gate and 16 up weight rows give 16
+// outputs), else 16 per MMA tile.
+inline int64_t gemv_tile_rows(const GemvConfig& c, bool swiglu) {
+  return swiglu ? 16 : 16 * c.tiles;
+}
+
 // Whether shape c's block (SwiGLU: gate + up tiles) fits a device allowing smem_limit bytes per block.
 inline bool gemv_shape_fits(const GemvConfig& c, bool swiglu, int64_t smem_limit) {
   return gemv_block_smem(c.warps, gemv_mma_tiles(c, swiglu), c.unroll, c.stages) <= smem_limit;
