@@ -10,7 +10,7 @@ namespace dsinfer::cuda {
 namespace {
 
 TEST(GemvUnitsTest, RowTilesStartWhereDivisionSays) {
-  for (int64_t len : {128, 256, 1408, 2048}) {
+  for (int64_t len : {128, 160, 256, 1408, 2048}) {
     for (int64_t tile = 0; tile < 12 * len / 16; ++tile) {
       const UnitRowTile t = unit_row_tile(tile, len);
       EXPECT_EQ(t.unit, tile * 16 / len) << len << " " << tile;

@@ -1,8 +1,8 @@
 // The value of DSINFER_CUDA_SMEM_CARVEOUT (the L1 / shared memory split the decode kernels ask for; see
 // prefer_shared_carveout in pdl.cuh): unset or empty give kSmemCarveoutDefault (100, the most shared memory),
 // "driver" or -1 give -1 (no preference), 0-100 the percentage of the largest shared memory; anything else
-// is an error naming the variable. Host code without
-// CUDA headers, so that it is unit-tested without a GPU (tests/unit/smem_carveout_test.cpp).
+// is an error naming the variable. Host code without CUDA headers, so that it is unit-tested without a GPU
+// (tests/unit/smem_carveout_test.cpp).
 #pragma once
 #include <cerrno>
 #include <cstdlib>
