@@ -5,6 +5,10 @@
 
 #include "cuda_deepseek_test_util.h"
 
+#ifdef DSINFER_HAVE_CUDA
+#include "backend/cuda/gemv_stamps.h"
+#endif
+
 namespace dsinfer {
 namespace {
 
@@ -773,6 +777,92 @@ TEST_F(CudaDeepseekOpsTest, MlaDecodeEarlyTilesUseTheStepsOwnRow) {
     }
   }
   cuda::mla_set_early_tiles(saved_early);
+  cuda::mla_set_kernel_v2(saved_v2);
+}
+
+// The stamped instance of the wgmma + TMA design (gemv_stamps.h): with stamps on, each launch takes one slot,
+// one "block" per CTA (T x head groups x splits), and its outputs keep their bits; every CTA records its six
+// points in order (start <= waited <= staged <= O done <= end, and the producer's early requests after the
+// start), its SM and its tile count, and the tiles of a token's splits add up to its context. V2-Lite's
+// batch-1 shape (16 heads, context 201: four 64-row splits) in a staged step (early tiles), and 128 heads at
+// batch 3 (two head groups, longer splits).
+TEST_F(CudaDeepseekOpsTest, MlaDecodeStampsRecordEveryCtaWithTheSameBits) {
+  if (!cuda::mla_wgmma_supported()) GTEST_SKIP() << "the wgmma MLA kernel needs the Hopper path";
+  const int saved_v2 = cuda::mla_kernel_v2();
+  cuda::mla_set_kernel_v2(3);
+  const int64_t R = 512, P = 64, width = R + P;
+  const int32_t bs = 64;
+  const float scale = 1.0f / std::sqrt(192.0f);
+  CudaBackend gpu;
+  struct Case {
+    int64_t H;
+    std::vector<int32_t> batch;  // each token's position (its context is position + 1)
+  };
+  for (const Case& c : {Case{16, {200}}, Case{128, {700, 31, 1300}}}) {
+    const int64_t H = c.H, T = static_cast<int64_t>(c.batch.size());
+    const std::string what = "H " + std::to_string(H) + " T " + std::to_string(T);
+    std::vector<std::pair<int32_t, int32_t>> full, seqs;
+    int32_t blocks = 1;
+    for (int32_t p : c.batch) {
+      full.push_back({0, p + 1});
+      seqs.push_back({p, 1});
+      blocks += (p + 1 + bs - 1) / bs;
+    }
+    const BatchPlan fill = make_plan(full, bs, blocks), plan = make_plan(seqs, bs, blocks);
+    KvCache cpu_cache({KvLayerSpec{KvKind::kFullHistory, width}}, blocks, bs);
+    std::fill(cpu_cache.slot(0, 0), cpu_cache.slot(0, 0) + cpu_cache.storage(0).numel(), 0.0f);
+    cpu.write_kv(cpu_cache, 0, fill, random_bf16_values({fill.num_tokens(), R}),
+                 random_bf16_values({fill.num_tokens(), P}));
+    const Tensor bits = to_bf16_bits(cpu_cache.storage(0));
+    const Tensor q_lat = random_bf16_values({T, H, R}, 0.1f), q_pe = random_bf16_values({T, H, P}, 0.1f);
+    const Tensor ref = cpu.attention_mla(q_lat, q_pe, cpu_cache, 0, plan, scale);  // [T, H, R]
+    KvCache cache({KvLayerSpec{KvKind::kFullHistory, width}}, blocks, bs, Device::kCuda, DType::BF16);
+    cuda::copy_to_device(const_cast<void*>(cache.storage(0).raw()), bits.raw(), bits.nbytes());
+    const Tensor dq = cuda::to_device(q_lat), dp = cuda::to_device(q_pe);
+    auto run = [&] {
+      gpu.begin_step(plan);
+      const Tensor out = gpu.to_host(gpu.attention_mla(dq, dp, cache, 0, plan, scale));
+      gpu.end_step();
+      return out;
+    };
+    const Tensor want = run();
+    EXPECT_LT(rel_err(want, ref), 5e-3) << what;
+    ASSERT_TRUE(cuda::enable_gemv_stamps(4));
+    const Tensor got = run();
+    const std::vector<cuda::GemvStampLaunch> launches = cuda::read_gemv_stamps();
+    cuda::disable_gemv_stamps();
+    EXPECT_EQ(bits_differ(got, want), 0) << what;
+    ASSERT_EQ(launches.size(), 1u) << what;
+    const cuda::GemvStampLaunch& l = launches[0];
+    EXPECT_EQ(l.rows, T) << what;
+    EXPECT_EQ(l.K, width) << what;
+    const int64_t groups = (H + 15) / 16;
+    ASSERT_EQ(l.grid % (T * groups), 0) << what;
+    const int64_t splits = l.grid / (T * groups);
+    if (H == 16) {
+      EXPECT_GT(splits, 1) << what << ": V2-Lite's batch-1 context splits";
+    }
+    ASSERT_EQ(static_cast<int64_t>(l.blocks.size()), l.grid) << what;
+    std::vector<int64_t> tiles(static_cast<size_t>(T * groups), 0);
+    for (size_t i = 0; i < l.blocks.size(); ++i) {
+      const cuda::GemvStampBlock& b = l.blocks[i];
+      const std::string cta = what + " CTA " + std::to_string(i);
+      ASSERT_GT(b.t[cuda::kStampStart], 0u) << cta << " has no stamps";
+      EXPECT_LE(b.t[cuda::kStampStart], b.t[cuda::kStampIssued]) << cta;
+      for (int p : {cuda::kStampConsumed, cuda::kStampLastIssue, cuda::kStampEnd}) {
+        const int before = p == cuda::kStampConsumed ? cuda::kStampWaited : p - 1;
+        EXPECT_LE(b.t[before], b.t[p]) << cta << " point " << p;
+      }
+      EXPECT_LE(b.t[cuda::kStampStart], b.t[cuda::kStampWaited]) << cta;
+      tiles[i % static_cast<size_t>(T * groups)] += b.tiles;  // CTA (token x group, split)
+    }
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t gi = 0; gi < groups; ++gi)
+        EXPECT_EQ(tiles[static_cast<size_t>(t * groups + gi)],
+                  (c.batch[static_cast<size_t>(t)] + 1 + 63) / 64)
+            << what << " token " << t << " group " << gi << ": its splits' tiles cover its context";
+    EXPECT_EQ(bits_differ(run(), want), 0) << what << ": the plain instance again";
+  }
   cuda::mla_set_kernel_v2(saved_v2);
 }
 

@@ -8,7 +8,9 @@
 // (decode_attention_warp.cu) takes slots too while stamps are on, as a launch of 1 row, K = head dim and 0
 // tiles, one "block" per CTA: start, cache rows issued before the wait, waited, rows scored, the CTA's
 // warps merged, end. So does the one-token decode routing (moe_norm_route_kernels.cu), as a launch of 0 rows,
-// K = experts and tiles = hidden size: start, waited, normed, logits out, selected, end. CUDA-header free.
+// K = experts and tiles = hidden size: start, waited, normed, logits out, selected, end. And the MLA decode
+// wgmma + TMA kernel (mla_wgmma_tma_kernels.cu), as a launch of T rows, K = 576 and 0 tiles, one "block" per
+// CTA: start, early tiles requested, waited, queries staged, O done, end. CUDA-header free.
 #pragma once
 #include <cstdint>
 #include <vector>

@@ -33,6 +33,9 @@
 // own wait, so every earlier one has too. The token's own row, which the kernel just before writes, is
 // loaded again after the wait and stored over the early copy.
 //
+// While GEMV stamps are on (gemv_stamps.h) the launch runs the STAMPS instance (same bits), whose CTAs record
+// their timeline (mla_wgmma_tma_kernel's comment; scripts/mla_stamp_phases.py reads it).
+//
 // Shared memory (1024-byte aligned base): stages [2][73,728], queries [9 boxes][32 rows][128 bytes], P
 // [2][4,096], maxima [2][4 warps][16], corrections [2][16], sums [4][16], final maxima and sums [2][16], a
 // flag and the four mbarriers: ~190 KiB, one block per SM. After the last tile stage 0 holds the staged
@@ -46,6 +49,7 @@
 #include <cmath>
 
 #include "backend/cuda/arch_path.h"
+#include "backend/cuda/gemv_stamps.h"
 #include "backend/cuda/kernel_common.cuh"
 #include "backend/cuda/mla_kernels.h"
 #include "backend/cuda/mla_tc_block.cuh"
@@ -141,12 +145,35 @@ __device__ __forceinline__ void stage_o(const float (&o)[kMb][16], int mb0, floa
 }
 
 // kSplitO: warpgroup 0 also runs O for latent rows 0-255 (warpgroup 1: 256-511) after handing P over;
-// else warpgroup 1 runs all of O.
-template <bool kSplitO>
+// else warpgroup 1 runs all of O. STAMPS: the block records its timeline into `stamps` (gemv_stamps.h's
+// slot of this launch, one "block" per CTA, index blockIdx.x + gridDim.x blockIdx.y): start (thread 0 at
+// entry), issued (the producer, its early tiles requested), waited (thread 0, the PDL wait returned), staged
+// (thread 0, both warpgroups past the staged queries), O done (thread 128, warpgroup 1's last O MMAs waited
+// for) and end (thread 0, the outputs written); then its SM and its tile count. The same bits.
+template <bool kSplitO, bool STAMPS>
 __global__ void __launch_bounds__(kThreads, 1)
     mla_wgmma_tma_kernel(const __grid_constant__ CUtensorMap map, const uint16_t* cache, const float* q_lat,
                          const float* q_pe, MlaPlanView plan, float* out, float* ws_acc, float* ws_ml,
-                         int* arrivals, int H, float scale, int splits, int64_t chunk, int box_rows) {
+                         int* arrivals, int H, float scale, int splits, int64_t chunk, int box_rows,
+                         uint64_t* stamps) {
+  // Field `field` of this CTA's stamps (by the calling thread; STAMPS instances only).
+  auto put = [&](int field, uint64_t value) {
+    if constexpr (STAMPS) {
+      const int64_t cta = blockIdx.x + static_cast<int64_t>(gridDim.x) * blockIdx.y;
+      stamps[cta * kGemvStampFields + field] = value;
+    }
+  };
+  // The GPU's global clock into point `point`, by thread `who` only.
+  auto st = [&](int point, int who) {
+    if constexpr (STAMPS) {
+      if (static_cast<int>(threadIdx.x) == who) {
+        uint64_t now;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+        put(point, now);
+      }
+    }
+  };
+  st(kStampStart, 0);
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
   const uint32_t base = (raw + 1023u) & ~1023u;  // swizzle atoms: 1024-byte aligned
@@ -205,8 +232,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int pre_tiles = early ? min(2, (work.end - work.begin + kRows - 1) / kRows) : 0;
   if (wg == 2 && lane == 0)
     for (int k = 0; k < pre_tiles; ++k) request_tile(work, k);
+  st(kStampIssued, 256);
   pdl_wait();  // the cache row of this step and the queries come from the kernels before
   pdl_trigger();
+  st(kStampWaited, 0);
   if (!early) work = detail::mla_tc_block(plan, H, kHeads, chunk);
   const int64_t tl = work.tl, t = work.t;
   const int h0 = work.h0, hg = work.hg, begin = work.begin, end = work.end;
@@ -236,6 +265,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     stage_queries(gbase + kQOff, q_lat, q_pe, t, H, h0, hg, tid, 256);
     fence_proxy_async();  // the queries (generic writes) before the MMAs (async proxy) read them
     tma::bar_sync(kBarConsumers, 256);
+    st(kStampConsumed, 0);
   }
 
   if (wg == 0) {
@@ -389,6 +419,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (lane == 0) tma::mbar_arrive(empty_bar(b));
       }
     }
+    st(kStampLastIssue, 128);
     // O = hi + lo columns, staged as [16 heads][512 (+4)] floats in stage 0 (every tile has been consumed).
     tma::bar_sync(kBarConsumers, 256);
     stage_o<kMb>(o, kMb0, reinterpret_cast<float*>(gbase), warp, g, tq);
@@ -404,19 +435,29 @@ __global__ void __launch_bounds__(kThreads, 1)
   write_outputs(reinterpret_cast<const float*>(gbase), ml_s, out, ws_acc, ws_ml, arrivals, tl, t, H, h0, hg,
                 work.split, splits, reinterpret_cast<float*>(gbase + kTileBytes) /* stage 1 */,
                 reinterpret_cast<int*>(gbase + kFlagOff));
+  st(kStampEnd, 0);
+  if constexpr (STAMPS) {
+    if (tid == 0) {
+      unsigned sm;
+      asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+      put(kStampFieldSm, sm);
+      put(kStampFieldTiles, static_cast<uint64_t>(ntiles));
+    }
+  }
 }
 
-template <bool kSplitO>
+template <bool kSplitO, bool STAMPS>
 bool configure_instance() {
   const bool set =
-      cudaFuncSetAttribute(mla_wgmma_tma_kernel<kSplitO>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+      cudaFuncSetAttribute(mla_wgmma_tma_kernel<kSplitO, STAMPS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            static_cast<int>(kSmemBytes)) == cudaSuccess;
   if (!set) cudaGetLastError();
   return set;
 }
 
 bool configured() {
-  static const bool ok = configure_instance<false>() && configure_instance<true>();
+  static const bool ok = configure_instance<false, false>() && configure_instance<true, false>() &&
+                         configure_instance<false, true>() && configure_instance<true, true>();
   return ok;
 }
 
@@ -482,9 +523,13 @@ void launch_attention_mla_wgmma_tma(const float* q_lat, const float* q_pe, const
       CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   DSI_CHECK(made == CUDA_SUCCESS, "attention_mla (wgmma + TMA): cuTensorMapEncodeTiled failed (", made, ")");
   const dim3 grid(static_cast<unsigned>(T * groups), static_cast<unsigned>(split.splits));
-  launch_pdl(split_o() ? mla_wgmma_tma_kernel<true> : mla_wgmma_tma_kernel<false>, grid, kThreads, kSmemBytes,
-             map, cache, q_lat, q_pe, plan, out, ws_acc, ws_ml, arrivals, static_cast<int>(H), scale,
-             split.splits, split.chunk, box_rows);
+  // With GEMV stamps on (gemv_stamps.h) the launch takes a stamp slot as a launch of T rows, K = 576 and 0
+  // tiles, and runs the STAMPS instance.
+  uint64_t* stamps = next_gemv_stamp_slot(T, kD, false, static_cast<int64_t>(grid.x) * grid.y, 0);
+  auto kernel = split_o() ? (stamps ? mla_wgmma_tma_kernel<true, true> : mla_wgmma_tma_kernel<true, false>)
+                          : (stamps ? mla_wgmma_tma_kernel<false, true> : mla_wgmma_tma_kernel<false, false>);
+  launch_pdl(kernel, grid, kThreads, kSmemBytes, map, cache, q_lat, q_pe, plan, out, ws_acc, ws_ml, arrivals,
+             static_cast<int>(H), scale, split.splits, split.chunk, box_rows, stamps);
   check_launch("attention_mla (tensor cores, wgmma + TMA)");
 }
 
