@@ -4,7 +4,8 @@ SwiGLU), the launches grouped by how many distinct SMs their blocks used and the
 the medians over each group of: the blocks' median start, the median and the last block end, all in us from
 the launch's first PDL wait return. A launch planned at two blocks an SM that lands on half the SMs shows here
 (the sixty-first session's V2-Lite o: 64-71 SMs, docs/benchmarks.md). Launches without GEMV blocks (the routing,
-GQA warp-kernel and MLA attention records: 0 or 1 rows, or 0 tiles) are left out.
+GQA warp-kernel, MLA attention and MLA merge + W_UV records: 0 tiles, or rows = decode tokens, under 16) are
+left out.
 Usage: gemv_stamp_sms.py STAMPS_FILE
 """
 import collections
@@ -20,7 +21,7 @@ def main():
     groups = collections.defaultdict(list)
     for launch in read_launches(sys.argv[1]):
         blocks = [(sm, t) for _, sm, _, t in launch["blocks"] if t[0] >= 0 and t[5] >= 0]
-        if launch["rows"] <= 1 or launch["tiles"] == 0 or not blocks:
+        if launch["rows"] < 16 or launch["tiles"] == 0 or not blocks:
             continue
         per_sm = collections.Counter(sm for sm, _ in blocks)
         wait = min(t[2] for _, t in blocks)

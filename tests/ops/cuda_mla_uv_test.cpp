@@ -3,6 +3,10 @@
 // batch invariance (runs where a GPU is visible; CI compiles it and skips). bf16 caches of the V2/V3 shape.
 #include "cuda_deepseek_test_util.h"
 
+#ifdef DSINFER_HAVE_CUDA
+#include "backend/cuda/gemv_stamps.h"
+#endif
+
 namespace dsinfer {
 namespace {
 
@@ -133,6 +137,47 @@ TEST_F(CudaDeepseekOpsTest, MlaUvFusedMatchesComposition) {
   }
   std::printf("attention_mla_uv: %d of 48 cases ran the merge + W_UV kernel\n", fused_cases);
   EXPECT_GT(fused_cases, 0);
+}
+
+// The stamped merge + W_UV kernel (gemv_stamps.h): with stamps on, its launch takes a slot as a launch of T
+// rows, K = R and tiles = V, one block per (head, 16 output rows); the outputs keep their bits and every
+// block records its points in order (start <= issued <= waited <= merged <= W_UV done <= end). V2-Lite's
+// batch-1 shape (16 heads) at two contexts, and 128 heads.
+TEST_F(CudaDeepseekOpsTest, MlaUvStampsRecordEveryBlockWithTheSameBits) {
+  if (!cuda::mla_tc_supported(kR, kP, true, 0, 0, 0))
+    GTEST_SKIP() << "the tensor-core MLA kernel needs more shared memory than this GPU has";
+  int stamped_cases = 0;
+  for (const int64_t H : {16, 128}) {
+    const Tensor w_uv = device_bf16(random_bf16_values({H, kV, kR}, 0.05f));  // [H, V, R]
+    for (const int32_t ctx : {201, 1000}) {
+      if (!expect_fused(1, H, ctx, w_uv)) continue;
+      ++stamped_cases;
+      const std::string what = "H " + std::to_string(H) + " ctx " + std::to_string(ctx);
+      const UvSeq seq = random_seq(this, H, ctx);
+      const Tensor want = run_step(this, {&seq}, H, w_uv, UvMode::kFused);
+      ASSERT_TRUE(cuda::enable_gemv_stamps(8));
+      const Tensor got = run_step(this, {&seq}, H, w_uv, UvMode::kFused);
+      const std::vector<cuda::GemvStampLaunch> launches = cuda::read_gemv_stamps();
+      cuda::disable_gemv_stamps();
+      EXPECT_EQ(count_differ(got, want), 0) << what;
+      const cuda::GemvStampLaunch* merge = nullptr;
+      for (const cuda::GemvStampLaunch& l : launches)
+        if (l.K == kR && l.tiles == kV && !l.swiglu) merge = &l;
+      ASSERT_NE(merge, nullptr) << what << ": no merge + W_UV record among " << launches.size();
+      EXPECT_EQ(merge->rows, 1) << what;
+      EXPECT_EQ(merge->grid, H * (kV / 16)) << what;
+      ASSERT_EQ(static_cast<int64_t>(merge->blocks.size()), merge->grid) << what;
+      for (size_t i = 0; i < merge->blocks.size(); ++i) {
+        const cuda::GemvStampBlock& b = merge->blocks[i];
+        ASSERT_GT(b.t[cuda::kStampStart], 0u) << what << " block " << i << " has no stamps";
+        for (int p = 1; p < cuda::kStampPoints; ++p)
+          EXPECT_LE(b.t[p - 1], b.t[p]) << what << " block " << i << " point " << p;
+      }
+      EXPECT_EQ(count_differ(run_step(this, {&seq}, H, w_uv, UvMode::kFused), want), 0)
+          << what << ": the plain instance again";
+    }
+  }
+  EXPECT_GT(stamped_cases, 0) << "no case ran the merge + W_UV kernel";
 }
 
 TEST_F(CudaDeepseekOpsTest, MlaUvFusedRowIndependentOfBatch) {

@@ -10,7 +10,9 @@
 // warps merged, end. So does the one-token decode routing (moe_norm_route_kernels.cu), as a launch of 0 rows,
 // K = experts and tiles = hidden size: start, waited, normed, logits out, selected, end. And the MLA decode
 // wgmma + TMA kernel (mla_wgmma_tma_kernels.cu), as a launch of T rows, K = 576 and 0 tiles, one "block" per
-// CTA: start, early tiles requested, waited, queries staged, O done, end. CUDA-header free.
+// CTA: start, early tiles requested, waited, queries staged, O done, end; and the merge + W_UV kernel after
+// it (mla_uv_kernels.cu), as a launch of T rows, K = R, tiles = V: start, W_UV rows requested, waited,
+// merged, W_UV done, end. CUDA-header free.
 #pragma once
 #include <cstdint>
 #include <vector>

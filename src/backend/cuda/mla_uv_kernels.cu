@@ -7,7 +7,8 @@
 // head_gemv_n_tile_kernel<NT, 2> does (detail::HeadGemvN: the same sums in the same order). So its output has
 // the bits of the composition combine + head_matmul with the default GEMV tile, and a row's result depends on
 // that row alone. One token with at most 16 splits (batch-1 decode up to 1024-token contexts) takes
-// merge_one_round, every load in one round trip, the same bits.
+// merge_one_round, every load in one round trip, the same bits. While GEMV stamps are on (gemv_stamps.h) the
+// launch runs the STAMPS instance (same bits), whose blocks record their timeline.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 
 #include "backend/cuda/batch_bucket.h"
 #include "backend/cuda/gemv_kernels.h"
+#include "backend/cuda/gemv_stamps.h"
 #include "backend/cuda/head_gemv_n.cuh"
 #include "backend/cuda/kernel_common.cuh"
 #include "backend/cuda/mla_kernels.h"
@@ -77,22 +79,44 @@ __device__ __forceinline__ void merge_one_round(const float* ws_acc, const float
 }
 
 // y [T, H, V] = W_UV[h] (merge of the splits of (t, h)). ws_acc [T, splits, H, R], ws_ml [T, splits, H, 2],
-// w [H, V, R] bf16.
-template <int NT>
+// w [H, V, R] bf16. STAMPS: thread 0 records the block's timeline into `stamps` (gemv_stamps.h's slot of
+// this launch): start, issued (its W_UV rows requested), waited, merged (the latents in shared memory), W_UV
+// done and end (the same moment: after its outputs are stored); then its SM. The same bits.
+template <int NT, bool STAMPS>
 __global__ void __launch_bounds__(kThreads)
     mla_merge_uv_kernel(const float* ws_acc, const float* ws_ml, const uint16_t* w, float* y, int T, int H,
-                        int R, int V, int splits, int tiles, bool evict_first) {
+                        int R, int V, int splits, int tiles, bool evict_first, uint64_t* stamps) {
+  auto st = [&](int point) {
+    if constexpr (STAMPS) {
+      if (threadIdx.x == 0) {
+        uint64_t now;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+        stamps[static_cast<int64_t>(blockIdx.x) * kGemvStampFields + point] = now;
+        if (point == kStampEnd) {
+          unsigned sm;
+          asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+          stamps[static_cast<int64_t>(blockIdx.x) * kGemvStampFields + kStampFieldSm] = sm;
+        }
+      }
+    }
+  };
+  st(kStampStart);
   const int h = blockIdx.x / tiles, tile = blockIdx.x % tiles;
   detail::HeadGemvN<NT, kRowsPerWarp> gemv(w, h, tile, R, V,
                                            evict_first);  // W_UV rows in flight before the wait
+  st(kStampIssued);
   pdl_wait();
   pdl_trigger();
+  st(kStampWaited);
   extern __shared__ float4 smem4[];
   float* xs = reinterpret_cast<float*>(smem4);  // [NT][R] merged latents, tokens >= T zero
   if (NT == 1 && splits <= kOneRoundSplits && R / 4 <= kThreads) {
     merge_one_round(ws_acc, ws_ml, H, R, splits, h, xs);
     __syncthreads();
+    st(kStampConsumed);
     gemv.run(xs, y, T, H, h);
+    st(kStampLastIssue);
+    st(kStampEnd);
     return;
   }
   float* w_s = xs + NT * R;          // [NT][splits] merge weights
@@ -116,7 +140,10 @@ __global__ void __launch_bounds__(kThreads)
     *reinterpret_cast<float4*>(xs + t * R + r) = make_float4(o.x * inv, o.y * inv, o.z * inv, o.w * inv);
   }
   __syncthreads();
+  st(kStampConsumed);
   gemv.run(xs, y, T, H, h);
+  st(kStampLastIssue);
+  st(kStampEnd);
 }
 
 template <int NT>
@@ -124,9 +151,13 @@ void launch_nt(const float* ws_acc, const float* ws_ml, const uint16_t* w, float
                int64_t R, int64_t V, int splits) {
   const int64_t tiles = (V + kRowsPerBlock - 1) / kRowsPerBlock;
   const size_t smem = static_cast<size_t>(NT * (R + splits + 1)) * sizeof(float);
-  launch_pdl(mla_merge_uv_kernel<NT>, dim3(static_cast<unsigned>(H * tiles)), kThreads, smem, ws_acc, ws_ml,
-             w, y, static_cast<int>(T), static_cast<int>(H), static_cast<int>(R), static_cast<int>(V), splits,
-             static_cast<int>(tiles), gemv_weights_evict_first());
+  const dim3 grid(static_cast<unsigned>(H * tiles));
+  // With GEMV stamps on (gemv_stamps.h) the launch takes a stamp slot as a launch of T rows, K = R and tiles
+  // = V, and runs the STAMPS instance.
+  uint64_t* stamps = next_gemv_stamp_slot(T, R, false, grid.x, V);
+  launch_pdl(stamps ? mla_merge_uv_kernel<NT, true> : mla_merge_uv_kernel<NT, false>, grid, kThreads, smem,
+             ws_acc, ws_ml, w, y, static_cast<int>(T), static_cast<int>(H), static_cast<int>(R),
+             static_cast<int>(V), splits, static_cast<int>(tiles), gemv_weights_evict_first(), stamps);
   check_launch("attention_mla_uv (merge + W_UV)");
 }
 
