@@ -25,7 +25,8 @@ bool pdl_enabled();
 // 100 (the most shared memory) the next kernel's blocks land beside the one before and put their weights in
 // flight during its tail. Before the GEMV spread (gemv_set_spread) that measured slower on an H200
 // (thirty-second session); with it, V2-Lite's o starts ~3 us before its wait and ends ~1.7 us sooner while
-// the MLA merge before it takes ~1.4 us longer: -20 to -24 us a token on H100s (sixty-third session).
+// the MLA merge before it takes ~1.4 us longer: -17 to -24 us a token on three H100s (bench/decode_b1_ab.py,
+// sixty-third and sixty-fourth sessions; not yet measured on an H200 since the spread).
 void prefer_shared_carveout(const void* kernel);
 
 // Waits until the previous kernel on the stream has finished and its writes are visible.

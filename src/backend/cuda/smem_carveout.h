@@ -13,8 +13,8 @@
 namespace dsinfer::cuda {
 
 constexpr int kSmemCarveoutDriver = -1;  // cudaSharedmemCarveoutDefault
-// The split asked for when the variable is unset: V2-Lite batch 1 -20 to -24 us a token on H100s, the 8B
-// unchanged (docs/benchmarks.md, sixty-third session).
+// The split asked for when the variable is unset: V2-Lite batch 1 -17 to -24 us a token on three H100s, the
+// 8B unchanged (docs/benchmarks.md, sixty-third and sixty-fourth sessions; not yet measured on an H200).
 constexpr int kSmemCarveoutDefault = 100;
 
 inline int parse_smem_carveout(const char* value) {
