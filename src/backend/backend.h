@@ -120,6 +120,10 @@ class Backend {
   // lay them out for its grouped kernels (the CUDA backend stacks them into one gate/up and one down tensor
   // and points every MlpWeights at its slice, freeing the separate copies). Default: nothing.
   virtual void prepare_experts(std::vector<MlpWeights>& /*experts*/) {}
+  // Called once per MoE layer after its shared experts' MLP is loaded: a backend may keep a second layout of
+  // it (the CUDA backend's packed copies for its units launches, CudaBackendOptions::moe_units_packed).
+  // Default: nothing.
+  virtual void prepare_shared_experts(MlpWeights& /*shared*/) {}
   // A host float32 copy of a tensor this backend produced (identity for host tensors).
   virtual Tensor to_host(const Tensor& t) { return t; }
   // Brackets one forward pass over `plan` (see StepScope): a device backend uploads the plan's arrays once,

@@ -63,6 +63,10 @@ std::unique_ptr<Backend> make_cuda_backend(const std::string& cuda_arch, const M
   // DSINFER_CUDA_MOE_UNITS=0 / 1: one token's experts as the two units GEMV launches off / on (on by
   // default, cuda_backend.h).
   options.moe_units = env_switch("DSINFER_CUDA_MOE_UNITS", options.moe_units);
+  // DSINFER_GEMV_UNITS_PACKED=0 / 1 / auto: packed copies of the MoE experts for the units launches never
+  // (default) / always / while 30% of the GPU's memory stays free (cuda_backend.h).
+  options.moe_units_packed =
+      env_choice("DSINFER_GEMV_UNITS_PACKED", {"0", "1", "auto"}, options.moe_units_packed);
   return std::make_unique<CudaBackend>(options);
 }
 

@@ -178,6 +178,9 @@ int run_check(CheckArgs& a) {
   // DSINFER_GEMV_PACKED as the CUDA backend reads it (gemv_packed.h): 0 never, 1 or auto (default) on sm_90.
   a.plan.gemv_packed_copies =
       target.arch_path == "sm_90" && env_choice("DSINFER_GEMV_PACKED", {"0", "1", "auto"}, 2) != 0;
+  // DSINFER_GEMV_UNITS_PACKED likewise (backend_factory.cpp): the MoE experts' copies, 0 (default) never.
+  a.plan.units_packed_copies =
+      target.arch_path == "sm_90" ? env_choice("DSINFER_GEMV_UNITS_PACKED", {"0", "1", "auto"}, 0) : 0;
   // CUDA graphs as Engine::create decides them (DSINFER_CUDA_GRAPHS=0 off; plan_memory takes the batch
   // limit from cuda_graph_batch_limit).
   a.plan.cuda_graphs = env_switch("DSINFER_CUDA_GRAPHS", true);

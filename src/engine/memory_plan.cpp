@@ -21,6 +21,18 @@ MemoryPlan plan_memory(const ModelConfig& c, const ModelSize& size, const Memory
     // 0.3: gemv_packed.h's kGemvPackedFreeFraction (the engine does not include the CUDA backend's headers).
     if (free_after >= 0.3 * static_cast<double>(in.gpu_memory_bytes)) p.packed_weight_bytes = bytes;
   }
+  if (in.units_packed_copies != 0 && in.precision != "fp8" && c.n_routed_experts > 0 &&
+      c.hidden_size % 32 == 0 && c.moe_intermediate_size % 32 == 0) {
+    int64_t moe_layers = 0;
+    for (int64_t layer = 0; layer < c.num_layers; ++layer) moe_layers += c.is_moe_layer(layer) ? 1 : 0;
+    // Gate, up and down of every routed and shared expert, bf16.
+    const int64_t bytes = moe_layers * (c.n_routed_experts + c.n_shared_experts) * 3 *
+                          c.moe_intermediate_size * c.hidden_size * 2;
+    const double free_after =
+        static_cast<double>(in.gpu_memory_bytes - p.weight_bytes - p.packed_weight_bytes - bytes);
+    if (in.units_packed_copies == 1 || free_after >= 0.3 * static_cast<double>(in.gpu_memory_bytes))
+      p.packed_weight_bytes += bytes;
+  }
   // Workspace: bf16 activations of one step (residual, normed input, the widest projection output, MLP
   // gate/up/act), fp32 logits for every sequence of the step, and 64 MiB for cuBLASLt and split-K partials.
   const int64_t widest =

@@ -29,11 +29,16 @@ struct MemoryPlanInput {
   // (backend/cuda/gemv_packed.h, DSINFER_GEMV_PACKED): planned where made, that is while 30% of the GPU's
   // memory stays free after them.
   bool gemv_packed_copies = false;
+  // The MoE experts' packed copies for the units launches (DSINFER_GEMV_UNITS_PACKED on the Hopper path,
+  // CudaBackendOptions::moe_units_packed): 0 none, 1 always, 2 (auto) where 30% of the GPU's memory stays
+  // free after them. Planned for every MoE layer's routed and shared experts at once (the backend decides per
+  // layer) where hidden and expert intermediate sizes are multiples of 32.
+  int units_packed_copies = 0;
 };
 
 struct MemoryPlan {
   int64_t weight_bytes = 0;
-  int64_t packed_weight_bytes = 0;  // the GEMV's packed copies (MemoryPlanInput::gemv_packed_copies)
+  int64_t packed_weight_bytes = 0;  // the GEMV's packed copies (gemv_packed_copies, units_packed_copies)
   int64_t workspace_bytes = 0;
   int64_t graph_bytes = 0;  // the CUDA graphs' pool: one decode step of the largest graphed batch (estimate)
   int64_t kv_bytes = 0;

@@ -289,6 +289,34 @@ TEST(CheckCli, PlansThePackedGemvCopiesOnHopper) {
   EXPECT_EQ(plan_of("--gpu sm_90 --gpu-memory-gib 32")["gemv_packed_bytes"].get<int64_t>(), 0);
 }
 
+// With DSINFER_GEMV_UNITS_PACKED the MoE experts' packed copies are planned too: every MoE layer's routed and
+// shared experts once more (V2-Lite: 26 layers x 66 experts x 3 x 1408 x 2048 bf16, ~29.7 GB), on sm_90 only,
+// with auto only where 30% of the GPU stays free, with 1 always; unset, never.
+TEST(CheckCli, PlansTheExpertsPackedCopiesWhenAsked) {
+  const std::string lite = std::string(DSINFER_SOURCE_DIR) + "/bench/configs/deepseek-v2-lite";
+  auto packed_bytes = [&](const char* mode, const std::string& args) {
+    if (mode)
+      setenv("DSINFER_GEMV_UNITS_PACKED", mode, 1);
+    else
+      unsetenv("DSINFER_GEMV_UNITS_PACKED");
+    const int64_t bytes = check_memory_plan(lite, args)["gemv_packed_bytes"].get<int64_t>();
+    unsetenv("DSINFER_GEMV_UNITS_PACKED");
+    return bytes;
+  };
+  const int64_t experts = int64_t{26} * 66 * 3 * 1408 * 2048 * 2;
+  const int64_t dense =
+      packed_bytes(nullptr, "--gpu sm_90 --gpu-memory-gib 141");  // layer 0's gate/up, LM head
+  EXPECT_GT(dense, 0);
+  EXPECT_EQ(packed_bytes("auto", "--gpu sm_90 --gpu-memory-gib 141"), dense + experts);
+  EXPECT_EQ(packed_bytes("1", "--gpu sm_90 --gpu-memory-gib 141"), dense + experts);
+  EXPECT_EQ(packed_bytes("0", "--gpu sm_90 --gpu-memory-gib 141"), dense);
+  EXPECT_EQ(packed_bytes("auto", "--gpu sm_80 --gpu-memory-gib 141"), 0);
+  // 80 GiB: 31 GB of weights and 30 GB of copies would leave under 30% free: auto makes none, 1 all.
+  const int64_t dense80 = packed_bytes(nullptr, "--gpu sm_90 --gpu-memory-gib 80");
+  EXPECT_EQ(packed_bytes("auto", "--gpu sm_90 --gpu-memory-gib 80"), dense80);
+  EXPECT_EQ(packed_bytes("1", "--gpu sm_90 --gpu-memory-gib 80"), dense80 + experts);
+}
+
 // The CUDA graphs' pool (one decode step of the largest graphed batch: its activations and [rows, vocab] fp32
 // logits, + 1/8) is kept out of the KV cache, sized by --cuda-graph-max-batch-size (default 256, capped by
 // max_batch_size, 0: max_batch_size).

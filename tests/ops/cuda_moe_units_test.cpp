@@ -3,6 +3,7 @@
 // one down launch over every unit's columns into the residual; no permutation, no combine) against the CPU
 // reference and the weight-streaming path. Runs where a GPU is visible; CI compiles it and skips.
 #include "backend/cuda/gemv_kernels.h"
+#include "backend/cuda/gemv_packed.h"
 #include "backend/cuda/gemv_stamps.h"
 #include "cuda_deepseek_test_util.h"
 
@@ -197,6 +198,71 @@ TEST_F(CudaDeepseekOpsTest, MoeUnitsStampsChangeNoBits) {
     }
   }
   EXPECT_EQ(differing(run(), plain), 0);  // the plain instances again
+}
+
+// With moe_units_packed (DSINFER_GEMV_UNITS_PACKED) prepare_experts and prepare_shared_experts keep packed
+// copies of the stacks and of the shared MLP, and the units launches read them by bulk copies: the same bits
+// as the row-major launches (gemv_set_units_packed off), both launches reading packed copies where every
+// matrix has one, and within the expert tests' tolerance of the CPU. Shapes: top 6 of 16 and of 64 experts,
+// intermediate 256 and 384 (multiples of down's 128 columns a stage), 0 and 2 shared units, hidden 256 and
+// 512; and an id outside the experts (it adds nothing). The copies are made on the Hopper path only.
+TEST_F(CudaDeepseekOpsTest, MoeUnitsPackedCopiesChangeNoBits) {
+  struct Restore {
+    bool saved = cuda::gemv_units_packed();
+    ~Restore() { cuda::gemv_set_units_packed(saved); }
+  } restore;
+  CudaBackendOptions o = units_on();
+  o.moe_units_packed = 1;
+  CudaBackend units(o);
+  for (auto [E, H, I, K] :
+       {std::tuple<int64_t, int64_t, int64_t, int64_t>{16, 256, 256, 6}, {64, 512, 384, 6}}) {
+    ExpertSet experts = make_experts(this, units, E, H, I);
+    units.prepare_experts(experts.gpu);
+    const bool copies = cuda::gemv_packed_for(static_cast<const uint16_t*>(experts.gpu[0].gate.weight.raw()),
+                                              E * 2 * I, H) != nullptr;
+    if (!copies) GTEST_SKIP() << "no packed copies here (not the Hopper path)";
+    EXPECT_NE(cuda::gemv_packed_for(static_cast<const uint16_t*>(experts.gpu[0].down.weight.raw()), E * H, I),
+              nullptr);
+    SharedMlp shared = make_shared_mlp(this, units, 2, H, I);
+    units.prepare_shared_experts(shared.gpu);
+    EXPECT_NE(cuda::gemv_packed_for(static_cast<const uint16_t*>(shared.gpu.down.weight.raw()), H, 2 * I),
+              nullptr);
+    const Tensor norm_c = norm_weight(this, H), norm_g = device_bf16(norm_c);
+    const MoeSharedExperts sc{&shared.cpu, norm_c, 1e-6f}, sg{&shared.gpu, norm_g, 1e-6f};
+    for (bool with_shared : {false, true}) {
+      for (int trial = 0; trial < 3; ++trial) {
+        const std::string what = "E=" + std::to_string(E) + " I=" + std::to_string(I) +
+                                 " shared=" + std::to_string(with_shared) + " trial " + std::to_string(trial);
+        const Tensor valid_ids = distinct_expert_ids(rng, 1, K, E);  // the CPU's (weight 0 where replaced)
+        Tensor ids_h = valid_ids.clone();
+        if (trial == 2) ids_h.data<int32_t>()[1] = static_cast<int32_t>(E);  // outside: adds nothing
+        const Tensor weights_h = random_bf16_values({1, K});
+        const Tensor ids = cuda::to_device(ids_h), weights = cuda::to_device(weights_h);
+        const Tensor h = random_bf16_values({1, H}, 4.0f);
+        const Tensor x_h = cpu.rms_norm(h, norm_c, 1e-6f), x = cuda::to_device(x_h);
+        auto run = [&](bool packed, int64_t* launches) {
+          cuda::gemv_set_units_packed(packed);
+          const int64_t before = cuda::gemv_units_packed_launches();
+          Tensor out = cuda::to_device(h);
+          units.moe_experts_residual(out, x, ids, weights, experts.gpu, nullptr, with_shared ? &sg : nullptr);
+          const Tensor host = units.to_host(out);
+          *launches = cuda::gemv_units_packed_launches() - before;
+          return host;
+        };
+        int64_t row_major_launches = 0, packed_launches = 0;
+        const Tensor row_major = run(false, &row_major_launches), packed = run(true, &packed_launches);
+        EXPECT_EQ(row_major_launches, 0) << what;
+        EXPECT_EQ(packed_launches, 2) << "gate/up and down read packed copies, " << what;
+        EXPECT_EQ(differing(row_major, packed), 0) << what;
+        Tensor valid_weights = weights_h.clone();
+        if (trial == 2) valid_weights.f32()[1] = 0.0f;
+        Tensor ref = h.clone();
+        cpu.moe_experts_residual(ref, x_h, valid_ids, valid_weights, experts.cpu, nullptr,
+                                 with_shared ? &sc : nullptr);
+        EXPECT_LT(rel_err(added_part(packed, h), added_part(ref, h)), 1e-4) << "packed vs CPU, " << what;
+      }
+    }
+  }
 }
 
 // Where the units launches do not apply (more than one token; an intermediate size that is not a multiple of

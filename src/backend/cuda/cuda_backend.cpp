@@ -10,6 +10,8 @@
 #include "backend/cuda/gemv_packed.h"
 #include "backend/cuda/gemv_stamps.h"
 #include "backend/cuda/kernel_trace.h"
+#include "backend/cuda/packed_matrix.h"
+#include "backend/cuda/runtime.h"
 #include "core/dtype.h"
 #include "core/error.h"
 
@@ -40,21 +42,8 @@ Tensor host_bf16(const Tensor& host_f32) {
 // A device copy of the bf16 matrix `bits` [N, K] followed, in the same allocation, by its packed copy for the
 // decode GEMV (gemv_packed.h), registered while the allocation lives.
 Tensor device_weight_with_packed_copy(const Tensor& bits) {
-  const int64_t N = bits.dim(0), K = bits.dim(1);
-  const size_t row_major = (bits.nbytes() + 255) / 256 * 256;
-  const size_t bytes = row_major + static_cast<size_t>(cuda::gemv_packed_bytes(N, K));
-  void* p = cuda::device_alloc(bytes);
-  if (!p) fail("out of GPU memory allocating ", bytes, " bytes for a weight ", shape_str(bits.shape()));
-  auto* w = static_cast<uint16_t*>(p);
-  std::shared_ptr<void> owner(p, [w](void* q) {
-    cuda::gemv_unregister_packed(w);
-    cuda::device_free(q);
-  });
-  cuda::copy_to_device(p, bits.raw(), bits.nbytes());
-  auto* packed = reinterpret_cast<uint16_t*>(static_cast<char*>(p) + row_major);
-  cuda::pack_gemv_weight(w, N, K, packed);
-  cuda::gemv_register_packed(w, packed, N, K);
-  return Tensor::borrow(p, DType::BF16, bits.shape(), std::move(owner), Device::kCuda);
+  return cuda::matrix_with_packed_copy(bits.dim(0), bits.dim(1),
+                                       [&](void* w) { cuda::copy_to_device(w, bits.raw(), bits.nbytes()); });
 }
 
 }  // namespace

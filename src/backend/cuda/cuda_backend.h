@@ -81,6 +81,16 @@ struct CudaBackendOptions {
   // into the output), with no permutation and no combine kernel; false: the weight-streaming expert kernels,
   // the permutation and the combine. H200, V2-Lite batch 1: 2.173 vs 2.379 ms/token.
   bool moe_units = true;
+  // Where the units launches read the experts' weights (DSINFER_GEMV_UNITS_PACKED = 0 / 1 / auto): 0
+  // (default, until measured on an H200) the row-major stacks by 16-byte copies; otherwise prepare_experts
+  // and prepare_shared_experts keep a packed copy of each MoE block's stacked experts and shared experts
+  // beside them (gemv_packed.h's layout; the weights' bytes once more, on the Hopper path only; 2 = auto:
+  // only while 30% of the GPU's memory stays free after each, as DSINFER_GEMV_PACKED), which the units
+  // launches stream by bulk copies, a contiguous run per warp stage (the same bits). The lead: the H200's
+  // stream probe reads such runs at ~4.69 TB/s against ~4.3 for row-strided copies, the 8B's packed gate/up
+  // runs at its bytes (55.3 us for 54.8), and V2-Lite's units down streamed its 46 MB at ~3.2 TB/s there
+  // (docs/benchmarks.md, sixty-second session).
+  int moe_units_packed = 0;
   // true (default; DSINFER_CUDA_HC_FUSED=0 turns it off): hc_pre and hc_post_pre of up to 64 tokens with V4's
   // 4 streams of at most 4096 values run as one launch on the Hopper path (cuda::launch_hc_pre_fused: a
   // thread block cluster per token; hc_post, the mixes and the finish together), other shapes as separate
@@ -158,6 +168,9 @@ class CudaBackend : public Backend {
   // DeepSeek-V2/V3: MLA (cuda_backend_mla.cpp) and DeepSeekMoE (cuda_backend_moe.cpp).
   Tensor prepare_weight_f32(Tensor host_f32) override;
   void prepare_experts(std::vector<MlpWeights>& experts) override;
+  // With moe_units_packed: the shared MLP's three matrices moved into allocations that carry their packed
+  // copies. Otherwise nothing.
+  void prepare_shared_experts(MlpWeights& shared) override;
   Tensor attention_mla(const Tensor& q_lat, const Tensor& q_pe, const KvCache& cache, int64_t layer,
                        const BatchPlan& plan, float scale) override;
   // At decode sizes with a split launch merged by the combine kernel: the merge + W_UV kernel in its place

@@ -8,13 +8,17 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "backend/cuda/arch_path.h"
 #include "backend/cuda/attention_kernels.h"
 #include "backend/cuda/batch_bucket.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_tensor.h"
 #include "backend/cuda/device_args.h"
 #include "backend/cuda/gemv_kernels.h"
+#include "backend/cuda/gemv_packed.h"
 #include "backend/cuda/moe_kernels.h"
+#include "backend/cuda/packed_matrix.h"
+#include "backend/cuda/runtime.h"
 #include "core/dtype.h"
 #include "core/error.h"
 
@@ -77,6 +81,32 @@ Tensor stack_matrices(const std::vector<MlpWeights>& experts, MatrixOf get) {
     cuda::copy_device_to_device(static_cast<char*>(stacked.raw()) + e * m.nbytes(), m.raw(), m.nbytes());
   }
   return stacked;
+}
+
+// Whether to make a packed copy of an expert matrix for the units launches, `bytes` for the allocation that
+// holds it (CudaBackendOptions::moe_units_packed: never, always, or while 30% of the GPU stays free).
+bool units_packing_wanted(const CudaBackendOptions& o, int64_t bytes) {
+  if (o.moe_units_packed == 0 || cuda::arch_path() != cuda::ArchPath::kHopper) return false;
+  return o.moe_units_packed == 1 || cuda::gemv_packed_copy_fits(bytes);
+}
+
+// The experts' stacks as prepare_experts leaves them with packed copies: gate/up [E, 2I, H] (expert e's gate
+// rows then its up rows) and down [E H, I], each registered with its copy. Null pointers otherwise.
+struct PackedStacks {
+  const uint16_t* gate_up = nullptr;
+  const uint16_t* down = nullptr;
+};
+PackedStacks packed_stacks(const std::vector<MlpWeights>& experts, const cuda::StackedWeights& gate,
+                           const cuda::StackedWeights& up, const cuda::StackedWeights& down, int64_t I,
+                           int64_t H) {
+  const int64_t E = static_cast<int64_t>(experts.size());
+  if (E < 2 || gate.stride != 2 * I * H || up.stride != gate.stride || up.base != gate.base + I * H ||
+      down.stride != H * I)
+    return {};
+  const uint16_t* gu = cuda::gemv_packed_for(gate.base, E * 2 * I, H);
+  const uint16_t* dn = cuda::gemv_packed_for(down.base, E * H, I);
+  if (!gu || !dn) return {};
+  return {gu, dn};
 }
 
 void check_experts(const std::vector<MlpWeights>& experts, int64_t H) {
@@ -209,6 +239,20 @@ bool moe_units_for(const CudaBackendOptions& o, int64_t T, int64_t H, int64_t k,
   }
   if (u->known + k > cuda::kGemvMaxUnits) return false;
   u->count = u->known + static_cast<int>(k);
+  if (o.moe_units_packed != 0) {  // the packed copies prepare_experts / prepare_shared_experts made, if any
+    const PackedStacks stacks = packed_stacks(experts, gate, up, down, I, H);
+    if (stacks.gate_up) {
+      u->gate_packed = stacks.gate_up;
+      u->up_packed = stacks.gate_up + I * H;  // a row group's offset is its row-major offset (H % 32 == 0)
+      u->down_packed = stacks.down;
+    }
+    if (shared) {
+      const int64_t SI = u->known * I;
+      u->shared_gate_packed = cuda::gemv_packed_for(u->shared_gate, SI, H);
+      u->shared_up_packed = cuda::gemv_packed_for(u->shared_up, SI, H);
+      u->shared_down_packed = cuda::gemv_packed_for(u->shared_down, H, SI);
+    }
+  }
   return cuda::gemv_moe_units_supported(*u, H);
 }
 
@@ -236,25 +280,62 @@ Tensor CudaBackend::prepare_weight_f32(Tensor host_f32) {
 void CudaBackend::prepare_experts(std::vector<MlpWeights>& experts) {
   if (experts.empty()) return;
   check_experts(experts, experts[0].gate.in_features());
-  cuda::StackedWeights gate_at, up_at, down_at;
-  if (uniform_stride(experts, gate_of, &gate_at) && uniform_stride(experts, up_of, &up_at) &&
-      uniform_stride(experts, down_of, &down_at))
-    return;  // already one tensor per kind (e.g. transformers' fused gate_up_proj / down_proj)
   const int64_t E = static_cast<int64_t>(experts.size());
   const int64_t I = experts[0].gate.out_features(), H = experts[0].gate.in_features();
+  // With moe_units_packed, the stacks are made (again, if the checkpoint stacked them) in allocations that
+  // carry their packed copies, where the units launches could read them (H and I multiples of 32).
+  const bool pack = E >= 2 && H % 32 == 0 && I % 32 == 0 &&
+                    units_packing_wanted(options_, cuda::matrix_with_packed_copy_bytes(E * 2 * I, H) +
+                                                       cuda::matrix_with_packed_copy_bytes(E * H, I));
+  cuda::StackedWeights gate_at, up_at, down_at;
+  if (uniform_stride(experts, gate_of, &gate_at) && uniform_stride(experts, up_of, &up_at) &&
+      uniform_stride(experts, down_of, &down_at) &&
+      (!pack || packed_stacks(experts, gate_at, up_at, down_at, I, H).gate_up))
+    return;  // already one tensor per kind (e.g. transformers' fused gate_up_proj / down_proj)
   // gate_up [E, 2I, H]: expert e's gate rows [2eI, 2eI + I), up rows [2eI + I, 2(e + 1)I); down [E, H, I].
-  Tensor gate_up = Tensor::empty_on(Device::kCuda, DType::BF16, {E * 2 * I, H});
   const size_t half = static_cast<size_t>(I * H) * sizeof(uint16_t);
-  for (int64_t e = 0; e < E; ++e) {
-    char* dst = static_cast<char*>(gate_up.raw()) + 2 * e * half;
-    cuda::copy_device_to_device(dst, experts[e].gate.weight.raw(), half);
-    cuda::copy_device_to_device(dst + half, experts[e].up.weight.raw(), half);
+  auto fill_gate_up = [&](void* to) {
+    for (int64_t e = 0; e < E; ++e) {
+      char* dst = static_cast<char*>(to) + 2 * e * half;
+      cuda::copy_device_to_device(dst, experts[e].gate.weight.raw(), half);
+      cuda::copy_device_to_device(dst + half, experts[e].up.weight.raw(), half);
+    }
+  };
+  Tensor gate_up, down;
+  if (pack) {
+    gate_up = cuda::matrix_with_packed_copy(E * 2 * I, H, fill_gate_up);  // [E 2I, H]
+    down = cuda::matrix_with_packed_copy(E * H, I, [&](void* to) {        // [E H, I]
+      for (int64_t e = 0; e < E; ++e) {
+        const Tensor& m = experts[e].down.weight;
+        cuda::copy_device_to_device(static_cast<char*>(to) + e * m.nbytes(), m.raw(), m.nbytes());
+      }
+    });
+  } else {
+    gate_up = Tensor::empty_on(Device::kCuda, DType::BF16, {E * 2 * I, H});
+    fill_gate_up(gate_up.raw());
+    down = stack_matrices(experts, down_of).reshape({E * H, I});
   }
-  Tensor down = stack_matrices(experts, down_of).reshape({E * H, I});
   for (int64_t e = 0; e < E; ++e) {
     experts[e].gate.weight = gate_up.rows(2 * e * I, 2 * e * I + I);
     experts[e].up.weight = gate_up.rows(2 * e * I + I, 2 * (e + 1) * I);
     experts[e].down.weight = down.rows(e * H, (e + 1) * H);
+  }
+}
+
+void CudaBackend::prepare_shared_experts(MlpWeights& shared) {
+  Tensor* const matrices[3] = {&shared.gate.weight, &shared.up.weight, &shared.down.weight};
+  for (const Tensor* w : matrices)
+    if (w->ndim() != 2 || w->device() != Device::kCuda || w->dtype() != DType::BF16 || w->dim(1) % 32 != 0)
+      return;
+  for (Tensor* w : matrices) {
+    const int64_t N = w->dim(0), K = w->dim(1);
+    if (cuda::gemv_packed_for(static_cast<const uint16_t*>(w->raw()), N, K) ||
+        !units_packing_wanted(options_, cuda::matrix_with_packed_copy_bytes(N, K)))
+      continue;
+    const Tensor old = *w;
+    *w = cuda::matrix_with_packed_copy(N, K, [&](void* to) {
+      cuda::copy_device_to_device(to, old.raw(), static_cast<size_t>(old.nbytes()));
+    });
   }
 }
 

@@ -31,10 +31,24 @@ struct MatDesc {
 // matrices, whose addresses the host knows; unit u >= known is routed expert ids[u - known] of the stacked
 // matrices, read after the PDL wait (an id outside [0, experts) reads expert 0 and its unit's outputs are
 // zeros, as the permutation drops such pairs). Column units' row stride: known * len (shared), len (routed).
+// kPackedRowUnits / kPackedColumnUnits: the same units read from the matrices' packed copies (gemv_packed.h's
+// layout; UnitParams' bases and strides are then the packed copies', which equal the row-major offsets at row
+// groups when K, resp. len, is a multiple of 32), each warp stage one bulk copy per tile.
 inline constexpr int kRowUnits = 1;
 inline constexpr int64_t kGemvUnitTableBytes = kGemvMaxUnits * (2 * sizeof(void*) + sizeof(int64_t));
 inline constexpr int kColumnUnits = 2;
 inline constexpr int kPackedWeights = 3;  // not units: the persistent kernel reading packed weights
+inline constexpr int kPackedRowUnits = 4;
+inline constexpr int kPackedColumnUnits = 5;
+__host__ __device__ constexpr bool row_units(int units) {
+  return units == kRowUnits || units == kPackedRowUnits;
+}
+__host__ __device__ constexpr bool column_units(int units) {
+  return units == kColumnUnits || units == kPackedColumnUnits;
+}
+__host__ __device__ constexpr bool packed_weights(int units) {
+  return units == kPackedWeights || units == kPackedRowUnits || units == kPackedColumnUnits;
+}
 struct UnitParams {
   int count;
   int known;

@@ -12,6 +12,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <map>
@@ -279,7 +280,7 @@ const MmaKernel& mma_kernel() {
   static const MmaKernel k = [] {
     constexpr int bytes =
         static_cast<int>(gemv_pipeline_smem(W, TILES, U, S) +
-                         (UNITS == kRowUnits || UNITS == kColumnUnits ? kGemvUnitTableBytes : 0));
+                         (row_units(UNITS) || column_units(UNITS) ? kGemvUnitTableBytes : 0));
     auto* fn = mma_kernel_fn<W, TILES, U, S, SPLITS, SWIGLU, PERSIST, STAMPS, UNITS>();
     // More than the default 48 KiB of dynamic shared memory must be asked for (once per kernel).
     if (cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) != cudaSuccess) {
@@ -378,9 +379,19 @@ int shape_key(const GemvConfig& c, bool swiglu) {
 // The persistent kernel's units instances (GemvMoeUnits): row units in every SwiGLU persistent shape, column
 // units in the shapes resolve gives down-sized launches (K >= 8192; the one-tile capped shape; the 8B-qkv and
 // LM-head-sized ones) and the 16-warp shape of units_config. Null: not compiled. STAMPS instances (block
-// timelines, gemv_stamps.h) only in units_config's 16-warp shapes.
-const MmaKernel* find_units(GemvConfig c, bool swiglu, bool stamps = false) {
+// timelines, gemv_stamps.h) only in units_config's 16-warp shapes; so are the packed instances (units read
+// from the packed copies, plain and STAMPS).
+const MmaKernel* find_units(GemvConfig c, bool swiglu, bool stamps = false, bool packed = false) {
   const int key = shape_key(c, swiglu);
+  if (packed) {
+    if (swiglu && key == 162223)
+      return stamps ? &mma_kernel<16, 2, 2, 3, 2, true, true, true, kPackedRowUnits>()
+                    : &mma_kernel<16, 2, 2, 3, 2, true, true, false, kPackedRowUnits>();
+    if (!swiglu && key == 162143)
+      return stamps ? &mma_kernel<16, 1, 4, 3, 2, false, true, true, kPackedColumnUnits>()
+                    : &mma_kernel<16, 1, 4, 3, 2, false, true, false, kPackedColumnUnits>();
+    return nullptr;
+  }
   if (stamps) {
     if (swiglu && key == 162223) return &mma_kernel<16, 2, 2, 3, 2, true, true, true, kRowUnits>();
     if (!swiglu && key == 162143) return &mma_kernel<16, 1, 4, 3, 2, false, true, true, kColumnUnits>();
@@ -914,8 +925,23 @@ bool aligned_units_base(const uint16_t* w, int64_t stride) {
   return w != nullptr && aligned16(w) && stride % 8 == 0;
 }
 
-// Launches units instance k (shape c) over `rows` output rows.
-void launch_units(Params& p, GemvConfig c, const MmaKernel& k, int64_t rows, bool swiglu, const char* what) {
+bool& units_packed_setting() {
+  static bool on = true;
+  return on;
+}
+
+std::atomic<int64_t>& units_packed_count() {
+  static std::atomic<int64_t> n{0};
+  return n;
+}
+
+bool aligned_or_null(const uint16_t* w) {
+  return w == nullptr || aligned16(w);
+}
+
+// Launches units instance k (shape c) over `rows` output rows (packed: the instance reads packed copies).
+void launch_units(Params& p, GemvConfig c, const MmaKernel& k, int64_t rows, bool swiglu, const char* what,
+                  bool packed = false) {
   const int64_t rows_per_block = gemv_tile_rows(c, swiglu);
   p.tiles = (rows + rows_per_block - 1) / rows_per_block;
   p.mats[0].first_block = 0;
@@ -930,7 +956,7 @@ void launch_units(Params& p, GemvConfig c, const MmaKernel& k, int64_t rows, boo
   const int64_t per_sm = std::min(c.persist, k.blocks_per_sm);
   const int64_t grid = std::min<int64_t>(p.tiles, num_sms() * per_sm);
   // Stamped where the shape has a stamped instance (the same bits) and stamps are on.
-  const MmaKernel* stamped = gemv_stamps_on() ? find_units(c, swiglu, true) : nullptr;
+  const MmaKernel* stamped = gemv_stamps_on() ? find_units(c, swiglu, true, packed) : nullptr;
   if (stamped) p.stamps = next_gemv_stamp_slot(rows, p.K, swiglu, grid, p.tiles);
   const MmaKernel& run = p.stamps != nullptr ? *stamped : k;
   run.launch(p, dim3(static_cast<unsigned>(grid)),
@@ -955,6 +981,37 @@ bool gemv_moe_units_supported(const GemvMoeUnits& u, int64_t H) {
   return gu.persist > 0 && dn.persist > 0 && find_units(gu, true) && find_units(dn, false);
 }
 
+bool gemv_moe_units_packed_usable(const GemvMoeUnits& u, int64_t H, bool swiglu) {
+  if (!units_packed_setting() || !gemv_moe_units_supported(u, H) || H % 32 != 0) return false;
+  const bool shared = u.known > 0, routed = u.count > u.known;
+  if (swiglu) {
+    if ((shared && !(u.shared_gate_packed && u.shared_up_packed)) || (routed && !(u.gate_packed && u.up_packed)))
+      return false;
+    if (!aligned_or_null(u.shared_gate_packed) || !aligned_or_null(u.shared_up_packed) ||
+        !aligned_or_null(u.gate_packed) || !aligned_or_null(u.up_packed))
+      return false;
+    return find_units(units_config(u.count * u.len, H, true), true, false, true) != nullptr;
+  }
+  if ((shared && !u.shared_down_packed) || (routed && !u.down_packed) || !aligned_or_null(u.shared_down_packed) ||
+      !aligned_or_null(u.down_packed))
+    return false;
+  const GemvConfig dn = units_config(H, u.count * u.len, false);
+  return u.len % (32 * dn.unroll) == 0 && H % gemv_tile_rows(dn, false) == 0 &&
+         find_units(dn, false, false, true) != nullptr;
+}
+
+bool gemv_units_packed() {
+  return units_packed_setting();
+}
+
+void gemv_set_units_packed(bool on) {
+  units_packed_setting() = on;
+}
+
+int64_t gemv_units_packed_launches() {
+  return units_packed_count().load();
+}
+
 void launch_gemv_moe_gate_up(const float* x, int64_t H, const GemvMoeUnits& u, float* act, float limit) {
   DSI_CHECK(gemv_moe_units_supported(u, H) && aligned16(x) && aligned16(act),
             "gemv_moe_gate_up: units not supported here (gemv_moe_units_supported)");
@@ -973,6 +1030,16 @@ void launch_gemv_moe_gate_up(const float* x, int64_t H, const GemvMoeUnits& u, f
              {u.gate, u.up}, {u.gate_stride, u.up_stride},
              u.ids,          u.weights,
              u.experts};
+  if (gemv_moe_units_packed_usable(u, H, true)) {
+    p.units.shared[0] = u.shared_gate_packed;
+    p.units.shared[1] = u.shared_up_packed;
+    p.units.routed[0] = u.gate_packed;
+    p.units.routed[1] = u.up_packed;
+    p.kchunks = H / 32;
+    units_packed_count().fetch_add(1);
+    launch_units(p, c, *find_units(c, true, false, true), rows, true, "gemv_moe_gate_up (packed)", true);
+    return;
+  }
   launch_units(p, c, *find_units(c, true), rows, true, "gemv_moe_gate_up");
 }
 
@@ -989,6 +1056,13 @@ void launch_gemv_moe_down(const float* act, int64_t H, const GemvMoeUnits& u, fl
   p.accumulate = accumulate;
   p.units = {u.count, u.known, u.len,    {u.shared_down, nullptr}, {u.down, nullptr}, {u.down_stride, 0},
              u.ids,   nullptr, u.experts};
+  if (gemv_moe_units_packed_usable(u, H, false)) {
+    p.units.shared[0] = u.shared_down_packed;
+    p.units.routed[0] = u.down_packed;
+    units_packed_count().fetch_add(1);
+    launch_units(p, c, *find_units(c, false, false, true), H, false, "gemv_moe_down (packed)", true);
+    return;
+  }
   launch_units(p, c, *find_units(c, false), H, false, "gemv_moe_down");
 }
 

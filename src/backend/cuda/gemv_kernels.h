@@ -101,12 +101,35 @@ struct GemvMoeUnits {
   const int32_t* ids = nullptr;    // [count - known] routed experts (device)
   const float* weights = nullptr;  // [count - known] their routing weights (device)
   int experts = 0;                 // experts stacked; ids outside [0, experts) add nothing
+  // Packed copies (gemv_packed.h's layout) of the same matrices, at the same strides, or null:
+  // shared_*_packed of the whole [known len, H] / [H, known len] matrices, gate_packed / up_packed /
+  // down_packed of expert 0's matrix inside the packed copy of its stack. Where every matrix a launch reads
+  // has one and gemv_moe_units_packed_usable holds, the launch reads them by bulk copies (the same bits).
+  const uint16_t* shared_gate_packed = nullptr;
+  const uint16_t* shared_up_packed = nullptr;
+  const uint16_t* shared_down_packed = nullptr;
+  const uint16_t* gate_packed = nullptr;
+  const uint16_t* up_packed = nullptr;
+  const uint16_t* down_packed = nullptr;
 };
 
 // Whether the two launches take these units at hidden size H here (ids and weights aside): 1 <= count <=
 // kGemvMaxUnits, len a multiple of 32 and >= 128, H a multiple of 8, 16-byte aligned weights and strides,
 // the persistent GEMV on and its units instance compiled for the shapes the launches resolve to.
 bool gemv_moe_units_supported(const GemvMoeUnits& u, int64_t H);
+
+// Whether the gate/up (swiglu) or down launch of these units at hidden size H reads the packed copies: every
+// matrix it reads has one (16-byte aligned), H % 32 == 0 (a packed row group then starts at its first row's
+// row-major offset, so the strides are the row-major ones), down's stages never cross a unit (len a multiple
+// of its 32 x unroll columns) nor its tiles an expert (H a multiple of its tile rows), the packed instance is
+// compiled for the launch's shape, and gemv_set_units_packed has not turned the packed launches off.
+bool gemv_moe_units_packed_usable(const GemvMoeUnits& u, int64_t H, bool swiglu);
+
+// The packed units launches on (default) / off where the copies exist (tests compare both); and how many
+// units launches have read packed copies since the process started.
+bool gemv_units_packed();
+void gemv_set_units_packed(bool on);
+int64_t gemv_units_packed_launches();
 
 // act [count len] = per unit silu(x gate^T) * (x up^T) (limit > 0 clamps as launch_gemv_swiglu), the routed
 // units' times their weights. x [H] float32 device.

@@ -77,13 +77,16 @@ bool gemv_wants_packed_copy(const char* name, int64_t N, int64_t K) {
     at = comma + 1;
   }
   if (!named || n.find("experts") != std::string_view::npos) return false;
-  if (mode == 1) return true;
+  return mode == 1 || gemv_packed_copy_fits(gemv_packed_bytes(N, K));
+}
+
+bool gemv_packed_copy_fits(int64_t bytes) {
   size_t free_bytes = 0, total_bytes = 0;
   if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) {
     cudaGetLastError();
     return false;
   }
-  const double left = static_cast<double>(free_bytes) - static_cast<double>(gemv_packed_bytes(N, K));
+  const double left = static_cast<double>(free_bytes) - static_cast<double>(bytes);
   return left >= kGemvPackedFreeFraction * static_cast<double>(total_bytes);
 }
 

@@ -26,6 +26,10 @@ inline constexpr double kGemvPackedFreeFraction = 0.3;
 inline constexpr const char* kGemvPackedNames = "mlp.gate_proj.weight,mlp.up_proj.weight,lm_head.weight";
 bool gemv_wants_packed_copy(const char* name, int64_t N, int64_t K);
 
+// Whether `bytes` more of device memory leave kGemvPackedFreeFraction of the GPU's memory free (the "auto"
+// rule of the packed copies, the experts' too: CudaBackendOptions::moe_units_packed).
+bool gemv_packed_copy_fits(int64_t bytes);
+
 // Whether a [N, K] matrix is worth packing (the decode GEMV's shapes: K % 32 == 0, N >= 64, K >= 256).
 bool gemv_packable(int64_t N, int64_t K);
 

@@ -41,21 +41,25 @@ __device__ __forceinline__ void stamp_now(const Params& p, int point) {
 
 // Unit u's weight base of matrix i (row units: gate 0, up 1; column units: down 0) and its row stride, into
 // the block's table: the shared experts' slices (u < known) need nothing from earlier kernels, the routed
-// experts' ids are read after the PDL wait.
+// experts' ids are read after the PDL wait. Packed column units: a shared unit's base is its first 32-column
+// chunk in row group 0 (chunk u len / 32 of 512 values each); the row stride stays the matrix's columns, so
+// that row group r / 16 starts r * ld after the base.
 template <int UNITS>
 __device__ __forceinline__ void resolve_unit(const Params& p, int u, const uint16_t* (*w)[2], int64_t* ld) {
   const UnitParams& q = p.units;
-  constexpr int kMats = UNITS == kRowUnits ? 2 : 1;
+  constexpr bool kRowU = row_units(UNITS);
+  constexpr int kMats = kRowU ? 2 : 1;
+  constexpr int64_t kColumnScale = UNITS == kPackedColumnUnits ? 16 : 1;
   int64_t e = u < q.known ? 0 : q.ids[u - q.known];
   if (e < 0 || e >= q.experts) e = 0;  // its outputs are zeroed (row units' epilogue)
 #pragma unroll
   for (int i = 0; i < kMats; ++i) {
     if (u < q.known)
-      w[u][i] = q.shared[i] + (UNITS == kRowUnits ? u * q.len * p.K : u * q.len);
+      w[u][i] = q.shared[i] + (kRowU ? u * q.len * p.K : kColumnScale * u * q.len);
     else
       w[u][i] = q.routed[i] + e * q.stride[i];
   }
-  ld[u] = UNITS == kRowUnits ? p.K : (u < q.known ? q.known * q.len : q.len);
+  ld[u] = kRowU ? p.K : (u < q.known ? q.known * q.len : q.len);
 }
 
 // Block = W warps; a tile is 16 * TILES weight rows (SwiGLU: 16 gate rows and the same 16 up rows) over all
@@ -67,12 +71,16 @@ __device__ __forceinline__ void resolve_unit(const Params& p, int u, const uint1
 // UNITS == kPackedWeights: the weights come from the packed copies (p.mats[*].packed, gemv_packed.h), a stage
 // being TILES bulk copies of U fragments (1 KB each; fragments past K are zeroed by the lanes) that complete
 // on the warp's mbarrier of that stage, the stage tile-major ([TILES][U][2][32]) so that each tile's
-// fragments land in one piece; the same bits as the 16-byte copies.
+// fragments land in one piece; the same bits as the 16-byte copies. kPackedRowUnits / kPackedColumnUnits:
+// units read from packed copies the same way (the host takes them only where p.kchunks = K / 32 exactly for
+// row units, and where a stage's 32 U columns never cross a unit and the tiles' row groups lie inside N for
+// column units).
 template <int W, int TILES, int U, int S, int SPLITS, bool SWIGLU, bool STAMPS, int UNITS = 0>
 __global__ void __launch_bounds__(W * 32, 16 / W) gemv_persistent_kernel(const Params p) {
-  constexpr bool kPacked = UNITS == kPackedWeights;
-  constexpr bool kUnits = UNITS == kRowUnits || UNITS == kColumnUnits;
-  static_assert(!kUnits || (UNITS == kRowUnits) == SWIGLU, "row units are SwiGLU's, column units not");
+  constexpr bool kPacked = packed_weights(UNITS);
+  constexpr bool kRowU = row_units(UNITS), kColU = column_units(UNITS);
+  constexpr bool kUnits = kRowU || kColU;
+  static_assert(!kUnits || kRowU == SWIGLU, "row units are SwiGLU's, column units not");
   extern __shared__ uint4 pipe[];                      // [W][S][U][TILES][2][32]
   constexpr int64_t kRows = SWIGLU ? 16 : 16 * TILES;  // output rows of a tile
   constexpr int kStage = U * TILES * 2 * 32;           // uint4 of one warp's stage
@@ -115,21 +123,32 @@ __global__ void __launch_bounds__(W * 32, 16 / W) gemv_persistent_kernel(const P
   bool wok[TILES][2];
   int64_t nrow[TILES][2];  // column units: the rows (their address depends on the column's unit)
   auto aim = [&](int64_t tile) {
-    if constexpr (UNITS == kRowUnits) {
+    if constexpr (kRowU) {
       const UnitRowTile ut = unit_row_tile(tile, p.units.len);
+      if constexpr (kPacked) {
+        // Row group ut.row / 16 of the unit's matrix j starts ut.row * K after its base (K % 32 == 0).
 #pragma unroll
-      for (int j = 0; j < TILES; ++j)
+        for (int j = 0; j < TILES; ++j) prow[j] = unit_w[ut.unit][j] + ut.row * K;
+      } else {
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          wok[j][h] = true;
-          wrow[j][h] = unit_w[ut.unit][j] + (ut.row + g + 8 * h) * K;
-        }
+        for (int j = 0; j < TILES; ++j)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            wok[j][h] = true;
+            wrow[j][h] = unit_w[ut.unit][j] + (ut.row + g + 8 * h) * K;
+          }
+      }
       return;
     }
     int64_t local = 0;
     const MatDesc d = block_matrix(p, tile, local);
     const int64_t row0 = local * kRows;
-    if constexpr (kPacked) {
+    if constexpr (UNITS == kPackedColumnUnits) {
+      // Each tile's first row (its row group's): the stage's address also depends on its columns' unit.
+      (void)d;
+#pragma unroll
+      for (int j = 0; j < TILES; ++j) nrow[j][0] = nrow[j][1] = row0 + 16 * j;
+    } else if constexpr (kPacked) {
 #pragma unroll
       for (int j = 0; j < TILES; ++j) {
         const int64_t group = row0 / 16 + (SWIGLU ? 0 : j);
@@ -152,7 +171,7 @@ __global__ void __launch_bounds__(W * 32, 16 / W) gemv_persistent_kernel(const P
   int64_t issued = 0, issue_i = 0, issue_tile = blockIdx.x;
   int issue_stage = 0;
   // Column units: the unit and unit-local column of the issue cursor's first column, first + issue_i * step.
-  const int64_t ulen = UNITS == kColumnUnits ? p.units.len : 1;
+  const int64_t ulen = kColU ? p.units.len : 1;
   const UnitColumnCursor first_cursor = UnitColumnCursor::at(first, ulen);
   UnitColumnCursor cursor = first_cursor;
   if (total > 0) aim(issue_tile);  // row units: aimed again after the wait (routed units' bases)
@@ -161,7 +180,7 @@ __global__ void __launch_bounds__(W * 32, 16 / W) gemv_persistent_kernel(const P
     ++issued;
     if (issued == total) stamp_now<STAMPS>(p, kStampLastIssue);
     issue_stage = issue_stage + 1 == S ? 0 : issue_stage + 1;
-    if constexpr (UNITS == kColumnUnits) cursor.advance(step, ulen);
+    if constexpr (kColU) cursor.advance(step, ulen);
     if (++issue_i == iters) {
       issue_i = 0;
       cursor = first_cursor;
@@ -176,9 +195,29 @@ __global__ void __launch_bounds__(W * 32, 16 / W) gemv_persistent_kernel(const P
         // Every lane is past its reads of this stage (consumed two iterations ago) before the copy engine
         // overwrites it.
         __syncwarp();
-        const int64_t c0 = (first + issue_i * step) / 32;  // the stage's first 32-column chunk
-        const int64_t left = p.kchunks - c0;
-        const int valid = left <= 0 ? 0 : left >= U ? U : static_cast<int>(left);
+        const int64_t col0 = first + issue_i * step;  // the stage's first column
+        int valid;
+        const uint16_t* from;  // lane j < TILES copies tile j's fragments, from here on
+        if constexpr (UNITS == kPackedColumnUnits) {
+          // The stage's 32 U columns lie in the cursor's unit: chunk local / 32 of its tiles' row groups.
+          valid = col0 < K ? U : 0;
+          const int cu = valid > 0 ? cursor.unit : 0;
+          const int64_t ld = unit_ld[cu];
+          const uint16_t* ubase = unit_w[cu][0] + 16 * (valid > 0 ? cursor.local : 0);
+          from = ubase + nrow[0][0] * ld;
+#pragma unroll
+          for (int j = 1; j < TILES; ++j)
+            if (lane == j) from = ubase + nrow[j][0] * ld;
+        } else {
+          const int64_t c0 = col0 / 32;  // the stage's first 32-column chunk
+          const int64_t left = p.kchunks - c0;
+          valid = left <= 0 ? 0 : left >= U ? U : static_cast<int>(left);
+          from = prow[0];
+#pragma unroll
+          for (int j = 1; j < TILES; ++j)
+            if (lane == j) from = prow[j];
+          from += c0 * 512;
+        }
         const uint32_t bar = bars + 8 * issue_stage;
         if (lane == 0) {
           if (valid > 0)
@@ -186,13 +225,9 @@ __global__ void __launch_bounds__(W * 32, 16 / W) gemv_persistent_kernel(const P
           else
             tma::mbar_arrive(bar);
         }
-        const uint16_t* from = prow[0];  // lane j < TILES copies tile j's fragments
-#pragma unroll
-        for (int j = 1; j < TILES; ++j)
-          if (lane == j) from = prow[j];
         if (lane < TILES && valid > 0)
-          bulk_copy(mine_s + static_cast<uint32_t>((issue_stage * kStage + lane * U * 64) * 16),
-                    from + c0 * 512, static_cast<uint32_t>(valid * 1024), bar, wl2);
+          bulk_copy(mine_s + static_cast<uint32_t>((issue_stage * kStage + lane * U * 64) * 16), from,
+                    static_cast<uint32_t>(valid * 1024), bar, wl2);
         uint4* stage = mine + issue_stage * kStage;
         for (int u = valid; u < U; ++u)
 #pragma unroll
@@ -238,8 +273,8 @@ __global__ void __launch_bounds__(W * 32, 16 / W) gemv_persistent_kernel(const P
   // wait for the kernel that wrote x (programmatic dependent launch; a no-op without it). Units: only the
   // stages of the shared experts' units (the routed experts are known after the wait).
   auto known_stage = [&] {
-    if constexpr (UNITS == kRowUnits) return unit_row_tile(issue_tile, p.units.len).unit < p.units.known;
-    if constexpr (UNITS == kColumnUnits)
+    if constexpr (kRowU) return unit_row_tile(issue_tile, p.units.len).unit < p.units.known;
+    if constexpr (kColU)
       return first + issue_i * step + 32 * U <= static_cast<int64_t>(p.units.known) * p.units.len;
     return true;
   };
@@ -344,7 +379,7 @@ __global__ void __launch_bounds__(W * 32, 16 / W) gemv_persistent_kernel(const P
     const MatDesc d = block_matrix(p, blockIdx.x + k * stride, local);
     int64_t row0 = local * kRows;
     float unit_scale = 1.0f;  // row units: the routed unit's factor (0: an id outside the experts)
-    if constexpr (UNITS == kRowUnits) {
+    if constexpr (kRowU) {
       const UnitRowTile ut = unit_row_tile(local, p.units.len);
       const int unit = ut.unit;
       row0 = unit * p.units.len + ut.row;
@@ -374,7 +409,7 @@ __global__ void __launch_bounds__(W * 32, 16 / W) gemv_persistent_kernel(const P
         inv = norm_scale(s, K, p.eps);
       }
       const int64_t n = row0 + (SWIGLU ? 0 : 16 * j) + g + 8 * (cols ? i : i >> 1);
-      if (m < p.M && n < d.N) store_output<SWIGLU, UNITS == kRowUnits>(p, d, m, n, v, up, inv, unit_scale);
+      if (m < p.M && n < d.N) store_output<SWIGLU, kRowU>(p, d, m, n, v, up, inv, unit_scale);
     }
   }
   copy_async_wait<0>();

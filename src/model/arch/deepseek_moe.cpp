@@ -45,6 +45,7 @@ MoeWeights load_deepseek_moe(const ModelConfig& c, WeightLoader& w, const std::s
   if (Backend* b = w.backend()) {
     if (moe.router_bias) moe.router_bias = b->prepare_weight_f32(moe.router_bias);
     b->prepare_experts(moe.experts);
+    if (moe.has_shared) b->prepare_shared_experts(moe.shared);
   }
   return moe;
 }

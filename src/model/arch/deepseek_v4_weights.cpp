@@ -107,6 +107,7 @@ V4Weights load_deepseek_v4_weights(const DeepseekV4Config& c, WeightLoader& w) {
       f.has_shared = true;
       f.shared =
           load_expert(w, fp + ".shared_experts", Hd, c.moe_intermediate_size * c.n_shared_experts, limit);
+      if (w.backend()) w.backend()->prepare_shared_experts(f.shared);
     }
     out.layers.push_back(std::move(L));
   }
