@@ -50,5 +50,39 @@ TEST(GemvUnitsTest, ColumnCursorWalksEveryChunkIntoItsUnit) {
   }
 }
 
+// packed_chunk_offset against gemv_packed.h's layout as its packing kernel writes it (piece ((r C + c) 2 + h)
+// 32 + lane of 8 values holds row 16 r + lane / 4 + 8 h, columns 32 c + 8 (lane % 4) on): the chunk's first
+// value (lane 0, half 0) for every row group and chunk of [N, K] matrices with K a multiple of 32; a stacked
+// expert's chunk at its matrix's offset e N K in the stack; a shared unit's chunk at unit u's column u len;
+// the U chunks of a stage back to back.
+TEST(GemvUnitsTest, PackedChunkOffsetsFollowThePackedLayout) {
+  auto layout = [](int64_t row, int64_t col, int64_t K) {  // the packing kernel's piece of (row, col), x 8
+    const int64_t C = K / 32, r = row / 16, c = col / 32;
+    return ((r * C + c) * 2 + 0) * 32 * 8;
+  };
+  for (int64_t K : {256, 1408, 2048, 2816, 11264}) {
+    for (int64_t N : {64, 1408, 2048}) {
+      for (int64_t row = 0; row < N; row += 16)
+        for (int64_t col = 0; col < K; col += 32)
+          ASSERT_EQ(packed_chunk_offset(row, col, K), layout(row, col, K)) << N << " " << K << " " << row;
+    }
+  }
+  // Stacked experts [E N, K]: expert e's row group `row` is the stack's row group e N + row.
+  for (int64_t e : {0, 1, 5, 63})
+    for (int64_t row : {0, 16, 2032})
+      for (int64_t col : {0, 32, 1376})
+        EXPECT_EQ(e * 2048 * 1408 + packed_chunk_offset(row, col, 1408), layout(e * 2048 + row, col, 1408));
+  // Shared down [H, known len]: unit u's base packed_chunk_offset(0, u len, .), then its local columns.
+  const int64_t len = 1408, known = 2, H = 2048;
+  for (int64_t u = 0; u < known; ++u)
+    for (int64_t row : {int64_t{0}, int64_t{16}, H - 16})
+      for (int64_t local = 0; local < len; local += 128)
+        EXPECT_EQ(packed_chunk_offset(0, u * len, 0) + packed_chunk_offset(row, local, known * len),
+                  layout(row, u * len + local, known * len));
+  // A stage of U chunks: one contiguous run of 512 U values.
+  for (int u = 0; u < 4; ++u)
+    EXPECT_EQ(packed_chunk_offset(32, 128 + 32 * u, 1408), packed_chunk_offset(32, 128, 1408) + 512 * u);
+}
+
 }  // namespace
 }  // namespace dsinfer::cuda

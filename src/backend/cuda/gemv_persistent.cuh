@@ -49,13 +49,14 @@ __device__ __forceinline__ void resolve_unit(const Params& p, int u, const uint1
   const UnitParams& q = p.units;
   constexpr bool kRowU = row_units(UNITS);
   constexpr int kMats = kRowU ? 2 : 1;
-  constexpr int64_t kColumnScale = UNITS == kPackedColumnUnits ? 16 : 1;
   int64_t e = u < q.known ? 0 : q.ids[u - q.known];
   if (e < 0 || e >= q.experts) e = 0;  // its outputs are zeroed (row units' epilogue)
 #pragma unroll
   for (int i = 0; i < kMats; ++i) {
     if (u < q.known)
-      w[u][i] = q.shared[i] + (kRowU ? u * q.len * p.K : kColumnScale * u * q.len);
+      w[u][i] = q.shared[i] + (kRowU                         ? u * q.len * p.K
+                               : UNITS == kPackedColumnUnits ? packed_chunk_offset(0, u * q.len, 0)
+                                                             : u * q.len);
     else
       w[u][i] = q.routed[i] + e * q.stride[i];
   }
@@ -126,9 +127,9 @@ __global__ void __launch_bounds__(W * 32, 16 / W) gemv_persistent_kernel(const P
     if constexpr (kRowU) {
       const UnitRowTile ut = unit_row_tile(tile, p.units.len);
       if constexpr (kPacked) {
-        // Row group ut.row / 16 of the unit's matrix j starts ut.row * K after its base (K % 32 == 0).
+        // Row group ut.row / 16 of the unit's matrix j (K % 32 == 0).
 #pragma unroll
-        for (int j = 0; j < TILES; ++j) prow[j] = unit_w[ut.unit][j] + ut.row * K;
+        for (int j = 0; j < TILES; ++j) prow[j] = unit_w[ut.unit][j] + packed_chunk_offset(ut.row, 0, K);
       } else {
 #pragma unroll
         for (int j = 0; j < TILES; ++j)
@@ -203,11 +204,11 @@ __global__ void __launch_bounds__(W * 32, 16 / W) gemv_persistent_kernel(const P
           valid = col0 < K ? U : 0;
           const int cu = valid > 0 ? cursor.unit : 0;
           const int64_t ld = unit_ld[cu];
-          const uint16_t* ubase = unit_w[cu][0] + 16 * (valid > 0 ? cursor.local : 0);
-          from = ubase + nrow[0][0] * ld;
+          const int64_t local = valid > 0 ? cursor.local : 0;
+          from = unit_w[cu][0] + packed_chunk_offset(nrow[0][0], local, ld);
 #pragma unroll
           for (int j = 1; j < TILES; ++j)
-            if (lane == j) from = ubase + nrow[j][0] * ld;
+            if (lane == j) from = unit_w[cu][0] + packed_chunk_offset(nrow[j][0], local, ld);
         } else {
           const int64_t c0 = col0 / 32;  // the stage's first 32-column chunk
           const int64_t left = p.kchunks - c0;

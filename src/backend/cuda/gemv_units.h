@@ -1,7 +1,8 @@
 // The index arithmetic of the persistent GEMV's units launches (gemv_persistent.cuh, GemvMoeUnits), in
 // host + device code so that the CPU tests check what the kernel runs (tests/unit/gemv_units_test.cpp): which
 // unit and unit-local row a row tile starts at (row units), and the issue cursor that walks a warp's columns
-// over the units (column units: units of `len` columns back to back, a warp's chunks at first + i * step).
+// over the units (column units: units of `len` columns back to back, a warp's chunks at first + i * step),
+// and where the packed units instances find a chunk in a packed copy.
 #pragma once
 
 #include <cstdint>
@@ -51,6 +52,15 @@ struct UnitColumnCursor {
     return c;
   }
 };
+
+// Packed units (gemv_packed.h's layout: row groups of 16 rows, each ceil(K / 32) chunks of 32 columns x 16
+// rows = 512 values): the offset in values of the chunk at column `col` (a multiple of 32) of the row group
+// starting at `row` (a multiple of 16) of a packed [N, K] matrix with K a multiple of 32. It is the row's
+// row-major offset plus 16 values per column, so a unit's base and row stride keep their row-major arithmetic
+// (a stacked expert's matrix starts at e N K), and a stage's chunks at col, col + 32, ... lie back to back.
+DSI_UNITS_FN int64_t packed_chunk_offset(int64_t row, int64_t col, int64_t K) {
+  return row * K + 16 * col;
+}
 
 }  // namespace dsinfer::cuda
 
