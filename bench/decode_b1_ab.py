@@ -14,7 +14,8 @@ Usage:
   bench/decode_b1_ab.py --arm main=/tmp/b/dsinfer_main \\
       --arm paced=/tmp/b/dsinfer:DSINFER_GEMV_PREISSUE_INFLIGHT=1 \\
       [--model bench/configs/llama-3.1-8b] [--model bench/configs/deepseek-v2-lite] [--rounds 2] [--out DIR]
-An arm is LABEL=BINARY[:VAR=VALUE[,VAR=VALUE...]]. Every bench's JSON is kept under --out (default $OUT, else
+An arm is LABEL=BINARY[:VAR=VALUE[,VAR=VALUE...]]; a part without `=` continues the value before it (a
+comma list such as DSINFER_GEMV_PACKED_NAMES). Every bench's JSON is kept under --out (default $OUT, else
 /tmp/decode_b1_ab) as LABEL-MODEL-ROUND.json with its stderr beside it.
 """
 import argparse
@@ -33,11 +34,15 @@ def parse_arm(text):
     label, rest = text.split("=", 1)
     binary, _, settings = rest.partition(":")
     env = {}
+    var = None
     for item in filter(None, settings.split(",")):
-        if "=" not in item:
+        if "=" in item:
+            var, value = item.split("=", 1)
+            env[var] = value
+        elif var is not None:  # a comma inside a value (a list, e.g. DSINFER_GEMV_PACKED_NAMES)
+            env[var] += "," + item
+        else:
             raise argparse.ArgumentTypeError(f"arm {label!r}: setting {item!r} is not VAR=VALUE")
-        var, value = item.split("=", 1)
-        env[var] = value
     if not label or not binary:
         raise argparse.ArgumentTypeError(f"arm {text!r}: empty label or binary")
     return label, binary, env
